@@ -1,0 +1,128 @@
+//! ERROR frame codes and their classes.
+
+use std::fmt;
+
+/// The code carried by an ERROR frame.
+///
+/// Codes below `0x10` are *server conditions* (the client did nothing wrong:
+/// reconnect), codes from `0x10` up are *client errors* (the same bytes will
+/// fail the same way: report, do not retry). Unknown codes are classified by
+/// the same ranges, so a newer server's codes are handled correctly.
+///
+/// ```
+/// use monolock_proto::{ErrorClass, ErrorCode};
+///
+/// assert!(ErrorCode::SHUTTING_DOWN.is_temporary());
+/// assert_eq!(ErrorCode::NOT_AUTHORIZED.class(), ErrorClass::ClientError);
+/// assert_eq!(ErrorCode(0x0e).class(), ErrorClass::ServerCondition);
+/// assert_eq!(ErrorCode::NAME_TOO_LONG.to_string(), "0x15");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ErrorCode(pub u8);
+
+/// Which side an error code blames, decided by its range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorClass {
+    /// `< 0x10`: a server condition. Reconnect (at once after
+    /// [`ErrorCode::SHUTTING_DOWN`], with backoff otherwise).
+    ServerCondition,
+    /// `>= 0x10`: the request itself is wrong. Do not retry it unchanged.
+    ClientError,
+}
+
+impl ErrorCode {
+    /// 0x01: the server is shutting down.
+    pub const SHUTTING_DOWN: Self = Self(0x01);
+    /// 0x02: closed by an administrator (force-release or kick).
+    pub const CLOSED_BY_ADMIN: Self = Self(0x02);
+    /// 0x10: unsupported protocol version.
+    pub const UNSUPPORTED_VERSION: Self = Self(0x10);
+    /// 0x11: the first message on a connection must be ACQUIRE.
+    pub const FIRST_MESSAGE_NOT_ACQUIRE: Self = Self(0x11);
+    /// 0x12: a second ACQUIRE on one connection.
+    pub const DUPLICATE_ACQUIRE: Self = Self(0x12);
+    /// 0x13: unknown message type after ACQUIRE.
+    pub const UNKNOWN_MESSAGE_TYPE: Self = Self(0x13);
+    /// 0x14: empty lock name.
+    pub const EMPTY_NAME: Self = Self(0x14);
+    /// 0x15: lock name longer than 255 bytes.
+    pub const NAME_TOO_LONG: Self = Self(0x15);
+    /// 0x16: lock name is not valid UTF-8.
+    pub const NAME_NOT_UTF8: Self = Self(0x16);
+    /// 0x17: lease must be positive.
+    pub const LEASE_NOT_POSITIVE: Self = Self(0x17);
+    /// 0x18: not authorized for this lock by the server's ACL.
+    pub const NOT_AUTHORIZED: Self = Self(0x18);
+
+    /// Every code protocol v1 defines, in ascending order.
+    pub const ALL: [Self; 11] = [
+        Self::SHUTTING_DOWN,
+        Self::CLOSED_BY_ADMIN,
+        Self::UNSUPPORTED_VERSION,
+        Self::FIRST_MESSAGE_NOT_ACQUIRE,
+        Self::DUPLICATE_ACQUIRE,
+        Self::UNKNOWN_MESSAGE_TYPE,
+        Self::EMPTY_NAME,
+        Self::NAME_TOO_LONG,
+        Self::NAME_NOT_UTF8,
+        Self::LEASE_NOT_POSITIVE,
+        Self::NOT_AUTHORIZED,
+    ];
+
+    /// The class of this code, by range (unknown codes included).
+    pub const fn class(self) -> ErrorClass {
+        if self.0 < 0x10 {
+            ErrorClass::ServerCondition
+        } else {
+            ErrorClass::ClientError
+        }
+    }
+
+    /// True for server conditions: the client may reconnect and try again.
+    pub const fn is_temporary(self) -> bool {
+        matches!(self.class(), ErrorClass::ServerCondition)
+    }
+
+    /// A short human description of a known code, or `None` for codes this
+    /// version does not define.
+    pub const fn description(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0x01 => "server shutting down",
+            0x02 => "closed by administrator",
+            0x10 => "unsupported protocol version",
+            0x11 => "first message must be ACQUIRE",
+            0x12 => "duplicate ACQUIRE",
+            0x13 => "unknown message type",
+            0x14 => "empty lock name",
+            0x15 => "lock name too long",
+            0x16 => "lock name is not valid UTF-8",
+            0x17 => "lease must be positive",
+            0x18 => "not authorized for lock",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    /// Formats as `0x15`, the form used in logs and metric labels.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "0x{:02x}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_follow_ranges_for_known_and_unknown_codes() {
+        for code in 0..=u8::MAX {
+            let code = ErrorCode(code);
+            assert_eq!(code.is_temporary(), code.0 < 0x10, "{code}");
+        }
+        for code in ErrorCode::ALL {
+            assert!(code.description().is_some(), "{code}");
+        }
+        assert_eq!(ErrorCode(0x7f).description(), None);
+    }
+}

@@ -1,0 +1,1 @@
+//! The monolock server.
