@@ -1,1 +1,33 @@
-fn main() {}
+//! `monolock`: the lock server and the tools around it.
+#![forbid(unsafe_code)]
+
+mod args;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// A lock server for fleets: the TCP connection is the claim.
+#[derive(Debug, Parser)]
+#[command(name = "monolock", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the lock server.
+    Serve(serve::ServeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return args::exit_for_clap_error(&err),
+    };
+    match cli.command {
+        Command::Serve(args) => serve::main(args),
+    }
+}

@@ -1,0 +1,94 @@
+//! Server settings. Defaults are named constants next to the type.
+
+use std::{sync::Arc, time::Duration};
+
+use monolock_proto::LockName;
+
+use crate::{Observer, token::WallClock};
+
+/// Decides whether an identity may claim a lock (the ACL).
+///
+/// Called once per ACQUIRE, after the frame is validated. Implementations
+/// that can be reloaded swap their rules internally; a session already
+/// admitted is never re-checked.
+pub trait Authorizer: Send + Sync + 'static {
+    /// True if `identity` (empty without mTLS) may claim `lock`.
+    fn allows(&self, identity: &str, lock: &LockName) -> bool;
+}
+
+/// Default for [`ServerConfig::io_timeout`].
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection is drained after an ERROR frame (write side shut
+/// down, input discarded) before it is closed, so the ERROR is not lost to a
+/// reset when unread input remains.
+pub const ERROR_DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Everything the lock service needs besides its listener.
+///
+/// ```
+/// use std::time::Duration;
+/// let config = monolock_server::ServerConfig::default().with_io_timeout(Duration::from_secs(2));
+/// assert_eq!(config.io_timeout, Duration::from_secs(2));
+/// ```
+#[derive(Clone)]
+pub struct ServerConfig {
+    /// The server's one I/O policy: bound on the first ACQUIRE after accept,
+    /// on a started frame, and on every write.
+    pub io_timeout: Duration,
+    /// The wall clock read for token epochs (injectable for tests).
+    pub wall_clock: Arc<dyn WallClock>,
+    /// Receives ownership and connection events (audit, metrics).
+    pub observer: Arc<dyn Observer>,
+    /// The ACL; `None` allows every lock.
+    pub authorizer: Option<Arc<dyn Authorizer>>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            io_timeout: DEFAULT_IO_TIMEOUT,
+            wall_clock: Arc::new(crate::token::SystemWallClock),
+            observer: Arc::new(crate::events::NoopObserver),
+            authorizer: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Sets [`ServerConfig::io_timeout`].
+    #[must_use]
+    pub fn with_io_timeout(mut self, io_timeout: Duration) -> Self {
+        self.io_timeout = io_timeout;
+        self
+    }
+
+    /// Sets [`ServerConfig::wall_clock`].
+    #[must_use]
+    pub fn with_wall_clock(mut self, clock: Arc<dyn WallClock>) -> Self {
+        self.wall_clock = clock;
+        self
+    }
+
+    /// Sets [`ServerConfig::authorizer`].
+    #[must_use]
+    pub fn with_authorizer(mut self, authorizer: Arc<dyn Authorizer>) -> Self {
+        self.authorizer = Some(authorizer);
+        self
+    }
+
+    /// Sets [`ServerConfig::observer`].
+    #[must_use]
+    pub fn with_observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = observer;
+        self
+    }
+}
+
+impl std::fmt::Debug for ServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerConfig")
+            .field("io_timeout", &self.io_timeout)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,144 @@
+//! What the server tells its observers (audit log, metrics, tests).
+
+use std::{net::SocketAddr, sync::Arc, time::Duration, time::SystemTime};
+
+use monolock_proto::{ErrorCode, Lease, LockName};
+
+/// Who a session is: fixed from its ACQUIRE to its end.
+#[derive(Clone, Debug)]
+pub struct SessionInfo {
+    /// The lock it claims.
+    pub lock: LockName,
+    /// Its lease.
+    pub lease: Lease,
+    /// The client's address as the server sees it.
+    pub remote_addr: SocketAddr,
+    /// The mTLS identity, or empty.
+    pub identity: Arc<str>,
+    /// Wall-clock time of its valid ACQUIRE.
+    pub queued_at: SystemTime,
+}
+
+/// Why a holder stopped holding. The names are the audit log's `reason`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReleaseReason {
+    /// The client closed its connection.
+    Graceful,
+    /// The client was silent for longer than its lease.
+    Expired,
+    /// A write to the client did not complete within io-timeout.
+    IoTimeout,
+    /// An administrator force-released the lock.
+    Force,
+    /// The server shut down.
+    Shutdown,
+    /// The holder sent a bad frame.
+    ProtocolError,
+}
+
+impl ReleaseReason {
+    /// Every reason, for metrics that must show all of them from startup.
+    pub const ALL: [Self; 6] = [
+        Self::Graceful,
+        Self::Expired,
+        Self::IoTimeout,
+        Self::Force,
+        Self::Shutdown,
+        Self::ProtocolError,
+    ];
+
+    /// The reason's name in the audit log and metric labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Graceful => "graceful",
+            Self::Expired => "expired",
+            Self::IoTimeout => "io_timeout",
+            Self::Force => "force",
+            Self::Shutdown => "shutdown",
+            Self::ProtocolError => "protocol_error",
+        }
+    }
+}
+
+/// Something that happened in the server.
+///
+/// Ownership events (`Granted`, `Released`, `ForceRelease`, `KickWaiter`)
+/// are delivered while the lock table is locked, in the order they took
+/// effect: for one lock, a `Released` always comes before the next
+/// `Granted`. Observers must therefore be quick and must not block (count,
+/// or push into a channel).
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A connection was accepted.
+    Accepted,
+    /// `accept` failed (e.g. out of descriptors); the server backs off.
+    AcceptFailed(&'a std::io::Error),
+    /// A connection ended (with or without a session).
+    Closed,
+    /// A session received this many heartbeats in one read.
+    Heartbeats(u64),
+    /// An ERROR frame with this code is being sent.
+    ErrorSent(ErrorCode),
+    /// The ACL refused an ACQUIRE.
+    Denied(&'a SessionInfo),
+    /// A session was granted its lock.
+    Granted {
+        /// The new holder.
+        session: &'a SessionInfo,
+        /// The fencing token of the grant.
+        token: u64,
+        /// Time from its ACQUIRE to this grant.
+        wait: Duration,
+    },
+    /// A holder stopped holding.
+    Released {
+        /// The former holder.
+        session: &'a SessionInfo,
+        /// The token it held.
+        token: u64,
+        /// How long it held.
+        held: Duration,
+        /// Why.
+        reason: ReleaseReason,
+    },
+    /// An administrator force-released a holder (its `Released` with reason
+    /// `Force` comes right before this).
+    ForceRelease {
+        /// The former holder.
+        session: &'a SessionInfo,
+        /// The token it held.
+        token: u64,
+    },
+    /// An administrator removed a waiter from a queue.
+    KickWaiter(&'a SessionInfo),
+    /// A waiter left its queue without being granted (closed, expired, kicked,
+    /// shutdown).
+    WaiterLeft(&'a SessionInfo),
+    /// A waiter joined a queue.
+    WaiterJoined(&'a SessionInfo),
+}
+
+/// Receives [`Event`]s. See [`Event`] for the rules an observer must follow.
+pub trait Observer: Send + Sync + 'static {
+    /// Called for every event.
+    fn observe(&self, event: &Event<'_>);
+}
+
+/// Ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoopObserver;
+
+impl Observer for NoopObserver {
+    fn observe(&self, _: &Event<'_>) {}
+}
+
+/// Forwards every event to each observer in turn.
+pub struct Observers(pub Vec<Arc<dyn Observer>>);
+
+impl Observer for Observers {
+    fn observe(&self, event: &Event<'_>) {
+        for observer in &self.0 {
+            observer.observe(event);
+        }
+    }
+}

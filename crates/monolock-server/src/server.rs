@@ -1,0 +1,257 @@
+//! The accept loop, the server's shared state and its control handle.
+
+use std::{
+    future::Future,
+    io,
+    net::SocketAddr,
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use tokio::{
+    net::{TcpListener, TcpStream},
+    time::Instant,
+};
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::{Instrument, debug, debug_span, info, warn};
+
+use crate::{
+    ServerConfig,
+    events::Event,
+    session,
+    table::{HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
+};
+
+/// First pause after a failed `accept` (e.g. EMFILE); doubles up to the cap.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// Longest pause between `accept` retries.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+
+/// State shared by the accept loop, every connection and the handle.
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) table: LockTable,
+    pub(crate) shutdown: CancellationToken,
+    connections: AtomicUsize,
+    started: std::time::Instant,
+    /// Shared by every plaintext connection, so they allocate no identity.
+    no_identity: Arc<str>,
+}
+
+/// A lock server: build it, take a [`ServerHandle`], then [`Server::run`] it.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use monolock_server::{Server, ServerConfig};
+///
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let server = Server::new(ServerConfig::default());
+/// let handle = server.handle();
+/// let running = tokio::spawn(server.run(listener));
+/// handle.shutdown();
+/// running.await.expect("server task")?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct Server {
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// A server with this configuration, not yet listening.
+    pub fn new(config: ServerConfig) -> Self {
+        let table = LockTable::new(Arc::clone(&config.wall_clock), Arc::clone(&config.observer));
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                table,
+                shutdown: CancellationToken::new(),
+                connections: AtomicUsize::new(0),
+                started: std::time::Instant::now(),
+                no_identity: Arc::from(""),
+            }),
+        }
+    }
+
+    /// A handle to inspect and control the server while it runs.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Serves connections from `listener` (already bound) until
+    /// [`ServerHandle::shutdown`]; then stops accepting, sends ERROR 0x01 to
+    /// every session and returns once all connections are closed.
+    ///
+    /// # Errors
+    /// None today: failures of `accept` are counted, backed off and retried.
+    pub async fn run(self, listener: TcpListener) -> io::Result<()> {
+        let shared = self.shared;
+        let tracker = TaskTracker::new();
+        if let Ok(addr) = listener.local_addr() {
+            info!(%addr, "listening");
+        }
+        let mut backoff = ACCEPT_BACKOFF_MIN;
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                () = shared.shutdown.cancelled() => break,
+                accepted = listener.accept() => accepted,
+            };
+            match accepted {
+                Ok((tcp, remote_addr)) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    tracker.spawn(
+                        connection(tcp, remote_addr, Arc::clone(&shared))
+                            .instrument(debug_span!("conn", %remote_addr)),
+                    );
+                }
+                Err(err) if is_per_connection(&err) => {
+                    debug!(error = %err, "accept: connection aborted before it was taken");
+                }
+                Err(err) => {
+                    shared.config.observer.observe(&Event::AcceptFailed(&err));
+                    warn!(error = %err, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
+                    tokio::select! {
+                        () = shared.shutdown.cancelled() => break,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
+            }
+        }
+        drop(listener);
+        info!(
+            connections = shared.connections.load(Ordering::Relaxed),
+            "stopped accepting; closing sessions"
+        );
+        tracker.close();
+        tracker.wait().await;
+        info!("all connections closed");
+        Ok(())
+    }
+}
+
+/// Errors that concern one connection only; the next `accept` can go at once.
+fn is_per_connection(err: &io::Error) -> bool {
+    matches!(
+        err.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+    )
+}
+
+async fn connection(tcp: TcpStream, remote_addr: SocketAddr, shared: Arc<Shared>) {
+    let accepted_at = Instant::now();
+    // Heartbeats are one byte: without NODELAY, Nagle would hold replies back.
+    let _ = tcp.set_nodelay(true);
+    shared.connections.fetch_add(1, Ordering::Relaxed);
+    shared.config.observer.observe(&Event::Accepted);
+    let identity = Arc::clone(&shared.no_identity);
+    session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
+    shared.connections.fetch_sub(1, Ordering::Relaxed);
+    shared.config.observer.observe(&Event::Closed);
+}
+
+/// Inspects and controls a running [`Server`]. Cheap to clone.
+#[derive(Clone)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+}
+
+impl ServerHandle {
+    /// Starts a graceful shutdown: nothing is granted any more, the listener
+    /// closes, every session gets ERROR 0x01 and is closed. Idempotent.
+    pub fn shutdown(&self) {
+        self.shared.table.close();
+        self.shared.shutdown.cancel();
+    }
+
+    /// True from the first moment of shutdown.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shared.shutdown.is_cancelled()
+    }
+
+    /// Resolves when shutdown has started.
+    pub fn shutdown_started(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.shared.shutdown.clone().cancelled_owned()
+    }
+
+    /// Force-releases `name`: its holder gets ERROR 0x02 and is closed, and
+    /// the next waiter is promoted at once. `None` if nobody holds it.
+    pub fn force_release(&self, name: &str) -> Option<HolderSnapshot> {
+        self.shared.table.force_release(name)
+    }
+
+    /// Removes the waiter at `remote_addr` from the queue of `name` (it gets
+    /// ERROR 0x02); the others keep their order. `None` if absent.
+    pub fn kick_waiter(&self, name: &str, remote_addr: SocketAddr) -> Option<WaiterSnapshot> {
+        self.shared.table.kick_waiter(name, remote_addr)
+    }
+
+    /// Every lock with a holder whose name `filter` accepts, by name.
+    pub fn locks(&self, filter: impl Fn(&str) -> bool) -> Vec<LockSnapshot> {
+        self.shared.table.snapshot(filter)
+    }
+
+    /// One lock, or `None` if it has no holder (and so no waiters).
+    pub fn lock(&self, name: &str) -> Option<LockSnapshot> {
+        self.shared.table.lock(name)
+    }
+
+    /// Locks held and sessions waiting.
+    pub fn counts(&self) -> TableCounts {
+        self.shared.table.counts()
+    }
+
+    /// Open connections (with or without a session).
+    pub fn connections(&self) -> usize {
+        self.shared.connections.load(Ordering::Relaxed)
+    }
+
+    /// Time since the server was built.
+    pub fn uptime(&self) -> Duration {
+        self.shared.started.elapsed()
+    }
+
+    /// The configuration the server runs with.
+    pub fn config(&self) -> &ServerConfig {
+        &self.shared.config
+    }
+}
+
+/// Runs a server on `listener` until `shutdown` resolves, then shuts it down
+/// gracefully and returns once every connection is closed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// // Shut down at once; a real server would wait for a signal here.
+/// monolock_server::run(listener, Default::default(), async {}).await
+/// # }
+/// ```
+///
+/// # Errors
+/// As [`Server::run`].
+pub async fn run(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let server = Server::new(config);
+    let handle = server.handle();
+    let running = server.run(listener);
+    tokio::pin!(running);
+    tokio::select! {
+        result = &mut running => return result,
+        () = shutdown => handle.shutdown(),
+    }
+    running.await
+}

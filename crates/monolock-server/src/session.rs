@@ -1,0 +1,363 @@
+//! One connection, from accept to close: the first ACQUIRE, then heartbeats,
+//! pushes and the end of the session.
+//!
+//! Each connection is one task that owns its stream, a small fixed buffer
+//! and its lease timer. A heartbeat is handled entirely here: an atomic
+//! store of the new deadline, a timer reset, one write. It takes no shared
+//! lock and allocates nothing.
+
+use std::{net::SocketAddr, pin::Pin, sync::Arc, time::SystemTime};
+
+use monolock_proto::{
+    ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, MAX_NAME_LEN, Phase, RequestError, ServerFrame,
+    acquired_frame, decode_request, msg,
+};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
+    time::{Instant, Sleep, sleep_until, timeout, timeout_at},
+};
+use tracing::debug;
+
+use crate::{
+    config::ERROR_DRAIN_TIMEOUT,
+    events::{Event, ReleaseReason, SessionInfo},
+    server::Shared,
+    table::{Acquired, EndNotice, SessionSlot},
+};
+
+/// Room for the largest valid frame, an ACQUIRE with a 255-byte name.
+/// After ACQUIRE every valid frame is one byte, so this also bounds how many
+/// heartbeats one read can carry.
+const BUF_LEN: usize = ACQUIRE_HEADER_LEN + MAX_NAME_LEN;
+
+/// How a session ends, decided by its own task.
+enum End {
+    /// Release with this reason and close, sending nothing.
+    Quiet(ReleaseReason),
+    /// Release with this reason, send this ERROR, drain and close.
+    Error(ReleaseReason, ErrorCode, &'static str),
+    /// A bad frame: release as a protocol error and answer it.
+    Protocol(RequestError),
+}
+
+/// A write could not complete.
+enum WriteFailed {
+    /// Not within io-timeout (or the stream failed).
+    IoTimeout,
+    /// The session's lease ran out while the write was blocked.
+    Expired,
+}
+
+impl From<WriteFailed> for End {
+    fn from(failed: WriteFailed) -> Self {
+        match failed {
+            WriteFailed::IoTimeout => End::Quiet(ReleaseReason::IoTimeout),
+            WriteFailed::Expired => End::Quiet(ReleaseReason::Expired),
+        }
+    }
+}
+
+/// Serves one accepted connection to its end.
+pub(crate) async fn serve<S>(
+    stream: S,
+    remote_addr: SocketAddr,
+    identity: Arc<str>,
+    accepted_at: Instant,
+    shared: Arc<Shared>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut conn = Connection {
+        stream,
+        shared: &shared,
+        buf: [0; BUF_LEN],
+        filled: 0,
+    };
+    let first = tokio::select! {
+        biased;
+        () = shared.shutdown.cancelled() => return conn.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await,
+        first = timeout_at(accepted_at + shared.config.io_timeout, conn.read_acquire()) => first,
+    };
+    let (lease, lock) = match first {
+        Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
+        Ok(Ok(_)) => return, // closed before a whole ACQUIRE
+        Ok(Err(err)) => {
+            debug!(code = %err.code, reason = %err.reason, "refusing first frame");
+            return conn.close_with(err.code, &err.reason).await;
+        }
+        Err(_) => {
+            debug!("no ACQUIRE within io-timeout");
+            return;
+        }
+    };
+    let info = SessionInfo {
+        lock,
+        lease,
+        remote_addr,
+        identity,
+        queued_at: SystemTime::now(),
+    };
+    if let Some(authorizer) = &shared.config.authorizer {
+        if !authorizer.allows(&info.identity, &info.lock) {
+            shared.config.observer.observe(&Event::Denied(&info));
+            tracing::info!(lock = %info.lock, identity = %info.identity, %remote_addr, "ACQUIRE denied by ACL");
+            return conn
+                .close_with(ErrorCode::NOT_AUTHORIZED, "not authorized for lock")
+                .await;
+        }
+    }
+    let now = Instant::now();
+    let slot = Arc::new(SessionSlot::new(info, now));
+    shared.table.touch(&slot, now);
+    let lease_timer = sleep_until(now + lease.as_duration());
+    tokio::pin!(lease_timer);
+    let mut session = Session {
+        conn,
+        slot: &slot,
+        lease_timer,
+        announced: false,
+    };
+    let end = session.run().await;
+    session.finish(end).await;
+}
+
+/// The stream and its buffer.
+struct Connection<'a, S> {
+    stream: S,
+    shared: &'a Shared,
+    buf: [u8; BUF_LEN],
+    filled: usize,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
+    /// Reads until one whole ACQUIRE, a refusable prefix, or EOF. Bytes after
+    /// the ACQUIRE stay in the buffer.
+    async fn read_acquire(&mut self) -> Result<Option<ClientFrame>, RequestError> {
+        loop {
+            if let Some((frame, used)) =
+                decode_request(&self.buf[..self.filled], Phase::AwaitingAcquire)?
+            {
+                self.buf.copy_within(used..self.filled, 0);
+                self.filled -= used;
+                return Ok(Some(frame));
+            }
+            match self.stream.read(&mut self.buf[self.filled..]).await {
+                Ok(0) | Err(_) => return Ok(None),
+                Ok(n) => self.filled += n,
+            }
+        }
+    }
+
+    /// Sends ERROR, shuts the write side and drains input briefly, so the
+    /// frame reaches the client even when unread input remains.
+    async fn close_with(mut self, code: ErrorCode, reason: &str) {
+        self.shared.config.observer.observe(&Event::ErrorSent(code));
+        let frame = ServerFrame::Error {
+            code,
+            reason: reason.to_owned(),
+        }
+        .to_bytes();
+        let io_timeout = self.shared.config.io_timeout;
+        if !matches!(
+            timeout(io_timeout, self.stream.write_all(&frame)).await,
+            Ok(Ok(()))
+        ) {
+            return;
+        }
+        let _ = timeout(io_timeout, self.stream.shutdown()).await;
+        let drain =
+            async { while matches!(self.stream.read(&mut self.buf).await, Ok(n) if n > 0) {} };
+        let _ = timeout(ERROR_DRAIN_TIMEOUT.min(io_timeout), drain).await;
+    }
+}
+
+/// A connection with a valid ACQUIRE: a holder or a waiter.
+struct Session<'a, S> {
+    conn: Connection<'a, S>,
+    slot: &'a Arc<SessionSlot>,
+    lease_timer: Pin<&'a mut Sleep>,
+    /// Whether ACQUIRED has been sent (as the ACQUIRE's reply or a push).
+    announced: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, S> {
+    async fn run(&mut self) -> End {
+        let shared = self.conn.shared;
+        let first_reply = match shared.table.acquire(self.slot) {
+            Acquired::Granted(token) => {
+                self.announced = true;
+                debug!(lock = %self.slot.info.lock, token, "granted");
+                Reply::Acquired(token)
+            }
+            Acquired::Queued => Reply::Waiting,
+        };
+        if let Err(failed) = self.write_replies(first_reply, 1).await {
+            return failed.into();
+        }
+        loop {
+            if self.conn.filled > 0 {
+                if let Some(end) = self.handle_input().await {
+                    return end;
+                }
+            }
+            tokio::select! {
+                biased;
+                () = shared.shutdown.cancelled() => {
+                    return End::Error(ReleaseReason::Shutdown, ErrorCode::SHUTTING_DOWN, "server shutting down");
+                }
+                () = self.slot.notify.notified() => {
+                    if let Some(end) = self.sync_state().await {
+                        return end;
+                    }
+                }
+                () = self.lease_timer.as_mut() => return End::Quiet(ReleaseReason::Expired),
+                read = self.conn.stream.read(&mut self.conn.buf) => match read {
+                    Ok(0) | Err(_) => return End::Quiet(ReleaseReason::Graceful),
+                    Ok(n) => self.conn.filled = n,
+                },
+            }
+        }
+    }
+
+    /// Acts on what the table decided for this session: an end imposed from
+    /// outside, or a promotion to push.
+    async fn sync_state(&mut self) -> Option<End> {
+        match self.slot.end_notice() {
+            Some(EndNotice::Forced) => {
+                return Some(End::Error(
+                    ReleaseReason::Force,
+                    ErrorCode::CLOSED_BY_ADMIN,
+                    "lock force-released by administrator",
+                ));
+            }
+            Some(EndNotice::Kicked) => {
+                return Some(End::Error(
+                    ReleaseReason::Force,
+                    ErrorCode::CLOSED_BY_ADMIN,
+                    "removed from queue by administrator",
+                ));
+            }
+            Some(EndNotice::Expired) => return Some(End::Quiet(ReleaseReason::Expired)),
+            None => {}
+        }
+        if !self.announced {
+            if let Some(token) = self.slot.granted_token() {
+                self.announced = true;
+                debug!(lock = %self.slot.info.lock, token, "promoted");
+                if let Err(failed) = self.write_replies(Reply::Acquired(token), 1).await {
+                    return Some(failed.into());
+                }
+            }
+        }
+        None
+    }
+
+    /// Handles everything in the buffer: heartbeats are counted and answered
+    /// together (in order, one reply each); a bad byte ends the session after
+    /// the heartbeats before it are answered.
+    async fn handle_input(&mut self) -> Option<End> {
+        let mut heartbeats = 0;
+        let mut refused = None;
+        for offset in 0..self.conn.filled {
+            match decode_request(&self.conn.buf[offset..self.conn.filled], Phase::Established) {
+                Ok(_) => heartbeats += 1,
+                Err(err) => {
+                    refused = Some(err);
+                    break;
+                }
+            }
+        }
+        self.conn.filled = 0;
+        if heartbeats > 0 {
+            let shared = self.conn.shared;
+            let now = Instant::now();
+            shared.table.touch(self.slot, now);
+            self.lease_timer
+                .as_mut()
+                .reset(now + self.slot.info.lease.as_duration());
+            shared
+                .config
+                .observer
+                .observe(&Event::Heartbeats(heartbeats as u64));
+            if let Some(end) = self.sync_state().await {
+                return Some(end);
+            }
+            let reply = match self.slot.granted_token() {
+                Some(token) if self.announced => Reply::Acquired(token),
+                _ => Reply::Waiting,
+            };
+            if let Err(failed) = self.write_replies(reply, heartbeats).await {
+                return Some(failed.into());
+            }
+        }
+        refused.map(End::Protocol)
+    }
+
+    /// Writes `count` copies of `reply`, in as few writes as the buffer
+    /// allows, each bounded by io-timeout and by the lease.
+    async fn write_replies(&mut self, reply: Reply, count: usize) -> Result<(), WriteFailed> {
+        let frame = reply.bytes();
+        let frame = &frame[..reply.len()];
+        let per_write = BUF_LEN / frame.len();
+        let mut left = count;
+        while left > 0 {
+            let batch = left.min(per_write);
+            let len = batch * frame.len();
+            for chunk in self.conn.buf[..len].chunks_exact_mut(frame.len()) {
+                chunk.copy_from_slice(frame);
+            }
+            let io_timeout = self.conn.shared.config.io_timeout;
+            tokio::select! {
+                biased;
+                written = timeout(io_timeout, self.conn.stream.write_all(&self.conn.buf[..len])) => {
+                    if !matches!(written, Ok(Ok(()))) {
+                        return Err(WriteFailed::IoTimeout);
+                    }
+                }
+                () = self.lease_timer.as_mut() => return Err(WriteFailed::Expired),
+            }
+            left -= batch;
+        }
+        Ok(())
+    }
+
+    /// Releases in the table first (so the next waiter is promoted at once),
+    /// then tells the client if there is anything to tell.
+    async fn finish(self, end: End) {
+        let shared = self.conn.shared;
+        let reason = match &end {
+            End::Quiet(reason) | End::Error(reason, ..) => *reason,
+            End::Protocol(_) => ReleaseReason::ProtocolError,
+        };
+        debug!(lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
+        shared.table.end(self.slot, reason);
+        match end {
+            End::Quiet(_) => {}
+            End::Error(_, code, reason) => self.conn.close_with(code, reason).await,
+            End::Protocol(err) => self.conn.close_with(err.code, &err.reason).await,
+        }
+    }
+}
+
+/// A reply frame to repeat.
+#[derive(Clone, Copy)]
+enum Reply {
+    Waiting,
+    Acquired(u64),
+}
+
+impl Reply {
+    fn bytes(self) -> [u8; 9] {
+        match self {
+            Self::Waiting => [msg::WAITING, 0, 0, 0, 0, 0, 0, 0, 0],
+            Self::Acquired(token) => acquired_frame(token),
+        }
+    }
+
+    fn len(self) -> usize {
+        match self {
+            Self::Waiting => 1,
+            Self::Acquired(_) => 9,
+        }
+    }
+}
