@@ -12,6 +12,7 @@ use std::{
 };
 
 use tokio::{
+    io::{AsyncRead, AsyncWrite},
     net::{TcpListener, TcpStream},
     time::Instant,
 };
@@ -218,6 +219,25 @@ impl ServerHandle {
     /// Time since the server was built.
     pub fn uptime(&self) -> Duration {
         self.shared.started.elapsed()
+    }
+
+    /// Serves one already-established stream (any transport: a Unix socket,
+    /// an in-memory pipe in tests) exactly like an accepted TCP connection,
+    /// until the session ends. `identity` is the authenticated client
+    /// identity, empty if none.
+    pub async fn serve_stream<S>(&self, stream: S, remote_addr: SocketAddr, identity: &str)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let accepted_at = Instant::now();
+        session::serve(
+            stream,
+            remote_addr,
+            Arc::from(identity),
+            accepted_at,
+            Arc::clone(&self.shared),
+        )
+        .await;
     }
 
     /// The configuration the server runs with.
