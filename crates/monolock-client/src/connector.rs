@@ -34,8 +34,10 @@ pub trait Connector: Send + Sync + 'static {
 
     /// Opens one connection to `addr`. The client applies its connect
     /// timeout around this future.
-    fn connect(&self, addr: &str)
-    -> impl Future<Output = io::Result<Connection<Self::Stream>>> + Send;
+    fn connect(
+        &self,
+        addr: &str,
+    ) -> impl Future<Output = io::Result<Connection<Self::Stream>>> + Send;
 }
 
 /// An open stream to the server.

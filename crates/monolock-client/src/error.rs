@@ -220,9 +220,7 @@ mod tests {
         assert!(!server(0x7f).is_temporary(), "unknown codes by range");
         assert!(Error::ConnectionClosed.is_temporary());
         assert!(!Error::InvalidName(NameError::Empty).is_temporary());
-        assert!(
-            !Error::ProtocolViolation(ProtocolViolation::WaitingAfterGrant).is_temporary()
-        );
+        assert!(!Error::ProtocolViolation(ProtocolViolation::WaitingAfterGrant).is_temporary());
         assert_eq!(server(0x18).server_code(), Some(ErrorCode::NOT_AUTHORIZED));
     }
 
@@ -240,7 +238,10 @@ mod tests {
         assert_eq!(err.source().map(|s| s.to_string()), Some("boom".into()));
         let err = Error::ProtocolViolation(DecodeError::UnknownType(0x7f).into());
         let inner = err.source().and_then(|s| s.source()).map(|s| s.to_string());
-        assert_eq!(inner.as_deref(), Some("unexpected message type 0x7f from server"));
+        assert_eq!(
+            inner.as_deref(),
+            Some("unexpected message type 0x7f from server")
+        );
         assert!(Error::InvalidName(NameError::Empty).source().is_some());
     }
 }

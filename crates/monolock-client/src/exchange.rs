@@ -76,6 +76,7 @@ impl Exchange {
     }
 
     /// Where the claim stands.
+    #[cfg(test)]
     pub(crate) fn standing(&self) -> Standing {
         self.standing
     }
@@ -87,7 +88,10 @@ impl Exchange {
 
     /// When the next heartbeat is due; `None` while a request is in flight.
     pub(crate) fn next_heartbeat(&self) -> Option<Instant> {
-        self.in_flight.is_none().then_some(self.next_heartbeat).flatten()
+        self.in_flight
+            .is_none()
+            .then_some(self.next_heartbeat)
+            .flatten()
     }
 
     /// Records a heartbeat sent at `at`.
@@ -157,7 +161,8 @@ impl Exchange {
         let Some(InFlight { sent_at }) = self.in_flight.take() else {
             return Err(ProtocolViolation::Unsolicited { frame });
         };
-        self.schedule.observe_rtt(now.saturating_duration_since(sent_at));
+        self.schedule
+            .observe_rtt(now.saturating_duration_since(sent_at));
         self.confirmed_send = sent_at;
         self.next_heartbeat = Some(self.schedule.next_send(sent_at, now));
         Ok(())
@@ -217,7 +222,11 @@ mod tests {
             Ok(Event::Granted(9))
         );
         assert_eq!(ex.deadline(), t0 + ms(1600), "a push confirms nothing");
-        assert_eq!(ex.next_heartbeat(), None, "the heartbeat is still in flight");
+        assert_eq!(
+            ex.next_heartbeat(),
+            None,
+            "the heartbeat is still in flight"
+        );
         // The heartbeat's own reply follows.
         assert_eq!(
             ex.on_frame(ServerFrame::Acquired { token: 9 }, t0 + ms(500)),

@@ -1,1 +1,137 @@
-//! The monolock client.
+//! The Rust client for monolock: named, exclusive locks over TCP where
+//! **the connection is the claim**.
+//!
+//! [`Client::acquire`] waits in the lock's FIFO queue and returns a
+//! [`LockGuard`]. The guard *is* the lock: it heartbeats in the background,
+//! carries the fencing [`token`](LockGuard::token), tells you through
+//! [`lost`](LockGuard::lost) the moment ownership can no longer be
+//! confirmed, and releases the lock the instant it is dropped.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use monolock_client::{Client, Error};
+//!
+//! # async fn import_batch(_token: u64) {}
+//! #[tokio::main]
+//! async fn main() -> Result<(), Error> {
+//!     let client = Client::new("127.0.0.1:7070");
+//!     let lock = client.acquire("nightly/import", Duration::from_secs(2)).await?;
+//!     println!("holding {} under token {}", lock.name(), lock.token());
+//!
+//!     tokio::select! {
+//!         () = import_batch(lock.token()) => {}
+//!         reason = lock.lost() => {
+//!             // Stop touching the resource: someone else may hold the lock now.
+//!             eprintln!("lost {}: {reason}", lock.name());
+//!             return Err(reason.into());
+//!         }
+//!     }
+//!     lock.release().await // or just drop it
+//! }
+//! ```
+//!
+//! # How a claim stays alive
+//!
+//! Each claim has its own connection and a background task that is the
+//! connection's permanent reader. It heartbeats on a schedule derived from
+//! the lease (a quarter lease, shortened by twice the smoothed round trip)
+//! and gives the claim up when no reply has confirmed it for 0.8 x the
+//! lease: the server cannot expire the session sooner than one full lease
+//! after a frame it answered, so **the holder always learns of a loss
+//! before the server hands the lock on**. [`LockGuard::is_held`] compares
+//! that deadline with the clock each time it is called, so a process that
+//! was paused (GC, swap, SIGSTOP, a suspended VM) reads `false` on resuming,
+//! before any timer has had a chance to run.
+//!
+//! # Fencing tokens
+//!
+//! A lease cannot stop a holder that is paused *between* checking the lock
+//! and writing. The token can: it strictly increases with every grant, so
+//! the resource refuses a write carrying a token older than one it has
+//! seen. Store it next to the data and make every guarded write
+//! conditional on it:
+//!
+//! ```sql
+//! UPDATE invoices
+//!    SET status = 'sent', fence_token = $1
+//!  WHERE id = $2 AND fence_token <= $1;
+//! -- 0 rows updated: a newer holder has written; stop.
+//! ```
+//!
+//! ```no_run
+//! # async fn db_execute(_sql: &str, _args: (u64, i64)) -> Result<u64, std::io::Error> { Ok(1) }
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use monolock_client::Client;
+//!
+//! let client = Client::new("127.0.0.1:7070");
+//! let lock = client.acquire("invoices/send", Duration::from_secs(2)).await?;
+//! let updated = db_execute(
+//!     "UPDATE invoices SET status = 'sent', fence_token = $1 \
+//!      WHERE id = $2 AND fence_token <= $1",
+//!     (lock.token(), 42),
+//! )
+//! .await?;
+//! if updated == 0 {
+//!     // A later holder got there first: this process lost the lock.
+//!     return Ok(());
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Tokens of different locks are not comparable: use one lock per guarded
+//! resource.
+//!
+//! # Other forms
+//!
+//! - [`Client::try_acquire`]: `Ok(None)` if the lock is busy, leaving no
+//!   trace in its queue.
+//! - [`Client::acquire_timeout`]: wait at most a given time.
+//! - [`Client::enqueue`]: return after the first reply, with the lock or a
+//!   [`Waiter`] holding the place in the queue.
+//! - [`Client::run_locked`]: run work while holding the lock; the work gets
+//!   the token and a cancellation token cancelled on loss, and the result
+//!   reports any loss.
+//! - [`Client::acquire_retrying`], [`Client::run_locked_retrying`]: retry
+//!   the acquire step on server conditions and connection failures, with
+//!   exponential backoff and jitter ([`RetryPolicy`]). Work is never re-run.
+//!
+//! # Cancel safety
+//!
+//! Every future in this crate may be dropped at any point. Dropping a
+//! pending [`Client::acquire`] (or `try_acquire`, `enqueue`, ...) closes its
+//! connection and gives up its place in the queue, exactly like dropping a
+//! pending `tokio::sync::Mutex::lock`. Dropping a [`LockGuard`] or a
+//! [`Waiter`] shuts its socket down inside `Drop`, so the server promotes
+//! the next waiter without waiting for any task to run, and ends the
+//! background task. [`LockGuard::lost`] is cancel safe and may be awaited
+//! by several tasks at once.
+//!
+//! # Transports
+//!
+//! [`Client::new`] speaks plain TCP. The protocol runs over any
+//! `AsyncRead + AsyncWrite` stream: implement [`Connector`] (for TLS, dial
+//! TCP, keep a [`SocketShutdown`] of the socket, then wrap the stream) and
+//! pass it to [`Client::with_connector`].
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod client;
+mod connector;
+mod error;
+mod exchange;
+mod guard;
+mod retry;
+mod schedule;
+mod scoped;
+mod session;
+#[cfg(test)]
+mod tests;
+
+pub use client::{Client, DEFAULT_CONNECT_TIMEOUT};
+pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
+pub use error::{Error, LossReason, ProtocolViolation};
+pub use guard::{Enqueued, LockGuard, Waiter};
+pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
+pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, RetryPolicy};
+pub use scoped::{LockContext, Outcome};

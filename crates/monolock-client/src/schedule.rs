@@ -47,13 +47,12 @@ impl Schedule {
     pub(crate) fn observe_rtt(&mut self, sample: Duration) {
         self.srtt = Some(match self.srtt {
             None => sample,
-            Some(srtt) => {
-                srtt.saturating_mul(SRTT_WEIGHT - 1).saturating_add(sample) / SRTT_WEIGHT
-            }
+            Some(srtt) => srtt.saturating_mul(SRTT_WEIGHT - 1).saturating_add(sample) / SRTT_WEIGHT,
         });
     }
 
     /// The smoothed round trip so far, if any reply has arrived.
+    #[cfg(test)]
     pub(crate) fn srtt(&self) -> Option<Duration> {
         self.srtt
     }
@@ -80,11 +79,6 @@ impl Schedule {
     /// The client's deadline: `confirmed_send + 0.8 x lease`.
     pub(crate) fn deadline(&self, confirmed_send: Instant) -> Instant {
         confirmed_send + self.lease * 4 / 5
-    }
-
-    /// The lease this schedule was built for.
-    pub(crate) fn lease(&self) -> Duration {
-        self.lease
     }
 }
 
@@ -168,7 +162,6 @@ mod tests {
         assert_eq!(s.deadline(sent), sent + ms(1600));
         let s = Schedule::new(ms(1));
         assert_eq!(s.deadline(sent), sent + Duration::from_micros(800));
-        assert_eq!(s.lease(), ms(1));
     }
 
     #[test]

@@ -1,0 +1,190 @@
+//! The lock guard, and a place in a lock's queue.
+
+use std::{convert::Infallible, fmt, sync::Arc, time::Duration};
+
+use monolock_proto::LockName;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    error::{Error, LossReason},
+    session::{Session, Shared, Status},
+};
+
+/// A held lock. **The guard is the claim**: while it lives, its connection
+/// heartbeats; when it is dropped, the connection is shut down on the spot
+/// and the server hands the lock to the next waiter at once.
+///
+/// Hand [`token`](Self::token) to everything the lock guards (the fencing
+/// token), and stop the guarded work when [`lost`](Self::lost) resolves.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    session: Session,
+    name: LockName,
+    token: u64,
+}
+
+impl LockGuard {
+    pub(crate) fn new(session: Session, name: LockName, token: u64) -> Self {
+        Self {
+            session,
+            name,
+            token,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        self.session.shared()
+    }
+
+    /// The fencing token of this grant: strictly greater than every token
+    /// issued before it by the same server process. Write it next to
+    /// whatever the lock protects and refuse writes that carry a smaller
+    /// one.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// The session's lease.
+    pub fn lease(&self) -> Duration {
+        self.session.shared().lease()
+    }
+
+    /// Whether the lock is still held, judged against the clock now: false
+    /// once the claim was lost, and false as soon as the monotonic clock is
+    /// past [`deadline`](Self::deadline), even if no timer has fired yet (a
+    /// process resumed after a pause never trusts a stale "held"). Reading
+    /// false past the deadline also abandons the claim.
+    pub fn is_held(&self) -> bool {
+        matches!(self.session.shared().status(), Status::Held(_))
+    }
+
+    /// The instant at which the client gives the claim up unless a
+    /// heartbeat is confirmed before: `S + 0.8 x lease`, where `S` is the
+    /// send instant of the latest confirmed ACQUIRE or HEARTBEAT. The server
+    /// cannot expire the session before `S + lease`.
+    pub fn deadline(&self) -> Instant {
+        self.session.shared().deadline()
+    }
+
+    /// Resolves when the lock is lost, with the reason: the server ended
+    /// the session (ERROR code and reason), the connection closed or
+    /// failed, no heartbeat was confirmed in time, or the server broke the
+    /// protocol. Never resolves while the lock is held.
+    ///
+    /// Takes `&self`, so it can sit in a `tokio::select!` next to the
+    /// guarded work, and several tasks can await it at once.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn lost(&self) -> LossReason {
+        match self
+            .session
+            .shared()
+            .wait_until(|_| None::<Infallible>)
+            .await
+        {
+            Ok(never) => match never {},
+            Err(reason) => reason,
+        }
+    }
+
+    /// The reason the lock was lost, or `None` while it is held. Checks
+    /// the deadline against the clock, like [`is_held`](Self::is_held).
+    pub fn loss(&self) -> Option<LossReason> {
+        self.session.shared().loss()
+    }
+
+    /// A token that is cancelled the moment the lock is lost. Hand clones
+    /// to tasks that must stop then.
+    pub fn loss_token(&self) -> CancellationToken {
+        self.session.shared().lost_token().clone()
+    }
+
+    /// Releases the lock by closing the connection cleanly.
+    ///
+    /// # Errors
+    /// If the lock had been lost before the release, the reason (so a
+    /// caller learns that its work may have run unprotected); or the error
+    /// of closing the stream.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the guard, which releases the lock at once.
+    pub async fn release(mut self) -> Result<(), Error> {
+        self.session.release().await.map_err(Error::from)
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+/// The answer to [`Client::enqueue`](crate::Client::enqueue): the lock at
+/// once, or a place in its queue.
+#[derive(Debug)]
+#[must_use = "dropping the lock or the place in the queue gives it up"]
+pub enum Enqueued {
+    /// The lock was free and is now held.
+    Acquired(LockGuard),
+    /// Someone holds the lock; the server queued this claim.
+    Waiting(Waiter),
+}
+
+/// A place in a lock's FIFO queue. It heartbeats while it waits (a waiter
+/// silent for a lease is dropped by the server); dropping it closes the
+/// connection and gives the place up.
+#[must_use = "dropping a waiter gives up its place in the queue"]
+pub struct Waiter {
+    session: Session,
+    name: LockName,
+}
+
+impl Waiter {
+    pub(crate) fn new(session: Session, name: LockName) -> Self {
+        Self { session, name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Waits until the server promotes this claim (pushed: no polling).
+    ///
+    /// # Errors
+    /// Why the place in the queue was lost: the server ended the session
+    /// (e.g. 0x02 when an administrator removed the waiter, 0x01 on
+    /// shutdown), the connection failed, or heartbeats went unconfirmed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the waiter: its connection is closed and
+    /// its place in the queue given up.
+    pub async fn granted(self) -> Result<LockGuard, Error> {
+        let token = self
+            .session
+            .shared()
+            .wait_until(|status| match status {
+                Status::Held(token) => Some(*token),
+                _ => None,
+            })
+            .await?;
+        Ok(LockGuard::new(self.session, self.name, token))
+    }
+}
+
+impl fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Waiter").field("name", &self.name).finish()
+    }
+}

@@ -1,0 +1,135 @@
+//! The scoped form: hold a lock for exactly the duration of some work.
+
+use std::{fmt, future::Future, sync::Arc};
+
+use monolock_proto::LockName;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tracing::debug;
+
+use crate::{
+    error::{Error, LossReason},
+    guard::LockGuard,
+    session::{Shared, Status},
+};
+
+/// What guarded work gets: the fencing token, and a cancellation token
+/// that is cancelled the moment ownership stops being confirmed (or the
+/// caller stops waiting).
+#[derive(Clone)]
+pub struct LockContext {
+    name: LockName,
+    token: u64,
+    cancel: CancellationToken,
+    shared: Arc<Shared>,
+}
+
+impl LockContext {
+    /// The fencing token of the grant. Send it with every write the lock
+    /// guards.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Whether the lock is still held, judged against the clock now (see
+    /// [`LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        matches!(self.shared.status(), Status::Held(_))
+    }
+
+    /// Cancelled when the lock is lost or the caller of
+    /// [`Client::run_locked`](crate::Client::run_locked) stops waiting.
+    pub fn cancellation_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Resolves when the work must stop (see
+    /// [`cancellation_token`](Self::cancellation_token)).
+    pub fn cancelled(&self) -> WaitForCancellationFuture<'_> {
+        self.cancel.cancelled()
+    }
+
+    /// Whether the work has been asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+}
+
+impl fmt::Debug for LockContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockContext")
+            .field("name", &self.name)
+            .field("token", &self.token)
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+/// The result of guarded work.
+#[derive(Debug)]
+#[must_use = "check `loss`: the work may have run without the lock"]
+pub struct Outcome<T> {
+    /// What the work returned.
+    pub output: T,
+    /// The fencing token the work ran under.
+    pub token: u64,
+    /// Why the lock was lost before the work returned, if it was. Set even
+    /// when the work itself succeeded: its later steps ran unprotected (the
+    /// fencing token is what keeps their writes from doing harm).
+    pub loss: Option<LossReason>,
+}
+
+impl<T> Outcome<T> {
+    /// True if the lock was held until the work returned.
+    pub fn held_throughout(&self) -> bool {
+        self.loss.is_none()
+    }
+}
+
+/// Runs `work` under `guard` on its own task; see
+/// [`Client::run_locked`](crate::Client::run_locked).
+pub(crate) async fn run_scoped<F, Fut, T>(guard: LockGuard, work: F) -> Result<Outcome<T>, Error>
+where
+    F: FnOnce(LockContext) -> Fut,
+    Fut: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let token = guard.token();
+    let cancel = guard.loss_token().child_token();
+    let context = LockContext {
+        name: guard.name().clone(),
+        token,
+        cancel: cancel.clone(),
+        shared: guard.shared().clone(),
+    };
+    let work = work(context);
+    // The guard lives on the work's task: if the caller goes away the work
+    // is asked to stop, and the lock stays held (heartbeats go on) until it
+    // actually returns.
+    let task = tokio::spawn(async move {
+        let output = work.await;
+        let loss = guard.loss();
+        if loss.is_none()
+            && let Err(err) = guard.release().await
+        {
+            debug!(error = %err, "release after guarded work failed");
+        }
+        (output, loss)
+    });
+    let _stop_work_if_dropped = cancel.drop_guard();
+    match task.await {
+        Ok((output, loss)) => Ok(Outcome {
+            output,
+            token,
+            loss,
+        }),
+        Err(err) => match err.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => Err(Error::WorkCancelled),
+        },
+    }
+}

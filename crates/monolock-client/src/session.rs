@@ -1,0 +1,352 @@
+//! One connection = one claim: the background task that owns the stream,
+//! and the state it shares with the waiter or guard in front of it.
+//!
+//! The task is the connection's permanent reader (promotion is pushed): it
+//! sends the ACQUIRE, reads whole frames, matches replies, sends heartbeats
+//! on the schedule and abandons the claim at the deadline. It ends when the
+//! claim ends, when a release is asked for, or when its owner drops it.
+
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use monolock_proto::{ClientFrame, Lease, LockName, decode_response};
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    sync::watch,
+    time::{Instant, sleep_until, timeout_at},
+};
+use tokio_util::{sync::CancellationToken, task::AbortOnDropHandle};
+use tracing::{Instrument, debug, debug_span};
+
+use crate::{
+    connector::{Connection, SocketShutdown, Transport},
+    error::{LossReason, ProtocolViolation},
+    exchange::{Event, Exchange},
+};
+
+/// Bytes read from the socket at a time. Frames are at most 258 bytes.
+const READ_CHUNK: usize = 512;
+
+/// Where a claim is, as seen by its owner.
+#[derive(Clone, Debug)]
+pub(crate) enum Status {
+    /// ACQUIRE sent (or being sent), no reply yet.
+    Unanswered,
+    /// Queued behind the holder.
+    Waiting,
+    /// The lock is held under this token.
+    Held(u64),
+    /// The claim is over.
+    Lost(LossReason),
+}
+
+/// State shared by the task and the claim's owner.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    status: watch::Sender<Status>,
+    /// `S + 0.8 x lease`. A std mutex: held for a copy, never across an
+    /// await, and read from synchronous `is_held`.
+    deadline: Mutex<Instant>,
+    /// Cancelled exactly when the status becomes `Lost`.
+    lost: CancellationToken,
+    socket: Option<SocketShutdown>,
+    lease: Duration,
+}
+
+impl Shared {
+    /// Marks the claim lost for `reason` unless it already was (the first
+    /// reason wins), and shuts the socket down.
+    pub(crate) fn lose(&self, reason: LossReason) {
+        let changed = self.status.send_if_modified(|status| {
+            if matches!(status, Status::Lost(_)) {
+                return false;
+            }
+            debug!(%reason, "claim lost");
+            *status = Status::Lost(reason);
+            true
+        });
+        if changed {
+            self.lost.cancel();
+            self.close_socket();
+        }
+    }
+
+    /// Moves a live claim to `status`; a lost claim stays lost.
+    fn advance(&self, status: Status) {
+        self.status.send_if_modified(|current| {
+            if matches!(current, Status::Lost(_)) {
+                return false;
+            }
+            *current = status;
+            true
+        });
+    }
+
+    /// Shuts the socket down now, if the connection has one.
+    pub(crate) fn close_socket(&self) {
+        if let Some(socket) = &self.socket {
+            socket.shutdown();
+        }
+    }
+
+    /// The status, after checking the deadline against the clock: a claim
+    /// whose deadline has passed is lost now, whatever timer has not fired
+    /// yet.
+    pub(crate) fn status(&self) -> Status {
+        if Instant::now() >= self.deadline() {
+            self.lose(LossReason::HeartbeatTimeout { lease: self.lease });
+        }
+        self.status.borrow().clone()
+    }
+
+    /// The reason the claim ended, if it has.
+    pub(crate) fn loss(&self) -> Option<LossReason> {
+        match self.status() {
+            Status::Lost(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The current deadline.
+    pub(crate) fn deadline(&self) -> Instant {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set_deadline(&self, deadline: Instant) {
+        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+    }
+
+    /// A token cancelled when the claim is lost.
+    pub(crate) fn lost_token(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// Waits until `ready` maps the status to a value, or the claim is lost.
+    ///
+    /// # Errors
+    /// The reason the claim ended first.
+    pub(crate) async fn wait_until<T>(
+        &self,
+        ready: impl Fn(&Status) -> Option<T>,
+    ) -> Result<T, LossReason> {
+        let mut rx = self.status.subscribe();
+        loop {
+            let status = self.status();
+            if let Status::Lost(reason) = status {
+                return Err(reason);
+            }
+            if let Some(value) = ready(&status) {
+                return Ok(value);
+            }
+            tokio::select! {
+                // The sender lives in `self`, so `changed` cannot fail here.
+                _ = rx.changed() => {}
+                () = sleep_until(self.deadline()) => {}
+            }
+        }
+    }
+
+    /// The session's lease.
+    pub(crate) fn lease(&self) -> Duration {
+        self.lease
+    }
+}
+
+/// How the task ended.
+#[derive(Debug)]
+pub(crate) enum TaskEnd {
+    /// A release was asked for and the stream was shut down cleanly (or not).
+    Released(std::io::Result<()>),
+    /// The claim was lost; the reason is in the shared status.
+    Lost,
+}
+
+/// A running claim: the shared state plus the task, which ends when this
+/// is dropped. Dropping also shuts the socket down on the spot.
+#[derive(Debug)]
+pub(crate) struct Session {
+    shared: Arc<Shared>,
+    release: CancellationToken,
+    task: AbortOnDropHandle<TaskEnd>,
+}
+
+impl Session {
+    /// Starts the task for `conn`: it sends the ACQUIRE at once.
+    pub(crate) fn start<S: Transport>(conn: Connection<S>, name: LockName, lease: Lease) -> Self {
+        let now = Instant::now();
+        let (status, _) = watch::channel(Status::Unanswered);
+        let shared = Arc::new(Shared {
+            status,
+            deadline: Mutex::new(now + lease.as_duration() * 4 / 5),
+            lost: CancellationToken::new(),
+            socket: conn.shutdown,
+            lease: lease.as_duration(),
+        });
+        let release = CancellationToken::new();
+        let span = debug_span!("monolock_session", lock = %name, lease_ms = lease.as_millis());
+        let driver = Driver {
+            stream: conn.stream,
+            shared: shared.clone(),
+            release: release.clone(),
+            buf: Vec::with_capacity(READ_CHUNK),
+        };
+        let task = tokio::spawn(
+            driver
+                .run(ClientFrame::acquire(lease, name))
+                .instrument(span),
+        );
+        Self {
+            shared,
+            release,
+            task: AbortOnDropHandle::new(task),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Asks the task to shut the stream down cleanly and waits for it.
+    ///
+    /// # Errors
+    /// The reason the claim had ended before the release, or the error of
+    /// the shutdown itself.
+    pub(crate) async fn release(&mut self) -> Result<(), LossReason> {
+        if let Some(reason) = self.shared.loss() {
+            return Err(reason);
+        }
+        self.release.cancel();
+        let end = (&mut self.task).await;
+        match end {
+            Ok(TaskEnd::Released(Ok(()))) => Ok(()),
+            Ok(TaskEnd::Released(Err(err))) => Err(LossReason::io(err)),
+            Ok(TaskEnd::Lost) | Err(_) => {
+                Err(self.shared.loss().unwrap_or(LossReason::ConnectionClosed))
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // Close right here, not when the aborted task is next polled: the
+        // server promotes the next waiter as soon as it sees the FIN.
+        self.shared.close_socket();
+    }
+}
+
+/// The task's state.
+struct Driver<S> {
+    stream: S,
+    shared: Arc<Shared>,
+    release: CancellationToken,
+    buf: Vec<u8>,
+}
+
+impl<S: Transport> Driver<S> {
+    async fn run(mut self, acquire: ClientFrame) -> TaskEnd {
+        let lost = self.shared.lost.clone();
+        let result = tokio::select! {
+            biased;
+            () = lost.cancelled() => return TaskEnd::Lost,
+            result = self.drive(acquire) => result,
+        };
+        match result {
+            Ok(end) => end,
+            Err(reason) => {
+                self.shared.lose(reason);
+                TaskEnd::Lost
+            }
+        }
+    }
+
+    async fn drive(&mut self, acquire: ClientFrame) -> Result<TaskEnd, LossReason> {
+        let sent = Instant::now();
+        let mut exchange = Exchange::new(self.shared.lease, sent);
+        self.send(&acquire, exchange.deadline()).await?;
+        debug!(frame = %acquire, "sent");
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            let deadline = exchange.deadline();
+            // The pessimist's check: past the deadline nothing read later
+            // can bring the claim back.
+            if Instant::now() >= deadline {
+                return Err(self.timeout());
+            }
+            let next_heartbeat = exchange.next_heartbeat();
+            tokio::select! {
+                biased;
+                () = self.release.cancelled() => {
+                    let result = timeout_at(deadline, self.stream.shutdown())
+                        .await
+                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+                    return Ok(TaskEnd::Released(result));
+                }
+                read = self.stream.read(&mut chunk) => {
+                    let n = read.map_err(LossReason::io)?;
+                    if n == 0 {
+                        return Err(LossReason::ConnectionClosed);
+                    }
+                    if Instant::now() >= exchange.deadline() {
+                        return Err(self.timeout());
+                    }
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    self.take_frames(&mut exchange)?;
+                }
+                () = sleep_until(deadline) => return Err(self.timeout()),
+                () = sleep_until(next_heartbeat.unwrap_or(deadline)), if next_heartbeat.is_some() => {
+                    let sent = Instant::now();
+                    self.send(&ClientFrame::Heartbeat, deadline).await?;
+                    exchange.heartbeat_sent(sent);
+                }
+            }
+        }
+    }
+
+    /// Decodes and applies every whole frame in the buffer.
+    fn take_frames(&mut self, exchange: &mut Exchange) -> Result<(), LossReason> {
+        let now = Instant::now();
+        let mut used = 0;
+        while let Some((frame, len)) = decode_response(&self.buf[used..])
+            .map_err(|err| LossReason::ProtocolViolation(ProtocolViolation::Decode(err)))?
+        {
+            used += len;
+            debug!(?frame, "received");
+            let event = exchange
+                .on_frame(frame, now)
+                .map_err(LossReason::ProtocolViolation)?;
+            self.shared.set_deadline(exchange.deadline());
+            match event {
+                Event::Queued => self.shared.advance(Status::Waiting),
+                Event::Granted(token) => self.shared.advance(Status::Held(token)),
+                Event::Confirmed => {}
+                Event::Closed { code, reason } => {
+                    return Err(LossReason::Server { code, reason });
+                }
+            }
+        }
+        self.buf.drain(..used);
+        Ok(())
+    }
+
+    /// Writes one frame, giving up at the deadline.
+    async fn send(&mut self, frame: &ClientFrame, deadline: Instant) -> Result<(), LossReason> {
+        let bytes = frame.to_bytes();
+        let write = async {
+            self.stream.write_all(&bytes).await?;
+            self.stream.flush().await
+        };
+        match timeout_at(deadline, write).await {
+            Ok(result) => result.map_err(LossReason::io),
+            Err(_) => Err(self.timeout()),
+        }
+    }
+
+    fn timeout(&self) -> LossReason {
+        LossReason::HeartbeatTimeout {
+            lease: self.shared.lease,
+        }
+    }
+}

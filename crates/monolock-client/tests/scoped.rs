@@ -1,0 +1,148 @@
+//! The scoped and retrying forms, against the real server.
+
+mod common;
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU32, Ordering},
+    },
+    time::Duration,
+};
+
+use common::{Proxy, TestServer, eventually, within};
+use monolock_client::{ErrorCode, LossReason, RetryPolicy};
+use tokio::{sync::oneshot, time::Instant};
+
+const LEASE: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_runs_the_work_under_the_token_and_releases() {
+    let server = TestServer::start().await;
+    let name = "scoped";
+    let handle = server.handle.clone();
+    let outcome = server
+        .client()
+        .run_locked(name, LEASE, move |lock| async move {
+            assert!(lock.is_held());
+            assert_eq!(lock.name().as_str(), "scoped");
+            // The server agrees on who holds the lock.
+            handle.lock("scoped").map(|l| l.holder.token) == Some(lock.token())
+        })
+        .await
+        .unwrap();
+    assert!(outcome.output);
+    assert!(outcome.held_throughout());
+    eventually("the release", || server.lock(name).is_none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_stops_the_work_when_the_lock_is_force_released() {
+    let server = TestServer::start().await;
+    let name = "scoped-forced";
+    let (started_tx, started_rx) = oneshot::channel();
+    let client = server.client();
+    let run = tokio::spawn(async move {
+        client
+            .run_locked(name, LEASE, |lock| async move {
+                let _ = started_tx.send(());
+                lock.cancelled().await;
+                Ok::<_, String>("stopped cleanly")
+            })
+            .await
+    });
+    within("the work to start", started_rx).await.unwrap();
+    server.handle.force_release(name).expect("held");
+    let outcome = within("the work to stop", run).await.unwrap().unwrap();
+    // The work returned Ok, and the loss is reported anyway.
+    assert_eq!(outcome.output, Ok("stopped cleanly"));
+    assert!(matches!(
+        outcome.loss,
+        Some(LossReason::Server { code, .. }) if code == ErrorCode::CLOSED_BY_ADMIN
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_run_locked_asks_the_work_to_stop_but_holds_until_it_returns() {
+    let server = TestServer::start().await;
+    let name = "scoped-dropped";
+    let (asked_tx, asked_rx) = oneshot::channel();
+    let (finish_tx, finish_rx) = oneshot::channel::<()>();
+    let client = server.client();
+    let run = tokio::spawn(async move {
+        client
+            .run_locked(name, Duration::from_millis(200), |lock| async move {
+                lock.cancelled().await;
+                let _ = asked_tx.send(lock.token());
+                // Cleanup that still needs the lock.
+                let _ = finish_rx.await;
+            })
+            .await
+    });
+    eventually("the lock to be taken", || server.lock(name).is_some()).await;
+    run.abort();
+    let token = within("the work to be asked to stop", asked_rx)
+        .await
+        .unwrap();
+    // Several leases later the lock is still held: heartbeats go on while
+    // the work winds down.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(server.lock(name).map(|l| l.holder.token), Some(token));
+    finish_tx.send(()).unwrap();
+    eventually("the release after the work returned", || {
+        server.lock(name).is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_retrying_reconnects_at_once_after_a_shutdown() {
+    let old = TestServer::start().await;
+    let new = TestServer::start().await;
+    let proxy = Proxy::start(old.addr).await;
+    let name = "failover";
+    let _holder = old.client().acquire(name, LEASE).await.unwrap();
+    let client = proxy.client();
+    let retrying = tokio::spawn(async move {
+        let guard = client.acquire_retrying(name, LEASE).await;
+        (Instant::now(), guard)
+    });
+    old.wait_for_waiters(name, 1).await;
+
+    // The address now leads to the standby; the old server shuts down.
+    proxy.set_upstream(new.addr);
+    let shutdown_at = Instant::now();
+    old.stop().await;
+    let (granted_at, guard) = within("the re-acquire", retrying).await.unwrap();
+    let guard = guard.unwrap();
+    let took = granted_at - shutdown_at;
+    assert!(
+        took < Duration::from_millis(90),
+        "no backoff after 0x01: took {took:?}"
+    );
+    assert_eq!(new.lock(name).unwrap().holder.token, guard.token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_retrying_never_reruns_the_work() {
+    let server = TestServer::start().await;
+    let name = "once";
+    let runs = Arc::new(AtomicU32::new(0));
+    let client = server
+        .client()
+        .with_retry_policy(RetryPolicy::new().with_initial_backoff(Duration::from_millis(10)));
+    let outcome = client
+        .run_locked_retrying(name, LEASE, {
+            let runs = runs.clone();
+            let handle = server.handle.clone();
+            move |lock| async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                handle.force_release("once");
+                lock.cancelled().await;
+            }
+        })
+        .await
+        .unwrap();
+    assert!(outcome.loss.is_some());
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
