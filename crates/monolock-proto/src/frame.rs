@@ -260,11 +260,41 @@ pub fn decode_request(
     }
 }
 
-fn decode_acquire(buf: &[u8]) -> Result<Option<(ClientFrame, usize)>, RequestError> {
-    if buf[0] != msg::ACQUIRE {
+/// The fixed-size start of a valid ACQUIRE: everything but the name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcquireHeader {
+    /// The session's lease.
+    pub lease: Lease,
+    /// How many name bytes follow the header (1..=255).
+    pub name_len: usize,
+}
+
+/// Validates the first [`ACQUIRE_HEADER_LEN`] bytes of a connection, server
+/// side, with the same checks and order as [`decode_request`]; the name
+/// itself (and its UTF-8 check, [`LockName::from_bytes`]) comes after.
+///
+/// Lets a server read the name straight into its own allocation instead of
+/// buffering a whole frame.
+///
+/// ```
+/// use monolock_proto::{decode_acquire_header, ErrorCode};
+///
+/// let header = decode_acquire_header(&[1, 1, 0, 0, 0x07, 0xd0, 0, 6]).unwrap().unwrap();
+/// assert_eq!((header.lease.as_millis(), header.name_len), (2000, 6));
+/// assert_eq!(decode_acquire_header(&[1, 1, 0]).unwrap(), None);
+/// assert_eq!(decode_acquire_header(&[2]).unwrap_err().code, ErrorCode::FIRST_MESSAGE_NOT_ACQUIRE);
+/// ```
+///
+/// # Errors
+/// A [`RequestError`] carrying the code the server must answer with.
+pub fn decode_acquire_header(buf: &[u8]) -> Result<Option<AcquireHeader>, RequestError> {
+    let Some(&kind) = buf.first() else {
+        return Ok(None);
+    };
+    if kind != msg::ACQUIRE {
         return Err(RequestError::new(
             ErrorCode::FIRST_MESSAGE_NOT_ACQUIRE,
-            format!("first message must be ACQUIRE, got type 0x{:02x}", buf[0]),
+            format!("first message must be ACQUIRE, got type 0x{kind:02x}"),
         ));
     }
     let Some(&version) = buf.get(1) else {
@@ -298,6 +328,13 @@ fn decode_acquire(buf: &[u8]) -> Result<Option<(ClientFrame, usize)>, RequestErr
     };
     let name_len = usize::from(u16::from_be_bytes([len_bytes[0], len_bytes[1]]));
     check_len(name_len)?;
+    Ok(Some(AcquireHeader { lease, name_len }))
+}
+
+fn decode_acquire(buf: &[u8]) -> Result<Option<(ClientFrame, usize)>, RequestError> {
+    let Some(AcquireHeader { lease, name_len }) = decode_acquire_header(buf)? else {
+        return Ok(None);
+    };
     let Some(name_bytes) = buf.get(ACQUIRE_HEADER_LEN..ACQUIRE_HEADER_LEN + name_len) else {
         return Ok(None);
     };

@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use monolock_proto::LockName;
 
-use crate::{Observer, token::WallClock};
+use crate::{Observer, ServerTls, token::WallClock};
 
 /// Decides whether an identity may claim a lock (the ACL).
 ///
@@ -42,6 +42,8 @@ pub struct ServerConfig {
     pub observer: Arc<dyn Observer>,
     /// The ACL; `None` allows every lock.
     pub authorizer: Option<Arc<dyn Authorizer>>,
+    /// TLS (or mTLS) on the protocol port; `None` serves plaintext.
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 impl Default for ServerConfig {
@@ -51,6 +53,7 @@ impl Default for ServerConfig {
             wall_clock: Arc::new(crate::token::SystemWallClock),
             observer: Arc::new(crate::events::NoopObserver),
             authorizer: None,
+            tls: None,
         }
     }
 }
@@ -83,12 +86,21 @@ impl ServerConfig {
         self.observer = observer;
         self
     }
+
+    /// Sets [`ServerConfig::tls`].
+    #[must_use]
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.tls = Some(tls);
+        self
+    }
 }
 
 impl std::fmt::Debug for ServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerConfig")
             .field("io_timeout", &self.io_timeout)
+            .field("tls", &self.tls)
+            .field("acl", &self.authorizer.is_some())
             .finish_non_exhaustive()
     }
 }

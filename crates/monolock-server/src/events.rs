@@ -73,6 +73,9 @@ pub enum Event<'a> {
     Accepted,
     /// `accept` failed (e.g. out of descriptors); the server backs off.
     AcceptFailed(&'a std::io::Error),
+    /// A TLS handshake failed or did not complete within io-timeout of
+    /// accept (the connection is closed; no other connection is affected).
+    TlsHandshakeFailed,
     /// A connection ended (with or without a session).
     Closed,
     /// A session received this many heartbeats in one read.

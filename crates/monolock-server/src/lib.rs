@@ -26,20 +26,50 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Around the core, the operations pieces, each optional and each plugged in
+//! through [`ServerConfig`] or a handle:
+//!
+//! - [`ServerTls`]: TLS or mTLS on the protocol port, reloadable; the client
+//!   identity comes from [`identity_of_certificate`];
+//! - [`AclFileAuthorizer`]: the ACL ([`Acl`], [`Glob`]), reloadable;
+//! - [`AuditLog`]: ownership events as JSON lines (an [`Observer`]);
+//! - [`Metrics`]: Prometheus metrics (an [`Observer`]), served by [`ops`]
+//!   with `/healthz` and `/readyz`;
+//! - [`admin`]: the admin HTTP API;
+//! - [`Reloader`]: what SIGHUP does.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod acl;
+pub mod admin;
+mod audit;
 mod config;
 mod events;
+mod glob;
 mod limits;
+mod listen;
+mod metrics;
+pub mod ops;
+mod reload;
 mod server;
 mod session;
 mod table;
+mod tls;
 mod token;
 
+pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
+pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
+pub use glob::Glob;
 pub use limits::raise_fd_limit;
+pub use listen::{LISTEN_BACKLOG, bind};
+pub use metrics::{
+    METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
+};
+pub use reload::{ReloadReport, Reloader};
 pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
 pub use table::{HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
+pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};

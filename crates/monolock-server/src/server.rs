@@ -14,8 +14,9 @@ use std::{
 use tokio::{
     io::{AsyncRead, AsyncWrite},
     net::{TcpListener, TcpStream},
-    time::Instant,
+    time::{Instant, timeout_at},
 };
+use tokio_rustls::TlsAcceptor;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::{Instrument, debug, debug_span, info, warn};
 
@@ -24,6 +25,7 @@ use crate::{
     events::Event,
     session,
     table::{HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
+    tls::identity_of_certificate,
 };
 
 /// First pause after a failed `accept` (e.g. EMFILE); doubles up to the cap.
@@ -107,10 +109,18 @@ impl Server {
             match accepted {
                 Ok((tcp, remote_addr)) => {
                     backoff = ACCEPT_BACKOFF_MIN;
-                    tracker.spawn(
-                        connection(tcp, remote_addr, Arc::clone(&shared))
-                            .instrument(debug_span!("conn", %remote_addr)),
-                    );
+                    let span = debug_span!("conn", %remote_addr);
+                    // Two task types, so a plaintext task stays exactly as
+                    // small as it would be in a server without TLS.
+                    match &shared.config.tls {
+                        None => tracker.spawn(
+                            connection(tcp, remote_addr, Arc::clone(&shared)).instrument(span),
+                        ),
+                        Some(tls) => tracker.spawn(
+                            tls_connection(tcp, remote_addr, tls.acceptor(), Arc::clone(&shared))
+                                .instrument(span),
+                        ),
+                    };
                 }
                 Err(err) if is_per_connection(&err) => {
                     debug!(error = %err, "accept: connection aborted before it was taken");
@@ -149,13 +159,69 @@ fn is_per_connection(err: &io::Error) -> bool {
 }
 
 async fn connection(tcp: TcpStream, remote_addr: SocketAddr, shared: Arc<Shared>) {
+    let accepted_at = opened(&tcp, &shared);
+    let identity = Arc::clone(&shared.no_identity);
+    session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
+    closed(&shared);
+}
+
+/// A TLS connection: the handshake completes before any protocol byte is
+/// read, within io-timeout of accept (the same budget then bounds the first
+/// ACQUIRE). A failed or late handshake is counted and closes this
+/// connection only.
+async fn tls_connection(
+    tcp: TcpStream,
+    remote_addr: SocketAddr,
+    acceptor: TlsAcceptor,
+    shared: Arc<Shared>,
+) {
+    let accepted_at = opened(&tcp, &shared);
+    let deadline = accepted_at + shared.config.io_timeout;
+    let handshake = tokio::select! {
+        biased;
+        () = shared.shutdown.cancelled() => None,
+        handshake = timeout_at(deadline, acceptor.accept(tcp)) => Some(handshake),
+    };
+    match handshake {
+        None => {}
+        Some(Ok(Ok(stream))) => {
+            let identity = match stream.get_ref().1.peer_certificates() {
+                Some([leaf, ..]) => Arc::from(identity_of_certificate(leaf)),
+                _ => Arc::clone(&shared.no_identity),
+            };
+            debug!(%identity, "TLS handshake complete");
+            session::serve(
+                stream,
+                remote_addr,
+                identity,
+                accepted_at,
+                Arc::clone(&shared),
+            )
+            .await;
+        }
+        Some(Ok(Err(err))) => {
+            shared.config.observer.observe(&Event::TlsHandshakeFailed);
+            debug!(error = %err, "TLS handshake failed");
+        }
+        Some(Err(_)) => {
+            shared.config.observer.observe(&Event::TlsHandshakeFailed);
+            debug!("TLS handshake not complete within io-timeout");
+        }
+    }
+    closed(&shared);
+}
+
+/// Bookkeeping for a new connection; returns the accept instant.
+fn opened(tcp: &TcpStream, shared: &Shared) -> Instant {
     let accepted_at = Instant::now();
     // Heartbeats are one byte: without NODELAY, Nagle would hold replies back.
     let _ = tcp.set_nodelay(true);
     shared.connections.fetch_add(1, Ordering::Relaxed);
     shared.config.observer.observe(&Event::Accepted);
-    let identity = Arc::clone(&shared.no_identity);
-    session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
+    accepted_at
+}
+
+fn closed(shared: &Shared) {
     shared.connections.fetch_sub(1, Ordering::Relaxed);
     shared.config.observer.observe(&Event::Closed);
 }

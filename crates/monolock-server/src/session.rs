@@ -9,8 +9,8 @@
 use std::{net::SocketAddr, pin::Pin, sync::Arc, time::SystemTime};
 
 use monolock_proto::{
-    ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, MAX_NAME_LEN, Phase, RequestError, ServerFrame,
-    acquired_frame, decode_request, msg,
+    ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, LockName, Phase, RequestError, ServerFrame,
+    acquired_frame, decode_acquire_header, decode_request, msg,
 };
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
@@ -25,10 +25,11 @@ use crate::{
     table::{Acquired, EndNotice, SessionSlot},
 };
 
-/// Room for the largest valid frame, an ACQUIRE with a 255-byte name.
-/// After ACQUIRE every valid frame is one byte, so this also bounds how many
-/// heartbeats one read can carry.
-const BUF_LEN: usize = ACQUIRE_HEADER_LEN + MAX_NAME_LEN;
+/// The per-connection buffer. After ACQUIRE every valid frame is one byte,
+/// so this bounds how many heartbeats one read takes in (and the replies
+/// one write sends). Small on purpose: every session carries it for life;
+/// an ACQUIRE's name is read into its own allocation instead.
+const BUF_LEN: usize = 64;
 
 /// How a session ends, decided by its own task.
 enum End {
@@ -39,6 +40,13 @@ enum End {
     /// A bad frame: release as a protocol error and answer it.
     Protocol(RequestError),
 }
+
+/// The end of every session at shutdown.
+const SHUTTING_DOWN: End = End::Error(
+    ReleaseReason::Shutdown,
+    ErrorCode::SHUTTING_DOWN,
+    "server shutting down",
+);
 
 /// A write could not complete.
 enum WriteFailed {
@@ -73,46 +81,19 @@ pub(crate) async fn serve<S>(
         buf: [0; BUF_LEN],
         filled: 0,
     };
-    let first = tokio::select! {
-        biased;
-        () = shared.shutdown.cancelled() => return conn.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await,
-        first = timeout_at(accepted_at + shared.config.io_timeout, conn.read_acquire()) => first,
+    // Boxed: the handshake's timers live only until the ACQUIRE, so they are
+    // not kept in every session's task for its whole life.
+    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
+        return;
     };
-    let (lease, lock) = match first {
-        Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
-        Ok(Ok(_)) => return, // closed before a whole ACQUIRE
-        Ok(Err(err)) => {
-            debug!(code = %err.code, reason = %err.reason, "refusing first frame");
-            return conn.close_with(err.code, &err.reason).await;
-        }
-        Err(_) => {
-            debug!("no ACQUIRE within io-timeout");
-            return;
-        }
-    };
-    let info = SessionInfo {
-        lock,
-        lease,
-        remote_addr,
-        identity,
-        queued_at: SystemTime::now(),
-    };
-    if let Some(authorizer) = &shared.config.authorizer {
-        if !authorizer.allows(&info.identity, &info.lock) {
-            shared.config.observer.observe(&Event::Denied(&info));
-            tracing::info!(lock = %info.lock, identity = %info.identity, %remote_addr, "ACQUIRE denied by ACL");
-            return conn
-                .close_with(ErrorCode::NOT_AUTHORIZED, "not authorized for lock")
-                .await;
-        }
-    }
     let now = Instant::now();
+    let lease = info.lease.as_duration();
     let slot = Arc::new(SessionSlot::new(info, now));
     shared.table.touch(&slot, now);
-    let lease_timer = sleep_until(now + lease.as_duration());
+    let lease_timer = sleep_until(now + lease);
     tokio::pin!(lease_timer);
     let mut session = Session {
-        conn,
+        conn: &mut conn,
         slot: &slot,
         lease_timer,
         announced: false,
@@ -130,27 +111,115 @@ struct Connection<'a, S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
-    /// Reads until one whole ACQUIRE, a refusable prefix, or EOF. Bytes after
-    /// the ACQUIRE stay in the buffer.
-    async fn read_acquire(&mut self) -> Result<Option<ClientFrame>, RequestError> {
-        loop {
-            if let Some((frame, used)) =
-                decode_request(&self.buf[..self.filled], Phase::AwaitingAcquire)?
-            {
-                self.buf.copy_within(used..self.filled, 0);
-                self.filled -= used;
-                return Ok(Some(frame));
+    /// Reads the first frame within io-timeout of accept, validates it and
+    /// checks the ACL. `None` when the connection ended instead (after an
+    /// ERROR where one is due).
+    async fn handshake(
+        &mut self,
+        remote_addr: SocketAddr,
+        identity: Arc<str>,
+        accepted_at: Instant,
+    ) -> Option<SessionInfo> {
+        let shared = self.shared;
+        let first = tokio::select! {
+            biased;
+            () = shared.shutdown.cancelled() => {
+                self.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await;
+                return None;
             }
-            match self.stream.read(&mut self.buf[self.filled..]).await {
-                Ok(0) | Err(_) => return Ok(None),
-                Ok(n) => self.filled += n,
+            first = timeout_at(accepted_at + shared.config.io_timeout, self.read_acquire()) => first,
+        };
+        let (lease, lock) = match first {
+            Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
+            Ok(Ok(_)) => return None, // closed before a whole ACQUIRE
+            Ok(Err(err)) => {
+                debug!(code = %err.code, reason = %err.reason, "refusing first frame");
+                self.close_with(err.code, &err.reason).await;
+                return None;
+            }
+            Err(_) => {
+                debug!("no ACQUIRE within io-timeout");
+                return None;
+            }
+        };
+        let info = SessionInfo {
+            lock,
+            lease,
+            remote_addr,
+            identity,
+            queued_at: SystemTime::now(),
+        };
+        if let Some(authorizer) = &shared.config.authorizer
+            && !authorizer.allows(&info.identity, &info.lock)
+        {
+            shared.config.observer.observe(&Event::Denied(&info));
+            tracing::info!(lock = %info.lock, identity = %info.identity, %remote_addr, "ACQUIRE denied by ACL");
+            self.close_with(ErrorCode::NOT_AUTHORIZED, "not authorized for lock")
+                .await;
+            return None;
+        }
+        Some(info)
+    }
+
+    /// Reads one whole ACQUIRE, failing as soon as the bytes seen allow
+    /// (see `decode_acquire_header`), or `None` at EOF. Bytes after the
+    /// ACQUIRE stay in the buffer.
+    async fn read_acquire(&mut self) -> Result<Option<ClientFrame>, RequestError> {
+        let header = loop {
+            if let Some(header) = decode_acquire_header(&self.buf[..self.filled])? {
+                break header;
+            }
+            if !self.fill().await {
+                return Ok(None);
+            }
+        };
+        self.consume(ACQUIRE_HEADER_LEN);
+        let mut name = Vec::with_capacity(header.name_len);
+        loop {
+            let take = (header.name_len - name.len()).min(self.filled);
+            name.extend_from_slice(&self.buf[..take]);
+            self.consume(take);
+            if name.len() == header.name_len {
+                break;
+            }
+            if !self.fill().await {
+                return Ok(None);
             }
         }
+        let name = LockName::from_bytes(&name)?;
+        Ok(Some(ClientFrame::Acquire {
+            lease: header.lease,
+            name,
+        }))
+    }
+
+    /// Reads more input after what is buffered; false at EOF or on error.
+    async fn fill(&mut self) -> bool {
+        match self.stream.read(&mut self.buf[self.filled..]).await {
+            Ok(n) if n > 0 => {
+                self.filled += n;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Drops the first `n` buffered bytes.
+    fn consume(&mut self, n: usize) {
+        self.buf.copy_within(n..self.filled, 0);
+        self.filled -= n;
     }
 
     /// Sends ERROR, shuts the write side and drains input briefly, so the
     /// frame reaches the client even when unread input remains.
-    async fn close_with(mut self, code: ErrorCode, reason: &str) {
+    ///
+    /// Boxed: it is the cold end of every connection, and inline its timers
+    /// would enlarge every session's task for its whole life.
+    async fn close_with(&mut self, code: ErrorCode, reason: &str) {
+        Box::pin(self.send_error_and_drain(code, reason)).await;
+    }
+
+    async fn send_error_and_drain(&mut self, code: ErrorCode, reason: &str) {
         self.shared.config.observer.observe(&Event::ErrorSent(code));
         let frame = ServerFrame::Error {
             code,
@@ -172,15 +241,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
 }
 
 /// A connection with a valid ACQUIRE: a holder or a waiter.
-struct Session<'a, S> {
-    conn: Connection<'a, S>,
+struct Session<'a, 'c, S> {
+    conn: &'c mut Connection<'a, S>,
     slot: &'a Arc<SessionSlot>,
     lease_timer: Pin<&'a mut Sleep>,
     /// Whether ACQUIRED has been sent (as the ACQUIRE's reply or a push).
     announced: bool,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     async fn run(&mut self) -> End {
         let shared = self.conn.shared;
         let first_reply = match shared.table.acquire(self.slot) {
@@ -190,21 +259,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, S> {
                 Reply::Acquired(token)
             }
             Acquired::Queued => Reply::Waiting,
+            Acquired::ShuttingDown => return SHUTTING_DOWN,
         };
         if let Err(failed) = self.write_replies(first_reply, 1).await {
             return failed.into();
         }
         loop {
-            if self.conn.filled > 0 {
-                if let Some(end) = self.handle_input().await {
-                    return end;
-                }
+            if self.conn.filled > 0
+                && let Some(end) = self.handle_input().await
+            {
+                return end;
             }
             tokio::select! {
                 biased;
-                () = shared.shutdown.cancelled() => {
-                    return End::Error(ReleaseReason::Shutdown, ErrorCode::SHUTTING_DOWN, "server shutting down");
-                }
                 () = self.slot.notify.notified() => {
                     if let Some(end) = self.sync_state().await {
                         return end;
@@ -238,15 +305,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, S> {
                 ));
             }
             Some(EndNotice::Expired) => return Some(End::Quiet(ReleaseReason::Expired)),
+            Some(EndNotice::Shutdown) => return Some(SHUTTING_DOWN),
             None => {}
         }
-        if !self.announced {
-            if let Some(token) = self.slot.granted_token() {
-                self.announced = true;
-                debug!(lock = %self.slot.info.lock, token, "promoted");
-                if let Err(failed) = self.write_replies(Reply::Acquired(token), 1).await {
-                    return Some(failed.into());
-                }
+        if !self.announced
+            && let Some(token) = self.slot.granted_token()
+        {
+            self.announced = true;
+            debug!(lock = %self.slot.info.lock, token, "promoted");
+            if let Err(failed) = self.write_replies(Reply::Acquired(token), 1).await {
+                return Some(failed.into());
             }
         }
         None

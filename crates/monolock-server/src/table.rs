@@ -35,6 +35,8 @@ pub(crate) enum EndNotice {
     Kicked = 2,
     /// Found silent past its lease while at the head of the queue.
     Expired = 3,
+    /// The server is shutting down (send ERROR 0x01).
+    Shutdown = 4,
 }
 
 /// The part of a session the table and its task share. The task writes
@@ -77,6 +79,7 @@ impl SessionSlot {
             1 => Some(EndNotice::Forced),
             2 => Some(EndNotice::Kicked),
             3 => Some(EndNotice::Expired),
+            4 => Some(EndNotice::Shutdown),
             _ => None,
         }
     }
@@ -94,6 +97,8 @@ pub(crate) enum Acquired {
     Granted(u64),
     /// Queued behind the holder.
     Queued,
+    /// Refused: the server is shutting down.
+    ShuttingDown,
 }
 
 struct Holder {
@@ -211,6 +216,9 @@ impl LockTable {
     pub(crate) fn acquire(&self, slot: &Arc<SessionSlot>) -> Acquired {
         let mut state = self.lock_state();
         let state = &mut *state;
+        if state.closing {
+            return Acquired::ShuttingDown;
+        }
         if let Some(entry) = state.locks.get_mut(&slot.info.lock) {
             entry.waiters.push_back(Arc::clone(slot));
             state.waiters += 1;
@@ -339,9 +347,17 @@ impl LockTable {
         Some(waiter_snapshot(&waiter))
     }
 
-    /// Stops all future grants: from now on a release promotes nobody.
+    /// Stops all future grants (from now on a release promotes nobody and an
+    /// ACQUIRE is refused) and tells every session to end.
     pub(crate) fn close(&self) {
-        self.lock_state().closing = true;
+        let mut state = self.lock_state();
+        state.closing = true;
+        for entry in state.locks.values() {
+            entry.holder.slot.end_from_outside(EndNotice::Shutdown);
+            for waiter in &entry.waiters {
+                waiter.end_from_outside(EndNotice::Shutdown);
+            }
+        }
     }
 
     /// Every lock whose name `filter` accepts, sorted by name.

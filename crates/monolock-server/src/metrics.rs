@@ -1,0 +1,536 @@
+//! Prometheus metrics: counters fed by server [`Event`]s, gauges read from
+//! the [`ServerHandle`] at scrape time, two summaries, and process figures
+//! from `/proc/self`.
+//!
+//! Exposed in the Prometheus text format (version 0.0.4) by the ops
+//! endpoint. Every `monolock_releases_total{reason}` and
+//! `monolock_protocol_errors_total{code}` series exists from startup at 0, so
+//! `rate()` and alerts work before the first event.
+
+use std::{
+    collections::VecDeque,
+    fmt::Write as _,
+    sync::{
+        Arc, Mutex, PoisonError,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use monolock_proto::ErrorCode;
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric},
+    metrics::{
+        MetricType,
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+    },
+    registry::Registry,
+};
+
+use crate::{Event, Observer, ReleaseReason, ServerHandle};
+
+/// The `Content-Type` of [`Metrics::render`]'s output.
+pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Quantiles every summary reports.
+pub const SUMMARY_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+/// Summary quantiles cover observations no older than this (as the Go
+/// client's default `MaxAge`)...
+pub const SUMMARY_MAX_AGE: Duration = Duration::from_secs(10 * 60);
+/// ...and at most this many of the most recent ones, so memory is fixed.
+pub const SUMMARY_MAX_SAMPLES: usize = 4096;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
+/// The server's metrics: an [`Observer`] to pass in
+/// [`ServerConfig::observer`](crate::ServerConfig::observer) and a renderer
+/// for the ops endpoint.
+///
+/// ```
+/// use std::sync::Arc;
+/// use monolock_server::{Metrics, Server, ServerConfig};
+///
+/// let metrics = Arc::new(Metrics::new());
+/// let server = Server::new(ServerConfig::default().with_observer(metrics.clone()));
+/// let text = metrics.render(&server.handle());
+/// assert!(text.contains("monolock_releases_total{reason=\"expired\"} 0"));
+/// assert!(text.contains("# TYPE monolock_wait_seconds summary"));
+/// ```
+pub struct Metrics {
+    registry: Registry,
+    connections_active: Gauge,
+    locks_held: Gauge,
+    waiters: Gauge,
+    acquires: Counter,
+    acl_denials: Counter,
+    /// Indexed like [`ReleaseReason::ALL`].
+    releases: [Counter; ReleaseReason::ALL.len()],
+    protocol_errors: Family<CodeLabels, Counter>,
+    /// Indexed like [`ErrorCode::ALL`]; other codes go through the family.
+    known_protocol_errors: [Counter; ErrorCode::ALL.len()],
+    accepted: Counter,
+    accept_errors: Counter,
+    tls_handshake_errors: Counter,
+    heartbeats: Counter,
+    wait: Summary,
+    hold: Summary,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric registered, every labelled series present at 0.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let connections_active = Gauge::default();
+        registry.register(
+            "monolock_connections_active",
+            "Open protocol connections, with or without a session",
+            connections_active.clone(),
+        );
+        let locks_held = Gauge::default();
+        registry.register(
+            "monolock_locks_held",
+            "Locks that have a holder",
+            locks_held.clone(),
+        );
+        let waiters = Gauge::default();
+        registry.register(
+            "monolock_waiters",
+            "Sessions queued behind a holder",
+            waiters.clone(),
+        );
+        let acquires = Counter::default();
+        registry.register(
+            "monolock_acquires",
+            "Grants (fencing tokens issued)",
+            acquires.clone(),
+        );
+        let acl_denials = Counter::default();
+        registry.register(
+            "monolock_acl_denials",
+            "ACQUIREs refused by the ACL (ERROR 0x18)",
+            acl_denials.clone(),
+        );
+        let releases_family = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "monolock_releases",
+            "Ends of ownership, by reason",
+            releases_family.clone(),
+        );
+        let releases = ReleaseReason::ALL.map(|reason| {
+            releases_family
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str(),
+                })
+                .clone()
+        });
+        let protocol_errors = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "monolock_protocol_errors",
+            "ERROR frames sent, by code",
+            protocol_errors.clone(),
+        );
+        let known_protocol_errors = ErrorCode::ALL.map(|code| {
+            protocol_errors
+                .get_or_create(&CodeLabels {
+                    code: code.to_string(),
+                })
+                .clone()
+        });
+        let accepted = Counter::default();
+        registry.register(
+            "monolock_connections_accepted",
+            "Protocol connections accepted",
+            accepted.clone(),
+        );
+        let accept_errors = Counter::default();
+        registry.register(
+            "monolock_accept_errors",
+            "Failed accept calls (e.g. out of file descriptors)",
+            accept_errors.clone(),
+        );
+        let tls_handshake_errors = Counter::default();
+        registry.register(
+            "monolock_tls_handshake_errors",
+            "TLS handshakes that failed or did not complete within io-timeout",
+            tls_handshake_errors.clone(),
+        );
+        let heartbeats = Counter::default();
+        registry.register(
+            "monolock_heartbeats",
+            "HEARTBEAT frames received",
+            heartbeats.clone(),
+        );
+        registry.register_collector(Box::new(ProcessCollector::new()));
+        Self {
+            registry,
+            connections_active,
+            locks_held,
+            waiters,
+            acquires,
+            acl_denials,
+            releases,
+            protocol_errors,
+            known_protocol_errors,
+            accepted,
+            accept_errors,
+            tls_handshake_errors,
+            heartbeats,
+            wait: Summary::default(),
+            hold: Summary::default(),
+        }
+    }
+
+    /// Also exposes `monolock_audit_write_errors_total`, read from `errors`
+    /// (see [`AuditLog::write_errors_counter`](crate::AuditLog::write_errors_counter)).
+    #[must_use]
+    pub fn with_audit_write_errors(mut self, errors: Arc<AtomicU64>) -> Self {
+        self.registry
+            .register_collector(Box::new(AuditWriteErrors(errors)));
+        self
+    }
+
+    /// The exposition: gauges read from `handle` now, then every metric.
+    pub fn render(&self, handle: &ServerHandle) -> String {
+        let counts = handle.counts();
+        self.connections_active
+            .set(i64::try_from(handle.connections()).unwrap_or(i64::MAX));
+        self.locks_held
+            .set(i64::try_from(counts.locks).unwrap_or(i64::MAX));
+        self.waiters
+            .set(i64::try_from(counts.waiters).unwrap_or(i64::MAX));
+        let mut out = String::with_capacity(8 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        self.wait.encode_text(
+            &mut out,
+            "monolock_wait_seconds",
+            "Time from a valid ACQUIRE to its grant",
+        );
+        self.hold.encode_text(
+            &mut out,
+            "monolock_hold_seconds",
+            "Ownership durations, from grant to release",
+        );
+        out
+    }
+
+    fn protocol_error(&self, code: ErrorCode) {
+        match ErrorCode::ALL.iter().position(|known| *known == code) {
+            Some(index) => self.known_protocol_errors[index].inc(),
+            None => self
+                .protocol_errors
+                .get_or_create(&CodeLabels {
+                    code: code.to_string(),
+                })
+                .inc(),
+        };
+    }
+}
+
+impl Observer for Metrics {
+    /// Counts; a few atomic adds (and one short mutex for the summaries).
+    fn observe(&self, event: &Event<'_>) {
+        match *event {
+            Event::Accepted => {
+                self.accepted.inc();
+            }
+            Event::AcceptFailed(_) => {
+                self.accept_errors.inc();
+            }
+            Event::TlsHandshakeFailed => {
+                self.tls_handshake_errors.inc();
+            }
+            Event::Heartbeats(n) => {
+                self.heartbeats.inc_by(n);
+            }
+            Event::ErrorSent(code) => self.protocol_error(code),
+            Event::Denied(_) => {
+                self.acl_denials.inc();
+            }
+            Event::Granted { wait, .. } => {
+                self.acquires.inc();
+                self.wait.observe(wait.as_secs_f64());
+            }
+            Event::Released { held, reason, .. } => {
+                let index = ReleaseReason::ALL
+                    .iter()
+                    .position(|known| *known == reason)
+                    .unwrap_or_default();
+                self.releases[index].inc();
+                self.hold.observe(held.as_secs_f64());
+            }
+            _ => {}
+        }
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// A Prometheus summary: total count and sum, and quantiles over a sliding
+/// window (the last [`SUMMARY_MAX_AGE`], at most [`SUMMARY_MAX_SAMPLES`]
+/// observations).
+///
+/// prometheus-client 0.26 has no summary type, and its encoders cannot write
+/// one: their `MetricType` has no `Summary` variant, so neither a custom
+/// `EncodeMetric` nor a `Collector` can emit `# TYPE ... summary` (the nearest
+/// they allow is an `untyped` family plus a histogram's `_bucket` line). A
+/// histogram would change the series SPEC §9 promises, so this type encodes
+/// its few lines of the text format itself, after the registry's output.
+#[derive(Default)]
+pub struct Summary {
+    state: Mutex<SummaryState>,
+}
+
+#[derive(Default)]
+struct SummaryState {
+    count: u64,
+    sum: f64,
+    window: VecDeque<(Instant, f64)>,
+}
+
+impl Summary {
+    /// Records one observation.
+    pub fn observe(&self, value: f64) {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.count += 1;
+        state.sum += value;
+        if state.window.len() == SUMMARY_MAX_SAMPLES {
+            state.window.pop_front();
+        }
+        state.window.push_back((now, value));
+    }
+
+    /// Count, sum, and each of [`SUMMARY_QUANTILES`] (NaN with no recent
+    /// observation), by the nearest-rank method.
+    pub fn snapshot(&self) -> (u64, f64, [f64; SUMMARY_QUANTILES.len()]) {
+        let now = Instant::now();
+        let mut values: Vec<f64>;
+        let (count, sum) = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            while let Some(&(at, _)) = state.window.front() {
+                if now.saturating_duration_since(at) <= SUMMARY_MAX_AGE {
+                    break;
+                }
+                state.window.pop_front();
+            }
+            values = state.window.iter().map(|&(_, value)| value).collect();
+            (state.count, state.sum)
+        };
+        values.sort_by(f64::total_cmp);
+        let quantiles = SUMMARY_QUANTILES.map(|q| {
+            if values.is_empty() {
+                return f64::NAN;
+            }
+            // Nearest rank: the smallest value with at least q of all values
+            // at or below it.
+            let rank = (q * values.len() as f64).ceil() as usize;
+            values[rank.clamp(1, values.len()) - 1]
+        });
+        (count, sum, quantiles)
+    }
+
+    /// Appends the summary in the Prometheus text format.
+    fn encode_text(&self, out: &mut String, name: &str, help: &str) {
+        let (count, sum, quantiles) = self.snapshot();
+        let _ = writeln!(out, "# HELP {name} {help}.");
+        let _ = writeln!(out, "# TYPE {name} summary");
+        for (q, value) in SUMMARY_QUANTILES.iter().zip(quantiles) {
+            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", float(value));
+        }
+        let _ = writeln!(out, "{name}_sum {}", float(sum));
+        let _ = writeln!(out, "{name}_count {count}");
+    }
+}
+
+/// A float as the text format writes it (`NaN`, `+Inf`, plain decimals).
+fn float(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_owned()
+    } else if value.is_infinite() {
+        if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        value.to_string()
+    }
+}
+
+#[derive(Debug)]
+struct AuditWriteErrors(Arc<AtomicU64>);
+
+impl Collector for AuditWriteErrors {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let counter = ConstCounter::new(self.0.load(Ordering::Relaxed));
+        let metric = encoder.encode_descriptor(
+            "monolock_audit_write_errors",
+            "Audit lines lost to failed writes.",
+            None,
+            counter.metric_type(),
+        )?;
+        counter.encode(metric)
+    }
+}
+
+/// Process figures read from `/proc/self` at scrape time, under the names
+/// the Prometheus client libraries use.
+#[derive(Debug)]
+struct ProcessCollector {
+    ticks_per_second: f64,
+    page_size: f64,
+    start_time_seconds: f64,
+}
+
+impl ProcessCollector {
+    fn new() -> Self {
+        Self {
+            ticks_per_second: sysconf(libc::_SC_CLK_TCK).unwrap_or(100.0),
+            page_size: sysconf(libc::_SC_PAGESIZE).unwrap_or(4096.0),
+            start_time_seconds: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+fn sysconf(name: libc::c_int) -> Option<f64> {
+    // SAFETY: sysconf takes an integer and returns an integer; it touches no
+    // memory of ours.
+    let value = unsafe { libc::sysconf(name) };
+    (value > 0).then_some(value as f64)
+}
+
+/// `utime + stime` (in ticks) and resident pages from `/proc/self/stat`.
+fn read_stat() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may contain spaces; fields after it are
+    // plain numbers. Counting from field 3 (state): utime is field 14,
+    // stime 15, rss 24.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    let rss: f64 = fields.get(21)?.parse().ok()?;
+    Some((utime + stime, rss))
+}
+
+fn open_fds() -> Option<usize> {
+    // The listing itself holds one descriptor while it runs; leave it out.
+    Some(
+        std::fs::read_dir("/proc/self/fd")
+            .ok()?
+            .count()
+            .saturating_sub(1),
+    )
+}
+
+fn max_fds() -> Option<f64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some((ticks, rss_pages)) = read_stat() {
+            let cpu = ConstCounter::new(ticks / self.ticks_per_second);
+            let metric = encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                None,
+                MetricType::Counter,
+            )?;
+            cpu.encode(metric)?;
+            let rss = ConstGauge::new(rss_pages * self.page_size);
+            let metric = encoder.encode_descriptor(
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                None,
+                MetricType::Gauge,
+            )?;
+            rss.encode(metric)?;
+        }
+        if let Some(fds) = open_fds() {
+            let fds = ConstGauge::new(i64::try_from(fds).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(
+                "process_open_fds",
+                "Number of open file descriptors.",
+                None,
+                MetricType::Gauge,
+            )?;
+            fds.encode(metric)?;
+        }
+        if let Some(max) = max_fds() {
+            let metric = encoder.encode_descriptor(
+                "process_max_fds",
+                "Maximum number of open file descriptors (soft limit).",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(max).encode(metric)?;
+        }
+        let metric = encoder.encode_descriptor(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.start_time_seconds).encode(metric)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_quantiles_by_nearest_rank() {
+        let summary = Summary::default();
+        assert!(summary.snapshot().2.iter().all(|q| q.is_nan()));
+        for value in 1..=100 {
+            summary.observe(f64::from(value));
+        }
+        let (count, sum, quantiles) = summary.snapshot();
+        assert_eq!(count, 100);
+        assert_eq!(sum, 5050.0);
+        assert_eq!(quantiles, [50.0, 90.0, 99.0]);
+    }
+
+    #[test]
+    fn summary_window_is_bounded() {
+        let summary = Summary::default();
+        for _ in 0..SUMMARY_MAX_SAMPLES + 10 {
+            summary.observe(1.0);
+        }
+        let state = summary.state.lock().unwrap();
+        assert_eq!(state.window.len(), SUMMARY_MAX_SAMPLES);
+        assert_eq!(state.count, (SUMMARY_MAX_SAMPLES + 10) as u64);
+    }
+
+    #[test]
+    fn process_figures_are_read() {
+        assert!(read_stat().is_some());
+        assert!(open_fds().unwrap() >= 3);
+        assert!(max_fds().unwrap() >= 1.0);
+    }
+}
