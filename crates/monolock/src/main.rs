@@ -1,7 +1,10 @@
 //! `monolock`: the lock server and the tools around it.
-#![forbid(unsafe_code)]
+// Denied rather than forbidden: `exec` signals a process group with kill(2).
+#![deny(unsafe_code)]
 
+mod admin_cli;
 mod args;
+mod exec;
 mod serve;
 
 use std::process::ExitCode;
@@ -20,6 +23,10 @@ struct Cli {
 enum Command {
     /// Run the lock server.
     Serve(serve::ServeArgs),
+    /// Run a command while holding a lock.
+    Exec(exec::ExecArgs),
+    #[command(flatten)]
+    Admin(admin_cli::AdminCommand),
 }
 
 fn main() -> ExitCode {
@@ -29,5 +36,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Serve(args) => serve::main(args),
+        Command::Exec(args) => exec::main(args),
+        Command::Admin(command) => admin_cli::main(command),
     }
 }

@@ -1,35 +1,82 @@
 //! `monolock serve`: flags, logging, signals, and the server's life.
 
-use std::{io::IsTerminal, net::SocketAddr, process::ExitCode, time::Duration};
+use std::{
+    ffi::OsString, io::IsTerminal, net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc,
+    time::Duration,
+};
 
 use anyhow::Context as _;
-use clap::{Args, ValueEnum};
-use monolock_server::{Server, ServerConfig};
-use tokio::signal::unix::{SignalKind, signal};
+use clap::{Args, ValueEnum, builder::OsStringValueParser};
+use monolock_server::{
+    AclFileAuthorizer, AuditLog, AuditTarget, Metrics, Observer, Observers, Reloader, Server,
+    ServerConfig, ServerTls, TlsFiles,
+    admin::{self, EffectiveConfig},
+    ops::{self, OPS_SHUTDOWN_GRACE},
+};
+use tokio::{
+    net::TcpListener,
+    signal::unix::{SignalKind, signal},
+    task::JoinHandle,
+};
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::args::{parse_duration, parse_socket_addr};
+use crate::args::{EXIT_USAGE, parse_duration, parse_socket_addr};
 
 /// Default for `--listen`: loopback, since the plaintext port is
 /// unauthenticated.
 const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 
 /// Flags of `monolock serve`. Every flag has an environment variable; a flag
-/// beats its variable, which beats the default.
+/// beats its variable, which beats the default. An empty value means "off".
 #[derive(Debug, Args)]
 #[command(
     about = "Run the lock server",
-    after_help = "Durations accept 250ms, 5s, 1m. There is deliberately no lease setting, no \
-                  heartbeat setting, no connection limit and no queue limit.\n\
-                  Signals: SIGTERM/SIGINT shut down gracefully (ERROR 0x01 to every session); \
-                  SIGHUP reloads."
+    after_help = "Durations accept 250ms, 5s, 1m. Addresses accept IP:PORT, [IPv6]:PORT or :PORT. \
+                  There is deliberately no lease setting, no heartbeat setting, no connection \
+                  limit and no queue limit.\n\
+                  Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
+                  every session, the ops listener stays up 2s longer); SIGHUP re-reads the TLS \
+                  files and the ACL file and reopens the audit log, keeping the previous state \
+                  of any part that fails."
 )]
 pub struct ServeArgs {
     /// Protocol address.
     #[arg(long, env = "MONOLOCK_LISTEN_ADDRESS", default_value = DEFAULT_LISTEN, value_parser = parse_socket_addr, value_name = "ADDR")]
     listen: SocketAddr,
 
-    /// Bound on the first ACQUIRE after accept, on a started frame and on every write.
+    /// Address for /metrics, /healthz and /readyz [default: off].
+    #[arg(long, env = "MONOLOCK_OPS_LISTEN_ADDRESS", value_name = "ADDR")]
+    ops_listen: Option<String>,
+
+    /// Address for the admin HTTP API, which has no authentication: keep it on loopback
+    /// [default: off].
+    #[arg(long, env = "MONOLOCK_ADMIN_LISTEN_ADDRESS", value_name = "ADDR")]
+    admin_listen: Option<String>,
+
+    /// Server certificate chain (PEM); with --tls-key, enables TLS [default: none].
+    #[arg(long, env = "MONOLOCK_TLS_CERT", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    tls_cert: Option<OsString>,
+
+    /// Server private key (PEM); with --tls-cert, enables TLS [default: none].
+    #[arg(long, env = "MONOLOCK_TLS_KEY", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    tls_key: Option<OsString>,
+
+    /// CA pool (PEM) that client certificates must chain to; enables mTLS; requires
+    /// --tls-cert and --tls-key [default: none].
+    #[arg(long, env = "MONOLOCK_TLS_CLIENT_CA", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    tls_client_ca: Option<OsString>,
+
+    /// ACL file (JSON); requires --tls-client-ca [default: none, every lock allowed].
+    #[arg(long, env = "MONOLOCK_ACL_FILE", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    acl_file: Option<OsString>,
+
+    /// Audit log: a file path, or - for stdout [default: off].
+    #[arg(long, env = "MONOLOCK_AUDIT_LOG", value_name = "PATH|-")]
+    audit_log: Option<String>,
+
+    /// Bound on the TLS handshake and first ACQUIRE after accept, on a started frame and
+    /// on every write.
     #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     io_timeout: Duration,
 
@@ -37,7 +84,7 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_LOG_LEVEL", default_value = "info", value_enum)]
     log_level: LogLevel,
 
-    /// Diagnostic log format (to stderr).
+    /// Diagnostic log format (always to stderr).
     #[arg(long, env = "MONOLOCK_LOG_FORMAT", default_value = "text", value_enum)]
     log_format: LogFormat,
 }
@@ -74,9 +121,118 @@ fn init_logging(level: LogLevel, format: LogFormat) {
     }
 }
 
-/// Runs the server until SIGTERM/SIGINT. Exit 0 after a graceful shutdown.
+/// The flags, checked: every combination valid, every value parsed.
+#[derive(Debug)]
+struct Settings {
+    listen: SocketAddr,
+    ops_listen: Option<SocketAddr>,
+    admin_listen: Option<SocketAddr>,
+    tls: Option<TlsFiles>,
+    acl_file: Option<PathBuf>,
+    audit_log: Option<AuditTarget>,
+    io_timeout: Duration,
+}
+
+/// A value given as empty (flag or environment variable) means "off".
+fn non_empty<T: AsRef<std::ffi::OsStr>>(value: Option<T>) -> Option<T> {
+    value.filter(|v| !v.as_ref().is_empty())
+}
+
+fn optional_addr(flag: &str, value: Option<String>) -> Result<Option<SocketAddr>, String> {
+    non_empty(value)
+        .map(|text| parse_socket_addr(&text).map_err(|err| format!("{flag} {text:?}: {err}")))
+        .transpose()
+}
+
+impl Settings {
+    /// Checks the combinations of SPEC §5; the error is one line.
+    fn from_args(args: ServeArgs) -> Result<Self, String> {
+        let path = |value: Option<OsString>| non_empty(value).map(PathBuf::from);
+        let tls_cert = path(args.tls_cert);
+        let tls_key = path(args.tls_key);
+        let client_ca = path(args.tls_client_ca);
+        let acl_file = path(args.acl_file);
+        let tls = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert,
+                key,
+                client_ca,
+            }),
+            (None, Some(_)) => return Err("--tls-key requires --tls-cert".to_owned()),
+            (Some(_), None) => return Err("--tls-cert requires --tls-key".to_owned()),
+            (None, None) if client_ca.is_some() => {
+                return Err("--tls-client-ca requires --tls-cert and --tls-key".to_owned());
+            }
+            (None, None) => None,
+        };
+        let mtls = tls.as_ref().is_some_and(|tls| tls.client_ca.is_some());
+        if acl_file.is_some() && !mtls {
+            return Err(
+                "--acl-file requires --tls-client-ca (ACL identities come from client certificates)"
+                    .to_owned(),
+            );
+        }
+        Ok(Self {
+            listen: args.listen,
+            ops_listen: optional_addr("--ops-listen", args.ops_listen)?,
+            admin_listen: optional_addr("--admin-listen", args.admin_listen)?,
+            tls,
+            acl_file,
+            audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
+            io_timeout: args.io_timeout,
+        })
+    }
+}
+
+/// What the files named by the flags hold, loaded before anything listens.
+struct Loaded {
+    tls: Option<Arc<ServerTls>>,
+    acl: Option<Arc<AclFileAuthorizer>>,
+    audit: Option<Arc<AuditLog>>,
+}
+
+fn load(settings: &Settings) -> Result<Loaded, String> {
+    let tls = settings
+        .tls
+        .clone()
+        .map(|files| ServerTls::load(files).map(Arc::new))
+        .transpose()
+        .map_err(|err| err.to_string())?;
+    let acl = settings
+        .acl_file
+        .as_ref()
+        .map(|path| AclFileAuthorizer::load(path.clone()).map(Arc::new))
+        .transpose()
+        .map_err(|err| err.to_string())?;
+    let audit = settings
+        .audit_log
+        .clone()
+        .map(|target| AuditLog::open(target).map(Arc::new))
+        .transpose()
+        .map_err(|err| err.to_string())?;
+    Ok(Loaded { tls, acl, audit })
+}
+
+/// Runs the server until SIGTERM/SIGINT. Exit 0 after a graceful shutdown,
+/// 64 for invalid flags, 1 for unusable files or addresses.
 pub fn main(args: ServeArgs) -> ExitCode {
-    init_logging(args.log_level, args.log_format);
+    let (log_level, log_format) = (args.log_level, args.log_format);
+    let settings = match Settings::from_args(args) {
+        Ok(settings) => settings,
+        Err(line) => {
+            eprintln!("monolock: {line}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // Files are read before logging starts, so a bad one is one line.
+    let loaded = match load(&settings) {
+        Ok(loaded) => loaded,
+        Err(line) => {
+            eprintln!("monolock: {line}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(log_level, log_format);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
@@ -84,7 +240,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(args)) {
+    match runtime.block_on(serve(settings, loaded)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             error!("{err:#}");
@@ -94,7 +250,25 @@ pub fn main(args: ServeArgs) -> ExitCode {
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn bind_http(what: &str, addr: Option<SocketAddr>) -> anyhow::Result<Option<TcpListener>> {
+    match addr {
+        Some(addr) => {
+            Ok(Some(TcpListener::bind(addr).await.with_context(|| {
+                format!("cannot listen on {addr} ({what})")
+            })?))
+        }
+        None => Ok(None),
+    }
+}
+
+fn local_addr(listener: &Option<TcpListener>) -> Option<String> {
+    listener
+        .as_ref()
+        .and_then(|l| l.local_addr().ok())
+        .map(|addr| addr.to_string())
+}
+
+async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
@@ -108,29 +282,228 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
     }
 
-    let config = ServerConfig::default().with_io_timeout(args.io_timeout);
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let Loaded { tls, acl, audit } = loaded;
+    let metrics = settings.ops_listen.map(|_| {
+        let metrics = Metrics::new();
+        Arc::new(match &audit {
+            Some(audit) => metrics.with_audit_write_errors(audit.write_errors_counter()),
+            None => metrics,
+        })
+    });
+    let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+    if let Some(metrics) = &metrics {
+        observers.push(metrics.clone());
+    }
+    if let Some(audit) = &audit {
+        observers.push(audit.clone());
+    }
+    let mut config = ServerConfig::default().with_io_timeout(settings.io_timeout);
+    if !observers.is_empty() {
+        config = config.with_observer(Arc::new(Observers(observers)));
+    }
+    let mut reloader = Reloader::default();
+    if let Some(tls) = &tls {
+        config = config.with_tls(tls.clone());
+        reloader = reloader.with_tls(tls.clone());
+    }
+    if let Some(acl) = &acl {
+        config = config.with_authorizer(acl.clone());
+        reloader = reloader.with_acl(acl.clone());
+    }
+    if let Some(audit) = &audit {
+        reloader = reloader.with_audit(audit.clone());
+    }
+
+    let listener = monolock_server::bind(settings.listen)
+        .with_context(|| format!("cannot listen on {}", settings.listen))?;
+    let ops_listener = bind_http("ops", settings.ops_listen).await?;
+    let admin_listener = bind_http("admin", settings.admin_listen).await?;
+    let effective = EffectiveConfig {
+        listen: listener.local_addr()?.to_string(),
+        ops_listen: local_addr(&ops_listener),
+        admin_listen: local_addr(&admin_listener),
+        tls: tls.is_some(),
+        mtls: tls.as_ref().is_some_and(|tls| tls.is_mutual()),
+        acl_file: settings
+            .acl_file
+            .as_ref()
+            .map(|path| path.display().to_string()),
+        audit_log: settings.audit_log.as_ref().map(ToString::to_string),
+        io_timeout_ms: u64::try_from(settings.io_timeout.as_millis()).unwrap_or(u64::MAX),
+    };
+
     let server = Server::new(config);
     let handle = server.handle();
     let mut running = tokio::spawn(server.run(listener));
-    info!(version = env!("CARGO_PKG_VERSION"), "monolock started");
+    let admin_stop = CancellationToken::new();
+    let admin_task = admin_listener.map(|listener| {
+        tokio::spawn(admin::serve(
+            listener,
+            handle.clone(),
+            effective.clone(),
+            admin_stop.clone().cancelled_owned(),
+        ))
+    });
+    let ops_stop = CancellationToken::new();
+    let ops_task = ops_listener.zip(metrics).map(|(listener, metrics)| {
+        tokio::spawn(ops::serve(
+            listener,
+            handle.clone(),
+            metrics,
+            ops_stop.clone().cancelled_owned(),
+        ))
+    });
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        tls = effective.tls,
+        mtls = effective.mtls,
+        acl = effective.acl_file.as_deref().unwrap_or(""),
+        audit_log = effective.audit_log.as_deref().unwrap_or(""),
+        "monolock started"
+    );
 
     loop {
         tokio::select! {
             result = &mut running => {
                 return result.context("server task failed")?.context("server failed");
             }
-            _ = sigterm.recv() => { info!("SIGTERM: shutting down"); handle.shutdown(); break; }
-            _ = sigint.recv() => { info!("SIGINT: shutting down"); handle.shutdown(); break; }
-            _ = sighup.recv() => info!("SIGHUP received; nothing to reload"),
+            _ = sigterm.recv() => { info!("SIGTERM: shutting down"); break; }
+            _ = sigint.recv() => { info!("SIGINT: shutting down"); break; }
+            _ = sighup.recv() => {
+                info!("SIGHUP: reloading");
+                let report = reloader.reload().await;
+                if !report.is_ok() {
+                    warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+                }
+            }
         }
     }
+    // Shutdown order: /healthz turns 503 now; the protocol listener closes
+    // and every session gets ERROR 0x01; then the admin API stops, the audit
+    // log is flushed, and the ops listener stays up a little longer so that
+    // probes and scrapes see the whole shutdown.
+    handle.shutdown();
     running
         .await
         .context("server task failed")?
         .context("server failed")?;
+    admin_stop.cancel();
+    join_http("admin API", admin_task).await;
+    if let Some(audit) = &audit {
+        audit.close().await;
+    }
+    if let Some(ops_task) = ops_task {
+        info!(
+            grace_ms = OPS_SHUTDOWN_GRACE.as_millis() as u64,
+            "protocol listener closed; ops endpoint stays up for the grace period"
+        );
+        tokio::time::sleep(OPS_SHUTDOWN_GRACE).await;
+        ops_stop.cancel();
+        join_http("ops endpoint", Some(ops_task)).await;
+    }
     info!("shutdown complete");
     Ok(())
+}
+
+async fn join_http(what: &str, task: Option<JoinHandle<std::io::Result<()>>>) {
+    let Some(task) = task else { return };
+    match task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => warn!(error = %err, "{what} stopped with an error"),
+        Err(err) => warn!(error = %err, "{what} task failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn check(args: &[&str]) -> Result<Settings, String> {
+        let cli = Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map_err(|err| err.to_string())?;
+        Settings::from_args(cli.serve)
+    }
+
+    #[test]
+    fn invalid_combinations_are_one_clear_line() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--tls-key", "k.pem"], "--tls-key requires --tls-cert"),
+            (&["--tls-cert", "c.pem"], "--tls-cert requires --tls-key"),
+            (
+                &["--tls-client-ca", "ca.pem"],
+                "--tls-client-ca requires --tls-cert and --tls-key",
+            ),
+            (
+                &[
+                    "--tls-cert",
+                    "c.pem",
+                    "--tls-key",
+                    "k.pem",
+                    "--acl-file",
+                    "acl.json",
+                ],
+                "--acl-file requires --tls-client-ca",
+            ),
+            (
+                &["--acl-file", "acl.json"],
+                "--acl-file requires --tls-client-ca",
+            ),
+            (&["--ops-listen", "nowhere"], "--ops-listen \"nowhere\""),
+            (&["--admin-listen", "1.2.3.4"], "--admin-listen \"1.2.3.4\""),
+        ];
+        for (args, expected) in cases {
+            let err = check(args).expect_err("invalid");
+            assert!(err.starts_with(expected), "{args:?}: {err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
+
+    #[test]
+    fn empty_values_mean_off() {
+        let settings = check(&[
+            "--ops-listen",
+            "",
+            "--admin-listen",
+            "",
+            "--tls-client-ca",
+            "",
+            "--audit-log",
+            "",
+        ])
+        .expect("valid");
+        assert_eq!(settings.ops_listen, None);
+        assert_eq!(settings.admin_listen, None);
+        assert_eq!(settings.tls, None);
+        assert_eq!(settings.audit_log, None);
+    }
+
+    #[test]
+    fn full_mtls_configuration() {
+        let settings = check(&[
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+            "--tls-client-ca",
+            "ca.pem",
+            "--acl-file",
+            "acl.json",
+            "--audit-log",
+            "-",
+            "--ops-listen",
+            ":9090",
+        ])
+        .expect("valid");
+        let tls = settings.tls.expect("tls");
+        assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
+        assert_eq!(settings.audit_log, Some(AuditTarget::Stdout));
+        assert_eq!(settings.ops_listen, Some("0.0.0.0:9090".parse().unwrap()));
+    }
 }

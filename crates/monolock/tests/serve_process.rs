@@ -27,8 +27,13 @@ fn read_frame(stream: &mut TcpStream) -> ServerFrame {
 
 fn acquire(addr: std::net::SocketAddr, name: &str) -> (TcpStream, ServerFrame) {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    let frame = ClientFrame::acquire(Lease::from_millis(30_000).expect("lease"), LockName::new(name).expect("name"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let frame = ClientFrame::acquire(
+        Lease::from_millis(30_000).expect("lease"),
+        LockName::new(name).expect("name"),
+    );
     stream.write_all(&frame.to_bytes()).expect("send");
     let reply = read_frame(&mut stream);
     (stream, reply)
@@ -49,7 +54,11 @@ fn sigterm_sends_error_0x01_and_exits_zero() {
             other => panic!("expected ERROR 0x01, got {other:?}"),
         }
         let mut rest = [0u8; 16];
-        assert_eq!(stream.read(&mut rest).expect("read EOF"), 0, "closed after ERROR");
+        assert_eq!(
+            stream.read(&mut rest).expect("read EOF"),
+            0,
+            "closed after ERROR"
+        );
     }
     let status = server.wait_exit(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "graceful shutdown exits 0");
@@ -62,7 +71,13 @@ fn sigint_also_shuts_down_gracefully() {
     let mut server = ServerProcess::start(&[]);
     let (mut holder, _) = acquire(server.addr, "cron");
     server.signal(libc::SIGINT);
-    assert!(matches!(read_frame(&mut holder), ServerFrame::Error { code: ErrorCode::SHUTTING_DOWN, .. }));
+    assert!(matches!(
+        read_frame(&mut holder),
+        ServerFrame::Error {
+            code: ErrorCode::SHUTTING_DOWN,
+            ..
+        }
+    ));
     assert_eq!(server.wait_exit(Duration::from_secs(10)).code(), Some(0));
 }
 
@@ -70,12 +85,17 @@ fn sigint_also_shuts_down_gracefully() {
 fn sighup_does_not_stop_the_server() {
     let server = ServerProcess::start(&[]);
     let (mut holder, reply) = acquire(server.addr, "hup");
-    let ServerFrame::Acquired { token } = reply else { panic!("{reply:?}") };
+    let ServerFrame::Acquired { token } = reply else {
+        panic!("{reply:?}")
+    };
     server.signal(libc::SIGHUP);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = server.log.recv_timeout(left).expect("a log line about SIGHUP");
+        let line = server
+            .log
+            .recv_timeout(left)
+            .expect("a log line about SIGHUP");
         if line.contains("SIGHUP") {
             break;
         }
@@ -87,7 +107,9 @@ fn sighup_does_not_stop_the_server() {
 /// Each bad value exits non-zero at once with exactly one line on stderr.
 #[test]
 fn bad_flag_values_fail_with_one_line() {
-    let cases: &[(&[&str], &[(&str, &str)], &str)] = &[
+    /// Arguments, environment, and the flag the error line must name.
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
         (&["--io-timeout", "soon"], &[], "--io-timeout"),
         (&["--io-timeout", "0s"], &[], "--io-timeout"),
         (&["--listen", "localhost"], &[], "--listen"),
@@ -105,7 +127,11 @@ fn bad_flag_values_fail_with_one_line() {
             .expect("run monolock");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{args:?}: one line, got {stderr:?}");
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "{args:?}: one line, got {stderr:?}"
+        );
         assert!(stderr.contains(mentions), "{args:?}: {stderr}");
     }
 }
@@ -115,12 +141,23 @@ fn a_port_in_use_fails_with_one_clear_line() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
     let output = Command::new(MONOLOCK)
-        .args(["serve", "--listen", &addr, "--log-level", "error", "--log-format", "text"])
+        .args([
+            "serve",
+            "--listen",
+            &addr,
+            "--log-level",
+            "error",
+            "--log-format",
+            "text",
+        ])
         .output()
         .expect("run monolock");
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    let ours: Vec<&str> = stderr.lines().filter(|l| l.starts_with("monolock:")).collect();
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("monolock:"))
+        .collect();
     assert_eq!(ours.len(), 1, "{stderr}");
     assert!(ours[0].contains(&addr), "{stderr}");
 }
@@ -129,14 +166,21 @@ fn a_port_in_use_fails_with_one_clear_line() {
 fn flag_beats_env_beats_default() {
     // The env value is invalid: if the flag did not win, startup would fail.
     // (That env alone fails startup: see bad_flag_values_fail_with_one_line.)
-    let server = ServerProcess::start_with_env(&["--io-timeout", "2s"], &[("MONOLOCK_IO_TIMEOUT", "bogus")]);
+    let server =
+        ServerProcess::start_with_env(&["--io-timeout", "2s"], &[("MONOLOCK_IO_TIMEOUT", "bogus")]);
     drop(server);
     let output = Command::new(MONOLOCK)
         .args(["serve", "-h"])
         .output()
         .expect("run monolock");
     let help = String::from_utf8_lossy(&output.stdout);
-    for needle in ["MONOLOCK_LISTEN_ADDRESS", "MONOLOCK_IO_TIMEOUT", "MONOLOCK_LOG_LEVEL", "MONOLOCK_LOG_FORMAT", "127.0.0.1:7070"] {
+    for needle in [
+        "MONOLOCK_LISTEN_ADDRESS",
+        "MONOLOCK_IO_TIMEOUT",
+        "MONOLOCK_LOG_LEVEL",
+        "MONOLOCK_LOG_FORMAT",
+        "127.0.0.1:7070",
+    ] {
         assert!(help.contains(needle), "serve -h lacks {needle}:\n{help}");
     }
 }

@@ -63,7 +63,10 @@ impl ServerProcess {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return status;
             }
-            assert!(std::time::Instant::now() < deadline, "server did not exit within {patience:?}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server did not exit within {patience:?}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -85,16 +88,14 @@ fn follow_log(stderr: ChildStderr) -> (mpsc::Receiver<SocketAddr>, mpsc::Receive
         let mut announced = false;
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
-            if !announced {
-                if let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) {
-                    if value["message"] == "listening" {
-                        if let Some(addr) = value["addr"].as_str().and_then(|a| a.parse().ok()) {
-                            announced = true;
-                            let _ = addr_tx.send(addr);
-                            continue;
-                        }
-                    }
-                }
+            if !announced
+                && let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
+                && value["message"] == "listening"
+                && let Some(addr) = value["addr"].as_str().and_then(|a| a.parse().ok())
+            {
+                announced = true;
+                let _ = addr_tx.send(addr);
+                continue;
             }
             let _ = line_tx.send(line);
         }

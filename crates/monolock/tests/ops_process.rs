@@ -1,0 +1,624 @@
+//! The operations surface of the real binary: `serve -h`, startup
+//! validation, the operator commands against a running server, the audit log
+//! on stdout, SIGHUP reopening, and the shutdown order seen by probes.
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::Path,
+    process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use monolock_proto::{ClientFrame, ErrorCode, Lease, LockName, ServerFrame, decode_response};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
+use serde_json::Value;
+
+/// The `monolock` executable under test.
+const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A `monolock serve` child whose JSON diagnostics are followed line by line.
+struct Served {
+    child: Child,
+    log: mpsc::Receiver<Value>,
+    stdout: Option<ChildStdout>,
+    protocol: SocketAddr,
+    admin: Option<SocketAddr>,
+    ops: Option<SocketAddr>,
+}
+
+impl Served {
+    /// Starts the server (port 0 everywhere) and learns the bound addresses
+    /// from its startup log.
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(MONOLOCK)
+            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn monolock serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let value: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| panic!("diagnostics are JSON lines: {line:?}"));
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let wants_admin = extra.contains(&"--admin-listen");
+        let wants_ops = extra.contains(&"--ops-listen");
+        let (mut protocol, mut admin, mut ops) = (None, None, None);
+        let deadline = Instant::now() + PATIENCE;
+        while protocol.is_none() || (wants_admin && admin.is_none()) || (wants_ops && ops.is_none())
+        {
+            let line = log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server announces its listeners");
+            let addr = line["addr"].as_str().and_then(|a| a.parse().ok());
+            match line["message"].as_str() {
+                Some("listening") => protocol = addr,
+                Some("admin API listening") => admin = addr,
+                Some("ops endpoint listening") => ops = addr,
+                _ => {}
+            }
+        }
+        Self {
+            stdout: child.stdout.take(),
+            child,
+            log,
+            protocol: protocol.expect("protocol address"),
+            admin,
+            ops,
+        }
+    }
+
+    /// Waits for a log line whose message contains `text`.
+    fn wait_log(&self, text: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let line = self
+                .log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no log line with {text:?}"));
+            if line["message"].as_str().is_some_and(|m| m.contains(text)) {
+                return line;
+            }
+        }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success());
+    }
+
+    fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "server did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Runs an operator command against this server's admin API.
+    fn cli(&self, args: &[&str]) -> Output {
+        Command::new(MONOLOCK)
+            .args(args)
+            .env(
+                "MONOLOCK_ADMIN_ADDRESS",
+                self.admin.expect("admin").to_string(),
+            )
+            .output()
+            .expect("run monolock")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_frame(stream: &mut TcpStream) -> ServerFrame {
+    let mut buf = Vec::new();
+    loop {
+        if let Some((frame, _)) = decode_response(&buf).expect("valid frame") {
+            return frame;
+        }
+        let mut chunk = [0u8; 512];
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "connection closed before a whole frame");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn acquire(addr: SocketAddr, name: &str) -> (TcpStream, ServerFrame) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let frame = ClientFrame::acquire(
+        Lease::from_millis(30_000).expect("lease"),
+        LockName::new(name).expect("name"),
+    );
+    stream.write_all(&frame.to_bytes()).expect("send");
+    let reply = read_frame(&mut stream);
+    (stream, reply)
+}
+
+fn expect_error(stream: &mut TcpStream, code: ErrorCode) {
+    match read_frame(stream) {
+        ServerFrame::Error { code: got, .. } => assert_eq!(got, code),
+        other => panic!("expected ERROR {code}, got {other:?}"),
+    }
+}
+
+fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let uri = format!("http://{addr}{path}").parse().expect("uri");
+        let response = tokio::time::timeout(PATIENCE, client.get(uri))
+            .await
+            .map_err(|_| "timeout".to_owned())?
+            .map_err(|err| err.to_string())?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|err| err.to_string())?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    })
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn serve_help_lists_every_flag_with_its_env_and_default() {
+    let output = Command::new(MONOLOCK)
+        .args(["serve", "-h"])
+        .output()
+        .expect("run monolock");
+    assert!(output.status.success());
+    let help = text(&output.stdout);
+    let table = [
+        (
+            "--listen",
+            "MONOLOCK_LISTEN_ADDRESS",
+            "[default: 127.0.0.1:7070]",
+        ),
+        (
+            "--ops-listen",
+            "MONOLOCK_OPS_LISTEN_ADDRESS",
+            "[default: off]",
+        ),
+        (
+            "--admin-listen",
+            "MONOLOCK_ADMIN_LISTEN_ADDRESS",
+            "[default: off]",
+        ),
+        ("--tls-cert", "MONOLOCK_TLS_CERT", "[default: none]"),
+        ("--tls-key", "MONOLOCK_TLS_KEY", "[default: none]"),
+        (
+            "--tls-client-ca",
+            "MONOLOCK_TLS_CLIENT_CA",
+            "[default: none]",
+        ),
+        ("--acl-file", "MONOLOCK_ACL_FILE", "[default: none"),
+        ("--audit-log", "MONOLOCK_AUDIT_LOG", "[default: off]"),
+        ("--io-timeout", "MONOLOCK_IO_TIMEOUT", "[default: 5s]"),
+        ("--log-level", "MONOLOCK_LOG_LEVEL", "[default: info]"),
+        ("--log-format", "MONOLOCK_LOG_FORMAT", "[default: text]"),
+    ];
+    for (flag, env, default) in table {
+        let line = help
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{flag} ")))
+            .unwrap_or_else(|| panic!("no line for {flag}:\n{help}"));
+        assert!(line.contains(&format!("[env: {env}=")), "{flag}: {line}");
+        assert!(line.contains(default), "{flag}: {line}");
+    }
+}
+
+/// Invalid combinations: exit 64, exactly one line naming the problem.
+#[test]
+fn invalid_combinations_fail_with_one_line() {
+    // (flags, environment, the one line expected on stderr)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: &[Case] = &[
+        (
+            &["--tls-key", "k.pem"],
+            &[],
+            "monolock: --tls-key requires --tls-cert",
+        ),
+        (
+            &["--tls-cert", "c.pem"],
+            &[],
+            "monolock: --tls-cert requires --tls-key",
+        ),
+        (
+            &[],
+            &[("MONOLOCK_TLS_CLIENT_CA", "ca.pem")],
+            "monolock: --tls-client-ca requires --tls-cert and --tls-key",
+        ),
+        (
+            &[
+                "--acl-file",
+                "acl.json",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+            ],
+            &[],
+            "monolock: --acl-file requires --tls-client-ca",
+        ),
+        (
+            &["--ops-listen", "here"],
+            &[],
+            "monolock: --ops-listen \"here\"",
+        ),
+    ];
+    for (args, env, expected) in cases {
+        let output = Command::new(MONOLOCK)
+            .arg("serve")
+            .args(*args)
+            .envs(env.iter().copied())
+            .output()
+            .expect("run monolock");
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr:?}");
+        assert!(stderr.starts_with(expected), "{args:?}: {stderr}");
+    }
+}
+
+/// Writes a CA, a server certificate and key into `dir`.
+fn lab_pki(dir: &Path) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "lab CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca =
+        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
+    let key = KeyPair::generate().expect("key");
+    let server = CertificateParams::new(vec!["localhost".to_owned()])
+        .expect("params")
+        .signed_by(&key, &ca)
+        .expect("server certificate");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
+    std::fs::write(dir.join("server.pem"), server.pem()).expect("write");
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
+}
+
+/// Unusable files: exit 1, one line naming the file and the reason.
+#[test]
+fn unusable_files_fail_at_startup_naming_file_and_reason() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    lab_pki(dir.path());
+    let path = |name: &str| dir.path().join(name).display().to_string();
+    std::fs::write(
+        dir.path().join("acl.json"),
+        r#"{"rules":[{"locks":["*"]}]}"#,
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("bad.json"), "{\"rules\": [").expect("write");
+    std::fs::write(dir.path().join("garbage.pem"), "hello").expect("write");
+    let tls = [
+        "--tls-cert".to_owned(),
+        path("server.pem"),
+        "--tls-key".to_owned(),
+        path("server.key"),
+        "--tls-client-ca".to_owned(),
+        path("ca.pem"),
+    ];
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            [&tls[..], &["--acl-file".to_owned(), path("acl.json")]].concat(),
+            format!(
+                "monolock: ACL file {}: rule 1: has no identity",
+                path("acl.json")
+            ),
+        ),
+        (
+            [&tls[..], &["--acl-file".to_owned(), path("bad.json")]].concat(),
+            format!("monolock: ACL file {}: EOF while parsing", path("bad.json")),
+        ),
+        (
+            [&tls[..], &["--acl-file".to_owned(), path("missing.json")]].concat(),
+            format!("monolock: ACL file {}: No such file", path("missing.json")),
+        ),
+        (
+            vec![
+                "--tls-cert".to_owned(),
+                path("garbage.pem"),
+                "--tls-key".to_owned(),
+                path("server.key"),
+            ],
+            format!(
+                "monolock: TLS certificate {}: no PEM certificate found",
+                path("garbage.pem")
+            ),
+        ),
+        (
+            vec![
+                "--tls-cert".to_owned(),
+                path("server.pem"),
+                "--tls-key".to_owned(),
+                path("ca.pem"),
+            ],
+            format!(
+                "monolock: TLS key {}: no PEM private key found",
+                path("ca.pem")
+            ),
+        ),
+        (
+            vec!["--audit-log".to_owned(), path("no/such/dir/audit.jsonl")],
+            format!(
+                "monolock: cannot open audit log {}",
+                path("no/such/dir/audit.jsonl")
+            ),
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = Command::new(MONOLOCK)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(&args)
+            .output()
+            .expect("run monolock");
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr:?}");
+        assert!(
+            stderr.starts_with(&expected),
+            "expected {expected:?}, got {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn operator_commands_audit_on_stdout_and_the_shutdown_order() {
+    let mut server = Served::start(&[
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--ops-listen",
+        "127.0.0.1:0",
+        "--audit-log",
+        "-",
+    ]);
+    let (mut holder, reply) = acquire(server.protocol, "nightly/import");
+    let ServerFrame::Acquired { token } = reply else {
+        panic!("{reply:?}")
+    };
+    let (mut first, reply) = acquire(server.protocol, "nightly/import");
+    assert_eq!(reply, ServerFrame::Waiting);
+    let (mut second, reply) = acquire(server.protocol, "nightly/import");
+    assert_eq!(reply, ServerFrame::Waiting);
+    let (_other, _) = acquire(server.protocol, "shard-3");
+
+    // The table.
+    let output = server.cli(&["locks"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let table = text(&output.stdout);
+    let mut rows = table.lines();
+    let header = rows.next().expect("header");
+    assert!(header.starts_with("NAME"), "{table}");
+    for column in ["HOLDER", "IDENTITY", "TOKEN", "HELD", "LEASE", "WAITERS"] {
+        assert!(header.contains(column), "{table}");
+    }
+    let row = rows.next().expect("a row");
+    assert!(row.starts_with("nightly/import"), "{table}");
+    assert!(
+        row.contains(&holder.local_addr().unwrap().to_string()),
+        "{table}"
+    );
+    assert!(row.contains(&token.to_string()), "{table}");
+    assert!(row.trim_end().ends_with('2'), "two waiters: {table}");
+    assert!(
+        rows.next().expect("a row").starts_with("shard-3"),
+        "{table}"
+    );
+
+    // JSON, with a glob.
+    let output = server.cli(&["locks", "--match", "nightly/*", "--json"]);
+    assert!(output.status.success());
+    let json: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(json["locks"].as_array().unwrap().len(), 1);
+    assert_eq!(json["locks"][0]["holder"]["token"], token);
+
+    // One lock, a name with `/`.
+    let output = server.cli(&["lock", "nightly/import", "--json"]);
+    assert!(output.status.success());
+    let lock: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let listed = lock["waiters"][0]["remote_addr"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(listed, first.local_addr().unwrap().to_string());
+    let output = server.cli(&["lock", "nightly/import"]);
+    let detail = text(&output.stdout);
+    assert!(detail.contains(&listed), "{detail}");
+
+    // Kick the first waiter by its listed address; the other keeps its place.
+    let output = server.cli(&["kick", "nightly/import", &listed]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains(&listed));
+    expect_error(&mut first, ErrorCode::CLOSED_BY_ADMIN);
+
+    // Force-release: the holder is told, the remaining waiter promoted.
+    let output = server.cli(&["release", "nightly/import"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains(&token.to_string()));
+    expect_error(&mut holder, ErrorCode::CLOSED_BY_ADMIN);
+    let ServerFrame::Acquired { token: promoted } = read_frame(&mut second) else {
+        panic!("promotion pushed");
+    };
+    assert!(promoted > token);
+
+    // Errors: one line, exit 1.
+    let output = server.cli(&["lock", "nightly/export"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("monolock: lock \"nightly/export\" has no holder"),
+        "{stderr}"
+    );
+    let output = server.cli(&["kick", "nightly/import", "127.0.0.1:1"]);
+    assert_eq!(output.status.code(), Some(1));
+    let output = Command::new(MONOLOCK)
+        .args(["locks", "--admin", &server.protocol.to_string()])
+        .output()
+        .expect("run monolock");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the protocol port is not the admin API"
+    );
+
+    // Shutdown: probes see 503 while the protocol port is already closed,
+    // within the ops grace period; then exit 0.
+    let ops = server.ops.expect("ops address");
+    assert_eq!(http_get(ops, "/healthz"), Ok((200, "ok".to_owned())));
+    server.signal("TERM");
+    let deadline = Instant::now() + PATIENCE;
+    while TcpStream::connect(server.protocol).is_ok() {
+        assert!(Instant::now() < deadline, "protocol port still open");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(http_get(ops, "/healthz").map(|(status, _)| status), Ok(503));
+    assert_eq!(http_get(ops, "/readyz").map(|(status, _)| status), Ok(503));
+    let metrics = http_get(ops, "/metrics")
+        .expect("metrics during the grace period")
+        .1;
+    assert!(
+        metrics.contains("monolock_releases_total{reason=\"force\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(server.wait_exit().code(), Some(0));
+    assert!(
+        http_get(ops, "/healthz").is_err(),
+        "ops listener closed after the grace"
+    );
+
+    // stdout carried the audit log and nothing else.
+    let mut stdout = String::new();
+    server
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("read stdout");
+    let events: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            let value: Value = serde_json::from_str(line).expect("audit lines are JSON");
+            let reason = value["reason"]
+                .as_str()
+                .map(|r| format!(" {r}"))
+                .unwrap_or_default();
+            format!(
+                "{} {}{reason}",
+                value["event"].as_str().unwrap(),
+                value["lock"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        events[..6],
+        [
+            "granted nightly/import",
+            "granted shard-3",
+            "kick_waiter nightly/import",
+            "released nightly/import force",
+            "force_release nightly/import",
+            "granted nightly/import",
+        ]
+    );
+    // Sessions end in any order at shutdown.
+    let mut last: Vec<&str> = events[6..].iter().map(String::as_str).collect();
+    last.sort_unstable();
+    assert_eq!(
+        last,
+        [
+            "released nightly/import shutdown",
+            "released shard-3 shutdown"
+        ]
+    );
+}
+
+#[test]
+fn sighup_reopens_the_audit_file_for_logrotate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let audit = dir.path().join("audit.jsonl");
+    let rotated = dir.path().join("audit.jsonl.1");
+    let mut server = Served::start(&["--audit-log", &audit.display().to_string()]);
+    let (holder, _) = acquire(server.protocol, "before");
+    drop(holder);
+    std::fs::rename(&audit, &rotated).expect("rename");
+    // Wait until the release is audited (in the renamed file) before
+    // rotating, so the split between the files is exact.
+    let deadline = Instant::now() + PATIENCE;
+    while std::fs::read_to_string(&rotated)
+        .expect("rotated")
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "release not audited");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.signal("HUP");
+    server.wait_log("reopened the audit log");
+    let (holder, _) = acquire(server.protocol, "after");
+    drop(holder);
+    server.signal("TERM");
+    assert_eq!(server.wait_exit().code(), Some(0));
+
+    let events = |path: &Path| -> Vec<String> {
+        std::fs::read_to_string(path)
+            .expect("audit file")
+            .lines()
+            .map(|line| {
+                let value: Value = serde_json::from_str(line).expect("JSON");
+                format!(
+                    "{} {}",
+                    value["event"].as_str().unwrap(),
+                    value["lock"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(events(&rotated), ["granted before", "released before"]);
+    assert_eq!(events(&audit), ["granted after", "released after"]);
+}
