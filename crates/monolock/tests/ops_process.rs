@@ -2,167 +2,26 @@
 //! validation, the operator commands against a running server, the audit log
 //! on stdout, SIGHUP reopening, and the shutdown order seen by probes.
 
+mod common;
+
 use std::{
-    io::{BufRead, BufReader, Read, Write},
+    io::Read,
     net::{SocketAddr, TcpStream},
     path::Path,
-    process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio},
-    sync::mpsc,
+    process::Command,
     time::{Duration, Instant},
 };
+
+use common::{MONOLOCK, PATIENCE, ServerProcess, acquire, read_frame};
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use monolock_proto::{ClientFrame, ErrorCode, Lease, LockName, ServerFrame, decode_response};
+use monolock_proto::{ErrorCode, ServerFrame};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
 };
 use serde_json::Value;
-
-/// The `monolock` executable under test.
-const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
-
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// A `monolock serve` child whose JSON diagnostics are followed line by line.
-struct Served {
-    child: Child,
-    log: mpsc::Receiver<Value>,
-    stdout: Option<ChildStdout>,
-    protocol: SocketAddr,
-    admin: Option<SocketAddr>,
-    ops: Option<SocketAddr>,
-}
-
-impl Served {
-    /// Starts the server (port 0 everywhere) and learns the bound addresses
-    /// from its startup log.
-    fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(MONOLOCK)
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn monolock serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let value: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| panic!("diagnostics are JSON lines: {line:?}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
-        let wants_admin = extra.contains(&"--admin-listen");
-        let wants_ops = extra.contains(&"--ops-listen");
-        let (mut protocol, mut admin, mut ops) = (None, None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while protocol.is_none() || (wants_admin && admin.is_none()) || (wants_ops && ops.is_none())
-        {
-            let line = log
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("the server announces its listeners");
-            let addr = line["addr"].as_str().and_then(|a| a.parse().ok());
-            match line["message"].as_str() {
-                Some("listening") => protocol = addr,
-                Some("admin API listening") => admin = addr,
-                Some("ops endpoint listening") => ops = addr,
-                _ => {}
-            }
-        }
-        Self {
-            stdout: child.stdout.take(),
-            child,
-            log,
-            protocol: protocol.expect("protocol address"),
-            admin,
-            ops,
-        }
-    }
-
-    /// Waits for a log line whose message contains `text`.
-    fn wait_log(&self, text: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let line = self
-                .log
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("no log line with {text:?}"));
-            if line["message"].as_str().is_some_and(|m| m.contains(text)) {
-                return line;
-            }
-        }
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args(["-s", name, &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(status.success());
-    }
-
-    fn wait_exit(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "server did not exit");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Runs an operator command against this server's admin API.
-    fn cli(&self, args: &[&str]) -> Output {
-        Command::new(MONOLOCK)
-            .args(args)
-            .env(
-                "MONOLOCK_ADMIN_ADDRESS",
-                self.admin.expect("admin").to_string(),
-            )
-            .output()
-            .expect("run monolock")
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn read_frame(stream: &mut TcpStream) -> ServerFrame {
-    let mut buf = Vec::new();
-    loop {
-        if let Some((frame, _)) = decode_response(&buf).expect("valid frame") {
-            return frame;
-        }
-        let mut chunk = [0u8; 512];
-        let n = stream.read(&mut chunk).expect("read");
-        assert!(n > 0, "connection closed before a whole frame");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-fn acquire(addr: SocketAddr, name: &str) -> (TcpStream, ServerFrame) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    let frame = ClientFrame::acquire(
-        Lease::from_millis(30_000).expect("lease"),
-        LockName::new(name).expect("name"),
-    );
-    stream.write_all(&frame.to_bytes()).expect("send");
-    let reply = read_frame(&mut stream);
-    (stream, reply)
-}
 
 fn expect_error(stream: &mut TcpStream, code: ErrorCode) {
     match read_frame(stream) {
@@ -408,7 +267,7 @@ fn unusable_files_fail_at_startup_naming_file_and_reason() {
 
 #[test]
 fn operator_commands_audit_on_stdout_and_the_shutdown_order() {
-    let mut server = Served::start(&[
+    let mut server = ServerProcess::start(&[
         "--admin-listen",
         "127.0.0.1:0",
         "--ops-listen",
@@ -416,15 +275,15 @@ fn operator_commands_audit_on_stdout_and_the_shutdown_order() {
         "--audit-log",
         "-",
     ]);
-    let (mut holder, reply) = acquire(server.protocol, "nightly/import");
+    let (mut holder, reply) = acquire(server.addr, "nightly/import");
     let ServerFrame::Acquired { token } = reply else {
         panic!("{reply:?}")
     };
-    let (mut first, reply) = acquire(server.protocol, "nightly/import");
+    let (mut first, reply) = acquire(server.addr, "nightly/import");
     assert_eq!(reply, ServerFrame::Waiting);
-    let (mut second, reply) = acquire(server.protocol, "nightly/import");
+    let (mut second, reply) = acquire(server.addr, "nightly/import");
     assert_eq!(reply, ServerFrame::Waiting);
-    let (_other, _) = acquire(server.protocol, "shard-3");
+    let (_other, _) = acquire(server.addr, "shard-3");
 
     // The table.
     let output = server.cli(&["locks"]);
@@ -497,7 +356,7 @@ fn operator_commands_audit_on_stdout_and_the_shutdown_order() {
     let output = server.cli(&["kick", "nightly/import", "127.0.0.1:1"]);
     assert_eq!(output.status.code(), Some(1));
     let output = Command::new(MONOLOCK)
-        .args(["locks", "--admin", &server.protocol.to_string()])
+        .args(["locks", "--admin", &server.addr.to_string()])
         .output()
         .expect("run monolock");
     assert_eq!(
@@ -512,7 +371,7 @@ fn operator_commands_audit_on_stdout_and_the_shutdown_order() {
     assert_eq!(http_get(ops, "/healthz"), Ok((200, "ok".to_owned())));
     server.signal("TERM");
     let deadline = Instant::now() + PATIENCE;
-    while TcpStream::connect(server.protocol).is_ok() {
+    while TcpStream::connect(server.addr).is_ok() {
         assert!(Instant::now() < deadline, "protocol port still open");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -582,8 +441,8 @@ fn sighup_reopens_the_audit_file_for_logrotate() {
     let dir = tempfile::tempdir().expect("temp dir");
     let audit = dir.path().join("audit.jsonl");
     let rotated = dir.path().join("audit.jsonl.1");
-    let mut server = Served::start(&["--audit-log", &audit.display().to_string()]);
-    let (holder, _) = acquire(server.protocol, "before");
+    let mut server = ServerProcess::start(&["--audit-log", &audit.display().to_string()]);
+    let (holder, _) = acquire(server.addr, "before");
     drop(holder);
     std::fs::rename(&audit, &rotated).expect("rename");
     // Wait until the release is audited (in the renamed file) before
@@ -600,7 +459,7 @@ fn sighup_reopens_the_audit_file_for_logrotate() {
     }
     server.signal("HUP");
     server.wait_log("reopened the audit log");
-    let (holder, _) = acquire(server.protocol, "after");
+    let (holder, _) = acquire(server.addr, "after");
     drop(holder);
     server.signal("TERM");
     assert_eq!(server.wait_exit().code(), Some(0));

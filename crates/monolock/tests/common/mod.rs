@@ -2,27 +2,41 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::{
-    io::{BufRead, BufReader},
-    net::SocketAddr,
-    process::{Child, ChildStderr, Command, Stdio},
+    io::{BufRead, BufReader, Read, Write},
+    net::{SocketAddr, TcpStream},
+    process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio},
     sync::mpsc,
-    time::Duration,
+    time::{Duration, Instant},
 };
+
+use monolock_proto::{ClientFrame, Lease, LockName, ServerFrame, decode_response};
+use serde_json::Value;
 
 /// The `monolock` executable under test.
 pub const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
 
-/// A `monolock serve` child process on a free loopback port.
+/// Long enough that only a real hang trips it.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A `monolock serve` child on free loopback ports whose JSON diagnostics are
+/// followed line by line.
 pub struct ServerProcess {
     pub child: Child,
+    /// Every diagnostic line after the startup announcements.
+    pub log: mpsc::Receiver<Value>,
+    /// The child's stdout (where `--audit-log -` writes).
+    pub stdout: Option<ChildStdout>,
+    /// The protocol address.
     pub addr: SocketAddr,
-    /// Every stderr line after the one announcing the address.
-    pub log: mpsc::Receiver<String>,
+    /// The admin API address, when `--admin-listen` was given.
+    pub admin: Option<SocketAddr>,
+    /// The ops address, when `--ops-listen` was given.
+    pub ops: Option<SocketAddr>,
 }
 
 impl ServerProcess {
     /// Starts `monolock serve --listen 127.0.0.1:0` with extra arguments and
-    /// waits for its `listening` log line.
+    /// learns the bound addresses from its startup log.
     pub fn start(extra: &[&str]) -> Self {
         Self::start_with_env(extra, &[])
     }
@@ -34,41 +48,94 @@ impl ServerProcess {
             .args(extra)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn monolock serve");
         let stderr = child.stderr.take().expect("stderr");
-        let (addr, log) = follow_log(stderr);
-        let addr = addr
-            .recv_timeout(Duration::from_secs(20))
-            .expect("server announced its address");
-        Self { child, addr, log }
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let value: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| panic!("diagnostics are JSON lines: {line:?}"));
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let wants_admin = extra.contains(&"--admin-listen");
+        let wants_ops = extra.contains(&"--ops-listen");
+        let (mut protocol, mut admin, mut ops) = (None, None, None);
+        let deadline = Instant::now() + PATIENCE;
+        while protocol.is_none() || (wants_admin && admin.is_none()) || (wants_ops && ops.is_none())
+        {
+            let line = log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("the server announces its listeners");
+            let addr = line["addr"].as_str().and_then(|a| a.parse().ok());
+            match line["message"].as_str() {
+                Some("listening") => protocol = addr,
+                Some("admin API listening") => admin = addr,
+                Some("ops endpoint listening") => ops = addr,
+                _ => {}
+            }
+        }
+        Self {
+            stdout: child.stdout.take(),
+            child,
+            log,
+            addr: protocol.expect("protocol address"),
+            admin,
+            ops,
+        }
     }
 
-    /// Sends `signal` to the server process.
-    pub fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill has no memory-safety preconditions; the pid is our
-        // own child, which has not been reaped yet.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill failed");
+    /// Waits for a diagnostic line whose message contains `text`.
+    pub fn wait_log(&self, text: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let line = self
+                .log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("no log line with {text:?}"));
+            if line["message"].as_str().is_some_and(|m| m.contains(text)) {
+                return line;
+            }
+        }
     }
 
-    /// Waits for the process to exit, at most `patience`.
-    pub fn wait_exit(&mut self, patience: Duration) -> std::process::ExitStatus {
-        let deadline = std::time::Instant::now() + patience;
+    /// Sends a signal by name (`TERM`, `INT`, `HUP`, ...).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {name} failed");
+    }
+
+    /// Waits for the process to exit, at most [`PATIENCE`].
+    pub fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 return status;
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "server did not exit within {patience:?}"
-            );
+            assert!(Instant::now() < deadline, "server did not exit");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Runs an operator command against this server's admin API.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(MONOLOCK)
+            .args(args)
+            .env(
+                "MONOLOCK_ADMIN_ADDRESS",
+                self.admin.expect("admin").to_string(),
+            )
+            .output()
+            .expect("run monolock")
     }
 }
 
@@ -79,26 +146,29 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Reads JSON log lines in a thread: the first `listening` line's `addr` goes
-/// to the first channel, every later line to the second.
-fn follow_log(stderr: ChildStderr) -> (mpsc::Receiver<SocketAddr>, mpsc::Receiver<String>) {
-    let (addr_tx, addr_rx) = mpsc::channel();
-    let (line_tx, line_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut announced = false;
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if !announced
-                && let Ok(value) = serde_json::from_str::<serde_json::Value>(&line)
-                && value["message"] == "listening"
-                && let Some(addr) = value["addr"].as_str().and_then(|a| a.parse().ok())
-            {
-                announced = true;
-                let _ = addr_tx.send(addr);
-                continue;
-            }
-            let _ = line_tx.send(line);
+/// Reads one whole server frame (blocking, bounded by the stream's timeout).
+pub fn read_frame(stream: &mut TcpStream) -> ServerFrame {
+    let mut buf = Vec::new();
+    loop {
+        if let Some((frame, _)) = decode_response(&buf).expect("valid frame") {
+            return frame;
         }
-    });
-    (addr_rx, line_rx)
+        let mut chunk = [0u8; 512];
+        let n = stream.read(&mut chunk).expect("read");
+        assert!(n > 0, "connection closed before a whole frame");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Connects, sends ACQUIRE with a 30 s lease, returns the first reply.
+pub fn acquire(addr: SocketAddr, name: &str) -> (TcpStream, ServerFrame) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    let frame = ClientFrame::acquire(
+        Lease::from_millis(30_000).expect("lease"),
+        LockName::new(name).expect("name"),
+    );
+    stream.write_all(&frame.to_bytes()).expect("send");
+    let reply = read_frame(&mut stream);
+    (stream, reply)
 }
