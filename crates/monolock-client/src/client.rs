@@ -7,7 +7,7 @@ use tokio::time::timeout;
 
 use crate::{
     connector::{Connection, Connector, TcpConnector},
-    error::Error,
+    error::{Error, LossReason},
     guard::{Enqueued, LockGuard},
     retry::RetryPolicy,
     scoped::{LockContext, Outcome, run_scoped},
@@ -121,7 +121,8 @@ impl<C: Connector> Client<C> {
     ///
     /// # Errors
     /// [`Error::InvalidName`] and [`Error::InvalidLease`] before dialing;
-    /// connection failures; [`Error::Server`] when the server refuses the
+    /// connection failures ([`Error::Connect`], a failed TLS handshake
+    /// included); [`Error::Server`] when the server refuses the
     /// claim or ends it while waiting; [`Error::HeartbeatTimeout`] when the
     /// server stops answering.
     ///
@@ -223,7 +224,8 @@ impl<C: Connector> Client<C> {
                 Status::Waiting => Some(None),
                 Status::Unanswered | Status::Lost(_) => None,
             })
-            .await?;
+            .await
+            .map_err(|reason| self.unanswered(reason))?;
         Ok(match token {
             Some(token) => Enqueued::Acquired(LockGuard::new(session, name, token)),
             None => Enqueued::Waiting(crate::Waiter::new(session, name)),
@@ -305,6 +307,22 @@ impl<C: Connector> Client<C> {
         T: Send + 'static,
     {
         run_scoped(self.acquire_retrying(name, lease).await?, work).await
+    }
+
+    /// The error for a claim that ended before the server's first reply.
+    /// A TLS alert then is the server refusing the handshake: a failed
+    /// connect, not a failed session.
+    fn unanswered(&self, reason: LossReason) -> Error {
+        #[cfg(feature = "tls")]
+        if let LossReason::Io(err) = &reason
+            && let Some(source) = crate::tls::refused_handshake(err)
+        {
+            return Error::Connect {
+                addr: self.addr.to_string(),
+                source,
+            };
+        }
+        reason.into()
     }
 
     async fn connect(&self) -> Result<Connection<C::Stream>, Error> {

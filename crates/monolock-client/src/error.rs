@@ -22,7 +22,10 @@ pub enum Error {
         /// The lease that was given.
         lease: Duration,
     },
-    /// The TCP (or TLS) connection could not be established.
+    /// The TCP connection could not be established, or the TLS handshake
+    /// failed. A failed handshake's source is an [`io::Error`] wrapping the
+    /// `rustls::Error`: an untrusted server certificate, or the server's
+    /// alert refusing the client certificate (or its absence).
     #[error("could not connect to {addr}")]
     Connect {
         /// The server address.
@@ -67,12 +70,20 @@ pub enum Error {
     /// runtime shutting down) before the work finished.
     #[error("the task running the guarded work was cancelled")]
     WorkCancelled,
+    /// The TLS settings are unusable: a file that cannot be read or holds
+    /// no valid PEM, a key that does not match its certificate, no trust
+    /// roots, an invalid server name. The source names the file. Invalid
+    /// input: never retried.
+    #[cfg(feature = "tls")]
+    #[error("invalid TLS configuration")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 impl Error {
     /// True when trying again later may succeed: server conditions (ERROR
-    /// codes below 0x10, unknown ones included), connection failures and
-    /// heartbeat timeouts. False for invalid input, client-error codes
+    /// codes below 0x10, unknown ones included), connection failures (a
+    /// failed TLS handshake included) and heartbeat timeouts. False for
+    /// invalid input (TLS settings included), client-error codes
     /// (0x10 and up: the same request fails the same way) and protocol
     /// violations (the peer is not a v1 server).
     pub fn is_temporary(&self) -> bool {
@@ -87,6 +98,8 @@ impl Error {
             | Self::InvalidLease { .. }
             | Self::ProtocolViolation(_)
             | Self::WorkCancelled => false,
+            #[cfg(feature = "tls")]
+            Self::Tls(_) => false,
         }
     }
 

@@ -163,11 +163,13 @@ async fn acquire_timeout_gives_up_its_place_after_the_wait() {
 async fn a_lock_stays_held_across_many_heartbeat_intervals() {
     let server = TestServer::start().await;
     let name = "long-hold";
-    // lease 200ms: a heartbeat every <= 50ms; 2s is 40 intervals and 10 leases.
-    let lease = Duration::from_millis(200);
+    // lease 1s: a heartbeat every <= 250ms; 5.5s is 22 intervals and 5.5
+    // leases. (Shorter leases make the test hostage to scheduler stalls on a
+    // loaded machine: the client gives up after 0.8 x lease of silence.)
+    let lease = Duration::from_secs(1);
     let guard = server.client().acquire(name, lease).await.expect("acquire");
     let token = guard.token();
-    let until = Instant::now() + Duration::from_secs(2);
+    let until = Instant::now() + Duration::from_millis(5_500);
     let mut checks = 0;
     while Instant::now() < until {
         tokio::select! {
@@ -177,7 +179,7 @@ async fn a_lock_stays_held_across_many_heartbeat_intervals() {
         assert!(guard.is_held());
         checks += 1;
     }
-    assert!(checks >= 20, "only {checks} checks in 2s");
+    assert!(checks >= 20, "only {checks} checks in 5.5s");
     assert_eq!(server.lock(name).unwrap().holder.token, token);
     assert!(
         server
@@ -195,14 +197,14 @@ async fn a_lock_stays_held_across_many_heartbeat_intervals() {
 async fn waiters_heartbeat_while_they_wait() {
     let server = TestServer::start().await;
     let name = "patient";
-    let lease = Duration::from_millis(200);
+    let lease = Duration::from_millis(500);
     let holder = server.client().acquire(name, lease).await.expect("acquire");
     let Enqueued::Waiting(waiter) = server.client().enqueue(name, lease).await.unwrap() else {
         panic!("should wait");
     };
     let granted = tokio::spawn(waiter.granted());
-    // Ten leases: a silent waiter would have been dropped long before.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Five leases: a silent waiter would have been dropped long before.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(server.waiters(name), 1);
     drop(holder);
     let guard = within("promotion", granted)

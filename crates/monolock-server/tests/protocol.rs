@@ -191,12 +191,14 @@ async fn fifo_over_many_waiters_with_increasing_tokens() {
 #[tokio::test]
 async fn heartbeats_keep_a_holder_for_many_leases() {
     let server = TestServer::start().await;
-    let lease = Duration::from_millis(100);
-    let (mut holder, token) = server.hold("long", 100).await;
+    // A lease long enough that a scheduler stall on a loaded machine cannot
+    // pass for silence; expiry itself is timed exactly in lease_timing.rs.
+    let lease = Duration::from_millis(400);
+    let (mut holder, token) = server.hold("long", 400).await;
     let mut waiter = server.wait_in_line("long", 60_000).await;
     let start = Instant::now();
-    // 15 leases, heartbeating every quarter lease.
-    while start.elapsed() < lease * 15 {
+    // 12 leases, heartbeating every quarter lease.
+    while start.elapsed() < lease * 12 {
         tokio::time::sleep(lease / 4).await;
         assert_eq!(holder.heartbeat().await, ServerFrame::Acquired { token });
     }
@@ -213,9 +215,9 @@ async fn heartbeats_keep_a_holder_for_many_leases() {
 }
 
 /// Real time: a silent holder is replaced after its lease, not before.
-/// Tolerance: expiry never early; at most 250 ms late on a loaded 2-core
-/// machine (the timer itself is exact to the millisecond: see the
-/// paused-time tests).
+/// Tolerance: expiry never early; at most 500 ms late, for a loaded 2-core
+/// CI machine (the timer itself is exact to the millisecond: see the
+/// paused-time tests in lease_timing.rs).
 #[tokio::test]
 async fn silent_holder_is_replaced_after_its_lease_and_not_before() {
     let server = TestServer::start().await;
@@ -230,7 +232,7 @@ async fn silent_holder_is_replaced_after_its_lease_and_not_before() {
     assert!(new_token > token);
     assert!(waited >= lease, "promoted early, after {waited:?}");
     assert!(
-        waited < lease + Duration::from_millis(250),
+        waited < lease + Duration::from_millis(500),
         "promoted late, after {waited:?}"
     );
     server.stop().await;
@@ -305,7 +307,8 @@ async fn names_are_exact_bytes() {
 /// keeps being served meanwhile.
 #[tokio::test]
 async fn a_client_that_never_reads_is_dropped_without_delaying_others() {
-    let io_timeout = Duration::from_millis(500);
+    // A client delayed behind the stuck one would wait at least io-timeout.
+    let io_timeout = Duration::from_millis(1_500);
     let server = TestServer::start_with(ServerConfig::default().with_io_timeout(io_timeout)).await;
     let (mut stuck, _) = server.hold("stuck", 60_000).await;
     let mut waiter = server.wait_in_line("stuck", 60_000).await;
@@ -345,7 +348,7 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_others() {
         );
     }
     assert!(
-        worst < Duration::from_millis(250),
+        worst < Duration::from_millis(750),
         "healthy heartbeat took {worst:?}"
     );
     flood.abort();

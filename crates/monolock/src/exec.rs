@@ -8,12 +8,13 @@ use std::{
     ffi::OsString,
     io,
     os::unix::process::ExitStatusExt,
+    path::PathBuf,
     process::{ExitCode, ExitStatus},
     time::Duration,
 };
 
 use clap::Args;
-use monolock_client::{Client, Error, LockGuard, LossReason};
+use monolock_client::{Client, Connector, Error, LockGuard, LossReason, TlsConnector};
 use tokio::{
     process::{Child, Command},
     signal::unix::{Signal, SignalKind, signal},
@@ -56,10 +57,16 @@ once and SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to
 monolock exec are forwarded to the command's process group while it runs;
 before the lock is granted they abort the wait (exit 128+N).
 
+--tls-ca turns TLS on: the server's certificate must chain to that CA and
+match the host of --server (or --tls-server-name). --tls-cert and --tls-key
+add a client certificate for mTLS; the server takes the client's identity
+from it.
+
 Exit status:
   the command's own   it ran to the end holding the lock (128+N if killed by signal N)
-  64                  usage or client error (bad flag, name or lease; refused by the server's ACL)
-  69                  server unreachable, or it failed the session before the grant
+  64                  usage or client error (bad flag, name, lease or TLS file; refused by the server's ACL)
+  69                  server unreachable (TLS handshake failures included), or it failed
+                      the session before the grant
   75                  not acquired: busy with --no-wait, or --wait ran out
   79                  the lock was lost while the command ran; the command was stopped
   126 / 127           the command could not be executed / was not found";
@@ -98,6 +105,24 @@ pub struct ExecArgs {
     #[arg(long, default_value = "5s", value_parser = parse_grace, value_name = "DURATION")]
     kill_grace: Duration,
 
+    /// Speak TLS, trusting the CA certificates in this PEM file.
+    #[arg(long, env = "MONOLOCK_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+
+    /// Client certificate chain (PEM, leaf first) for mTLS; needs --tls-key
+    /// and --tls-ca.
+    #[arg(long, env = "MONOLOCK_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM); needs --tls-cert.
+    #[arg(long, env = "MONOLOCK_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+
+    /// The name the server's certificate must match (default: the host of
+    /// --server); needs --tls-ca.
+    #[arg(long, env = "MONOLOCK_TLS_SERVER_NAME", value_name = "NAME")]
+    tls_server_name: Option<String>,
+
     /// The lock's name (1 to 255 bytes of UTF-8, exact).
     #[arg(value_name = "NAME")]
     name: String,
@@ -127,6 +152,13 @@ pub fn main(args: ExecArgs) -> ExitCode {
 }
 
 async fn exec(args: ExecArgs) -> u8 {
+    let tls = match tls_connector(&args) {
+        Ok(tls) => tls,
+        Err(message) => {
+            eprintln!("monolock exec: {message}");
+            return EXIT_USAGE;
+        }
+    };
     // Handlers first, so that a signal during the wait is never lost.
     let mut signals = match Signals::install() {
         Ok(signals) => signals,
@@ -136,8 +168,49 @@ async fn exec(args: ExecArgs) -> u8 {
         }
     };
     let client = Client::new(args.server.clone());
+    match tls {
+        None => acquire_and_run(&client, &args, &mut signals).await,
+        Some(tls) => acquire_and_run(&client.with_connector(tls), &args, &mut signals).await,
+    }
+}
+
+/// The TLS connector the flags ask for: `None` for plain TCP, or one line
+/// saying what is wrong with them.
+fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
+    let identity = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".to_owned()),
+        (None, Some(_)) => return Err("--tls-key needs --tls-cert (its certificate)".to_owned()),
+        (None, None) => None,
+    };
+    let Some(ca) = &args.tls_ca else {
+        return match (identity, &args.tls_server_name) {
+            (None, None) => Ok(None),
+            (Some(_), _) => Err("--tls-cert and --tls-key need --tls-ca (TLS is off)".to_owned()),
+            (None, Some(_)) => Err("--tls-server-name needs --tls-ca (TLS is off)".to_owned()),
+        };
+    };
+    let mut builder = TlsConnector::builder().with_ca_file(ca);
+    if let Some((cert, key)) = identity {
+        builder = builder.with_client_cert_files(cert, key);
+    }
+    if let Some(name) = &args.tls_server_name {
+        builder = builder.with_server_name(name);
+    }
+    builder
+        .build()
+        .map(Some)
+        .map_err(|err| format!("{:#}", anyhow::Error::new(err)))
+}
+
+/// Waits for the lock, then runs the command under it.
+async fn acquire_and_run<C: Connector>(
+    client: &Client<C>,
+    args: &ExecArgs,
+    signals: &mut Signals,
+) -> u8 {
     let guard = tokio::select! {
-        result = acquire(&client, &args) => match result {
+        result = acquire(client, args) => match result {
             Ok(Some(guard)) => guard,
             Ok(None) => {
                 match args.wait {
@@ -169,11 +242,14 @@ async fn exec(args: ExecArgs) -> u8 {
             return exit_code_for_signal(signal);
         }
     };
-    run_command(guard, &args, &mut signals).await
+    run_command(guard, args, signals).await
 }
 
 /// Takes the lock as the flags say: `Ok(None)` when it was not acquired.
-async fn acquire(client: &Client, args: &ExecArgs) -> Result<Option<LockGuard>, Error> {
+async fn acquire<C: Connector>(
+    client: &Client<C>,
+    args: &ExecArgs,
+) -> Result<Option<LockGuard>, Error> {
     let (name, lease) = (args.name.as_str(), args.lease);
     let retry = client.retry_policy();
     if args.no_wait {
@@ -423,7 +499,7 @@ fn exit_code_for_status(status: ExitStatus) -> u8 {
 /// everything else is the server's or the network's.
 fn exit_code_for(err: &Error) -> u8 {
     match err {
-        Error::InvalidName(_) | Error::InvalidLease { .. } => EXIT_USAGE,
+        Error::InvalidName(_) | Error::InvalidLease { .. } | Error::Tls(_) => EXIT_USAGE,
         Error::Server { code, .. } if !code.is_temporary() => EXIT_USAGE,
         _ => EXIT_UNAVAILABLE,
     }
@@ -431,7 +507,7 @@ fn exit_code_for(err: &Error) -> u8 {
 
 #[cfg(test)]
 mod tests {
-    use monolock_client::ErrorCode;
+    use monolock_client::{ErrorCode, TlsError};
 
     use super::*;
 
@@ -444,6 +520,10 @@ mod tests {
         assert_eq!(exit_code_for(&server(0x18)), EXIT_USAGE);
         assert_eq!(exit_code_for(&server(0x01)), EXIT_UNAVAILABLE);
         assert_eq!(exit_code_for(&Error::ConnectionClosed), EXIT_UNAVAILABLE);
+        assert_eq!(
+            exit_code_for(&Error::Tls(TlsError::NoTrustRoots)),
+            EXIT_USAGE
+        );
         assert_eq!(
             exit_code_for(&Error::InvalidLease {
                 lease: Duration::ZERO

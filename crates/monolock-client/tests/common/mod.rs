@@ -35,9 +35,14 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start() -> Self {
+        Self::start_with(ServerConfig::default()).await
+    }
+
+    /// A server with `config` (TLS, say).
+    pub async fn start_with(config: ServerConfig) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
-        let server = Server::new(ServerConfig::default());
+        let server = Server::new(config);
         let handle = server.handle();
         let task = tokio::spawn(server.run(listener));
         Self {

@@ -1,0 +1,336 @@
+//! `monolock exec` over TLS and mTLS, against a server running in the test
+//! with certificates made at test time.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    sync::Arc,
+    time::Duration,
+};
+
+use monolock_server::{Server, ServerConfig, ServerHandle, ServerTls, TlsFiles};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use tempfile::TempDir;
+use tokio::{
+    io::{AsyncBufReadExt, AsyncReadExt, BufReader},
+    net::TcpListener,
+    process::{Child, Command},
+    time::Instant,
+};
+
+const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
+
+const EXIT_USAGE: i32 = 64;
+const EXIT_UNAVAILABLE: i32 = 69;
+
+/// How long a test waits for something that should happen at once.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The identity in the client certificate.
+const IDENTITY: &str = "spiffe://prod/worker/exec";
+
+/// A certificate authority.
+struct Ca(CertifiedIssuer<'static, KeyPair>);
+
+impl Ca {
+    fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().expect("CA key");
+        Self(CertifiedIssuer::self_signed(params, key).expect("CA certificate"))
+    }
+
+    /// A leaf certificate and key, as PEM.
+    fn leaf(&self, sans: Vec<SanType>, usage: ExtendedKeyUsagePurpose) -> (String, String) {
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.subject_alt_names = sans;
+        params.extended_key_usages = vec![usage];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let key = KeyPair::generate().expect("leaf key");
+        let cert = params.signed_by(&key, &self.0).expect("sign leaf");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// An mTLS server, and the files a client needs to reach it.
+struct MtlsServer {
+    addr: SocketAddr,
+    handle: ServerHandle,
+    dir: TempDir,
+    /// The CA that signed the server's certificate.
+    ca: PathBuf,
+    /// A client certificate with [`IDENTITY`], and its key.
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl MtlsServer {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let write = |name: &str, contents: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, contents).expect("write file");
+            path
+        };
+        let server_ca = Ca::new("server CA");
+        let client_ca = Ca::new("client CA");
+        let (server_cert, server_key) = server_ca.leaf(
+            vec![
+                SanType::DnsName("localhost".try_into().expect("dns")),
+                SanType::IpAddress("127.0.0.1".parse().expect("ip")),
+            ],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (cert, key) = client_ca.leaf(
+            vec![SanType::URI(IDENTITY.try_into().expect("uri"))],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        let tls = ServerTls::load(TlsFiles {
+            cert: write("server.pem", &server_cert),
+            key: write("server.key", &server_key),
+            client_ca: Some(write("clients-ca.pem", &client_ca.0.pem())),
+        })
+        .expect("valid TLS files");
+        let ca = write("ca.pem", &server_ca.0.pem());
+        let cert = write("client.pem", &cert);
+        let key = write("client.key", &key);
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = Server::new(ServerConfig::default().with_tls(Arc::new(tls)));
+        let handle = server.handle();
+        tokio::spawn(server.run(listener));
+        Self {
+            addr,
+            handle,
+            dir,
+            ca,
+            cert,
+            key,
+        }
+    }
+
+    /// `monolock exec --server ADDR` with `args`, `env`, and stdin piped.
+    fn spawn(&self, args: &[&str], env: &[(&str, &PathBuf)]) -> Child {
+        Command::new(MONOLOCK)
+            .arg("exec")
+            .args(["--server", &self.addr.to_string()])
+            .args(args)
+            .envs(env.iter().map(|(name, path)| (name, path.as_os_str())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn monolock exec")
+    }
+}
+
+impl Drop for MtlsServer {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+/// Closes `child`'s stdin and waits for it to exit; returns the status,
+/// the rest of stdout (unless taken before) and stderr.
+async fn finish(mut child: Child) -> (ExitStatus, String, String) {
+    drop(child.stdin.take());
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    let out = child.stdout.take();
+    let mut err = child.stderr.take().expect("stderr");
+    let run = async {
+        let read_out = async {
+            match out {
+                Some(mut out) => out.read_to_string(&mut stdout).await.map(drop),
+                None => Ok(()),
+            }
+        };
+        let (read_out, read_err, status) =
+            tokio::join!(read_out, err.read_to_string(&mut stderr), child.wait(),);
+        read_out.expect("stdout");
+        read_err.expect("stderr");
+        status.expect("wait")
+    };
+    let status = tokio::time::timeout(PATIENCE, run)
+        .await
+        .expect("exec exits in time");
+    (status, stdout, stderr)
+}
+
+/// Polls `check` every few milliseconds until it holds; panics after
+/// [`PATIENCE`].
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn path(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_over_mtls_runs_the_command_with_the_token_and_identity() {
+    let server = MtlsServer::start().await;
+    let name = "mtls-job";
+    // The command prints its token, then holds the lock until stdin closes.
+    let mut running = server.spawn(
+        &[
+            "--tls-ca",
+            path(&server.ca),
+            "--tls-cert",
+            path(&server.cert),
+            "--tls-key",
+            path(&server.key),
+            name,
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$MONOLOCK_TOKEN"; cat >/dev/null"#,
+        ],
+        &[],
+    );
+    let mut lines = BufReader::new(running.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(PATIENCE, lines.next_line())
+        .await
+        .expect("a line in time")
+        .expect("stdout readable")
+        .expect("the token before EOF");
+    let token: u64 = line.trim().parse().expect("a decimal token");
+    let held = server
+        .handle
+        .lock(name)
+        .expect("held while the command runs");
+    assert_eq!(held.holder.token, token);
+    assert_eq!(&*held.holder.identity, IDENTITY);
+    let (status, _, err) = finish(running).await;
+    assert!(status.success(), "{status:?} {err}");
+    eventually("the release", || server.handle.lock(name).is_none()).await;
+
+    // The same from the environment, the name checked as a DNS name.
+    let env = [
+        ("MONOLOCK_TLS_CA", &server.ca),
+        ("MONOLOCK_TLS_CERT", &server.cert),
+        ("MONOLOCK_TLS_KEY", &server.key),
+    ];
+    let running = server.spawn(
+        &[
+            "--tls-server-name",
+            "localhost",
+            name,
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$MONOLOCK_TOKEN""#,
+        ],
+        &env,
+    );
+    let (status, out, err) = finish(running).await;
+    assert!(status.success(), "{status:?} {err}");
+    assert!(out.trim().parse::<u64>().expect("a token") > token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_flag_mistakes_exit_64_with_one_line() {
+    let server = MtlsServer::start().await;
+    let marker = server.dir.path().join("ran");
+    let touch = format!("touch '{}'", marker.display());
+    let missing = server.dir.path().join("missing.pem");
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "--tls-ca",
+                path(&server.ca),
+                "--tls-cert",
+                path(&server.cert),
+            ],
+            "--tls-cert needs --tls-key",
+        ),
+        (
+            &["--tls-ca", path(&server.ca), "--tls-key", path(&server.key)],
+            "--tls-key needs --tls-cert",
+        ),
+        (
+            &[
+                "--tls-cert",
+                path(&server.cert),
+                "--tls-key",
+                path(&server.key),
+            ],
+            "need --tls-ca",
+        ),
+        (&["--tls-ca", path(&missing)], path(&missing)),
+        (
+            // A certificate where the key should be.
+            &[
+                "--tls-ca",
+                path(&server.ca),
+                "--tls-cert",
+                path(&server.cert),
+                "--tls-key",
+                path(&server.cert),
+            ],
+            path(&server.cert),
+        ),
+    ];
+    for (flags, says) in cases {
+        let mut args = flags.to_vec();
+        args.extend(["job", "--", "sh", "-c", &touch]);
+        let (status, _, err) = finish(server.spawn(&args, &[])).await;
+        assert_eq!(status.code(), Some(EXIT_USAGE), "{flags:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{flags:?}: one line, got {err:?}");
+        assert!(err.starts_with("monolock exec: "), "{err}");
+        assert!(
+            err.contains(says),
+            "{flags:?}: {err:?} should mention {says}"
+        );
+    }
+    assert!(!marker.exists(), "the command ran");
+    assert_eq!(server.handle.counts().waiters, 0);
+    assert!(server.handle.lock("job").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_handshake_exits_unavailable() {
+    let server = MtlsServer::start().await;
+    // No client certificate: the mTLS server refuses the handshake.
+    let (status, _, err) =
+        finish(server.spawn(&["--tls-ca", path(&server.ca), "job", "--", "true"], &[])).await;
+    assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("could not connect"), "{err}");
+
+    // A server whose certificate does not match the expected name.
+    let (status, _, err) = finish(server.spawn(
+        &[
+            "--tls-ca",
+            path(&server.ca),
+            "--tls-cert",
+            path(&server.cert),
+            "--tls-key",
+            path(&server.key),
+            "--tls-server-name",
+            "locks.elsewhere",
+            "job",
+            "--",
+            "true",
+        ],
+        &[],
+    ))
+    .await;
+    assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert!(err.contains("could not connect"), "{err}");
+}
