@@ -6,7 +6,12 @@
 //! store of the new deadline, a timer reset, one write. It takes no shared
 //! lock and allocates nothing.
 
-use std::{net::SocketAddr, pin::Pin, sync::Arc, time::SystemTime};
+use std::{
+    net::SocketAddr,
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 use monolock_proto::{
     ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, LockName, Phase, RequestError, ServerFrame,
@@ -50,10 +55,12 @@ const SHUTTING_DOWN: End = End::Error(
 
 /// A write could not complete.
 enum WriteFailed {
-    /// Not within io-timeout (or the stream failed).
+    /// Blocked for io-timeout: the client does not read.
     IoTimeout,
     /// The session's lease ran out while the write was blocked.
     Expired,
+    /// The stream failed: the client closed or reset its connection.
+    Closed,
 }
 
 impl From<WriteFailed> for End {
@@ -61,7 +68,26 @@ impl From<WriteFailed> for End {
         match failed {
             WriteFailed::IoTimeout => End::Quiet(ReleaseReason::IoTimeout),
             WriteFailed::Expired => End::Quiet(ReleaseReason::Expired),
+            WriteFailed::Closed => End::Quiet(ReleaseReason::Graceful),
         }
+    }
+}
+
+/// Writes all of `bytes` within io-timeout, unless the lease runs out first.
+async fn write_bounded<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    bytes: &[u8],
+    io_timeout: Duration,
+    lease_timer: Pin<&mut Sleep>,
+) -> Result<(), WriteFailed> {
+    tokio::select! {
+        biased;
+        written = timeout(io_timeout, stream.write_all(bytes)) => match written {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(WriteFailed::Closed),
+            Err(_) => Err(WriteFailed::IoTimeout),
+        },
+        () = lease_timer => Err(WriteFailed::Expired),
     }
 }
 
@@ -366,6 +392,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     async fn write_replies(&mut self, reply: Reply, count: usize) -> Result<(), WriteFailed> {
         let frame = reply.bytes();
         let frame = &frame[..reply.len()];
+        let io_timeout = self.conn.shared.config.io_timeout;
+        if count == 1 {
+            // From the frame itself: the buffer may still hold unread input
+            // (heartbeats pipelined behind the ACQUIRE).
+            return write_bounded(
+                &mut self.conn.stream,
+                frame,
+                io_timeout,
+                self.lease_timer.as_mut(),
+            )
+            .await;
+        }
+        // Several replies answer input already consumed: batch them in the
+        // buffer.
         let per_write = BUF_LEN / frame.len();
         let mut left = count;
         while left > 0 {
@@ -374,16 +414,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             for chunk in self.conn.buf[..len].chunks_exact_mut(frame.len()) {
                 chunk.copy_from_slice(frame);
             }
-            let io_timeout = self.conn.shared.config.io_timeout;
-            tokio::select! {
-                biased;
-                written = timeout(io_timeout, self.conn.stream.write_all(&self.conn.buf[..len])) => {
-                    if !matches!(written, Ok(Ok(()))) {
-                        return Err(WriteFailed::IoTimeout);
-                    }
-                }
-                () = self.lease_timer.as_mut() => return Err(WriteFailed::Expired),
-            }
+            let conn = &mut *self.conn;
+            write_bounded(
+                &mut conn.stream,
+                &conn.buf[..len],
+                io_timeout,
+                self.lease_timer.as_mut(),
+            )
+            .await?;
             left -= batch;
         }
         Ok(())

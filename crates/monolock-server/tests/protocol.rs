@@ -424,3 +424,74 @@ async fn admin_force_release_and_kick() {
     assert!(server.handle.force_release("nobody").is_none());
     server.stop().await;
 }
+
+/// TCP is a stream: heartbeats may arrive in the same segment as the
+/// ACQUIRE, and each gets its reply after the ACQUIRE's. (The first reply
+/// once overwrote them in the shared buffer.)
+#[tokio::test]
+async fn heartbeats_pipelined_behind_the_acquire_are_answered() {
+    let server = TestServer::start().await;
+    for (name, heartbeats) in [("p1", 1usize), ("p3", 3), ("p40", 40)] {
+        let mut peer = server.connect().await;
+        let mut bytes = acquire_bytes(1, LEASE_MS, name.as_bytes());
+        bytes.extend(std::iter::repeat_n(msg::HEARTBEAT, heartbeats));
+        peer.send(&bytes).await;
+        let ServerFrame::Acquired { token } = peer.recv().await else {
+            panic!("{name}: not granted");
+        };
+        for i in 0..heartbeats {
+            assert_eq!(
+                peer.recv().await,
+                ServerFrame::Acquired { token },
+                "{name}: reply {i}"
+            );
+        }
+        assert_eq!(peer.heartbeat().await, ServerFrame::Acquired { token });
+    }
+    server.stop().await;
+}
+
+/// Records the reason of every release.
+#[derive(Default)]
+struct ReleaseReasons(std::sync::Mutex<Vec<monolock_server::ReleaseReason>>);
+
+impl monolock_server::Observer for ReleaseReasons {
+    fn observe(&self, event: &monolock_server::Event<'_>) {
+        if let monolock_server::Event::Released { reason, .. } = event {
+            self.0.lock().expect("reasons").push(*reason);
+        }
+    }
+}
+
+/// A holder that sends a heartbeat and resets its connection at once makes
+/// the reply's write fail: that is a client that closed (`graceful`), not a
+/// client that stopped reading (`io_timeout`).
+#[tokio::test]
+async fn a_write_to_a_closed_peer_is_a_graceful_release() {
+    let reasons = std::sync::Arc::new(ReleaseReasons::default());
+    let server =
+        TestServer::start_with(ServerConfig::default().with_observer(reasons.clone())).await;
+    for i in 0..20 {
+        let (peer, _) = server.hold(&format!("reset-{i}"), LEASE_MS).await;
+        let mut stream = peer.stream;
+        socket2::SockRef::from(&stream)
+            .set_linger(Some(Duration::ZERO))
+            .expect("linger");
+        tokio::io::AsyncWriteExt::write_all(&mut stream, &[msg::HEARTBEAT])
+            .await
+            .expect("heartbeat");
+        drop(stream);
+    }
+    common::eventually("20 releases", || {
+        reasons.0.lock().expect("reasons").len() == 20
+    })
+    .await;
+    let reasons = reasons.0.lock().expect("reasons").clone();
+    assert!(
+        reasons
+            .iter()
+            .all(|r| *r == monolock_server::ReleaseReason::Graceful),
+        "{reasons:?}"
+    );
+    server.stop().await;
+}
