@@ -1,1 +1,169 @@
-fn main() {}
+//! `monolock-bench`: monolock side by side with Redis locks.
+//!
+//! ```text
+//! monolock-bench --smoke   # a few seconds, no Redis needed (CI)
+//! monolock-bench --quick   # < 2 minutes, 2 rounds
+//! monolock-bench --full    # the published run, 5 rounds
+//! ```
+//!
+//! It starts what it measures as child processes: a `monolock serve` (found
+//! next to this binary, or `--monolock-bin`) and, when installed, a
+//! `redis-server`, each on a free loopback port, pinned to one CPU while the
+//! load generator runs on another. Results go to a table on stdout, plus
+//! `results.json`, `summary.md` and SVG charts in the output directory.
+#![warn(missing_docs)]
+
+mod charts;
+mod contention;
+mod cycles;
+mod dead;
+mod mono;
+mod report;
+mod resp;
+mod run;
+mod servers;
+mod sessions;
+mod stats;
+mod sys;
+mod worker;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Benchmarks monolock against Redis locks (SET NX PX + Lua release).
+#[derive(Parser, Debug)]
+#[command(
+    name = "monolock-bench",
+    version,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    sub: Option<Sub>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+/// Options of a benchmark run.
+#[derive(Args, Debug, Clone)]
+#[group(skip)]
+pub struct RunArgs {
+    /// A few seconds, tiny loads, no Redis needed; exits non-zero if anything failed.
+    #[arg(long, conflicts_with_all = ["quick", "full"])]
+    pub smoke: bool,
+    /// Under two minutes: 2 rounds, 5,000 sessions, no 30 s TTL trial.
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// The published run: 5 rounds, ~19,000 sessions, Redis TTL 30 s trials.
+    #[arg(long)]
+    pub full: bool,
+    /// The `monolock` binary [default: next to this binary].
+    #[arg(long, value_name = "PATH")]
+    pub monolock_bin: Option<PathBuf>,
+    /// The `redis-server` binary [default: from PATH].
+    #[arg(long, value_name = "PATH")]
+    pub redis_bin: Option<PathBuf>,
+    /// Do not run Redis even if installed.
+    #[arg(long)]
+    pub no_redis: bool,
+    /// Where results.json, summary.md and the charts go
+    /// [default: target/monolock-bench/<mode>].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Run only these scenarios (repeatable); all by default.
+    #[arg(long, value_enum, value_name = "SCENARIO")]
+    pub only: Vec<Scenario>,
+    /// Where the servers' logs go [default: target/monolock-bench/logs].
+    #[arg(long, value_name = "DIR")]
+    pub logs: Option<PathBuf>,
+    /// Override the number of rounds.
+    #[arg(long, value_name = "N")]
+    pub rounds: Option<usize>,
+    /// CPU for the servers.
+    #[arg(long, default_value_t = 1, value_name = "CPU")]
+    pub server_cpu: usize,
+    /// CPU for the load generator (this process and its helpers).
+    #[arg(long, default_value_t = 0, value_name = "CPU")]
+    pub client_cpu: usize,
+    /// Do not pin anything to CPUs.
+    #[arg(long)]
+    pub no_pin: bool,
+    /// Nice value for the servers and the load generator (inherited by
+    /// every child). A negative value keeps other work on a shared machine
+    /// (compilers) from preempting the measured processes; it needs root,
+    /// and is skipped with a note otherwise.
+    #[arg(long, default_value_t = -10, value_name = "N", allow_hyphen_values = true)]
+    pub nice: i32,
+    /// Run the servers and the load generator under SCHED_FIFO (priority
+    /// 10) instead: on a machine busy with other work this removes most
+    /// scheduling noise from the tails. Needs root. The kernel's RT
+    /// throttling still leaves other tasks 5% of each CPU.
+    #[arg(long)]
+    pub realtime: bool,
+}
+
+/// The scenarios of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// 1. One client's lock cycle latency.
+    Latency,
+    /// 2. Cycles/s of 1, 16, 64 clients on distinct names.
+    Throughput,
+    /// 3. 64 clients on one name.
+    Contention,
+    /// 4. SIGKILLed and SIGSTOPped holders.
+    Dead,
+    /// 5. Many idle heartbeating sessions.
+    Sessions,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// (internal) Hold one lock until killed.
+    #[command(hide = true)]
+    Hold(worker::HoldArgs),
+    /// (internal) Open and heartbeat many monolock sessions.
+    #[command(hide = true)]
+    SessionsWorker(worker::WorkerArgs),
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    // One thread: the generator is pinned to one CPU, and a single-threaded
+    // runtime has no cross-thread wake-ups to bill to either system.
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.sub {
+        Some(Sub::Hold(args)) => runtime()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(worker::hold(args)))
+            .map(|()| true),
+        Some(Sub::SessionsWorker(args)) => runtime()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(worker::sessions_worker(args)))
+            .map(|()| true),
+        None => {
+            if !(cli.run.smoke || cli.run.quick || cli.run.full) {
+                eprintln!("monolock-bench: choose a mode: --smoke, --quick or --full (see --help)");
+                return ExitCode::from(2);
+            }
+            let notes = run::prepare_process(&cli.run);
+            runtime()
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| rt.block_on(run::run(cli.run, notes)))
+        }
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("monolock-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -18,7 +18,7 @@ use tokio::{
 };
 use tokio_rustls::TlsAcceptor;
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
-use tracing::{Instrument, debug, debug_span, info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
@@ -109,17 +109,18 @@ impl Server {
             match accepted {
                 Ok((tcp, remote_addr)) => {
                     backoff = ACCEPT_BACKOFF_MIN;
-                    let span = debug_span!("conn", %remote_addr);
                     // Two task types, so a plaintext task stays exactly as
-                    // small as it would be in a server without TLS.
+                    // small as it would be in a server without TLS. No
+                    // tracing span per connection: entering it on every poll
+                    // costs each heartbeat; debug events name the address.
                     match &shared.config.tls {
-                        None => tracker.spawn(
-                            connection(tcp, remote_addr, Arc::clone(&shared)).instrument(span),
-                        ),
-                        Some(tls) => tracker.spawn(
-                            tls_connection(tcp, remote_addr, tls.acceptor(), Arc::clone(&shared))
-                                .instrument(span),
-                        ),
+                        None => tracker.spawn(connection(tcp, remote_addr, Arc::clone(&shared))),
+                        Some(tls) => tracker.spawn(tls_connection(
+                            tcp,
+                            remote_addr,
+                            tls.acceptor(),
+                            Arc::clone(&shared),
+                        )),
                     };
                 }
                 Err(err) if is_per_connection(&err) => {
@@ -189,7 +190,7 @@ async fn tls_connection(
                 Some([leaf, ..]) => Arc::from(identity_of_certificate(leaf)),
                 _ => Arc::clone(&shared.no_identity),
             };
-            debug!(%identity, "TLS handshake complete");
+            debug!(%remote_addr, %identity, "TLS handshake complete");
             session::serve(
                 stream,
                 remote_addr,
@@ -201,11 +202,11 @@ async fn tls_connection(
         }
         Some(Ok(Err(err))) => {
             shared.config.observer.observe(&Event::TlsHandshakeFailed);
-            debug!(error = %err, "TLS handshake failed");
+            debug!(%remote_addr, error = %err, "TLS handshake failed");
         }
         Some(Err(_)) => {
             shared.config.observer.observe(&Event::TlsHandshakeFailed);
-            debug!("TLS handshake not complete within io-timeout");
+            debug!(%remote_addr, "TLS handshake not complete within io-timeout");
         }
     }
     closed(&shared);

@@ -159,12 +159,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
             Ok(Ok(_)) => return None, // closed before a whole ACQUIRE
             Ok(Err(err)) => {
-                debug!(code = %err.code, reason = %err.reason, "refusing first frame");
+                debug!(%remote_addr, code = %err.code, reason = %err.reason, "refusing first frame");
                 self.close_with(err.code, &err.reason).await;
                 return None;
             }
             Err(_) => {
-                debug!("no ACQUIRE within io-timeout");
+                debug!(%remote_addr, "no ACQUIRE within io-timeout");
                 return None;
             }
         };
@@ -281,7 +281,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         let first_reply = match shared.table.acquire(self.slot) {
             Acquired::Granted(token) => {
                 self.announced = true;
-                debug!(lock = %self.slot.info.lock, token, "granted");
+                debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, token, "granted");
                 Reply::Acquired(token)
             }
             Acquired::Queued => Reply::Waiting,
@@ -290,6 +290,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         if let Err(failed) = self.write_replies(first_reply, 1).await {
             return failed.into();
         }
+        // Created once per wait, not on every turn of the loop: a heartbeat
+        // that wins the select leaves it registered and ready.
+        let slot: &SessionSlot = self.slot;
+        let notified = slot.notify.notified();
+        tokio::pin!(notified);
         loop {
             if self.conn.filled > 0
                 && let Some(end) = self.handle_input().await
@@ -298,7 +303,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             }
             tokio::select! {
                 biased;
-                () = self.slot.notify.notified() => {
+                () = notified.as_mut() => {
+                    notified.set(slot.notify.notified());
                     if let Some(end) = self.sync_state().await {
                         return end;
                     }
@@ -338,7 +344,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             && let Some(token) = self.slot.granted_token()
         {
             self.announced = true;
-            debug!(lock = %self.slot.info.lock, token, "promoted");
+            debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, token, "promoted");
             if let Err(failed) = self.write_replies(Reply::Acquired(token), 1).await {
                 return Some(failed.into());
             }
@@ -435,7 +441,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             End::Quiet(reason) | End::Error(reason, ..) => *reason,
             End::Protocol(_) => ReleaseReason::ProtocolError,
         };
-        debug!(lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
+        debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
         shared.table.end(self.slot, reason);
         match end {
             End::Quiet(_) => {}

@@ -1,0 +1,204 @@
+//! The servers under test, started as child processes (so their RSS and CPU
+//! can be read from `/proc/PID`), each on a free loopback port and pinned to
+//! the server CPU.
+
+use std::{
+    fs::File,
+    net::{SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result, bail};
+use tokio::net::TcpStream;
+
+use crate::{
+    resp::{Reply, RespConn},
+    sys::{self, ProcSample},
+};
+
+/// How long a server may take to accept connections after it was started.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between readiness probes.
+const READY_POLL: Duration = Duration::from_millis(20);
+
+/// Which system a figure belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    /// monolock
+    Monolock,
+    /// Redis with the SET NX PX recipe
+    Redis,
+}
+
+impl System {
+    /// The lower-case name used in metric keys.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Monolock => "monolock",
+            Self::Redis => "redis",
+        }
+    }
+}
+
+/// A running server child; killed and reaped on drop.
+pub struct Server {
+    /// What it is.
+    pub system: System,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its process id (for /proc).
+    pub pid: u32,
+    child: Child,
+    /// Where its stdout/stderr go.
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Starts `monolock serve --listen 127.0.0.1:PORT --log-format json`.
+    pub async fn start_monolock(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--log-format")
+            .arg("json");
+        Self::spawn(System::Monolock, cmd, addr, cpu, log_dir).await
+    }
+
+    /// Starts `redis-server` with persistence off, on loopback only.
+    pub async fn start_redis(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut cmd = Command::new(bin);
+        cmd.args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            // Bound to 127.0.0.1 only; protected mode would refuse the
+            // sessions calibration's other loopback source addresses.
+            .args(["--protected-mode", "no"])
+            .args(["--logfile", ""])
+            // Room for the sessions calibration (the descriptor limit caps it).
+            .args(["--maxclients", "19900"])
+            .arg("--dir")
+            .arg(log_dir);
+        Self::spawn(System::Redis, cmd, addr, cpu, log_dir).await
+    }
+
+    async fn spawn(
+        system: System,
+        mut cmd: Command,
+        addr: SocketAddr,
+        cpu: Option<usize>,
+        log_dir: &Path,
+    ) -> Result<Self> {
+        let log = log_dir.join(format!("{}-{}.log", system.key(), addr.port()));
+        let out = File::create(&log).with_context(|| format!("create {}", log.display()))?;
+        let err = out.try_clone()?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        if let Some(cpu) = cpu {
+            sys::pin_command(&mut cmd, cpu);
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("start {:?}", cmd.get_program()))?;
+        let mut server = Self {
+            system,
+            addr,
+            pid: child.id(),
+            child,
+            log,
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// Connects in a bounded retry loop until the server answers.
+    async fn wait_ready(&mut self) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "{} exited during startup ({status}); see {}",
+                    self.system.key(),
+                    self.log.display()
+                );
+            }
+            let ready = match self.system {
+                System::Monolock => TcpStream::connect(self.addr).await.is_ok(),
+                System::Redis => match RespConn::connect(self.addr).await {
+                    Ok(mut c) => matches!(c.cmd(&[b"PING"]).await, Ok(Reply::Simple(_))),
+                    Err(_) => false,
+                },
+            };
+            if ready {
+                return Ok(());
+            }
+            if started.elapsed() > READY_TIMEOUT {
+                bail!(
+                    "{} did not accept connections on {} within {READY_TIMEOUT:?}; see {}",
+                    self.system.key(),
+                    self.addr,
+                    self.log.display()
+                );
+            }
+            tokio::time::sleep(READY_POLL).await;
+        }
+    }
+
+    /// CPU and RSS of the server right now.
+    pub fn sample(&self) -> Result<ProcSample> {
+        sys::proc_sample(self.pid)
+            .with_context(|| format!("read /proc/{} of {}", self.pid, self.system.key()))
+    }
+
+    /// Fails if the server has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "{} exited ({status}); see {}",
+                self.system.key(),
+                self.log.display()
+            );
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Best effort: the child may already be gone.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port that was free a moment ago: bind 127.0.0.1:0, read it, release it.
+pub fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// `name` found on PATH, if any.
+pub fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The version line of `redis-server --version`, for the report.
+pub fn redis_version(bin: &Path) -> Option<String> {
+    let out = Command::new(bin).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .map(str::to_owned)
+}

@@ -1,0 +1,217 @@
+//! The few operating-system calls the bench needs that std does not offer:
+//! CPU affinity, signals, descriptor limits, socket options and process
+//! figures from `/proc`. Every `unsafe` block of the crate lives here.
+
+use std::{
+    fs,
+    io::{self, ErrorKind},
+    net::Ipv4Addr,
+    os::{fd::AsRawFd, unix::process::CommandExt},
+    process::Command,
+    time::Duration,
+};
+
+/// Online CPUs of the machine (not of this process's affinity mask).
+pub fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Restricts the calling thread to one CPU; threads and processes it starts
+/// afterwards inherit the mask.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "cpu index out of range",
+        ));
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, CPU_SET writes inside it
+    // (the index was checked above), and sched_setaffinity only reads it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Makes a child process start pinned to `cpu` (set between fork and exec,
+/// so every thread the child ever creates inherits it).
+pub fn pin_command(cmd: &mut Command, cpu: usize) {
+    // SAFETY: the closure only calls sched_setaffinity, which is
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || pin_current_thread(cpu));
+    }
+}
+
+/// Sets the calling thread's nice value; threads and processes it starts
+/// afterwards inherit it. Lowering it below 0 needs privileges.
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority has no memory-safety preconditions; who = 0 is
+    // the calling thread on Linux.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Switches the calling thread to SCHED_FIFO at `priority`; threads and
+/// processes it starts afterwards inherit it. Needs privileges.
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads the param struct we own; pid 0 is the
+    // calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sends `signal` to process `pid`.
+pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "pid out of range"))?;
+    // SAFETY: kill has no memory-safety preconditions; the pid is a child we
+    // have not reaped, so it cannot have been reused.
+    if unsafe { libc::kill(pid, signal) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Raises the soft descriptor limit to the hard limit; returns the new soft limit.
+pub fn raise_nofile_limit() -> io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        lim.rlim_cur = lim.rlim_max;
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// CPU time (user + system) this process has used so far, all threads.
+pub fn own_cpu_time() -> Duration {
+    // SAFETY: an all-zero rusage is valid; getrusage writes into it.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    timeval(usage.ru_utime) + timeval(usage.ru_stime)
+}
+
+fn timeval(tv: libc::timeval) -> Duration {
+    let secs = u64::try_from(tv.tv_sec).unwrap_or(0);
+    let micros = u64::try_from(tv.tv_usec).unwrap_or(0);
+    Duration::from_secs(secs) + Duration::from_micros(micros)
+}
+
+/// Binds `socket` to `ip` with the port chosen only at connect time
+/// (IP_BIND_ADDRESS_NO_PORT), so each source address has its own
+/// ephemeral-port space per destination.
+pub fn bind_source_ip(socket: &socket2::Socket, ip: Ipv4Addr) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: the fd is open (we hold the socket) and the option value is a
+    // c_int that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    socket.bind(&std::net::SocketAddr::new(ip.into(), 0).into())
+}
+
+fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(t).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
+/// A process's resource figures at one instant.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcSample {
+    /// User + system CPU of all its threads, living and exited.
+    pub cpu: Duration,
+    /// Resident set size in bytes.
+    pub rss_bytes: u64,
+}
+
+/// Reads `/proc/PID/stat` (CPU) and `/proc/PID/status` (VmRSS).
+pub fn proc_sample(pid: u32) -> io::Result<ProcSample> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may contain spaces and parentheses: fields are
+    // counted from the last ')'. After it: state(3) ... utime(14) stime(15).
+    let rest = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "malformed stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> io::Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "malformed stat field"))
+    };
+    let total_ticks = ticks(11)? + ticks(12)?;
+    let hz = clock_ticks_per_sec();
+    let cpu = Duration::from_secs(total_ticks / hz)
+        + Duration::from_nanos((total_ticks % hz) * 1_000_000_000 / hz);
+
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    Ok(ProcSample {
+        cpu,
+        rss_bytes: rss_kib * 1024,
+    })
+}
+
+/// Kernel slab memory of the whole machine, in bytes (`/proc/meminfo`
+/// "Slab:"). Socket, file and TCP control structures live there, outside
+/// every process's RSS. Machine-wide, so other activity adds noise.
+pub fn kernel_slab_bytes() -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Slab:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
