@@ -66,12 +66,14 @@ async fn run_locked_stops_the_work_when_the_lock_is_force_released() {
 async fn dropping_run_locked_asks_the_work_to_stop_but_holds_until_it_returns() {
     let server = TestServer::start().await;
     let name = "scoped-dropped";
+    let (started_tx, started_rx) = oneshot::channel();
     let (asked_tx, asked_rx) = oneshot::channel();
     let (finish_tx, finish_rx) = oneshot::channel::<()>();
     let client = server.client();
     let run = tokio::spawn(async move {
         client
-            .run_locked(name, Duration::from_millis(200), |lock| async move {
+            .run_locked(name, Duration::from_millis(500), |lock| async move {
+                let _ = started_tx.send(());
                 lock.cancelled().await;
                 let _ = asked_tx.send(lock.token());
                 // Cleanup that still needs the lock.
@@ -79,14 +81,15 @@ async fn dropping_run_locked_asks_the_work_to_stop_but_holds_until_it_returns() 
             })
             .await
     });
-    eventually("the lock to be taken", || server.lock(name).is_some()).await;
+    // The work runs: the server granted the lock and the client saw it.
+    within("the work to start", started_rx).await.unwrap();
     run.abort();
     let token = within("the work to be asked to stop", asked_rx)
         .await
         .unwrap();
     // Several leases later the lock is still held: heartbeats go on while
     // the work winds down.
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert_eq!(server.lock(name).map(|l| l.holder.token), Some(token));
     finish_tx.send(()).unwrap();
     eventually("the release after the work returned", || {
