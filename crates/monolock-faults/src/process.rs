@@ -1,0 +1,476 @@
+//! Child processes: the real `monolock` server and the fault workers.
+//!
+//! Every child is killed when its handle is dropped, so a failing scenario
+//! leaves nothing running. Diagnostic output is captured line by line, so
+//! a scenario can wait for a log line (with a deadline) instead of sleeping.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{ExitStatus, Stdio},
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use tokio::{
+    io::{AsyncBufReadExt, AsyncRead, BufReader},
+    process::{Child, Command},
+    sync::watch,
+    time::Instant,
+};
+
+use crate::{checker::WaitTimeout, clock::mono_ns, task::AbortOnDrop};
+
+/// Finds a binary built by cargo: `$env_var` if set, else next to the
+/// running executable (a binary of this crate), else one directory up (a
+/// test executable lives in `target/<profile>/deps`).
+///
+/// # Errors
+/// A message naming where it looked and how to build the binary.
+pub fn locate_binary(name: &str, env_var: &str) -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(env_var) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|err| format!("current_exe: {err}"))?;
+    let mut tried = Vec::new();
+    let mut dir = exe.parent();
+    for _ in 0..2 {
+        let Some(d) = dir else { break };
+        let candidate = d.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        tried.push(candidate);
+        dir = d.parent();
+    }
+    Err(format!(
+        "cannot find the `{name}` binary (tried {tried:?}); build it with the same profile \
+         (e.g. `cargo build -p monolock`) or set {env_var}"
+    ))
+}
+
+/// Lines a child wrote to one of its pipes, shared with a reader task.
+#[derive(Clone)]
+pub struct Lines {
+    lines: Arc<Mutex<Vec<String>>>,
+    changed: watch::Sender<usize>,
+}
+
+impl Lines {
+    fn new() -> Self {
+        Self {
+            lines: Arc::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+
+    fn capture(&self, pipe: impl AsyncRead + Unpin + Send + 'static) -> AbortOnDrop<()> {
+        let this = self.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            let mut lines = BufReader::new(pipe).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                this.lines
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(line);
+                this.changed.send_modify(|n| *n += 1);
+            }
+        }))
+    }
+
+    /// Everything captured so far.
+    pub fn snapshot(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Waits until `find` returns `Some` for the lines, at most `limit`.
+    ///
+    /// # Errors
+    /// [`WaitTimeout`] naming `what`.
+    pub async fn wait_for<T>(
+        &self,
+        limit: Duration,
+        what: &str,
+        mut find: impl FnMut(&[String]) -> Option<T>,
+    ) -> Result<T, WaitTimeout> {
+        let deadline = Instant::now() + limit;
+        let mut changed = self.changed.subscribe();
+        loop {
+            {
+                let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(found) = find(&lines) {
+                    return Ok(found);
+                }
+            }
+            match tokio::time::timeout_at(deadline, changed.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return Err(WaitTimeout(limit, what.to_owned())),
+            }
+        }
+    }
+}
+
+/// A running child, killed (SIGKILL) when dropped.
+pub struct ChildProcess {
+    name: String,
+    child: Child,
+    pid: u32,
+    stderr: Lines,
+    _readers: Vec<AbortOnDrop<()>>,
+}
+
+impl ChildProcess {
+    fn spawn(name: &str, mut command: Command) -> std::io::Result<Self> {
+        die_with_parent(&mut command);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn()?;
+        let pid = child.id().unwrap_or_default();
+        let stderr = Lines::new();
+        let mut readers = Vec::new();
+        if let Some(pipe) = child.stderr.take() {
+            readers.push(stderr.capture(pipe));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            child,
+            pid,
+            stderr,
+            _readers: readers,
+        })
+    }
+
+    /// The child's name in reports.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Its stderr, line by line.
+    pub fn stderr(&self) -> &Lines {
+        &self.stderr
+    }
+
+    /// Sends `signal`; returns CLOCK_MONOTONIC right before it was sent
+    /// (the fault's time: the signal may take effect before this thread
+    /// runs again, so a stamp taken after it could come too late).
+    ///
+    /// # Errors
+    /// The OS error (e.g. the process is gone).
+    pub fn signal(&self, signal: i32) -> std::io::Result<u64> {
+        let at = mono_ns();
+        send_signal(self.pid, signal)?;
+        Ok(at)
+    }
+
+    /// Waits for the child to exit, at most `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
+    }
+
+    /// Asks the child to stop (SIGTERM), waits at most `limit`, then kills
+    /// it. Returns the exit status if it exited by itself.
+    pub async fn stop(&mut self, limit: Duration) -> Option<ExitStatus> {
+        // A stopped process cannot handle SIGTERM: continue it first.
+        let _ = send_signal(self.pid, libc::SIGCONT);
+        let _ = send_signal(self.pid, libc::SIGTERM);
+        let status = self.wait_exit(limit).await;
+        if status.is_none() {
+            let _ = self.child.start_kill();
+            let _ = self.wait_exit(Duration::from_secs(5)).await;
+        }
+        status
+    }
+
+    /// Kills the child with SIGKILL and reaps it; returns CLOCK_MONOTONIC
+    /// right before the signal was sent.
+    pub async fn kill(&mut self) -> u64 {
+        let at = self.signal(libc::SIGKILL).unwrap_or_else(|_| mono_ns());
+        let _ = self.wait_exit(Duration::from_secs(5)).await;
+        at
+    }
+}
+
+/// Sends a signal to a process.
+///
+/// # Errors
+/// The OS error.
+#[allow(unsafe_code)]
+pub fn send_signal(pid: u32, signal: i32) -> std::io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::other("pid out of range"))?;
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    if unsafe { libc::kill(pid, signal) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The state letter of a process from `/proc/PID/stat` (`T` when stopped).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().next()?.chars().next()
+}
+
+/// Waits until the process is stopped (SIGSTOP took effect), at most
+/// `limit`. The kernel sends no event to a non-parent, so this polls
+/// `/proc` every few milliseconds, bounded.
+///
+/// # Errors
+/// [`WaitTimeout`].
+pub async fn wait_stopped(pid: u32, limit: Duration) -> Result<(), WaitTimeout> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if matches!(process_state(pid), Some('T' | 't')) {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Err(WaitTimeout(limit, format!("process {pid} to stop")))
+}
+
+/// A `monolock serve` child.
+pub struct ServerProcess {
+    /// The process.
+    pub process: ChildProcess,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its label in reports.
+    pub label: String,
+}
+
+/// How to start a server child.
+#[derive(Clone, Debug)]
+pub struct ServerSpec {
+    /// The `monolock` binary.
+    pub binary: PathBuf,
+    /// Its label.
+    pub label: String,
+    /// `--io-timeout`.
+    pub io_timeout: Duration,
+    /// `--log-level` (`debug` logs every grant with its token).
+    pub log_level: &'static str,
+    /// Lower the *hard* (and soft) RLIMIT_NOFILE of the child to this (the
+    /// server raises its soft limit to the hard one at startup).
+    pub nofile: Option<u64>,
+    /// `--audit-log PATH`, when the binary supports it.
+    pub audit_log: Option<PathBuf>,
+}
+
+impl ServerProcess {
+    /// Starts `monolock serve --listen 127.0.0.1:0` and waits (at most 20 s)
+    /// for its `listening` line.
+    ///
+    /// # Errors
+    /// Spawning failed or the server did not report its address.
+    pub async fn start(spec: &ServerSpec) -> Result<Self, String> {
+        let mut command = Command::new(&spec.binary);
+        command.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--log-level",
+            spec.log_level,
+            "--io-timeout",
+        ]);
+        command.arg(format!("{}ms", spec.io_timeout.as_millis()));
+        if let Some(path) = &spec.audit_log {
+            command.arg("--audit-log").arg(path);
+        }
+        if let Some(limit) = spec.nofile {
+            set_nofile_in_child(&mut command, limit);
+        }
+        let process = ChildProcess::spawn(&spec.label, command)
+            .map_err(|err| format!("spawning {}: {err}", spec.binary.display()))?;
+        let addr = process
+            .stderr()
+            .wait_for(
+                Duration::from_secs(20),
+                "the server's listening line",
+                |lines| lines.iter().find_map(|line| listening_addr(line)),
+            )
+            .await
+            .map_err(|err| {
+                format!(
+                    "{err}; stderr: {:?}",
+                    process.stderr().snapshot().join("\n")
+                )
+            })?;
+        Ok(Self {
+            process,
+            addr,
+            label: spec.label.clone(),
+        })
+    }
+
+    /// Tokens this server granted, from its debug log (`granted` and
+    /// `promoted` lines carry the token), as `(lock, token)`.
+    pub fn logged_grants(&self) -> Vec<(String, u64)> {
+        self.process
+            .stderr()
+            .snapshot()
+            .iter()
+            .filter_map(|line| {
+                let v: serde_json::Value = serde_json::from_str(line).ok()?;
+                let message = v.get("message")?.as_str()?;
+                if message != "granted" && message != "promoted" {
+                    return None;
+                }
+                Some((
+                    v.get("lock")?.as_str()?.to_owned(),
+                    v.get("token")?.as_u64()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Lines of its log whose message is `message`.
+    pub fn count_log(&self, message: &str) -> usize {
+        self.process
+            .stderr()
+            .snapshot()
+            .iter()
+            .filter(|line| {
+                serde_json::from_str::<serde_json::Value>(line)
+                    .ok()
+                    .and_then(|v| v.get("message")?.as_str().map(|m| m.starts_with(message)))
+                    .unwrap_or(false)
+            })
+            .count()
+    }
+}
+
+/// The `addr` of a JSON `listening` log line.
+fn listening_addr(line: &str) -> Option<SocketAddr> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    if v.get("message")?.as_str()? != "listening" {
+        return None;
+    }
+    v.get("addr")?.as_str()?.parse().ok()
+}
+
+/// Has the kernel SIGKILL the child if this process dies first, so that a
+/// harness killed mid-run leaves no server or worker behind.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls prctl(2), which is async-signal-safe; it allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+#[allow(unsafe_code)]
+fn set_nofile_in_child(command: &mut Command, limit: u64) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls setrlimit(2), which is async-signal-safe; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            let rlimit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// How to start a worker.
+#[derive(Clone, Debug)]
+pub struct WorkerSpec {
+    /// The worker binary.
+    pub binary: PathBuf,
+    /// Its name.
+    pub name: String,
+    /// The lock server (or a proxy in front of it).
+    pub server: SocketAddr,
+    /// The checker.
+    pub checker: SocketAddr,
+    /// The lock.
+    pub lock: String,
+    /// The lease.
+    pub lease: Duration,
+    /// Release after holding this long (0: hold until lost).
+    pub hold: Duration,
+    /// Pause between writes.
+    pub write_every: Duration,
+    /// Stop itself (SIGSTOP) once, between a successful `is_held()` check
+    /// and the write it allowed.
+    pub pause_once: bool,
+}
+
+impl WorkerSpec {
+    /// Starts the worker.
+    ///
+    /// # Errors
+    /// The spawn error.
+    pub fn start(&self) -> std::io::Result<ChildProcess> {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--name")
+            .arg(&self.name)
+            .arg("--server")
+            .arg(self.server.to_string())
+            .arg("--checker")
+            .arg(self.checker.to_string())
+            .arg("--lock")
+            .arg(&self.lock)
+            .arg("--lease-ms")
+            .arg(self.lease.as_millis().to_string())
+            .arg("--hold-ms")
+            .arg(self.hold.as_millis().to_string())
+            .arg("--write-every-ms")
+            .arg(self.write_every.as_millis().to_string());
+        if self.pause_once {
+            command.arg("--pause-once");
+        }
+        ChildProcess::spawn(&self.name, command)
+    }
+}
+
+/// A path for a scratch file, unique to this process and `tag`.
+pub fn scratch_path(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir();
+    Path::new(&dir).join(format!("monolock-faults-{}-{tag}", std::process::id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_listening_line_and_proc_state() {
+        let line =
+            r#"{"timestamp":"x","level":"INFO","message":"listening","addr":"127.0.0.1:4242"}"#;
+        assert_eq!(
+            listening_addr(line),
+            Some("127.0.0.1:4242".parse().unwrap())
+        );
+        assert_eq!(listening_addr(r#"{"message":"other"}"#), None);
+        assert!(matches!(process_state(std::process::id()), Some('R' | 'S')));
+    }
+}

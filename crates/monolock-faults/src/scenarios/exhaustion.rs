@@ -1,0 +1,142 @@
+//! 7. The server runs out of file descriptors.
+//!
+//! The real `monolock` binary runs with a hard RLIMIT_NOFILE of 64 (set in
+//! the child before exec: the server raises its soft limit to the hard one
+//! at startup, so the hard limit is the one that binds). More sessions are
+//! opened than fit. Checked: connections beyond the limit wait in the
+//! listen backlog (they are not refused and the server does not exit);
+//! every admitted session keeps being served (heartbeats answered); the
+//! failed accepts are logged; once sessions close, every waiting
+//! connection is accepted and answered.
+
+use std::time::Duration;
+
+use monolock_proto::ServerFrame;
+use rand::{Rng, rngs::StdRng};
+use tokio::time::Instant;
+
+use super::{Env, Report};
+use crate::{
+    probe::{Probe, ProbeError},
+    process::{ServerProcess, ServerSpec},
+};
+
+/// The hard descriptor limit of the server.
+const NOFILE: u64 = 64;
+/// Sessions attempted: well past the limit.
+const SESSIONS: usize = 100;
+const LEASE: Duration = Duration::from_secs(30);
+
+pub(super) async fn run(
+    env: &Env,
+    rounds: u32,
+    rng: &mut StdRng,
+    report: &mut Report,
+) -> Result<(), String> {
+    report.lease_ms = LEASE.as_millis() as u64;
+    let server = ServerProcess::start(&ServerSpec {
+        binary: env.server_bin()?,
+        label: "fd-limited".into(),
+        io_timeout: Duration::from_secs(5),
+        log_level: "info",
+        nofile: Some(NOFILE),
+        audit_log: None,
+    })
+    .await?;
+    for round in 0..rounds.max(1) {
+        exhaust_round(&server, round, rng, report).await?;
+    }
+    let mut server = server;
+    let status = server.process.stop(Duration::from_secs(10)).await;
+    report.check(status.is_some_and(|s| s.success()), || {
+        format!("the fd-limited server exited with {status:?}")
+    });
+    Ok(())
+}
+
+async fn exhaust_round(
+    server: &ServerProcess,
+    round: u32,
+    rng: &mut StdRng,
+    report: &mut Report,
+) -> Result<(), String> {
+    let accept_errors_before = server.count_log("accept failed");
+    let mut probes = Vec::new();
+    for i in 0..SESSIONS {
+        let lock = format!("faults/fd/{round}/{i}");
+        let probe = Probe::send_acquire(server.addr, &lock, LEASE, Duration::from_secs(5))
+            .await
+            .map_err(|e| format!("connection {i} was not even queued: {e}"))?;
+        probes.push(probe);
+    }
+    report.fault("descriptor-exhaustion");
+    // Admitted sessions answer at once; the rest wait in the backlog.
+    let mut admitted = Vec::new();
+    let mut waiting = Vec::new();
+    let first_reply_by = Instant::now() + Duration::from_secs(3);
+    for mut probe in probes {
+        let left = first_reply_by.saturating_duration_since(Instant::now());
+        match probe.next_frame(left.max(Duration::from_millis(1))).await {
+            Ok(ServerFrame::Acquired { token }) => admitted.push((probe, token)),
+            Ok(other) => return Err(format!("unexpected first reply {other:?}")),
+            Err(ProbeError::Timeout(_)) => waiting.push(probe),
+            Err(err) => return Err(format!("a session failed at the limit: {err}")),
+        }
+    }
+    report.count("sessions_admitted_at_limit", admitted.len() as u64);
+    report.count("connections_waiting_at_limit", waiting.len() as u64);
+    report.check(!waiting.is_empty(), || {
+        format!("all {SESSIONS} sessions were admitted under a limit of {NOFILE} descriptors")
+    });
+    let errors = server
+        .process
+        .stderr()
+        .wait_for(
+            Duration::from_secs(5),
+            "an accept failure in the log",
+            |lines| {
+                let n = lines.iter().filter(|l| l.contains("accept failed")).count();
+                (n > accept_errors_before).then_some(n - accept_errors_before)
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    report.count("accept_errors_logged", errors as u64);
+    // Existing sessions keep being served.
+    let mut max_rtt = Duration::ZERO;
+    for (probe, token) in admitted.iter_mut() {
+        match probe.heartbeat(Duration::from_secs(5)).await {
+            Ok((ServerFrame::Acquired { token: t }, rtt)) if t == *token => {
+                max_rtt = max_rtt.max(rtt);
+            }
+            other => report.problem(format!("an admitted session was not served: {other:?}")),
+        }
+    }
+    let max_ms = max_rtt.as_secs_f64() * 1000.0;
+    report.max_heartbeat_rtt_ms = Some(
+        report
+            .max_heartbeat_rtt_ms
+            .map_or(max_ms, |m| m.max(max_ms)),
+    );
+    // Free descriptors: close a random part of the admitted sessions,
+    // more than are waiting.
+    let close = (waiting.len() + 5).min(admitted.len());
+    for _ in 0..close {
+        let i = rng.random_range(0..admitted.len());
+        drop(admitted.swap_remove(i));
+    }
+    let recovered_at = Instant::now();
+    let mut recovered = 0u64;
+    for mut probe in waiting {
+        match probe.next_frame(Duration::from_secs(10)).await {
+            Ok(ServerFrame::Acquired { .. }) => recovered += 1,
+            other => report.problem(format!(
+                "a waiting connection was not served after recovery: {other:?}"
+            )),
+        }
+    }
+    report.count("waiting_served_after_recovery", recovered);
+    report.count("recovery_ms", recovered_at.elapsed().as_millis() as u64);
+    report.fault_to_grant(recovered_at.elapsed().as_secs_f64() * 1000.0);
+    Ok(())
+}
