@@ -88,7 +88,7 @@ impl Lab {
 
     /// Trusts the server's CA and presents a certificate for `uri`.
     fn mtls(&self, uri: &str) -> TlsConnectorBuilder {
-        let (cert, key) = self.files.leaf("client", &self.client_ca.client(uri));
+        let (cert, key) = self.files.leaf("client", &self.client_ca.client_uri(uri));
         self.tls().with_client_cert_files(cert, key)
     }
 
@@ -178,7 +178,7 @@ async fn mtls_presents_the_certificate_identity_to_the_server() {
 
     // The identity given as DER.
     let uri = "spiffe://prod/worker/2";
-    let leaf = lab.client_ca.client(uri);
+    let leaf = lab.client_ca.client_uri(uri);
     let client = lab.client(
         lab.tls()
             .with_client_cert(vec![leaf.der.clone()], leaf.key_der())
@@ -248,7 +248,7 @@ async fn an_untrusted_certificate_fails_the_handshake() {
     let stranger_file = lab.files.ca("stranger-ca.pem", &strangers);
     let (cert, key) = lab
         .files
-        .leaf("good", &lab.client_ca.client("spiffe://prod/worker/1"));
+        .leaf("good", &lab.client_ca.client_uri("spiffe://prod/worker/1"));
     let wrong_ca = TlsConnector::builder()
         .with_ca_file(&stranger_file)
         .with_client_cert_files(&cert, &key)
@@ -284,7 +284,7 @@ async fn an_untrusted_certificate_fails_the_handshake() {
     // The server does not trust the client's CA.
     let (cert, key) = lab
         .files
-        .leaf("stranger", &strangers.client("spiffe://prod/worker/1"));
+        .leaf("stranger", &strangers.client_uri("spiffe://prod/worker/1"));
     let stranger = lab
         .tls()
         .with_client_cert_files(cert, key)
@@ -367,8 +367,8 @@ async fn unusable_tls_settings_are_invalid_input_naming_the_file() {
     let ca = Ca::new("CA");
     let files = Files::new();
     let ca_file = files.ca("ca.pem", &ca);
-    let (cert, key) = files.leaf("client", &ca.client("spiffe://prod/worker/1"));
-    let (_, other_key) = files.leaf("other", &ca.client("spiffe://prod/worker/2"));
+    let (cert, key) = files.leaf("client", &ca.client_uri("spiffe://prod/worker/1"));
+    let (_, other_key) = files.leaf("other", &ca.client_uri("spiffe://prod/worker/2"));
     let garbage = files.write("garbage.pem", "not PEM at all\n");
     let missing = files.path("missing.pem");
 

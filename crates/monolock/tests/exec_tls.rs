@@ -5,16 +5,11 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
-    sync::Arc,
     time::Duration,
 };
 
-use monolock_server::{Server, ServerConfig, ServerHandle, ServerTls, TlsFiles};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
-};
-use tempfile::TempDir;
+use monolock_server::{Server, ServerConfig, ServerHandle};
+use monolock_testkit::pki::{Ca, Files};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, BufReader},
     net::TcpListener,
@@ -33,40 +28,11 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// The identity in the client certificate.
 const IDENTITY: &str = "spiffe://prod/worker/exec";
 
-/// A certificate authority.
-struct Ca(CertifiedIssuer<'static, KeyPair>);
-
-impl Ca {
-    fn new(name: &str) -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let key = KeyPair::generate().expect("CA key");
-        Self(CertifiedIssuer::self_signed(params, key).expect("CA certificate"))
-    }
-
-    /// A leaf certificate and key, as PEM.
-    fn leaf(&self, sans: Vec<SanType>, usage: ExtendedKeyUsagePurpose) -> (String, String) {
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.subject_alt_names = sans;
-        params.extended_key_usages = vec![usage];
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        let key = KeyPair::generate().expect("leaf key");
-        let cert = params.signed_by(&key, &self.0).expect("sign leaf");
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
 /// An mTLS server, and the files a client needs to reach it.
 struct MtlsServer {
     addr: SocketAddr,
     handle: ServerHandle,
-    dir: TempDir,
+    files: Files,
     /// The CA that signed the server's certificate.
     ca: PathBuf,
     /// A client certificate with [`IDENTITY`], and its key.
@@ -76,44 +42,22 @@ struct MtlsServer {
 
 impl MtlsServer {
     async fn start() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let write = |name: &str, contents: &str| {
-            let path = dir.path().join(name);
-            std::fs::write(&path, contents).expect("write file");
-            path
-        };
         let server_ca = Ca::new("server CA");
         let client_ca = Ca::new("client CA");
-        let (server_cert, server_key) = server_ca.leaf(
-            vec![
-                SanType::DnsName("localhost".try_into().expect("dns")),
-                SanType::IpAddress("127.0.0.1".parse().expect("ip")),
-            ],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        );
-        let (cert, key) = client_ca.leaf(
-            vec![SanType::URI(IDENTITY.try_into().expect("uri"))],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        );
-        let tls = ServerTls::load(TlsFiles {
-            cert: write("server.pem", &server_cert),
-            key: write("server.key", &server_key),
-            client_ca: Some(write("clients-ca.pem", &client_ca.0.pem())),
-        })
-        .expect("valid TLS files");
-        let ca = write("ca.pem", &server_ca.0.pem());
-        let cert = write("client.pem", &cert);
-        let key = write("client.key", &key);
+        let files = Files::new();
+        let tls = files.server_tls(&server_ca.server(), Some(&client_ca));
+        let ca = files.ca("ca.pem", &server_ca);
+        let (cert, key) = files.leaf("client", &client_ca.client_uri(IDENTITY));
 
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let server = Server::new(ServerConfig::default().with_tls(Arc::new(tls)));
+        let server = Server::new(ServerConfig::default().with_tls(tls));
         let handle = server.handle();
         tokio::spawn(server.run(listener));
         Self {
             addr,
             handle,
-            dir,
+            files,
             ca,
             cert,
             key,
@@ -246,9 +190,9 @@ async fn exec_over_mtls_runs_the_command_with_the_token_and_identity() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_flag_mistakes_exit_64_with_one_line() {
     let server = MtlsServer::start().await;
-    let marker = server.dir.path().join("ran");
+    let marker = server.files.path("ran");
     let touch = format!("touch '{}'", marker.display());
-    let missing = server.dir.path().join("missing.pem");
+    let missing = server.files.path("missing.pem");
     let cases: [(&[&str], &str); 5] = [
         (
             &[

@@ -18,9 +18,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use monolock_proto::{ErrorCode, ServerFrame};
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
+use monolock_testkit::pki::Ca;
 use serde_json::Value;
 
 fn expect_error(stream: &mut TcpStream, code: ErrorCode) {
@@ -159,25 +157,11 @@ fn invalid_combinations_fail_with_one_line() {
 
 /// Writes a CA, a server certificate and key into `dir`.
 fn lab_pki(dir: &Path) {
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "lab CA");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca =
-        CertifiedIssuer::self_signed(ca_params, KeyPair::generate().expect("key")).expect("CA");
-    let key = KeyPair::generate().expect("key");
-    let server = CertificateParams::new(vec!["localhost".to_owned()])
-        .expect("params")
-        .signed_by(&key, &ca)
-        .expect("server certificate");
+    let ca = Ca::new("lab CA");
+    let server = ca.server();
     std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
-    std::fs::write(dir.join("server.pem"), server.pem()).expect("write");
-    std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
+    std::fs::write(dir.join("server.pem"), &server.cert_pem).expect("write");
+    std::fs::write(dir.join("server.key"), &server.key_pem).expect("write");
 }
 
 /// Unusable files: exit 1, one line naming the file and the reason.
