@@ -222,13 +222,16 @@ async fn heartbeats_keep_a_holder_for_many_leases() {
 async fn silent_holder_is_replaced_after_its_lease_and_not_before() {
     let server = TestServer::start().await;
     let lease = Duration::from_millis(300);
+    // Measured from before the ACQUIRE is sent: the server starts the lease
+    // when it reads the frame, which is after this instant (and up to a
+    // round trip before the client sees the reply).
+    let sent_at = Instant::now();
     let (_silent_holder, token) = server.hold("silent", 300).await;
-    let acquired_at = Instant::now();
     let mut waiter = server.wait_in_line("silent", 60_000).await;
     let ServerFrame::Acquired { token: new_token } = waiter.recv().await else {
         panic!("waiter not promoted");
     };
-    let waited = acquired_at.elapsed();
+    let waited = sent_at.elapsed();
     assert!(new_token > token);
     assert!(waited >= lease, "promoted early, after {waited:?}");
     assert!(
