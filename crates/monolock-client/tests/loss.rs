@@ -83,8 +83,13 @@ async fn a_silent_server_is_abandoned_before_it_could_expire_the_lease() {
     let name = "silent";
     let lease = Duration::from_secs(1);
     let guard = proxy.client().acquire(name, lease).await.unwrap();
-    // Let a few heartbeats be confirmed, then cut the line.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once a heartbeat has been confirmed (the deadline moved on from the
+    // ACQUIRE's), cut the line.
+    let first_deadline = guard.deadline();
+    eventually("a confirmed heartbeat", || {
+        guard.deadline() > first_deadline
+    })
+    .await;
     assert!(guard.is_held());
     proxy.go_silent();
     let reason = within("the loss", guard.lost()).await;
