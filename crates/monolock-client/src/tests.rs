@@ -122,6 +122,15 @@ impl Peer {
         self.write(&frame.to_bytes()).await;
     }
 
+    /// Ends the session with ERROR `code` (and no reason), as a server does.
+    async fn send_error(&mut self, code: ErrorCode) {
+        self.send(ServerFrame::Error {
+            code,
+            reason: String::new(),
+        })
+        .await;
+    }
+
     async fn write(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("client reads");
     }
@@ -350,11 +359,7 @@ async fn server_errors_are_classified_by_range() {
         for code in [0x18, 0x0e] {
             let mut peer = server.accept().await;
             peer.expect_acquire().await;
-            peer.send(ServerFrame::Error {
-                code: ErrorCode(code),
-                reason: String::new(),
-            })
-            .await;
+            peer.send_error(ErrorCode(code)).await;
         }
     });
     let err = client.acquire("acl", LEASE).await.unwrap_err();
@@ -431,11 +436,7 @@ async fn acquire_retrying_retries_server_conditions_only() {
         for code in [0x02, 0x01] {
             let mut peer = server.accept().await;
             peer.expect_acquire().await;
-            peer.send(ServerFrame::Error {
-                code: ErrorCode(code),
-                reason: String::new(),
-            })
-            .await;
+            peer.send_error(ErrorCode(code)).await;
         }
         let mut peer = server.accept().await;
         peer.expect_acquire().await;
@@ -443,11 +444,7 @@ async fn acquire_retrying_retries_server_conditions_only() {
         peer.expect_eof().await;
         let mut peer = server.accept().await;
         peer.expect_acquire().await;
-        peer.send(ServerFrame::Error {
-            code: ErrorCode::NOT_AUTHORIZED,
-            reason: String::new(),
-        })
-        .await;
+        peer.send_error(ErrorCode::NOT_AUTHORIZED).await;
     });
     let client = client.with_retry_policy(RetryPolicy::new().with_max_attempts(5));
     let guard = client.acquire_retrying("retry", LEASE).await.unwrap();
@@ -465,11 +462,7 @@ async fn run_locked_cancels_the_work_on_loss_and_reports_it() {
         peer.expect_acquire().await;
         peer.send(acquired(9)).await;
         sleep(ms(100)).await;
-        peer.send(ServerFrame::Error {
-            code: ErrorCode::CLOSED_BY_ADMIN,
-            reason: String::new(),
-        })
-        .await;
+        peer.send_error(ErrorCode::CLOSED_BY_ADMIN).await;
     });
     let outcome = client
         .run_locked("scoped", LEASE, |lock| async move {

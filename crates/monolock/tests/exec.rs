@@ -8,7 +8,7 @@ use std::{
 };
 
 use monolock_client::Client;
-use monolock_server::{Server, ServerConfig, ServerHandle};
+use monolock_server::{ServerConfig, ServerHandle};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines},
     net::TcpListener,
@@ -35,11 +35,7 @@ struct TestServer {
 
 impl TestServer {
     async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let server = Server::new(ServerConfig::default());
-        let handle = server.handle();
-        tokio::spawn(server.run(listener));
+        let (addr, handle, _) = monolock_testkit::spawn_server(ServerConfig::default()).await;
         Self { addr, handle }
     }
 

@@ -8,11 +8,10 @@ use std::{
     time::Duration,
 };
 
-use monolock_server::{Server, ServerConfig, ServerHandle};
+use monolock_server::{ServerConfig, ServerHandle};
 use monolock_testkit::pki::{Ca, Files};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, BufReader},
-    net::TcpListener,
     process::{Child, Command},
     time::Instant,
 };
@@ -49,11 +48,8 @@ impl MtlsServer {
         let ca = files.ca("ca.pem", &server_ca);
         let (cert, key) = files.leaf("client", &client_ca.client_uri(IDENTITY));
 
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let server = Server::new(ServerConfig::default().with_tls(tls));
-        let handle = server.handle();
-        tokio::spawn(server.run(listener));
+        let (addr, handle, _) =
+            monolock_testkit::spawn_server(ServerConfig::default().with_tls(tls)).await;
         Self {
             addr,
             handle,

@@ -12,7 +12,7 @@ use std::{
 };
 
 use monolock_client::Client;
-use monolock_server::{LockSnapshot, Server, ServerConfig, ServerHandle};
+use monolock_server::{LockSnapshot, ServerConfig, ServerHandle};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{
@@ -40,11 +40,7 @@ impl TestServer {
 
     /// A server with `config` (TLS, say).
     pub async fn start_with(config: ServerConfig) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let server = Server::new(config);
-        let handle = server.handle();
-        let task = tokio::spawn(server.run(listener));
+        let (addr, handle, task) = monolock_testkit::spawn_server(config).await;
         Self {
             addr,
             handle,

@@ -74,13 +74,9 @@ pub(super) async fn run(
             }
         }
     }
-    lab.stop_all().await;
-    if let Some(last) = &primary {
-        servers.retire(last);
-    }
-    lab.finish(report, |lock, token| servers.server_of(lock, token))
+    servers
+        .conclude(&mut lab, primary.as_ref(), report, true)
         .await;
-    servers.check(report, true);
     outcome
 }
 

@@ -60,13 +60,9 @@ pub(super) async fn run(
             }
         }
     }
-    lab.stop_all().await;
-    if let Some(last) = &current {
-        servers.retire(last);
-    }
-    lab.finish(report, |lock, token| servers.server_of(lock, token))
+    servers
+        .conclude(&mut lab, current.as_ref(), report, false)
         .await;
-    servers.check(report, false);
     outcome
 }
 
@@ -133,6 +129,24 @@ impl Servers {
             .iter()
             .find(|(l, _)| l == label)
             .and_then(|(_, grants)| grants.iter().map(|(_, t)| *t).max())
+    }
+
+    /// Ends a scenario: stops the workers, retires the last live server,
+    /// and runs the lab's checks and this scenario's token checks.
+    pub(super) async fn conclude(
+        &mut self,
+        lab: &mut Lab,
+        last: Option<&ServerProcess>,
+        report: &mut Report,
+        cross_server_allowed: bool,
+    ) {
+        lab.stop_all().await;
+        if let Some(last) = last {
+            self.retire(last);
+        }
+        lab.finish(report, |lock, token| self.server_of(lock, token))
+            .await;
+        self.check(report, cross_server_allowed);
     }
 
     /// Checks that each server's tokens exceed every earlier server's, and

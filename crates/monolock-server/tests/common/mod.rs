@@ -4,10 +4,10 @@
 use std::{io, net::SocketAddr, time::Duration};
 
 use monolock_proto::{ServerFrame, decode_response, msg};
-use monolock_server::{Server, ServerConfig, ServerHandle};
+use monolock_server::{ServerConfig, ServerHandle};
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
-    net::{TcpListener, TcpStream},
+    net::TcpStream,
     task::JoinHandle,
     time::timeout,
 };
@@ -28,11 +28,7 @@ impl TestServer {
     }
 
     pub async fn start_with(config: ServerConfig) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let server = Server::new(config);
-        let handle = server.handle();
-        let task = tokio::spawn(server.run(listener));
+        let (addr, handle, task) = monolock_testkit::spawn_server(config).await;
         Self { addr, handle, task }
     }
 
