@@ -47,6 +47,7 @@ mod audit;
 mod config;
 mod events;
 mod glob;
+mod leases;
 mod limits;
 mod listen;
 mod metrics;

@@ -1,15 +1,16 @@
 //! One connection, from accept to close: the first ACQUIRE, then heartbeats,
 //! pushes and the end of the session.
 //!
-//! Each connection is one task that owns its stream, a small fixed buffer
-//! and its lease timer. A heartbeat is handled entirely here: an atomic
-//! store of the new deadline, a timer reset, one write. It takes no shared
-//! lock and allocates nothing.
+//! Each connection is one task that owns its stream and a small fixed
+//! buffer. A heartbeat is handled entirely here: an atomic store of the new
+//! deadline (the server-wide lease wheel reads it when it next looks), one
+//! write. It takes no shared lock, arms no timer and allocates nothing.
 
 use std::{
     net::SocketAddr,
     pin::Pin,
     sync::Arc,
+    task::Poll,
     time::{Duration, SystemTime},
 };
 
@@ -19,7 +20,7 @@ use monolock_proto::{
 };
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
-    time::{Instant, Sleep, sleep_until, timeout, timeout_at},
+    time::{Instant, timeout, timeout_at},
 };
 use tracing::debug;
 
@@ -73,22 +74,38 @@ impl From<WriteFailed> for End {
     }
 }
 
-/// Writes all of `bytes` within io-timeout, unless the lease runs out first.
+/// Writes all of `bytes` within io-timeout, unless the lease (ending at
+/// `lease_end`) runs out first.
 async fn write_bounded<S: AsyncWrite + Unpin>(
     stream: &mut S,
     bytes: &[u8],
     io_timeout: Duration,
-    lease_timer: Pin<&mut Sleep>,
+    lease_end: Instant,
 ) -> Result<(), WriteFailed> {
-    tokio::select! {
-        biased;
-        written = timeout(io_timeout, stream.write_all(bytes)) => match written {
+    // The common case, the socket taking the whole reply at once, arms no
+    // timer; and the timer of the slow case lives in its own allocation, so
+    // it does not make every session's task bigger.
+    let first = std::future::poll_fn(|cx| match Pin::new(&mut *stream).poll_write(cx, bytes) {
+        Poll::Pending => Poll::Ready(None),
+        Poll::Ready(written) => Poll::Ready(Some(written)),
+    })
+    .await;
+    let rest = match first {
+        Some(Ok(n)) if n == bytes.len() => return Ok(()),
+        Some(Ok(0)) | Some(Err(_)) => return Err(WriteFailed::Closed),
+        Some(Ok(n)) => &bytes[n..],
+        None => bytes,
+    };
+    Box::pin(async {
+        let io_end = Instant::now() + io_timeout;
+        match timeout_at(io_end.min(lease_end), stream.write_all(rest)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(WriteFailed::Closed),
+            Err(_) if lease_end < io_end => Err(WriteFailed::Expired),
             Err(_) => Err(WriteFailed::IoTimeout),
-        },
-        () = lease_timer => Err(WriteFailed::Expired),
-    }
+        }
+    })
+    .await
 }
 
 /// Serves one accepted connection to its end.
@@ -113,15 +130,12 @@ pub(crate) async fn serve<S>(
         return;
     };
     let now = Instant::now();
-    let lease = info.lease.as_duration();
     let slot = Arc::new(SessionSlot::new(info, now));
     shared.table.touch(&slot, now);
-    let lease_timer = sleep_until(now + lease);
-    tokio::pin!(lease_timer);
+    shared.table.watch_lease(&slot);
     let mut session = Session {
         conn: &mut conn,
         slot: &slot,
-        lease_timer,
         announced: false,
     };
     let end = session.run().await;
@@ -270,7 +284,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
 struct Session<'a, 'c, S> {
     conn: &'c mut Connection<'a, S>,
     slot: &'a Arc<SessionSlot>,
-    lease_timer: Pin<&'a mut Sleep>,
     /// Whether ACQUIRED has been sent (as the ACQUIRE's reply or a push).
     announced: bool,
 }
@@ -309,7 +322,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                         return end;
                     }
                 }
-                () = self.lease_timer.as_mut() => return End::Quiet(ReleaseReason::Expired),
                 read = self.conn.stream.read(&mut self.conn.buf) => match read {
                     Ok(0) | Err(_) => return End::Quiet(ReleaseReason::Graceful),
                     Ok(n) => self.conn.filled = n,
@@ -372,9 +384,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             let shared = self.conn.shared;
             let now = Instant::now();
             shared.table.touch(self.slot, now);
-            self.lease_timer
-                .as_mut()
-                .reset(now + self.slot.info.lease.as_duration());
             shared
                 .config
                 .observer
@@ -399,16 +408,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         let frame = reply.bytes();
         let frame = &frame[..reply.len()];
         let io_timeout = self.conn.shared.config.io_timeout;
+        let lease_end = self.conn.shared.table.lease_end(self.slot);
         if count == 1 {
             // From the frame itself: the buffer may still hold unread input
             // (heartbeats pipelined behind the ACQUIRE).
-            return write_bounded(
-                &mut self.conn.stream,
-                frame,
-                io_timeout,
-                self.lease_timer.as_mut(),
-            )
-            .await;
+            return write_bounded(&mut self.conn.stream, frame, io_timeout, lease_end).await;
         }
         // Several replies answer input already consumed: batch them in the
         // buffer.
@@ -421,13 +425,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 chunk.copy_from_slice(frame);
             }
             let conn = &mut *self.conn;
-            write_bounded(
-                &mut conn.stream,
-                &conn.buf[..len],
-                io_timeout,
-                self.lease_timer.as_mut(),
-            )
-            .await?;
+            write_bounded(&mut conn.stream, &conn.buf[..len], io_timeout, lease_end).await?;
             left -= batch;
         }
         Ok(())
@@ -442,8 +440,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             End::Protocol(_) => ReleaseReason::ProtocolError,
         };
         debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
-        shared.table.end(self.slot, reason);
+        let promoted = shared.table.end(self.slot, reason);
         match end {
+            // Let the promoted session write its ACQUIRED before this one
+            // closes its socket: the close is the slower half of the
+            // handover and nobody waits on it.
+            End::Quiet(_) if promoted => tokio::task::yield_now().await,
             End::Quiet(_) => {}
             End::Error(_, code, reason) => self.conn.close_with(code, reason).await,
             End::Protocol(err) => self.conn.close_with(err.code, &err.reason).await,

@@ -14,14 +14,18 @@ use std::{
         Arc, Mutex, MutexGuard, PoisonError,
         atomic::{AtomicU8, AtomicU64, Ordering},
     },
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
+
+/// Stands in for "never" where an `Instant` is needed.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 use monolock_proto::{Lease, LockName};
 use tokio::{sync::Notify, time::Instant};
 
 use crate::{
     events::{Event, Observer, ReleaseReason, SessionInfo},
+    leases::{LeaseWheel, NOT_FILED},
     token::{TokenIssuer, WallClock},
 };
 
@@ -52,6 +56,9 @@ pub(crate) struct SessionSlot {
     token: AtomicU64,
     end_notice: AtomicU8,
     pub(crate) notify: Notify,
+    /// Where the lease wheel filed this session; only read and written
+    /// under the wheel's lock.
+    pub(crate) wheel_pos: AtomicU64,
 }
 
 impl SessionSlot {
@@ -63,7 +70,18 @@ impl SessionSlot {
             token: AtomicU64::new(0),
             end_notice: AtomicU8::new(0),
             notify: Notify::new(),
+            wheel_pos: AtomicU64::new(NOT_FILED),
         }
+    }
+
+    /// The deadline, in nanoseconds since the table's epoch.
+    pub(crate) fn deadline_nanos(&self) -> u64 {
+        self.deadline.load(Ordering::Acquire)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn set_deadline_nanos(&self, nanos: u64) {
+        self.deadline.store(nanos, Ordering::Release);
     }
 
     /// The token of this session's grant, if it has been granted.
@@ -84,8 +102,13 @@ impl SessionSlot {
         }
     }
 
-    fn end_from_outside(&self, notice: EndNotice) {
-        self.end_notice.store(notice as u8, Ordering::Release);
+    /// Tells the session's task to end, for the first reason given: a
+    /// later one (say, the lease running out before the task saw a
+    /// force-release) does not change what the client is told.
+    pub(crate) fn end_from_outside(&self, notice: EndNotice) {
+        let _ =
+            self.end_notice
+                .compare_exchange(0, notice as u8, Ordering::Release, Ordering::Relaxed);
         self.notify.notify_one();
     }
 }
@@ -125,8 +148,15 @@ struct TableState {
 pub(crate) struct LockTable {
     state: Mutex<TableState>,
     epoch: Instant,
+    leases: Arc<LeaseWheel>,
     clock: Arc<dyn WallClock>,
     observer: Arc<dyn Observer>,
+}
+
+impl Drop for LockTable {
+    fn drop(&mut self) {
+        self.leases.stop();
+    }
 }
 
 /// A holder as the admin API shows it.
@@ -179,6 +209,7 @@ pub struct TableCounts {
 
 impl LockTable {
     pub(crate) fn new(clock: Arc<dyn WallClock>, observer: Arc<dyn Observer>) -> Self {
+        let epoch = Instant::now();
         Self {
             state: Mutex::new(TableState {
                 locks: HashMap::new(),
@@ -186,7 +217,8 @@ impl LockTable {
                 waiters: 0,
                 closing: false,
             }),
-            epoch: Instant::now(),
+            epoch,
+            leases: Arc::new(LeaseWheel::new(epoch)),
             clock,
             observer,
         }
@@ -206,6 +238,20 @@ impl LockTable {
     pub(crate) fn touch(&self, slot: &SessionSlot, now: Instant) {
         let deadline = self.nanos_since_epoch(now + slot.info.lease.as_duration());
         slot.deadline.store(deadline, Ordering::Release);
+    }
+
+    /// When `slot`'s lease runs out unless it is heard from again.
+    pub(crate) fn lease_end(&self, slot: &SessionSlot) -> Instant {
+        let deadline = Duration::from_nanos(slot.deadline_nanos());
+        self.epoch
+            .checked_add(deadline)
+            .unwrap_or_else(|| Instant::now() + FAR_FUTURE)
+    }
+
+    /// Starts expiring `slot` when it goes silent for its lease (after its
+    /// first [`touch`](Self::touch)). Must run inside a tokio runtime.
+    pub(crate) fn watch_lease(&self, slot: &Arc<SessionSlot>) {
+        self.leases.watch(slot);
     }
 
     fn is_silent(&self, slot: &SessionSlot, now: Instant) -> bool {
@@ -257,21 +303,25 @@ impl LockTable {
     /// Ends `slot`'s part in the table: a holder releases (and the next live
     /// waiter is promoted in the same step), a waiter leaves its queue.
     /// Idempotent: a session already removed by the admin API is a no-op.
-    pub(crate) fn end(&self, slot: &Arc<SessionSlot>, reason: ReleaseReason) {
+    /// Returns true when a waiter was promoted.
+    pub(crate) fn end(&self, slot: &Arc<SessionSlot>, reason: ReleaseReason) -> bool {
+        self.leases.forget(slot);
         let mut state = self.lock_state();
         let state = &mut *state;
         let Some(entry) = state.locks.get_mut(&slot.info.lock) else {
-            return;
+            return false;
         };
         if Arc::ptr_eq(&entry.holder.slot, slot) {
             let now = Instant::now();
             self.released(&entry.holder, now, reason);
-            self.promote(state, slot.info.lock.clone(), now);
-        } else if let Some(pos) = entry.waiters.iter().position(|w| Arc::ptr_eq(w, slot)) {
+            return self.promote(state, slot.info.lock.clone(), now);
+        }
+        if let Some(pos) = entry.waiters.iter().position(|w| Arc::ptr_eq(w, slot)) {
             entry.waiters.remove(pos);
             state.waiters -= 1;
             self.observer.observe(&Event::WaiterLeft(&slot.info));
         }
+        false
     }
 
     fn released(&self, holder: &Holder, now: Instant, reason: ReleaseReason) {
@@ -286,10 +336,11 @@ impl LockTable {
     /// The holder of `name` is gone: hand the lock to the first waiter that
     /// is still alive, or forget the lock. Waiters found silent past their
     /// lease are dropped here, so an expired waiter never gets the lock.
-    fn promote(&self, state: &mut TableState, name: LockName, now: Instant) {
+    /// Hands `name` to its first live waiter; true when there was one.
+    fn promote(&self, state: &mut TableState, name: LockName, now: Instant) -> bool {
         let closing = state.closing;
         let Some(entry) = state.locks.get_mut(&name) else {
-            return;
+            return false;
         };
         while let Some(next) = entry.waiters.pop_front() {
             state.waiters -= 1;
@@ -302,9 +353,10 @@ impl LockTable {
             }
             entry.holder = self.grant(&mut state.tokens, &next, now);
             next.notify.notify_one();
-            return;
+            return true;
         }
         state.locks.remove(&name);
+        false
     }
 
     /// Force-releases the holder of `name`; the next waiter is promoted at

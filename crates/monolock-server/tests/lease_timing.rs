@@ -107,6 +107,33 @@ async fn each_heartbeat_restarts_the_lease() {
     holder.expect_eof().await;
 }
 
+/// Leases longer than one turn of the server's lease wheel (16.4 s) are
+/// kept by heartbeats for minutes and still end exactly at their lease.
+#[tokio::test(start_paused = true)]
+async fn a_long_lease_is_kept_by_heartbeats_and_ends_exactly() {
+    let handle = server();
+    let (mut holder, reply) = acquire(&handle, 1, "long", 40_000).await;
+    let ServerFrame::Acquired { token } = reply else {
+        panic!("not granted: {reply:?}");
+    };
+    let (mut waiter, _) = acquire(&handle, 2, "long", 600_000).await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(holder.heartbeat().await, ServerFrame::Acquired { token });
+    }
+    let last_heard = Instant::now();
+    // (`recv` gives up after 10 s of paused time.)
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    let pushed = waiter.recv().await;
+    assert!(matches!(pushed, ServerFrame::Acquired { .. }), "{pushed:?}");
+    let silent = last_heard.elapsed();
+    assert!(
+        silent >= Duration::from_secs(40) && silent <= Duration::from_millis(40_001),
+        "expired {silent:?} after the last heartbeat"
+    );
+    holder.expect_eof().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_silent_waiter_is_dropped_at_its_lease_and_never_granted() {
     let handle = server();
