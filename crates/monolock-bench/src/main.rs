@@ -17,6 +17,7 @@ mod charts;
 mod contention;
 mod cycles;
 mod dead;
+mod floor;
 mod mono;
 mod report;
 mod resp;
@@ -126,6 +127,9 @@ enum Sub {
     /// (internal) Open and heartbeat many monolock sessions.
     #[command(hide = true)]
     SessionsWorker(worker::WorkerArgs),
+    /// (internal) Echo one connection's bytes: the machine-floor peer.
+    #[command(hide = true)]
+    Echo(floor::EchoArgs),
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -147,6 +151,7 @@ fn main() -> ExitCode {
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(worker::sessions_worker(args)))
             .map(|()| true),
+        Some(Sub::Echo(args)) => floor::echo(args).map(|()| true),
         None => {
             if !(cli.run.smoke || cli.run.quick || cli.run.full) {
                 eprintln!("monolock-bench: choose a mode: --smoke, --quick or --full (see --help)");

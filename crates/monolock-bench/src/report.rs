@@ -409,6 +409,21 @@ pub fn results_table(
             },
         });
     };
+    // One measurement for both systems: shown in both columns, no ratio.
+    for (fig, key) in [
+        ("1-byte TCP round trip p50 (µs)", "floor.rtt_p50_us"),
+        ("1-byte TCP round trip p99 (µs)", "floor.rtt_p99_us"),
+    ] {
+        if let Some(sp) = s.get(key) {
+            rows.push(Row {
+                scenario: "machine floor: plain echo process, no lock".to_owned(),
+                figure: fig.to_owned(),
+                mono: Some(fmt_spread(sp)),
+                redis: Some(fmt_spread(sp)),
+                ratio: None,
+            });
+        }
+    }
     for (fig, key) in [
         ("lock cycle p50 (µs)", "cycle_p50_us"),
         ("lock cycle p99 (µs)", "cycle_p99_us"),

@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::{
-    RunArgs, Scenario, charts, contention, cycles, dead,
+    RunArgs, Scenario, charts, contention, cycles, dead, floor,
     report::{self, Metrics, Summary, TargetContext, fmt_num},
     servers::{self, Server, System},
     sessions,
@@ -465,6 +465,15 @@ pub async fn run(args: RunArgs, setup_notes: Vec<String>) -> Result<bool> {
         } else {
             [System::Redis, System::Monolock]
         };
+        // The machine's floor, for reading the latencies against.
+        if want(Scenario::Latency) || want(Scenario::Contention) {
+            steps
+                .step(
+                    "machine floor, 1-byte echo round trip".to_owned(),
+                    floor::round_trip(&exe, server_cpu, plan.warmup, plan.latency_len, &mut m),
+                )
+                .await;
+        }
         // 1. Uncontended latency.
         for sys in order.into_iter().filter(|_| want(Scenario::Latency)) {
             let Some(server) = pick(sys, &mono, &redis) else {
@@ -848,6 +857,7 @@ fn smoke_checks(s: &Summary, plan: &Plan, redis_ran: bool) -> Vec<String> {
         Some(sp) => problems.push(format!("{key} = {}", sp.median)),
         None => problems.push(format!("{key} missing")),
     };
+    positive("floor.rtt_p99_us", &mut problems);
     let mut systems = vec!["monolock"];
     if redis_ran {
         systems.push("redis");
