@@ -16,8 +16,10 @@
 //! costs one pointer in a slot plus its position.
 //!
 //! Expiry is never early (a session is expired only once its deadline is
-//! `<=` now) and at most about 2 ms late (the slot's millisecond plus the
-//! runtime timer's own millisecond rounding).
+//! `<=` now) and no later than a timer of its own would fire: the driver
+//! sleeps until the earliest deadline of the next non-empty slot, not to
+//! the slot's end, so only the runtime timer's millisecond rounding is
+//! added.
 
 use std::{
     sync::{
@@ -62,7 +64,8 @@ struct WheelState {
     next_tick: u64,
     /// Sessions filed.
     len: usize,
-    /// The tick the driver sleeps until (`u64::MAX`: until woken).
+    /// When the driver looks next, in nanoseconds since the epoch
+    /// (`u64::MAX`: when woken).
     sleeping_until: u64,
 }
 
@@ -105,9 +108,10 @@ impl LeaseWheel {
         }
         let mut state = self.lock();
         let earliest = state.next_tick;
-        let tick = state.file(Arc::clone(slot), earliest);
-        if tick < state.sleeping_until {
-            state.sleeping_until = tick;
+        state.file(Arc::clone(slot), earliest);
+        let deadline = slot.deadline_nanos();
+        if deadline < state.sleeping_until {
+            state.sleeping_until = deadline;
             self.wake.notify_one();
         }
     }
@@ -120,21 +124,15 @@ impl LeaseWheel {
         if pos == NOT_FILED {
             return;
         }
-        slot.wheel_pos.store(NOT_FILED, Ordering::Relaxed);
         let (index, at) = unpack(pos);
-        let bucket = &mut state.slots[index];
-        if at < bucket.len() {
-            bucket.swap_remove(at);
-            if let Some(moved) = bucket.get(at) {
-                moved.wheel_pos.store(pack(index, at), Ordering::Relaxed);
-            }
-            state.len -= 1;
+        if at < state.slots[index].len() {
+            state.remove(index, at);
         }
     }
 
-    /// Looks at every slot due by now; returns the tick of the next
-    /// non-empty slot, if any.
-    fn advance(&self) -> Option<u64> {
+    /// Expires every session due by now and files again those whose
+    /// deadline moved; returns when to look next, if anything is filed.
+    fn advance(&self) -> Option<Instant> {
         let now = self.nanos_since_epoch(Instant::now());
         let now_tick = now / TICK_NANOS;
         let mut state = self.lock();
@@ -143,26 +141,23 @@ impl LeaseWheel {
             state.sleeping_until = u64::MAX;
             return None;
         }
-        // Behind by more than a whole turn: every slot is due once.
+        // Slots whose whole millisecond has passed. Behind by more than a
+        // turn, every slot is due once.
         let from = state.next_tick.max((now_tick + 1).saturating_sub(SLOTS));
         for tick in from..=now_tick {
             state.look_at(tick, now);
         }
         state.next_tick = state.next_tick.max(now_tick + 1);
-        let next = state.next_filed();
+        let next = state.next_look(now);
         state.sleeping_until = next.unwrap_or(u64::MAX);
-        next
-    }
-
-    fn instant_of(&self, tick: u64) -> Instant {
-        self.epoch + Duration::from_nanos(tick.saturating_mul(TICK_NANOS))
+        next.map(|nanos| self.epoch + Duration::from_nanos(nanos))
     }
 }
 
 impl WheelState {
     /// Files `slot` under its deadline's tick, but not before `earliest` nor
-    /// a whole turn after it. Returns the tick used.
-    fn file(&mut self, slot: Arc<SessionSlot>, earliest: u64) -> u64 {
+    /// a whole turn after it.
+    fn file(&mut self, slot: Arc<SessionSlot>, earliest: u64) {
         let deadline = slot.deadline_nanos();
         let tick = deadline
             .div_ceil(TICK_NANOS)
@@ -173,7 +168,6 @@ impl WheelState {
             .store(pack(index, bucket.len()), Ordering::Relaxed);
         bucket.push(slot);
         self.len += 1;
-        tick
     }
 
     /// Expires the sessions of `tick` whose deadline has passed and files
@@ -191,6 +185,44 @@ impl WheelState {
                 slot.end_from_outside(EndNotice::Expired);
             } else {
                 self.file(slot, tick + 1);
+            }
+        }
+    }
+
+    /// Takes the session at `at` of slot `index` out of the wheel.
+    fn remove(&mut self, index: usize, at: usize) -> Arc<SessionSlot> {
+        let bucket = &mut self.slots[index];
+        let slot = bucket.swap_remove(at);
+        if let Some(moved) = bucket.get(at) {
+            moved.wheel_pos.store(pack(index, at), Ordering::Relaxed);
+        }
+        slot.wheel_pos.store(NOT_FILED, Ordering::Relaxed);
+        self.len -= 1;
+        slot
+    }
+
+    /// The earliest deadline in the first non-empty slot (the slot still in
+    /// progress may hold some already due: they are expired here), so the
+    /// driver wakes at a deadline and not at the end of its millisecond.
+    fn next_look(&mut self, now: u64) -> Option<u64> {
+        loop {
+            let tick = self.next_filed()?;
+            let index = slot_index(tick);
+            // A deadline past the slot's end was moved by heartbeats; the
+            // slot's end is when it is filed again.
+            let mut wake = tick.saturating_mul(TICK_NANOS);
+            let mut at = 0;
+            while at < self.slots[index].len() {
+                let deadline = self.slots[index][at].deadline_nanos();
+                if deadline <= now {
+                    self.remove(index, at).end_from_outside(EndNotice::Expired);
+                } else {
+                    wake = wake.min(deadline);
+                    at += 1;
+                }
+            }
+            if !self.slots[index].is_empty() {
+                return Some(wake);
             }
         }
     }
@@ -234,14 +266,14 @@ async fn drive(wheel: Arc<LeaseWheel>) {
             biased;
             () = wheel.stop.cancelled() => return,
             () = wheel.wake.notified() => {}
-            () = sleep_until_tick(wheel, next) => {}
+            () = sleep_until(next) => {}
         }
     }
 }
 
-async fn sleep_until_tick(wheel: &LeaseWheel, tick: Option<u64>) {
-    match tick {
-        Some(tick) => tokio::time::sleep_until(wheel.instant_of(tick)).await,
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
 }
@@ -333,7 +365,7 @@ mod tests {
             let (i, after) = joined.expect("waiter");
             let deadline = deadlines[i];
             assert!(
-                after >= deadline && after <= deadline + Duration::from_millis(2),
+                after >= deadline && after <= deadline + Duration::from_millis(1),
                 "deadline {deadline:?} expired after {after:?}"
             );
         }
@@ -352,7 +384,7 @@ mod tests {
         s.set_deadline_nanos(30_000_000);
         let after = expiry.await.expect("waiter");
         assert!(
-            after >= Duration::from_millis(30) && after <= Duration::from_millis(32),
+            after >= Duration::from_millis(30) && after <= Duration::from_millis(31),
             "{after:?}"
         );
     }
@@ -389,7 +421,7 @@ mod tests {
             wheel.watch(&s);
             let after = expired_after(s, wheel.epoch).await;
             assert!(
-                after >= deadline && after <= deadline + Duration::from_millis(2),
+                after >= deadline && after <= deadline + Duration::from_millis(1),
                 "{after:?}"
             );
         });
