@@ -99,6 +99,11 @@ impl Server {
         if let Ok(addr) = listener.local_addr() {
             info!(%addr, "listening");
         }
+        let nodelay = if inherit_nodelay(&listener) {
+            Nodelay::Inherited
+        } else {
+            Nodelay::SetEach
+        };
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let accepted = tokio::select! {
@@ -114,10 +119,16 @@ impl Server {
                     // tracing span per connection: entering it on every poll
                     // costs each heartbeat; debug events name the address.
                     match &shared.config.tls {
-                        None => tracker.spawn(connection(tcp, remote_addr, Arc::clone(&shared))),
+                        None => tracker.spawn(connection(
+                            tcp,
+                            remote_addr,
+                            nodelay,
+                            Arc::clone(&shared),
+                        )),
                         Some(tls) => tracker.spawn(tls_connection(
                             tcp,
                             remote_addr,
+                            nodelay,
                             tls.acceptor(),
                             Arc::clone(&shared),
                         )),
@@ -159,8 +170,32 @@ fn is_per_connection(err: &io::Error) -> bool {
     )
 }
 
-async fn connection(tcp: TcpStream, remote_addr: SocketAddr, shared: Arc<Shared>) {
-    let accepted_at = opened(&tcp, &shared);
+/// Whether accepted sockets still need `TCP_NODELAY` set.
+#[derive(Clone, Copy)]
+enum Nodelay {
+    /// The listener has it, and the kernel copies it to accepted sockets.
+    Inherited,
+    /// Set on each accepted socket.
+    SetEach,
+}
+
+/// Sets `TCP_NODELAY` on the listening socket where the kernel copies it
+/// to every socket `accept` returns (Linux), which saves a `setsockopt` per
+/// connection; true when that is the case.
+fn inherit_nodelay(listener: &TcpListener) -> bool {
+    cfg!(target_os = "linux")
+        && socket2::SockRef::from(listener)
+            .set_tcp_nodelay(true)
+            .is_ok()
+}
+
+async fn connection(
+    tcp: TcpStream,
+    remote_addr: SocketAddr,
+    nodelay: Nodelay,
+    shared: Arc<Shared>,
+) {
+    let accepted_at = opened(&tcp, nodelay, &shared);
     let identity = Arc::clone(&shared.no_identity);
     session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
     closed(&shared);
@@ -173,10 +208,11 @@ async fn connection(tcp: TcpStream, remote_addr: SocketAddr, shared: Arc<Shared>
 async fn tls_connection(
     tcp: TcpStream,
     remote_addr: SocketAddr,
+    nodelay: Nodelay,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
 ) {
-    let accepted_at = opened(&tcp, &shared);
+    let accepted_at = opened(&tcp, nodelay, &shared);
     let deadline = accepted_at + shared.config.io_timeout;
     let handshake = tokio::select! {
         biased;
@@ -213,10 +249,12 @@ async fn tls_connection(
 }
 
 /// Bookkeeping for a new connection; returns the accept instant.
-fn opened(tcp: &TcpStream, shared: &Shared) -> Instant {
+fn opened(tcp: &TcpStream, nodelay: Nodelay, shared: &Shared) -> Instant {
     let accepted_at = Instant::now();
     // Heartbeats are one byte: without NODELAY, Nagle would hold replies back.
-    let _ = tcp.set_nodelay(true);
+    if let Nodelay::SetEach = nodelay {
+        let _ = tcp.set_nodelay(true);
+    }
     shared.connections.fetch_add(1, Ordering::Relaxed);
     shared.config.observer.observe(&Event::Accepted);
     accepted_at
@@ -357,8 +395,26 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let server = super::Server::new(crate::ServerConfig::default());
-        let task = super::connection(stream, addr, server.shared.clone());
+        let task = super::connection(stream, addr, super::Nodelay::SetEach, server.shared.clone());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 960, "a session's future grew to {size} bytes");
+    }
+
+    /// The per-connection `setsockopt` is skipped only where accepted
+    /// sockets really come with `TCP_NODELAY` from the listener.
+    #[tokio::test]
+    async fn accepted_sockets_inherit_nodelay_from_the_listener() {
+        let listener = crate::bind("127.0.0.1:0".parse().expect("address")).expect("bind");
+        let inherited = super::inherit_nodelay(&listener);
+        assert_eq!(inherited, cfg!(target_os = "linux"));
+        let addr = listener.local_addr().expect("addr");
+        let _client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        if inherited {
+            assert!(
+                accepted.nodelay().expect("getsockopt"),
+                "NODELAY not inherited"
+            );
+        }
     }
 }
