@@ -125,7 +125,10 @@ impl LeaseWheel {
             return;
         }
         let (index, at) = unpack(pos);
-        if at < state.slots[index].len() {
+        let filed_here = state.slots[index]
+            .get(at)
+            .is_some_and(|filed| std::ptr::eq(Arc::as_ptr(filed), slot));
+        if filed_here {
             state.remove(index, at);
         }
     }
