@@ -392,6 +392,20 @@ mod tests {
         );
     }
 
+    /// An administrator's force-release that the session's task has not
+    /// acted on yet is not turned into a quiet expiry by the wheel.
+    #[tokio::test(start_paused = true)]
+    async fn expiry_does_not_replace_an_earlier_end_notice() {
+        let start = Instant::now();
+        let wheel = Arc::new(LeaseWheel::new(start));
+        let s = slot(Duration::from_millis(5));
+        wheel.watch(&s);
+        s.end_from_outside(EndNotice::Forced);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(wheel.lock().len, 0, "the wheel did not look at it");
+        assert_eq!(s.end_notice(), Some(EndNotice::Forced));
+    }
+
     #[test]
     fn a_new_driver_starts_when_the_old_runtime_is_gone() {
         let runtime = || {

@@ -380,6 +380,7 @@ pub async fn run(
     }
     running.await
 }
+
 #[cfg(test)]
 mod tests {
     /// Every held session is one task holding this future for its whole

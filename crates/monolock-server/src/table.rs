@@ -17,9 +17,6 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-/// Stands in for "never" where an `Instant` is needed.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
-
 use monolock_proto::{Lease, LockName};
 use tokio::{sync::Notify, time::Instant};
 
@@ -28,6 +25,9 @@ use crate::{
     leases::{LeaseWheel, NOT_FILED},
     token::{TokenIssuer, WallClock},
 };
+
+/// Stands in for "never" where an `Instant` is needed.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// Why a session was ended from outside its own task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -122,10 +122,11 @@ async fn a_long_lease_is_kept_by_heartbeats_and_ends_exactly() {
         assert_eq!(holder.heartbeat().await, ServerFrame::Acquired { token });
     }
     let last_heard = Instant::now();
-    // (`recv` gives up after 10 s of paused time.)
-    tokio::time::sleep(Duration::from_secs(35)).await;
-    let pushed = waiter.recv().await;
-    assert!(matches!(pushed, ServerFrame::Acquired { .. }), "{pushed:?}");
+    let pushed = waiter.recv_within(Duration::from_secs(60)).await;
+    assert!(
+        matches!(pushed, Some(ServerFrame::Acquired { .. })),
+        "{pushed:?}"
+    );
     let silent = last_heard.elapsed();
     assert!(
         silent >= Duration::from_secs(40) && silent <= Duration::from_millis(40_001),
