@@ -13,7 +13,12 @@ use clap::{Parser, Subcommand};
 
 /// A lock server for fleets: the TCP connection is the claim.
 #[derive(Debug, Parser)]
-#[command(name = "monolock", version, about, propagate_version = true)]
+#[command(
+    name = "monolock",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MONOLOCK_GIT_COMMIT"), ")"),
+    about,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
