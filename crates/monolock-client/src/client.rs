@@ -1,9 +1,10 @@
 //! The client: an address, a connector and options.
 
-use std::{fmt, future::Future, sync::Arc, time::Duration};
+use std::{fmt, future::Future, io, sync::Arc, time::Duration};
 
 use monolock_proto::{Lease, LockName};
 use tokio::time::timeout;
+use tracing::debug;
 
 use crate::{
     connector::{Connection, Connector, TcpConnector},
@@ -17,25 +18,41 @@ use crate::{
 /// How long dialing the server may take.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The lease used when a call passes `None` and the client has no
+/// [`with_default_lease`](Client::with_default_lease).
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(2);
+
 /// A monolock client: where the server is and how to reach it.
 ///
 /// Cheap to clone (two reference counts and a few durations); clones share
 /// nothing else. Each claim opens its own connection, because on monolock
 /// **the connection is the claim**.
 ///
+/// Every call takes a lease: a `Duration`, or `None` for the client's
+/// default ([`with_default_lease`](Self::with_default_lease), else
+/// [`DEFAULT_LEASE`]).
+///
+/// The address may be a comma-separated list (`"a:7070,b:7070"`): a
+/// primary and its standbys. Each new connection tries them in order and
+/// moves on when one refuses or times out. A claim lives on exactly one
+/// connection, so no address is tried while a claim is alive on another.
+///
 /// ```
 /// use std::time::Duration;
 /// use monolock_client::{Client, RetryPolicy};
 ///
-/// let client = Client::new("127.0.0.1:7070")
+/// let client = Client::new("127.0.0.1:7070,127.0.0.1:7071")
 ///     .with_connect_timeout(Duration::from_secs(2))
+///     .with_default_lease(Duration::from_secs(5))
 ///     .with_retry_policy(RetryPolicy::new().with_max_attempts(5));
-/// assert_eq!(client.addr(), "127.0.0.1:7070");
+/// assert_eq!(client.addrs().collect::<Vec<_>>(), ["127.0.0.1:7070", "127.0.0.1:7071"]);
+/// assert_eq!(client.default_lease(), Duration::from_secs(5));
 /// ```
 pub struct Client<C = TcpConnector> {
     addr: Arc<str>,
     connector: Arc<C>,
     connect_timeout: Duration,
+    default_lease: Duration,
     retry: RetryPolicy,
 }
 
@@ -45,6 +62,7 @@ impl<C> Clone for Client<C> {
             addr: self.addr.clone(),
             connector: self.connector.clone(),
             connect_timeout: self.connect_timeout,
+            default_lease: self.default_lease,
             retry: self.retry.clone(),
         }
     }
@@ -55,19 +73,22 @@ impl<C> fmt::Debug for Client<C> {
         f.debug_struct("Client")
             .field("addr", &self.addr)
             .field("connect_timeout", &self.connect_timeout)
+            .field("default_lease", &self.default_lease)
             .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
 
 impl Client<TcpConnector> {
-    /// A client for the server at `addr` (`host:port`; names are resolved
-    /// on every connect), over plain TCP.
+    /// A client for the server at `addr` (`host:port`, or several
+    /// separated by commas, tried in order; names are resolved on every
+    /// connect), over plain TCP.
     pub fn new(addr: impl Into<String>) -> Self {
         Self {
             addr: Arc::from(addr.into()),
             connector: Arc::new(TcpConnector),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            default_lease: DEFAULT_LEASE,
             retry: RetryPolicy::default(),
         }
     }
@@ -80,8 +101,21 @@ impl<C: Connector> Client<C> {
             addr: self.addr,
             connector: Arc::new(connector),
             connect_timeout: self.connect_timeout,
+            default_lease: self.default_lease,
             retry: self.retry,
         }
+    }
+
+    /// Sets the lease of every call that passes `None` (default
+    /// [`DEFAULT_LEASE`]).
+    pub fn with_default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// The lease of calls that pass `None`.
+    pub fn default_lease(&self) -> Duration {
+        self.default_lease
     }
 
     /// Sets how long dialing may take (default [`DEFAULT_CONNECT_TIMEOUT`]).
@@ -96,9 +130,17 @@ impl<C: Connector> Client<C> {
         self
     }
 
-    /// The server address.
+    /// The server address, as given (a comma-separated list if several).
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The server addresses, in the order they are tried.
+    pub fn addrs(&self) -> impl Iterator<Item = &str> {
+        self.addr
+            .split(',')
+            .map(str::trim)
+            .filter(|addr| !addr.is_empty())
     }
 
     /// The connect timeout.
@@ -114,17 +156,18 @@ impl<C: Connector> Client<C> {
     /// Waits for the lock `name` in its FIFO queue and returns the guard
     /// once the server grants it (promotion is pushed: no polling).
     ///
-    /// `lease` is the failure detector, not a work deadline: the guard
-    /// heartbeats about four times per lease and may be held for hours. A
-    /// shorter lease hands the lock on sooner after a crash or a partition,
-    /// at the cost of more heartbeats. It is sent in whole milliseconds.
+    /// `lease` (`None`: the client's default) is the failure detector, not
+    /// a work deadline: the guard heartbeats about four times per lease and
+    /// may be held for hours. A shorter lease hands the lock on sooner after
+    /// a crash or a partition, at the cost of more heartbeats. It is sent
+    /// in whole milliseconds.
     ///
     /// # Errors
     /// [`Error::InvalidName`] and [`Error::InvalidLease`] before dialing;
     /// connection failures ([`Error::Connect`], a failed TLS handshake
-    /// included); [`Error::Server`] when the server refuses the
-    /// claim or ends it while waiting; [`Error::HeartbeatTimeout`] when the
-    /// server stops answering.
+    /// included); [`Error::Lost`] when the server refuses the claim or ends
+    /// it while waiting ([`LossReason::Server`]), or stops answering
+    /// ([`LossReason::HeartbeatTimeout`]).
     ///
     /// # Cancel safety
     /// Dropping the future before it completes closes its connection and
@@ -134,7 +177,7 @@ impl<C: Connector> Client<C> {
     pub async fn acquire(
         &self,
         name: impl AsRef<str>,
-        lease: Duration,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<LockGuard, Error> {
         match self.enqueue(name, lease).await? {
             Enqueued::Acquired(guard) => Ok(guard),
@@ -154,7 +197,7 @@ impl<C: Connector> Client<C> {
     pub async fn try_acquire(
         &self,
         name: impl AsRef<str>,
-        lease: Duration,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<Option<LockGuard>, Error> {
         Ok(match self.enqueue(name, lease).await? {
             Enqueued::Acquired(guard) => Some(guard),
@@ -174,7 +217,7 @@ impl<C: Connector> Client<C> {
     pub async fn acquire_timeout(
         &self,
         name: impl AsRef<str>,
-        lease: Duration,
+        lease: impl Into<Option<Duration>>,
         max_wait: Duration,
     ) -> Result<Option<LockGuard>, Error> {
         timeout(max_wait, self.acquire(name, lease))
@@ -197,9 +240,10 @@ impl<C: Connector> Client<C> {
     pub async fn acquire_retrying(
         &self,
         name: impl AsRef<str>,
-        lease: Duration,
+        lease: impl Into<Option<Duration>>,
     ) -> Result<LockGuard, Error> {
         let name = LockName::new(name.as_ref())?;
+        let lease = self.lease(lease);
         self.retry.retry(|| self.acquire(&name, lease)).await
     }
 
@@ -213,8 +257,13 @@ impl<C: Connector> Client<C> {
     /// # Cancel safety
     /// Dropping the future closes its connection; so does dropping the
     /// returned guard or waiter.
-    pub async fn enqueue(&self, name: impl AsRef<str>, lease: Duration) -> Result<Enqueued, Error> {
+    pub async fn enqueue(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+    ) -> Result<Enqueued, Error> {
         let name = LockName::new(name.as_ref())?;
+        let lease = self.lease(lease);
         let lease_ms = Lease::from_duration(lease).ok_or(Error::InvalidLease { lease })?;
         let session = Session::start(self.connect().await?, name.clone(), lease_ms);
         let token = session
@@ -236,9 +285,10 @@ impl<C: Connector> Client<C> {
     ///
     /// The work gets a [`LockContext`] with the fencing token and a
     /// cancellation token that is cancelled the moment ownership stops
-    /// being confirmed. The work runs on its own task (hence `Send +
-    /// 'static`); the result carries its output and, if the lock was lost
-    /// before it returned, why — even when the work succeeded.
+    /// being confirmed. The work runs in this future, so it may borrow
+    /// local state (no `Send` or `'static` needed); heartbeats run on their
+    /// own task meanwhile. The result carries its output and, if the lock
+    /// was lost before it returned, why — even when the work succeeded.
     ///
     /// ```no_run
     /// # async fn demo() -> Result<(), monolock_client::Error> {
@@ -262,26 +312,22 @@ impl<C: Connector> Client<C> {
     ///
     /// # Errors
     /// As for [`acquire`](Self::acquire); the work has not run then.
-    /// [`Error::WorkCancelled`] if the runtime cancelled the work's task. A
-    /// panic in the work is resumed in the caller.
     ///
     /// # Cancel safety
     /// Dropping the future while it waits gives up the place in the queue.
-    /// Dropping it while the work runs cancels the context's token (asking
-    /// the work to stop) but keeps the lock, heartbeats included, until the
-    /// work actually returns.
+    /// Dropping it while the work runs drops the work first and then
+    /// releases the lock: nothing of the work runs after the release.
     pub async fn run_locked<F, Fut, T>(
         &self,
         name: impl AsRef<str>,
-        lease: Duration,
+        lease: impl Into<Option<Duration>>,
         work: F,
     ) -> Result<Outcome<T>, Error>
     where
         F: FnOnce(LockContext) -> Fut,
-        Fut: Future<Output = T> + Send + 'static,
-        T: Send + 'static,
+        Fut: Future<Output = T>,
     {
-        run_scoped(self.acquire(name, lease).await?, work).await
+        Ok(run_scoped(self.acquire(name, lease).await?, work).await)
     }
 
     /// [`run_locked`](Self::run_locked) with the acquire step retried as by
@@ -298,15 +344,18 @@ impl<C: Connector> Client<C> {
     pub async fn run_locked_retrying<F, Fut, T>(
         &self,
         name: impl AsRef<str>,
-        lease: Duration,
+        lease: impl Into<Option<Duration>>,
         work: F,
     ) -> Result<Outcome<T>, Error>
     where
         F: FnOnce(LockContext) -> Fut,
-        Fut: Future<Output = T> + Send + 'static,
-        T: Send + 'static,
+        Fut: Future<Output = T>,
     {
-        run_scoped(self.acquire_retrying(name, lease).await?, work).await
+        Ok(run_scoped(self.acquire_retrying(name, lease).await?, work).await)
+    }
+
+    fn lease(&self, lease: impl Into<Option<Duration>>) -> Duration {
+        lease.into().unwrap_or(self.default_lease)
     }
 
     /// The error for a claim that ended before the server's first reply.
@@ -325,17 +374,33 @@ impl<C: Connector> Client<C> {
         reason.into()
     }
 
+    /// Dials the addresses in order until one answers; the last failure
+    /// if none does. A permanent failure (a malformed address, a
+    /// certificate the client cannot accept) stops at once: the next
+    /// address is tried only when this one refused or timed out.
     async fn connect(&self) -> Result<Connection<C::Stream>, Error> {
-        match timeout(self.connect_timeout, self.connector.connect(&self.addr)).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(source)) => Err(Error::Connect {
-                addr: self.addr.to_string(),
-                source,
-            }),
-            Err(_) => Err(Error::ConnectTimeout {
-                addr: self.addr.to_string(),
-                timeout: self.connect_timeout,
-            }),
+        let mut last = None;
+        for addr in self.addrs() {
+            let err = match timeout(self.connect_timeout, self.connector.connect(addr)).await {
+                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Err(source)) => Error::Connect {
+                    addr: addr.to_owned(),
+                    source,
+                },
+                Err(_) => Error::ConnectTimeout {
+                    addr: addr.to_owned(),
+                    timeout: self.connect_timeout,
+                },
+            };
+            if !err.is_temporary() {
+                return Err(err);
+            }
+            debug!(error = %err, "trying the next address");
+            last = Some(err);
         }
+        Err(last.unwrap_or_else(|| Error::Connect {
+            addr: self.addr.to_string(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "no server address given"),
+        }))
     }
 }

@@ -42,34 +42,18 @@ pub enum Error {
         /// The timeout that ran out.
         timeout: Duration,
     },
-    /// The server ended the session with an ERROR frame.
-    #[error("the server ended the session with {}", DisplayCode(*.code, .reason))]
-    Server {
-        /// The ERROR code; its range says whose fault it was.
-        code: ErrorCode,
-        /// Human-readable detail from the server (may be empty).
-        reason: String,
-    },
-    /// Reading from or writing to the connection failed.
-    #[error("the connection failed")]
-    Io(#[source] Arc<io::Error>),
-    /// The server closed the connection without an ERROR frame.
-    #[error("the server closed the connection")]
-    ConnectionClosed,
-    /// No reply confirmed the session within 0.8 x the lease: the client
-    /// abandoned the claim (or its place in the queue).
-    #[error("no heartbeat was confirmed within 0.8 x the lease of {lease:?}")]
-    HeartbeatTimeout {
-        /// The session's lease.
-        lease: Duration,
-    },
-    /// The server sent something a protocol v1 server never sends.
-    #[error("protocol violation by the server")]
-    ProtocolViolation(#[source] ProtocolViolation),
-    /// The task running guarded work was cancelled from outside (the
-    /// runtime shutting down) before the work finished.
-    #[error("the task running the guarded work was cancelled")]
-    WorkCancelled,
+    /// The session ended before or after the grant: the server closed it
+    /// (with or without an ERROR frame), the connection failed, no
+    /// heartbeat was confirmed in time, or the server broke the protocol.
+    /// One type for every way a claim ends, so that adding a reason
+    /// touches [`LossReason`] alone.
+    #[error(transparent)]
+    Lost(#[from] LossReason),
+    /// A [`blocking`](crate::blocking) call was made on a thread that runs
+    /// an async runtime, where blocking would stall it: use the async
+    /// client there.
+    #[error("a blocking monolock call was made inside an async runtime; use the async client")]
+    BlockingInAsyncContext,
     /// The TLS settings are unusable: a file that cannot be read or holds
     /// no valid PEM, a key that does not match its certificate, no trust
     /// roots, an invalid server name. The source names the file. Invalid
@@ -81,23 +65,22 @@ pub enum Error {
 
 impl Error {
     /// True when trying again later may succeed: server conditions (ERROR
-    /// codes below 0x10, unknown ones included), connection failures (a
-    /// failed TLS handshake included) and heartbeat timeouts. False for
-    /// invalid input (TLS settings included), client-error codes
-    /// (0x10 and up: the same request fails the same way) and protocol
-    /// violations (the peer is not a v1 server).
+    /// codes below 0x10, unknown ones included), connection failures that
+    /// may heal (refused, reset, unreachable, timed out) and heartbeat
+    /// timeouts. False for what fails the same way every time: invalid
+    /// input (TLS settings included), an address that cannot be parsed, a
+    /// TLS handshake that failed on a certificate or on a peer that does
+    /// not speak TLS, client-error codes (0x10 and up, e.g. 0x18 not
+    /// authorized) and protocol violations (the peer is not a v1 server:
+    /// a TLS or HTTP port, say).
     pub fn is_temporary(&self) -> bool {
         match self {
-            Self::Server { code, .. } => code.is_temporary(),
-            Self::Connect { .. }
-            | Self::ConnectTimeout { .. }
-            | Self::Io(_)
-            | Self::ConnectionClosed
-            | Self::HeartbeatTimeout { .. } => true,
-            Self::InvalidName(_)
-            | Self::InvalidLease { .. }
-            | Self::ProtocolViolation(_)
-            | Self::WorkCancelled => false,
+            Self::Connect { source, .. } => !is_permanent_connect_failure(source),
+            Self::ConnectTimeout { .. } => true,
+            Self::Lost(reason) => reason.is_temporary(),
+            Self::InvalidName(_) | Self::InvalidLease { .. } | Self::BlockingInAsyncContext => {
+                false
+            }
             #[cfg(feature = "tls")]
             Self::Tls(_) => false,
         }
@@ -106,10 +89,35 @@ impl Error {
     /// The ERROR code, when the server ended the session with one.
     pub fn server_code(&self) -> Option<ErrorCode> {
         match self {
-            Self::Server { code, .. } => Some(*code),
+            Self::Lost(LossReason::Server { code, .. }) => Some(*code),
             _ => None,
         }
     }
+
+    /// Whether the server itself answered this attempt (an ERROR frame):
+    /// it is up, whatever the code says. Retry policies measure how long
+    /// the server has been unreachable from the last such answer.
+    pub(crate) fn server_answered(&self) -> bool {
+        self.server_code().is_some()
+    }
+}
+
+/// A failed connect that no retry can heal: the address is malformed, or
+/// the TLS handshake failed on something other than the network (an
+/// untrusted or mismatched certificate, a refused client certificate, a
+/// peer that does not speak TLS).
+fn is_permanent_connect_failure(err: &io::Error) -> bool {
+    if err.kind() == io::ErrorKind::InvalidInput {
+        return true;
+    }
+    #[cfg(feature = "tls")]
+    if err
+        .get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
+    {
+        return true;
+    }
+    false
 }
 
 /// Why a claim (held, or a place in the queue) ended.
@@ -151,23 +159,15 @@ pub enum LossReason {
 impl LossReason {
     /// True when a new claim may succeed (see [`Error::is_temporary`]).
     pub fn is_temporary(&self) -> bool {
-        Error::from(self.clone()).is_temporary()
+        match self {
+            Self::Server { code, .. } => code.is_temporary(),
+            Self::HeartbeatTimeout { .. } | Self::ConnectionClosed | Self::Io(_) => true,
+            Self::ProtocolViolation(_) => false,
+        }
     }
 
     pub(crate) fn io(err: io::Error) -> Self {
         Self::Io(Arc::new(err))
-    }
-}
-
-impl From<LossReason> for Error {
-    fn from(reason: LossReason) -> Self {
-        match reason {
-            LossReason::HeartbeatTimeout { lease } => Self::HeartbeatTimeout { lease },
-            LossReason::ConnectionClosed => Self::ConnectionClosed,
-            LossReason::Io(err) => Self::Io(err),
-            LossReason::Server { code, reason } => Self::Server { code, reason },
-            LossReason::ProtocolViolation(v) => Self::ProtocolViolation(v),
-        }
     }
 }
 
@@ -195,6 +195,28 @@ pub enum ProtocolViolation {
     /// WAITING after the lock was granted (ACQUIRED never returns to WAITING).
     #[error("WAITING arrived after the lock was granted")]
     WaitingAfterGrant,
+    /// The peer answered with a TLS record: it is a TLS server (a monolock
+    /// server with TLS on). Connect with TLS.
+    #[error("the server speaks TLS: connect with TLS (monolock exec --tls-ca FILE)")]
+    TlsServer,
+    /// The peer answered with HTTP: the address is an HTTP port (monolock's
+    /// admin or ops port, say), not the lock protocol's.
+    #[error(
+        "an HTTP server answered: this is not the lock protocol's port (the admin or ops port?)"
+    )]
+    HttpServer,
+}
+
+impl ProtocolViolation {
+    /// Names what is on the other end when the first bytes are not
+    /// monolock's: a TLS record (alert or handshake) or an HTTP response.
+    pub(crate) fn from_decode(err: DecodeError) -> Self {
+        match err {
+            DecodeError::UnknownType(0x15 | 0x16) => Self::TlsServer,
+            DecodeError::UnknownType(b'H') => Self::HttpServer,
+            err => Self::Decode(err),
+        }
+    }
 }
 
 /// Formats an ERROR code as `0x02 (closed by administrator): reason`.
@@ -222,39 +244,64 @@ mod tests {
 
     #[test]
     fn classification_by_range() {
-        let server = |code| Error::Server {
-            code: ErrorCode(code),
-            reason: String::new(),
+        let server = |code| {
+            Error::from(LossReason::Server {
+                code: ErrorCode(code),
+                reason: String::new(),
+            })
         };
         assert!(server(0x01).is_temporary());
         assert!(server(0x02).is_temporary());
         assert!(server(0x0f).is_temporary(), "unknown codes by range");
         assert!(!server(0x18).is_temporary());
         assert!(!server(0x7f).is_temporary(), "unknown codes by range");
-        assert!(Error::ConnectionClosed.is_temporary());
+        assert!(Error::from(LossReason::ConnectionClosed).is_temporary());
         assert!(!Error::InvalidName(NameError::Empty).is_temporary());
-        assert!(!Error::ProtocolViolation(ProtocolViolation::WaitingAfterGrant).is_temporary());
+        assert!(
+            !Error::from(LossReason::ProtocolViolation(
+                ProtocolViolation::WaitingAfterGrant
+            ))
+            .is_temporary()
+        );
+        let connect = |source| Error::Connect {
+            addr: "x".into(),
+            source,
+        };
+        assert!(connect(io::ErrorKind::ConnectionRefused.into()).is_temporary());
+        assert!(!connect(io::ErrorKind::InvalidInput.into()).is_temporary());
+        #[cfg(feature = "tls")]
+        {
+            let cert = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+            let handshake = io::Error::new(io::ErrorKind::InvalidData, cert);
+            assert!(!connect(handshake).is_temporary(), "a certificate error");
+        }
         assert_eq!(server(0x18).server_code(), Some(ErrorCode::NOT_AUTHORIZED));
     }
 
     #[test]
     fn messages_and_sources() {
-        let err = Error::Server {
+        let err = Error::from(LossReason::Server {
             code: ErrorCode::CLOSED_BY_ADMIN,
             reason: "force-release".into(),
-        };
+        });
         assert_eq!(
             err.to_string(),
             "the server ended the session with 0x02 (closed by administrator): force-release"
         );
         let err = Error::from(LossReason::io(io::Error::other("boom")));
         assert_eq!(err.source().map(|s| s.to_string()), Some("boom".into()));
-        let err = Error::ProtocolViolation(DecodeError::UnknownType(0x7f).into());
+        let err = Error::from(LossReason::ProtocolViolation(
+            DecodeError::UnknownType(0x7f).into(),
+        ));
         let inner = err.source().and_then(|s| s.source()).map(|s| s.to_string());
         assert_eq!(
             inner.as_deref(),
             Some("unexpected message type 0x7f from server")
         );
         assert!(Error::InvalidName(NameError::Empty).source().is_some());
+        for (byte, says) in [(0x15, "speaks TLS"), (0x16, "speaks TLS"), (b'H', "HTTP")] {
+            let violation = ProtocolViolation::from_decode(DecodeError::UnknownType(byte));
+            assert!(violation.to_string().contains(says), "{violation}");
+        }
     }
 }

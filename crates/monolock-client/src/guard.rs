@@ -58,8 +58,12 @@ impl LockGuard {
     /// Whether the lock is still held, judged against the clock now: false
     /// once the claim was lost, and false as soon as the monotonic clock is
     /// past [`deadline`](Self::deadline), even if no timer has fired yet (a
-    /// process resumed after a pause never trusts a stale "held"). Reading
-    /// false past the deadline also abandons the claim.
+    /// process resumed after a pause never trusts a stale "held").
+    ///
+    /// **Once this returns false, the claim is given up for good**: the
+    /// client stops heartbeating and closes the connection, and a later
+    /// call never returns true again, even if the server would still have
+    /// answered. Stop touching the guarded resource and acquire anew.
     pub fn is_held(&self) -> bool {
         matches!(self.session.shared().status(), Status::Held(_))
     }

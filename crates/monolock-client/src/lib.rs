@@ -94,7 +94,13 @@
 //!   reports any loss.
 //! - [`Client::acquire_retrying`], [`Client::run_locked_retrying`]: retry
 //!   the acquire step on server conditions and connection failures, with
-//!   exponential backoff and jitter ([`RetryPolicy`]). Work is never re-run.
+//!   exponential backoff and jitter, for at most 30 s of an unreachable
+//!   server ([`RetryPolicy`]). Work is never re-run.
+//! - [`blocking::Client`]: the same for synchronous programs.
+//!
+//! Every call takes a lease, or `None` for the client's default
+//! ([`Client::with_default_lease`]). The address may list standbys:
+//! `"a:7070,b:7070"` is tried in order on each new connection.
 //!
 //! # Cancel safety
 //!
@@ -142,10 +148,10 @@
 //! the address (an IP literal is checked as an IP address) unless
 //! `with_server_name` says otherwise; `TlsConnector::from_config` takes a
 //! whole `rustls::ClientConfig` (the crate re-exports its `rustls`). A
-//! failed handshake is an [`Error::Connect`], retried by the `*_retrying`
-//! forms like any connection failure; unusable TLS settings are
-//! `Error::Tls`, invalid input. Dropping a guard still shuts the TCP socket
-//! down inside `Drop`.
+//! failed handshake is an [`Error::Connect`]; one that failed on a
+//! certificate or on a peer that does not speak TLS is permanent and not
+//! retried. Unusable TLS settings are `Error::Tls`, invalid input. Dropping
+//! a guard still shuts the TCP socket down inside `Drop`.
 //!
 //! # Feature flags
 //!
@@ -154,6 +160,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod blocking;
 mod client;
 mod connector;
 mod error;
@@ -168,12 +175,12 @@ mod tests;
 #[cfg(feature = "tls")]
 mod tls;
 
-pub use client::{Client, DEFAULT_CONNECT_TIMEOUT};
+pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
 pub use error::{Error, LossReason, ProtocolViolation};
 pub use guard::{Enqueued, LockGuard, Waiter};
 pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
-pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, RetryPolicy};
+pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_FOR, RetryPolicy};
 /// The rustls this crate was built with, for [`TlsConnector::from_config`]
 /// and the certificate types of the builder.
 #[cfg(feature = "tls")]

@@ -4,7 +4,8 @@ use std::{future::Future, num::NonZeroU32, time::Duration};
 
 use monolock_proto::ErrorCode;
 use rand::Rng;
-use tracing::debug;
+use tokio::time::Instant;
+use tracing::warn;
 
 use crate::error::Error;
 
@@ -13,6 +14,9 @@ pub const DEFAULT_INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 
 /// The largest backoff delay.
 pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// How long the server may stay unreachable before retrying stops.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
 
 /// When and how often a failed acquire is tried again.
 ///
@@ -23,8 +27,18 @@ pub const DEFAULT_MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// otherwise the delay starts at [`DEFAULT_INITIAL_BACKOFF`], doubles per
 /// failure up to [`DEFAULT_MAX_BACKOFF`], and is jittered to between half
 /// and all of that so that a fleet does not reconnect in step. Client
-/// errors (0x10 and up), invalid input and protocol violations are
-/// returned at once.
+/// errors (0x10 and up), invalid input, certificate and TLS errors, a
+/// malformed address and protocol violations are returned at once: they
+/// fail the same way every time.
+///
+/// Retrying is bounded in time: once the server has been unreachable for
+/// [`retry_for`](Self::retry_for) ([`DEFAULT_RETRY_FOR`] unless set), no
+/// further attempt is made and the last error is returned. "Unreachable"
+/// counts from the first failure after the server last answered (an
+/// ERROR frame, such as 0x01 on shutdown, proves it up), so a claim that
+/// waited an hour in the queue before the server restarted still gets
+/// the whole bound to reconnect. Every retry is logged (`tracing`,
+/// level WARN) with its reason and delay.
 ///
 /// ```
 /// use std::time::Duration;
@@ -41,6 +55,7 @@ pub struct RetryPolicy {
     initial_backoff: Duration,
     max_backoff: Duration,
     max_attempts: Option<NonZeroU32>,
+    retry_for: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -49,12 +64,14 @@ impl Default for RetryPolicy {
             initial_backoff: DEFAULT_INITIAL_BACKOFF,
             max_backoff: DEFAULT_MAX_BACKOFF,
             max_attempts: None,
+            retry_for: Some(DEFAULT_RETRY_FOR),
         }
     }
 }
 
 impl RetryPolicy {
-    /// The default policy: 100 ms doubling to 5 s, attempts unlimited.
+    /// The default policy: 100 ms doubling to 5 s, attempts unlimited,
+    /// at most [`DEFAULT_RETRY_FOR`] of an unreachable server.
     pub fn new() -> Self {
         Self::default()
     }
@@ -77,6 +94,19 @@ impl RetryPolicy {
         self
     }
 
+    /// Stops retrying once the server has been unreachable this long
+    /// (`None`: retry for as long as it takes, which only a caller that
+    /// really means to wait forever should ask for).
+    pub fn with_retry_for(mut self, bound: Option<Duration>) -> Self {
+        self.retry_for = bound;
+        self
+    }
+
+    /// The bound on an unreachable server, if any.
+    pub fn retry_for(&self) -> Option<Duration> {
+        self.retry_for
+    }
+
     /// The attempt limit, if any.
     pub fn max_attempts(&self) -> Option<u32> {
         self.max_attempts.map(NonZeroU32::get)
@@ -92,31 +122,57 @@ impl RetryPolicy {
     }
 
     /// Runs `attempt` until it succeeds, fails with a permanent error, or
-    /// runs out of attempts.
+    /// runs out of attempts or time.
     ///
     /// Wrap only steps that are safe to repeat (connecting and acquiring),
     /// never guarded work that may already have run.
     ///
     /// # Errors
-    /// The first permanent error, or the last error once the attempts are
-    /// used up.
+    /// The first permanent error, or the last error once the attempts or
+    /// the time are used up.
     ///
     /// # Cancel safety
     /// Cancel safe if `attempt`'s futures are (the client's acquire
     /// futures are: dropping one gives its place in the queue up).
-    pub async fn retry<T, F, Fut>(&self, mut attempt: F) -> Result<T, Error>
+    pub async fn retry<T, F, Fut>(&self, attempt: F) -> Result<T, Error>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
+        self.retry_notify(attempt, |err, delay| {
+            warn!(error = %err, ?delay, "acquire failed; retrying");
+        })
+        .await
+    }
+
+    /// [`retry`](Self::retry), calling `notify` with the error and the
+    /// delay before each retry (to log it where the program logs).
+    ///
+    /// # Errors
+    /// As for [`retry`](Self::retry).
+    ///
+    /// # Cancel safety
+    /// As for [`retry`](Self::retry).
+    pub async fn retry_notify<T, F, Fut, N>(
+        &self,
+        mut attempt: F,
+        mut notify: N,
+    ) -> Result<T, Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+        N: FnMut(&Error, Duration),
+    {
         let mut attempts: u32 = 0;
         let mut retries: u32 = 0;
         let mut after_shutdown = false;
+        let mut unreachable_since: Option<Instant> = None;
         loop {
             let err = match attempt().await {
                 Ok(value) => return Ok(value),
                 Err(err) => err,
             };
+            let now = Instant::now();
             attempts = attempts.saturating_add(1);
             if !err.is_temporary() || self.max_attempts.is_some_and(|max| attempts >= max.get()) {
                 return Err(err);
@@ -132,7 +188,20 @@ impl RetryPolicy {
                 delay
             };
             after_shutdown = shutdown;
-            debug!(error = %err, attempts, ?delay, "acquire failed; retrying");
+            let since = if err.server_answered() {
+                unreachable_since = None;
+                now
+            } else {
+                *unreachable_since.get_or_insert(now)
+            };
+            // No attempt may start after the bound: the retry would be
+            // one the caller did not allow.
+            if let Some(bound) = self.retry_for
+                && (now - since).saturating_add(delay) > bound
+            {
+                return Err(err);
+            }
+            notify(&err, delay);
             tokio::time::sleep(delay).await;
         }
     }
@@ -150,14 +219,21 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use monolock_proto::NameError;
-    use tokio::time::Instant;
 
     use super::*;
+    use crate::error::LossReason;
 
     fn server(code: u8) -> Error {
-        Error::Server {
+        Error::from(LossReason::Server {
             code: ErrorCode(code),
             reason: String::new(),
+        })
+    }
+
+    fn refused() -> Error {
+        Error::Connect {
+            addr: "127.0.0.1:1".into(),
+            source: std::io::ErrorKind::ConnectionRefused.into(),
         }
     }
 
@@ -184,7 +260,7 @@ mod tests {
             .retry(|| async {
                 match calls.fetch_add(1, Ordering::SeqCst) {
                     0 => Err(server(0x02)),
-                    1 => Err(Error::ConnectionClosed),
+                    1 => Err(Error::from(LossReason::ConnectionClosed)),
                     _ => Ok("done"),
                 }
             })
@@ -251,10 +327,72 @@ mod tests {
             .with_max_attempts(3)
             .retry(|| async {
                 calls.fetch_add(1, Ordering::SeqCst);
-                Err(Error::ConnectionClosed)
+                Err(Error::from(LossReason::ConnectionClosed))
             })
             .await;
-        assert!(matches!(result, Err(Error::ConnectionClosed)));
+        assert!(matches!(
+            result,
+            Err(Error::Lost(LossReason::ConnectionClosed))
+        ));
         assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_server_is_retried_for_a_bounded_time() {
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        let mut notified = Vec::new();
+        let result: Result<(), _> = RetryPolicy::new()
+            .retry_notify(
+                || async {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    Err(refused())
+                },
+                |err, delay| notified.push((err.to_string(), delay)),
+            )
+            .await;
+        assert!(matches!(result, Err(Error::Connect { .. })));
+        let waited = start.elapsed();
+        assert!(waited <= DEFAULT_RETRY_FOR, "{waited:?}");
+        assert!(
+            waited >= DEFAULT_RETRY_FOR - DEFAULT_MAX_BACKOFF,
+            "{waited:?}"
+        );
+        // Every retry was announced, with its delay.
+        assert_eq!(notified.len() + 1, calls.load(Ordering::SeqCst) as usize);
+        assert!(
+            notified
+                .iter()
+                .all(|(text, _)| text.contains("could not connect"))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_answer_restarts_the_bound() {
+        let calls = AtomicU32::new(0);
+        let start = Instant::now();
+        // Delays of 50 to 100 ms: five failures in a row fit in the bound,
+        // eleven do not, unless the answer in between restarts it.
+        let result = RetryPolicy::new()
+            .with_initial_backoff(Duration::from_millis(100))
+            .with_max_backoff(Duration::from_millis(100))
+            .with_retry_for(Some(Duration::from_millis(500)))
+            .retry(|| async {
+                let call = calls.fetch_add(1, Ordering::SeqCst);
+                match call {
+                    0..=4 | 6..=10 => Err(refused()),
+                    5 => Err(server(0x02)),
+                    _ => Ok(call),
+                }
+            })
+            .await;
+        assert_eq!(result.unwrap(), 11);
+        assert!(start.elapsed() > Duration::from_millis(500));
+        let result: Result<(), _> = RetryPolicy::new()
+            .with_retry_for(None)
+            .with_max_attempts(50)
+            .retry(|| async { Err(refused()) })
+            .await;
+        assert!(result.is_err(), "unbounded in time, bounded in attempts");
     }
 }

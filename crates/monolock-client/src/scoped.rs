@@ -7,14 +7,13 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 use tracing::debug;
 
 use crate::{
-    error::{Error, LossReason},
+    error::LossReason,
     guard::LockGuard,
     session::{Shared, Status},
 };
 
 /// What guarded work gets: the fencing token, and a cancellation token
-/// that is cancelled the moment ownership stops being confirmed (or the
-/// caller stops waiting).
+/// that is cancelled the moment ownership stops being confirmed.
 #[derive(Clone)]
 pub struct LockContext {
     name: LockName,
@@ -41,8 +40,7 @@ impl LockContext {
         matches!(self.shared.status(), Status::Held(_))
     }
 
-    /// Cancelled when the lock is lost or the caller of
-    /// [`Client::run_locked`](crate::Client::run_locked) stops waiting.
+    /// Cancelled when the lock is lost.
     pub fn cancellation_token(&self) -> &CancellationToken {
         &self.cancel
     }
@@ -90,46 +88,34 @@ impl<T> Outcome<T> {
     }
 }
 
-/// Runs `work` under `guard` on its own task; see
+/// Runs `work` under `guard`; see
 /// [`Client::run_locked`](crate::Client::run_locked).
-pub(crate) async fn run_scoped<F, Fut, T>(guard: LockGuard, work: F) -> Result<Outcome<T>, Error>
+pub(crate) async fn run_scoped<F, Fut, T>(guard: LockGuard, work: F) -> Outcome<T>
 where
     F: FnOnce(LockContext) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
+    Fut: Future<Output = T>,
 {
     let token = guard.token();
-    let cancel = guard.loss_token().child_token();
     let context = LockContext {
         name: guard.name().clone(),
         token,
-        cancel: cancel.clone(),
+        // A child: the work may cancel its own token without touching the
+        // guard's.
+        cancel: guard.loss_token().child_token(),
         shared: guard.shared().clone(),
     };
-    let work = work(context);
-    // The guard lives on the work's task: if the caller goes away the work
-    // is asked to stop, and the lock stays held (heartbeats go on) until it
-    // actually returns.
-    let task = tokio::spawn(async move {
-        let output = work.await;
-        let loss = guard.loss();
-        if loss.is_none()
-            && let Err(err) = guard.release().await
-        {
-            debug!(error = %err, "release after guarded work failed");
-        }
-        (output, loss)
-    });
-    let _stop_work_if_dropped = cancel.drop_guard();
-    match task.await {
-        Ok((output, loss)) => Ok(Outcome {
-            output,
-            token,
-            loss,
-        }),
-        Err(err) => match err.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_) => Err(Error::WorkCancelled),
-        },
+    // The work runs in this future: dropping the future drops the work,
+    // then the guard (declared first, dropped last), which releases.
+    let output = work(context).await;
+    let loss = guard.loss();
+    if loss.is_none()
+        && let Err(err) = guard.release().await
+    {
+        debug!(error = %err, "release after guarded work failed");
+    }
+    Outcome {
+        output,
+        token,
+        loss,
     }
 }

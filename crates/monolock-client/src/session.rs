@@ -310,7 +310,7 @@ impl<S: Transport> Driver<S> {
         let now = Instant::now();
         let mut used = 0;
         while let Some((frame, len)) = decode_response(&self.buf[used..])
-            .map_err(|err| LossReason::ProtocolViolation(ProtocolViolation::Decode(err)))?
+            .map_err(|err| LossReason::ProtocolViolation(ProtocolViolation::from_decode(err)))?
         {
             used += len;
             debug!(?frame, "received");

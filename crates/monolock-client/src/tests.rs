@@ -228,7 +228,7 @@ async fn a_silent_server_loses_the_lock_at_four_fifths_of_the_lease() {
     assert_eq!(closed_at, lost_at, "the connection closes with the loss");
     assert!(matches!(
         guard.release().await,
-        Err(Error::HeartbeatTimeout { .. })
+        Err(Error::Lost(LossReason::HeartbeatTimeout { .. }))
     ));
 }
 

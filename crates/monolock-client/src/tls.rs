@@ -143,7 +143,8 @@ impl fmt::Display for Origin<'_> {
 /// # Errors
 /// A failed handshake is an [`Error::Connect`] whose source is an
 /// [`io::Error`] wrapping the [`rustls::Error`] (an untrusted server
-/// certificate, say), temporary like any connection failure. Under TLS 1.3
+/// certificate, say). It is permanent: the `*_retrying` forms return it at
+/// once, since the same handshake fails the same way. Under TLS 1.3
 /// a server refuses a client certificate (or its absence) only after the
 /// client has finished its side of the handshake; that refusal, an alert
 /// before the server's first reply, is reported as [`Error::Connect`] too.

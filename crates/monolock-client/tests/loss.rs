@@ -72,7 +72,9 @@ async fn server_shutdown_reports_shutting_down_to_holders_and_waiters() {
         .await
         .unwrap()
         .unwrap_err();
-    assert!(matches!(err, Error::Server { code, .. } if code == ErrorCode::SHUTTING_DOWN));
+    assert!(
+        matches!(err, Error::Lost(LossReason::Server { code, .. }) if code == ErrorCode::SHUTTING_DOWN)
+    );
     assert!(err.is_temporary());
 }
 
@@ -146,7 +148,7 @@ fn is_held_reads_false_after_a_pause_past_the_deadline() {
         ));
         assert!(matches!(
             guard.release().await,
-            Err(Error::HeartbeatTimeout { .. })
+            Err(Error::Lost(LossReason::HeartbeatTimeout { .. }))
         ));
     });
 }

@@ -63,39 +63,52 @@ async fn run_locked_stops_the_work_when_the_lock_is_force_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_run_locked_asks_the_work_to_stop_but_holds_until_it_returns() {
+async fn dropping_run_locked_drops_the_work_then_releases() {
     let server = TestServer::start().await;
     let name = "scoped-dropped";
     let (started_tx, started_rx) = oneshot::channel();
-    let (asked_tx, asked_rx) = oneshot::channel();
-    let (finish_tx, finish_rx) = oneshot::channel::<()>();
+    let (dropped_tx, dropped_rx) = oneshot::channel::<()>();
     let client = server.client();
     let run = tokio::spawn(async move {
         client
-            .run_locked(name, Duration::from_millis(500), |lock| async move {
-                let _ = started_tx.send(());
-                lock.cancelled().await;
-                let _ = asked_tx.send(lock.token());
-                // Cleanup that still needs the lock.
-                let _ = finish_rx.await;
+            .run_locked(name, LEASE, |lock| async move {
+                // Sent when the work is dropped, whether it ran or not.
+                let _dropped = dropped_tx;
+                let _ = started_tx.send(lock.token());
+                std::future::pending::<()>().await;
             })
             .await
     });
-    // The work runs: the server granted the lock and the client saw it.
-    within("the work to start", started_rx).await.unwrap();
+    let token = within("the work to start", started_rx).await.unwrap();
+    assert_eq!(server.lock(name).map(|l| l.holder.token), Some(token));
     run.abort();
-    let token = within("the work to be asked to stop", asked_rx)
+    // The work is gone first, and the lock is released with it.
+    assert!(within("the work to be dropped", dropped_rx).await.is_err());
+    eventually("the release", || server.lock(name).is_none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_work_may_borrow_local_state_and_use_the_default_lease() {
+    let server = TestServer::start().await;
+    let name = "scoped-borrowed";
+    let client = server.client().with_default_lease(Duration::from_secs(3));
+    // Neither `Send` nor `'static`: a borrow of a local `RefCell`.
+    let seen = std::cell::RefCell::new(Vec::new());
+    let outcome = client
+        .run_locked(name, None, |lock| {
+            let seen = &seen;
+            let server = &server;
+            async move {
+                seen.borrow_mut().push(lock.token());
+                server.lock(name).map(|l| l.holder.lease.as_millis())
+            }
+        })
         .await
         .unwrap();
-    // Several leases later the lock is still held: heartbeats go on while
-    // the work winds down.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert_eq!(server.lock(name).map(|l| l.holder.token), Some(token));
-    finish_tx.send(()).unwrap();
-    eventually("the release after the work returned", || {
-        server.lock(name).is_none()
-    })
-    .await;
+    assert!(outcome.held_throughout());
+    assert_eq!(seen.into_inner(), vec![outcome.token]);
+    assert_eq!(outcome.output, Some(3_000), "the client's default lease");
+    eventually("the release", || server.lock(name).is_none()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,11 +2,13 @@
 //!
 //! Acquire NAME, run CMD with `MONOLOCK_LOCK` and `MONOLOCK_TOKEN` in its own
 //! process group, heartbeat while it runs, and stop it (SIGTERM, then
-//! SIGKILL after a grace period) the moment the lock is lost.
+//! SIGKILL after a grace period) the moment the lock is lost. A sentinel
+//! process kills the group if exec itself dies. With no CMD, hold the lock
+//! until a signal arrives.
 
 use std::{
     ffi::OsString,
-    io,
+    io::{self, IsTerminal, Write},
     os::unix::process::ExitStatusExt,
     path::PathBuf,
     process::{ExitCode, ExitStatus},
@@ -14,25 +16,29 @@ use std::{
 };
 
 use clap::Args;
-use monolock_client::{Client, Connector, Error, LockGuard, LossReason, TlsConnector};
+use monolock_client::{Client, Connector, Enqueued, Error, LockGuard, LossReason, TlsConnector};
 use tokio::{
     process::{Child, Command},
     signal::unix::{Signal, SignalKind, signal},
     time::{Instant, sleep, sleep_until, timeout},
 };
 
-use crate::args::{EXIT_USAGE, parse_duration};
+use crate::{
+    args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero},
+    sentinel::Sentinel,
+};
 
 /// The lock was not acquired: busy with `--no-wait`, or `--wait` ran out
 /// (sysexits' EX_TEMPFAIL: "try again later", which cron wrappers know).
+/// `--conflict-exit-code` replaces it.
 pub const EXIT_NOT_ACQUIRED: u8 = 75;
 
 /// The lock was lost while the command ran; the command was stopped. One
 /// past the last sysexits code, so it means nothing else by convention.
 pub const EXIT_LOST: u8 = 79;
 
-/// The server could not be reached or failed the session before the grant
-/// (sysexits' EX_UNAVAILABLE).
+/// The server could not be reached or failed the session before the
+/// command started (sysexits' EX_UNAVAILABLE).
 pub const EXIT_UNAVAILABLE: u8 = 69;
 
 /// The command could not be started (as in POSIX shells).
@@ -51,11 +57,22 @@ const AFTER_HELP: &str = "\
 The command runs in its own process group with MONOLOCK_LOCK (the lock name)
 and MONOLOCK_TOKEN (the fencing token, decimal) in its environment. Pass the
 token to every write the lock guards, e.g. `WHERE token <= $MONOLOCK_TOKEN`.
+The `--` before CMD is needed only when CMD's first word starts with `-`.
+Without CMD (and without -c), exec prints the token and holds the lock until
+SIGINT, SIGTERM or SIGHUP.
 
 If the lock is lost while the command runs, its process group gets SIGTERM at
-once and SIGKILL after --kill-grace. SIGINT, SIGTERM and SIGHUP sent to
-monolock exec are forwarded to the command's process group while it runs;
-before the lock is granted they abort the wait (exit 128+N).
+once and SIGKILL after --kill-grace. If exec itself dies (even by SIGKILL), a
+sentinel process kills the command's process group at once. SIGINT, SIGTERM
+and SIGHUP sent to monolock exec are forwarded to the command's process group
+while it runs; before the lock is granted they abort the wait (exit 128+N).
+On a terminal, the command is the foreground job, so it can read the keyboard.
+
+--retry retries connection failures and server conditions (shutdown,
+administrator kick), logging each retry on stderr, until the server has been
+unreachable for --retry-for; a bad certificate, a TLS mismatch or an ACL
+refusal is never retried. --server takes several addresses (a,b): each
+connection tries them in order.
 
 --tls-ca turns TLS on: the server's certificate must chain to that CA and
 match the host of --server (or --tls-server-name). --tls-cert and --tls-key
@@ -64,46 +81,70 @@ from it.
 
 Exit status:
   the command's own   it ran to the end holding the lock (128+N if killed by signal N)
-  64                  usage or client error (bad flag, name, lease or TLS file; refused by the server's ACL)
-  69                  server unreachable (TLS handshake failures included), or it failed
-                      the session before the grant
-  75                  not acquired: busy with --no-wait, or --wait ran out
+  64                  usage or client error (bad flag, name, lease, address or TLS file;
+                      a certificate or TLS mismatch; a wrong port; refused by the ACL)
+  69                  server unreachable, or it failed the session before the command
+                      started (shutdown, administrator kick, silence)
+  75                  not acquired: busy with --no-wait or --wait 0, or --wait ran out
+                      (--conflict-exit-code replaces 75)
   79                  the lock was lost while the command ran; the command was stopped
-  126 / 127           the command could not be executed / was not found";
+  126 / 127           the command could not be executed / was not found
+  128+N               exec got signal N while waiting for the lock
+  0                   without CMD: the lock was held until SIGINT, SIGTERM or SIGHUP";
 
 /// Flags of `monolock exec`.
 #[derive(Debug, Args)]
 #[command(
     about = "Run a command while holding a lock",
     after_help = AFTER_HELP,
-    override_usage = "monolock exec [OPTIONS] <NAME> -- <CMD> [ARGS]..."
+    override_usage = "monolock exec [OPTIONS] <NAME> [--] [CMD [ARGS]...]\n       monolock exec [OPTIONS] <NAME> -c <SHELL_COMMAND>"
 )]
 pub struct ExecArgs {
-    /// Server address.
-    #[arg(long, env = "MONOLOCK_ADDRESS", default_value = DEFAULT_SERVER, value_name = "ADDR")]
+    /// Server address, or several separated by commas (tried in order).
+    #[arg(long, env = "MONOLOCK_ADDRESS", default_value = DEFAULT_SERVER, value_parser = parse_servers, value_name = "ADDR[,ADDR...]")]
     server: String,
 
     /// Lease: how long the server tolerates silence before it hands the
     /// lock on. Not a limit on the command's run time.
-    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_LEASE", default_value = "2s", value_parser = parse_lease, value_name = "DURATION")]
     lease: Duration,
 
-    /// Wait at most this long for the lock (default: wait as long as it takes).
-    #[arg(long, value_parser = parse_duration, value_name = "DURATION", conflicts_with = "no_wait")]
+    /// Wait at most this long for the lock; 0 tries once (default: wait as
+    /// long as it takes).
+    #[arg(long, env = "MONOLOCK_WAIT", value_parser = parse_duration_or_zero, value_name = "DURATION", conflicts_with = "no_wait")]
     wait: Option<Duration>,
 
     /// Do not wait: exit 75 at once if the lock is held.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     no_wait: bool,
 
     /// Retry connection failures and server conditions (shutdown,
-    /// administrator kick) with backoff until the lock is acquired.
-    #[arg(long)]
+    /// administrator kick) with backoff, for at most --retry-for of an
+    /// unreachable server.
+    #[arg(long, env = "MONOLOCK_RETRY")]
     retry: bool,
 
+    /// With --retry: give up once the server has been unreachable this long.
+    #[arg(long, env = "MONOLOCK_RETRY_FOR", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    retry_for: Duration,
+
     /// Time between SIGTERM and SIGKILL when the lock is lost.
-    #[arg(long, default_value = "5s", value_parser = parse_grace, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_KILL_GRACE", default_value = "5s", value_parser = parse_duration_or_zero, value_name = "DURATION")]
     kill_grace: Duration,
+
+    /// Exit status when the lock is not acquired (busy, or --wait ran out),
+    /// as flock -E.
+    #[arg(short = 'E', long, default_value_t = EXIT_NOT_ACQUIRED, value_parser = clap::value_parser!(u8).range(1..), value_name = "CODE")]
+    conflict_exit_code: u8,
+
+    /// Say on stderr when the lock is queued, granted (token, wait time)
+    /// and released.
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// Run this string with /bin/sh -c (as flock -c) instead of CMD.
+    #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
+    shell: Option<OsString>,
 
     /// Speak TLS, trusting the CA certificates in this PEM file.
     #[arg(long, env = "MONOLOCK_TLS_CA", value_name = "FILE")]
@@ -127,13 +168,54 @@ pub struct ExecArgs {
     #[arg(value_name = "NAME")]
     name: String,
 
-    /// The command and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    /// The command and its arguments (none: hold the lock until a signal).
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD",
+        conflicts_with = "shell"
+    )]
     command: Vec<OsString>,
 }
 
-fn parse_grace(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text).map_err(|err| format!("{err} (expected e.g. 250ms, 5s, 1m)"))
+/// Parses `--server`: one or more `HOST:PORT` separated by commas. A bad
+/// address is a usage error at startup, never a retried connect failure.
+fn parse_servers(text: &str) -> Result<String, String> {
+    let mut addrs = Vec::new();
+    for addr in text.split(',').map(str::trim) {
+        let bad = || {
+            format!(
+                "{addr:?} is not HOST:PORT (e.g. 127.0.0.1:7070, locks.internal:7070, [::1]:7070)"
+            )
+        };
+        let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.is_empty()
+            || host.contains(['[', ']', ' ', '/'])
+            || port.parse::<u16>().map_or(true, |p| p == 0)
+        {
+            return Err(bad());
+        }
+        addrs.push(addr);
+    }
+    Ok(addrs.join(","))
+}
+
+/// Parses `--lease`: what the protocol carries (whole milliseconds, 1 ms
+/// to about 49 days).
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = parse_duration(text)?;
+    let max = Duration::from_millis(u64::from(u32::MAX)).min(MAX_DURATION);
+    if lease < Duration::from_millis(1) || lease > max {
+        return Err(format!(
+            "{text} is out of range: a lease is 1ms to {}",
+            humantime::format_duration(Duration::from_secs(max.as_secs()))
+        ));
+    }
+    Ok(lease)
 }
 
 /// Runs `monolock exec`; the exit code is documented in its `--help`.
@@ -167,7 +249,7 @@ async fn exec(args: ExecArgs) -> u8 {
             return EXIT_UNAVAILABLE;
         }
     };
-    let client = Client::new(args.server.clone());
+    let client = Client::new(args.server.clone()).with_default_lease(args.lease);
     match tls {
         None => acquire_and_run(&client, &args, &mut signals).await,
         Some(tls) => acquire_and_run(&client.with_connector(tls), &args, &mut signals).await,
@@ -203,25 +285,27 @@ fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
         .map_err(|err| format!("{:#}", anyhow::Error::new(err)))
 }
 
-/// Waits for the lock, then runs the command under it.
+/// Waits for the lock, then runs the command under it (or holds the lock
+/// until a signal when there is no command).
 async fn acquire_and_run<C: Connector>(
     client: &Client<C>,
     args: &ExecArgs,
     signals: &mut Signals,
 ) -> u8 {
+    let started = Instant::now();
     let guard = tokio::select! {
         result = acquire(client, args) => match result {
             Ok(Some(guard)) => guard,
             Ok(None) => {
                 match args.wait {
-                    Some(wait) if !args.no_wait => eprintln!(
+                    Some(wait) if !wait.is_zero() && !args.no_wait => eprintln!(
                         "monolock exec: lock {:?} not acquired within {}",
                         args.name,
                         humantime::format_duration(wait)
                     ),
                     _ => eprintln!("monolock exec: lock {:?} is held by someone else", args.name),
                 }
-                return EXIT_NOT_ACQUIRED;
+                return args.conflict_exit_code;
             }
             Err(err) => {
                 let code = exit_code_for(&err);
@@ -242,7 +326,30 @@ async fn acquire_and_run<C: Connector>(
             return exit_code_for_signal(signal);
         }
     };
-    run_command(guard, args, signals).await
+    if args.verbose {
+        eprintln!(
+            "monolock exec: acquired lock {:?} with token {} after {}",
+            args.name,
+            guard.token(),
+            humantime::format_duration(Duration::from_millis(
+                u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+            ))
+        );
+    }
+    match command_line(args) {
+        Some((program, rest)) => run_command(guard, program, rest, args, signals).await,
+        None => hold(guard, args, signals).await,
+    }
+}
+
+/// The program and its arguments: `-c STRING` as `/bin/sh -c STRING`, or
+/// CMD; `None` when there is neither.
+fn command_line(args: &ExecArgs) -> Option<(OsString, Vec<OsString>)> {
+    if let Some(shell) = &args.shell {
+        return Some(("/bin/sh".into(), vec!["-c".into(), shell.clone()]));
+    }
+    let (program, rest) = args.command.split_first()?;
+    Some((program.clone(), rest.to_vec()))
 }
 
 /// Takes the lock as the flags say: `Ok(None)` when it was not acquired.
@@ -250,40 +357,148 @@ async fn acquire<C: Connector>(
     client: &Client<C>,
     args: &ExecArgs,
 ) -> Result<Option<LockGuard>, Error> {
-    let (name, lease) = (args.name.as_str(), args.lease);
-    let retry = client.retry_policy();
-    if args.no_wait {
-        return if args.retry {
-            retry.retry(|| client.try_acquire(name, lease)).await
+    let once = args.no_wait || args.wait.is_some_and(|wait| wait.is_zero());
+    let attempt = || async {
+        if once {
+            client.try_acquire(&args.name, args.lease).await
         } else {
-            client.try_acquire(name, lease).await
-        };
-    }
-    let wait = async {
-        if args.retry {
-            client.acquire_retrying(name, lease).await
-        } else {
-            client.acquire(name, lease).await
+            wait_reporting(client, args).await.map(Some)
         }
     };
+    let attempts = async {
+        if !args.retry {
+            return attempt().await;
+        }
+        let policy = client
+            .retry_policy()
+            .clone()
+            .with_retry_for(Some(args.retry_for));
+        policy
+            .retry_notify(attempt, |err, delay| {
+                eprintln!(
+                    "monolock exec: cannot acquire lock {:?}: {}; retrying in {}",
+                    args.name,
+                    error_chain(err),
+                    humantime::format_duration(Duration::from_millis(
+                        u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+                    ))
+                );
+            })
+            .await
+    };
     match args.wait {
-        None => wait.await.map(Some),
-        Some(limit) => timeout(limit, wait).await.map_or(Ok(None), |r| r.map(Some)),
+        Some(limit) if !once => timeout(limit, attempts).await.unwrap_or(Ok(None)),
+        _ => attempts.await,
+    }
+}
+
+/// An error and its sources, `: `-separated (as anyhow's `{:#}`), for an
+/// error only borrowed.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// Waits in the queue, saying so with `--verbose`.
+async fn wait_reporting<C: Connector>(
+    client: &Client<C>,
+    args: &ExecArgs,
+) -> Result<LockGuard, Error> {
+    match client.enqueue(&args.name, args.lease).await? {
+        Enqueued::Acquired(guard) => Ok(guard),
+        Enqueued::Waiting(waiter) => {
+            if args.verbose {
+                eprintln!(
+                    "monolock exec: lock {:?} is held; queued (first come, first served)",
+                    args.name
+                );
+            }
+            waiter.granted().await
+        }
+    }
+}
+
+/// No command: print the token, hold until a signal, release.
+async fn hold(guard: LockGuard, args: &ExecArgs, signals: &mut Signals) -> u8 {
+    let mut stdout = io::stdout().lock();
+    let _ = writeln!(stdout, "{}", guard.token()).and_then(|()| stdout.flush());
+    drop(stdout);
+    tokio::select! {
+        signal = signals.recv() => {
+            if args.verbose {
+                eprintln!("monolock exec: {}; releasing lock {:?}", signal_name(signal), args.name);
+            }
+            release(guard, args).await;
+            0
+        }
+        reason = guard.lost() => {
+            eprintln!(
+                "monolock exec: lost lock {:?}: {:#}",
+                args.name,
+                anyhow::Error::new(reason)
+            );
+            EXIT_LOST
+        }
+    }
+}
+
+async fn release(guard: LockGuard, args: &ExecArgs) {
+    match guard.release().await {
+        Ok(()) if args.verbose => eprintln!("monolock exec: released lock {:?}", args.name),
+        Ok(()) => {}
+        Err(err) => eprintln!(
+            "monolock exec: releasing lock {:?}: {:#}",
+            args.name,
+            anyhow::Error::new(err)
+        ),
     }
 }
 
 /// Runs the command under `guard` and picks the exit status.
-async fn run_command(guard: LockGuard, args: &ExecArgs, signals: &mut Signals) -> u8 {
-    let Some((program, rest)) = args.command.split_first() else {
-        return EXIT_USAGE; // clap requires a command
+async fn run_command(
+    guard: LockGuard,
+    program: OsString,
+    rest: Vec<OsString>,
+    args: &ExecArgs,
+    signals: &mut Signals,
+) -> u8 {
+    // The sentinel first: a command is never started that it could not
+    // stop if exec died.
+    let mut sentinel = match Sentinel::start() {
+        Ok(sentinel) => sentinel,
+        Err(err) => {
+            eprintln!("monolock exec: cannot start the sentinel process: {err}");
+            return EXIT_UNAVAILABLE;
+        }
     };
-    let mut command = Command::new(program);
+    let terminal = Terminal::foreground();
+    let mut command = Command::new(&program);
     command
-        .args(rest)
+        .args(&rest)
         .env("MONOLOCK_LOCK", guard.name().as_str())
         .env("MONOLOCK_TOKEN", guard.token().to_string())
         .process_group(0);
-    die_with_parent(&mut command);
+    die_with_parent(&mut command, terminal.is_some());
+    // A last look at the clock: a process paused between the grant and
+    // here (SIGSTOP, swap, a suspended VM) must not start the command on a
+    // claim the server may already have handed on.
+    if !guard.is_held() {
+        let reason = guard.loss().map_or_else(String::new, |reason| {
+            format!(": {:#}", anyhow::Error::new(reason))
+        });
+        eprintln!(
+            "monolock exec: lock {:?} was lost before the command started{reason}; not running it",
+            args.name
+        );
+        sentinel.dismiss().await;
+        return EXIT_UNAVAILABLE;
+    }
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(err) => {
@@ -291,6 +506,8 @@ async fn run_command(guard: LockGuard, args: &ExecArgs, signals: &mut Signals) -
                 "monolock exec: cannot run {}: {err}",
                 program.to_string_lossy()
             );
+            sentinel.dismiss().await;
+            release(guard, args).await;
             return if err.kind() == io::ErrorKind::NotFound {
                 EXIT_NOT_FOUND
             } else {
@@ -301,19 +518,31 @@ async fn run_command(guard: LockGuard, args: &ExecArgs, signals: &mut Signals) -
     // The child leads its own group: its pid is the group id. It is not
     // reaped before `wait` returns, so the id cannot be reused meanwhile.
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    loop {
+    if let Some(group) = group
+        && let Err(err) = sentinel.guard(group).await
+    {
+        eprintln!("monolock exec: the sentinel process is gone ({err}); stopping the command");
+        forward(Some(group), libc::SIGKILL);
+        let _ = child.wait().await;
+        return EXIT_UNAVAILABLE;
+    }
+    let code = loop {
         tokio::select! {
             biased;
             status = child.wait() => {
-                return finish(guard, status, args).await;
+                if let Some(terminal) = &terminal { terminal.take_back(); }
+                break finish(guard, status, args).await;
             }
             reason = guard.lost() => {
                 stop_after_loss(&mut child, group, &reason, args, signals).await;
-                return EXIT_LOST;
+                if let Some(terminal) = &terminal { terminal.take_back(); }
+                break EXIT_LOST;
             }
             signal = signals.recv() => forward(group, signal),
         }
-    }
+    };
+    sentinel.dismiss().await;
+    code
 }
 
 /// The command ended on its own: its status, unless the lock was gone by then.
@@ -326,13 +555,7 @@ async fn finish(guard: LockGuard, status: io::Result<ExitStatus>, args: &ExecArg
         );
         return EXIT_LOST;
     }
-    if let Err(err) = guard.release().await {
-        eprintln!(
-            "monolock exec: releasing lock {:?}: {:#}",
-            args.name,
-            anyhow::Error::new(err)
-        );
-    }
+    release(guard, args).await;
     match status {
         Ok(status) => exit_code_for_status(status),
         Err(err) => {
@@ -358,7 +581,10 @@ async fn stop_after_loss(
         anyhow::Error::new(reason.clone())
     );
     forward(group, libc::SIGTERM);
-    let give_up = Instant::now() + args.kill_grace;
+    // Bounded at parse time, so this cannot overflow; checked all the same.
+    let give_up = Instant::now()
+        .checked_add(args.kill_grace)
+        .unwrap_or_else(Instant::now);
     let mut exited = false;
     // Wait for the command, then for the rest of its group, until the grace
     // period ends.
@@ -393,21 +619,25 @@ fn forward(group: Option<i32>, signal: i32) {
     }
 }
 
-/// Makes the kernel SIGKILL the command if this process dies first.
+/// Makes the kernel SIGKILL the command if this process dies first, and,
+/// with `foreground`, makes the command's process group the terminal's
+/// foreground job.
 ///
 /// The claim is this process's connection: if `monolock exec` is killed
 /// (even with SIGKILL, which it cannot catch), the server releases the lock
 /// at once and may hand it on, so the command must not outlive it. The
 /// parent-death signal fires when the thread that forked exits; this runtime
 /// is current-thread, so that thread is the main thread, which lives as long
-/// as the process. It reaches the command itself, not processes the command
-/// forks into the background (docs/exec.md says so).
+/// as the process. It reaches the command itself; the sentinel reaches the
+/// rest of its process group.
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
+fn die_with_parent(command: &mut Command, foreground: bool) {
     let parent = std::process::id();
     // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: it makes two system calls
-    // (prctl, getppid), allocates nothing and takes no lock.
+    // async-signal-safe calls are allowed: it makes system calls only
+    // (prctl, getppid, signal, tcsetpgrp, getpgrp), allocates nothing and
+    // takes no lock. std has already moved the child into its own process
+    // group (setpgid) when closures run.
     unsafe {
         command.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -417,14 +647,59 @@ fn die_with_parent(command: &mut Command) {
             if u32::try_from(libc::getppid()).ok() != Some(parent) {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
+            if foreground {
+                // A background group may take the terminal only with
+                // SIGTTOU ignored; the command gets the default back.
+                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                let taken = libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
+                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
+                if taken != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
 }
 
+/// The terminal exec runs in the foreground of, if any: the command gets
+/// the foreground while it runs, and exec takes it back after.
+struct Terminal {
+    group: libc::pid_t,
+}
+
+impl Terminal {
+    /// `Some` when stdin is a terminal whose foreground job is exec's
+    /// process group (an interactive shell ran exec in the foreground).
+    #[allow(unsafe_code)]
+    fn foreground() -> Option<Self> {
+        if !io::stdin().is_terminal() {
+            return None;
+        }
+        // SAFETY: getpgrp and tcgetpgrp take integers and touch no memory
+        // of this process.
+        let (group, foreground) = unsafe { (libc::getpgrp(), libc::tcgetpgrp(libc::STDIN_FILENO)) };
+        if group != foreground {
+            return None;
+        }
+        // SAFETY: as above; ignoring SIGTTOU lets exec, no longer in the
+        // foreground, take the terminal back after the command.
+        unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
+        Some(Self { group })
+    }
+
+    /// Makes exec's group the foreground job again.
+    #[allow(unsafe_code)]
+    fn take_back(&self) {
+        // SAFETY: tcsetpgrp takes integers and touches no memory of this
+        // process; failure (the terminal is gone) leaves nothing to do.
+        unsafe { libc::tcsetpgrp(libc::STDIN_FILENO, self.group) };
+    }
+}
+
 /// Sends `signal` to every process in group `group` (`kill(-group, signal)`).
 #[allow(unsafe_code)]
-fn signal_group(group: i32, signal: i32) -> io::Result<()> {
+pub(crate) fn signal_group(group: i32, signal: i32) -> io::Result<()> {
     // kill(-1) would signal every process we may signal: never let it happen.
     if group <= 1 {
         return Err(io::ErrorKind::InvalidInput.into());
@@ -495,13 +770,14 @@ fn exit_code_for_status(status: ExitStatus) -> u8 {
     }
 }
 
-/// Client errors (the same request fails the same way) are usage errors;
-/// everything else is the server's or the network's.
+/// What fails the same way every time (bad input, a certificate or TLS
+/// mismatch, a wrong port, an ACL refusal) is a usage error; everything
+/// else is the server's or the network's.
 fn exit_code_for(err: &Error) -> u8 {
-    match err {
-        Error::InvalidName(_) | Error::InvalidLease { .. } | Error::Tls(_) => EXIT_USAGE,
-        Error::Server { code, .. } if !code.is_temporary() => EXIT_USAGE,
-        _ => EXIT_UNAVAILABLE,
+    if err.is_temporary() {
+        EXIT_UNAVAILABLE
+    } else {
+        EXIT_USAGE
     }
 }
 
@@ -513,13 +789,18 @@ mod tests {
 
     #[test]
     fn exit_codes_by_error_class() {
-        let server = |code| Error::Server {
-            code: ErrorCode(code),
-            reason: String::new(),
+        let server = |code| {
+            Error::from(LossReason::Server {
+                code: ErrorCode(code),
+                reason: String::new(),
+            })
         };
         assert_eq!(exit_code_for(&server(0x18)), EXIT_USAGE);
         assert_eq!(exit_code_for(&server(0x01)), EXIT_UNAVAILABLE);
-        assert_eq!(exit_code_for(&Error::ConnectionClosed), EXIT_UNAVAILABLE);
+        assert_eq!(
+            exit_code_for(&Error::from(LossReason::ConnectionClosed)),
+            EXIT_UNAVAILABLE
+        );
         assert_eq!(
             exit_code_for(&Error::Tls(TlsError::NoTrustRoots)),
             EXIT_USAGE
@@ -536,6 +817,29 @@ mod tests {
             exit_code_for_status(ExitStatus::from_raw(libc::SIGKILL)),
             137
         );
+    }
+
+    #[test]
+    fn server_lists_and_leases_are_checked_at_parse_time() {
+        assert_eq!(
+            parse_servers("127.0.0.1:7070, [::1]:7071,locks.internal:7072").as_deref(),
+            Ok("127.0.0.1:7070,[::1]:7071,locks.internal:7072")
+        );
+        for bad in [
+            "",
+            "7070",
+            "host:",
+            "host:0",
+            "host:99999",
+            ":7070",
+            "a:1,,b:2",
+            "h st:1",
+        ] {
+            assert!(parse_servers(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_lease("2s"), Ok(Duration::from_secs(2)));
+        assert!(parse_lease("100us").is_err());
+        assert!(parse_lease("50d").is_err());
     }
 
     #[test]

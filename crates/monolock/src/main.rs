@@ -5,6 +5,7 @@
 mod admin_cli;
 mod args;
 mod exec;
+mod sentinel;
 mod serve;
 
 use std::process::ExitCode;
@@ -17,7 +18,8 @@ use clap::{Parser, Subcommand};
     name = "monolock",
     version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MONOLOCK_GIT_COMMIT"), ")"),
     about,
-    propagate_version = true
+    propagate_version = true,
+    arg_required_else_help = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,9 +34,13 @@ enum Command {
     Exec(exec::ExecArgs),
     #[command(flatten)]
     Admin(admin_cli::AdminCommand),
+    /// Guards a command's process group for `monolock exec` (internal).
+    #[command(hide = true)]
+    ExecSentinel(sentinel::SentinelArgs),
 }
 
 fn main() -> ExitCode {
+    forget_empty_variables();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return args::exit_for_clap_error(&err),
@@ -43,5 +49,26 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::main(args),
         Command::Exec(args) => exec::main(args),
         Command::Admin(command) => admin_cli::main(command),
+        Command::ExecSentinel(args) => sentinel::main(args),
+    }
+}
+
+/// An empty `MONOLOCK_*` variable means "unset", for every flag of every
+/// subcommand: a unit file or CI job that blanks a variable gets the
+/// default, not a parse error. (clap would take the empty string as the
+/// value.)
+#[allow(unsafe_code)]
+fn forget_empty_variables() {
+    let empty: Vec<_> = std::env::vars_os()
+        .filter(|(name, value)| {
+            value.is_empty() && name.to_str().is_some_and(|n| n.starts_with("MONOLOCK_"))
+        })
+        .map(|(name, _)| name)
+        .collect();
+    for name in empty {
+        // SAFETY: called first thing in main, before any other thread
+        // exists (the runtimes start later), so nothing reads the
+        // environment concurrently.
+        unsafe { std::env::remove_var(name) };
     }
 }

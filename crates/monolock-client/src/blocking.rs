@@ -1,0 +1,248 @@
+//! A blocking facade for synchronous programs, with the same guard
+//! semantics as the async client.
+//!
+//! The [`Client`] here owns a small tokio runtime (one worker thread) that
+//! runs every claim's heartbeats in the background, so a [`LockGuard`]
+//! stays alive while the calling thread does blocking work. Dropping a
+//! guard releases the lock at once, exactly as in the async client.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use monolock_client::blocking::Client;
+//!
+//! # fn main() -> Result<(), monolock_client::Error> {
+//! let client = Client::new("127.0.0.1:7070")?.with_default_lease(Duration::from_secs(2));
+//! let lock = client.acquire("nightly/import", None)?;
+//! println!("holding under token {}", lock.token());
+//! // ... work, checking lock.is_held() before each guarded write ...
+//! lock.release()
+//! # }
+//! ```
+//!
+//! Calls block the calling thread; made on a thread that runs an async
+//! runtime they return [`Error::BlockingInAsyncContext`] instead of
+//! stalling it.
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use monolock_proto::LockName;
+use tokio::runtime::{Handle, Runtime};
+
+use crate::{
+    client,
+    connector::{Connector, TcpConnector},
+    error::{Error, LossReason},
+    guard,
+    retry::RetryPolicy,
+};
+
+/// A blocking monolock client; see the [module](self) documentation.
+pub struct Client<C = TcpConnector> {
+    inner: client::Client<C>,
+    runtime: Arc<Runtime>,
+}
+
+impl<C> Clone for Client<C> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            runtime: self.runtime.clone(),
+        }
+    }
+}
+
+impl<C> fmt::Debug for Client<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client<TcpConnector> {
+    /// A client for `addr` (as [`crate::Client::new`]) with its own
+    /// runtime.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] if the runtime's thread cannot be started.
+    pub fn new(addr: impl Into<String>) -> Result<Self, Error> {
+        Self::from_async(client::Client::new(addr))
+    }
+}
+
+impl<C: Connector> Client<C> {
+    /// Wraps an async client (any connector, TLS included), starting the
+    /// runtime that will run its claims.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] if the runtime's thread cannot be started.
+    pub fn from_async(inner: client::Client<C>) -> Result<Self, Error> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("monolock-client")
+            .enable_all()
+            .build()
+            .map_err(|source| Error::Connect {
+                addr: inner.addr().to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            inner,
+            runtime: Arc::new(runtime),
+        })
+    }
+
+    /// Sets the lease of calls that pass `None`.
+    pub fn with_default_lease(mut self, lease: Duration) -> Self {
+        self.inner = self.inner.with_default_lease(lease);
+        self
+    }
+
+    /// Sets the policy of [`acquire_retrying`](Self::acquire_retrying).
+    pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.inner = self.inner.with_retry_policy(policy);
+        self
+    }
+
+    /// The async client underneath.
+    pub fn as_async(&self) -> &client::Client<C> {
+        &self.inner
+    }
+
+    /// Blocks until the lock is granted; see [`crate::Client::acquire`].
+    ///
+    /// # Errors
+    /// As for [`crate::Client::acquire`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn acquire(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+    ) -> Result<LockGuard, Error> {
+        let guard = self.block_on(self.inner.acquire(name, lease))??;
+        Ok(self.wrap(guard))
+    }
+
+    /// Takes the lock if it is free; `Ok(None)` if it is held.
+    ///
+    /// # Errors
+    /// As for [`acquire`](Self::acquire).
+    pub fn try_acquire(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+    ) -> Result<Option<LockGuard>, Error> {
+        let guard = self.block_on(self.inner.try_acquire(name, lease))??;
+        Ok(guard.map(|guard| self.wrap(guard)))
+    }
+
+    /// Waits at most `max_wait`; `Ok(None)` if the lock was not granted.
+    ///
+    /// # Errors
+    /// As for [`acquire`](Self::acquire).
+    pub fn acquire_timeout(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        max_wait: Duration,
+    ) -> Result<Option<LockGuard>, Error> {
+        let guard = self.block_on(self.inner.acquire_timeout(name, lease, max_wait))??;
+        Ok(guard.map(|guard| self.wrap(guard)))
+    }
+
+    /// [`acquire`](Self::acquire), retrying temporary failures under the
+    /// client's [`RetryPolicy`] (bounded in time by default).
+    ///
+    /// # Errors
+    /// As for [`crate::Client::acquire_retrying`].
+    pub fn acquire_retrying(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+    ) -> Result<LockGuard, Error> {
+        let guard = self.block_on(self.inner.acquire_retrying(name, lease))??;
+        Ok(self.wrap(guard))
+    }
+
+    /// Runs `f` on a runtime thread's behalf, refusing to block a thread
+    /// that is itself running async code.
+    fn block_on<F: Future>(&self, future: F) -> Result<F::Output, Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        Ok(self.runtime.block_on(future))
+    }
+
+    fn wrap(&self, inner: guard::LockGuard) -> LockGuard {
+        LockGuard {
+            inner,
+            runtime: self.runtime.clone(),
+        }
+    }
+}
+
+/// A held lock; see [`crate::LockGuard`]. Heartbeats run on the client's
+/// runtime; dropping the guard releases the lock at once.
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    // Declared first so that it is dropped (and the lock released) before
+    // this guard's reference to the runtime goes.
+    inner: guard::LockGuard,
+    runtime: Arc<Runtime>,
+}
+
+impl LockGuard {
+    /// The fencing token of the grant.
+    pub fn token(&self) -> u64 {
+        self.inner.token()
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        self.inner.name()
+    }
+
+    /// Whether the lock is still held, judged against the clock now. Once
+    /// this returns false the claim is given up for good (see
+    /// [`crate::LockGuard::is_held`]).
+    pub fn is_held(&self) -> bool {
+        self.inner.is_held()
+    }
+
+    /// Why the lock was lost, or `None` while it is held.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.inner.loss()
+    }
+
+    /// Blocks until the lock is lost and says why (to be called from a
+    /// watcher thread).
+    ///
+    /// # Errors
+    /// [`Error::BlockingInAsyncContext`] on a thread running async code.
+    pub fn wait_lost(&self) -> Result<LossReason, Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        Ok(self.runtime.block_on(self.inner.lost()))
+    }
+
+    /// Releases the lock, waiting until the server has been told.
+    ///
+    /// # Errors
+    /// As for [`crate::LockGuard::release`], and
+    /// [`Error::BlockingInAsyncContext`] (the lock is released anyway).
+    pub fn release(self) -> Result<(), Error> {
+        let Self { inner, runtime } = self;
+        if Handle::try_current().is_ok() {
+            drop(inner);
+            return Err(Error::BlockingInAsyncContext);
+        }
+        runtime.block_on(inner.release())
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}

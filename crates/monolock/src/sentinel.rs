@@ -1,0 +1,139 @@
+//! The sentinel: a small process that outlives `monolock exec` and kills
+//! the command's process group if exec dies without saying goodbye.
+//!
+//! The claim is exec's connection: when exec dies (SIGKILL, OOM killer, a
+//! crash), the server releases the lock at once and may hand it on. The
+//! parent-death signal kills the command itself, but not what the command
+//! started (`sh -c 'sleep 30; ...'` leaves `sleep` running). The sentinel
+//! closes that gap for the whole process group: exec hands it the group id
+//! through a pipe and keeps the write end; the kernel closes that end when
+//! exec dies, however it dies, and the sentinel then sends SIGKILL to the
+//! group. When exec ends normally it writes a goodbye first, and the
+//! sentinel exits without touching anything.
+//!
+//! The sentinel runs in a session of its own with SIGINT, SIGTERM and
+//! SIGHUP ignored, so that a terminal's Ctrl-C or hangup, or a signal to
+//! exec's process group, cannot take it down with exec. Only SIGKILL sent
+//! to the sentinel itself does.
+
+use std::{
+    io::{self, Read, Write},
+    process::{ExitCode, Stdio},
+};
+
+use clap::Args;
+use tokio::process::{Child, ChildStdin, Command};
+
+/// The byte exec writes when it ends normally.
+const GOODBYE: u8 = b'.';
+
+/// Flags of the hidden `monolock exec-sentinel` (started by exec only).
+#[derive(Debug, Args)]
+pub struct SentinelArgs {}
+
+/// A running sentinel, owned by exec.
+pub struct Sentinel {
+    child: Child,
+    pipe: Option<ChildStdin>,
+}
+
+impl Sentinel {
+    /// Starts the sentinel (this same executable, `exec-sentinel`).
+    pub fn start() -> io::Result<Self> {
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .arg("exec-sentinel")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        detach(&mut command);
+        let mut child = command.spawn()?;
+        let pipe = child.stdin.take();
+        Ok(Self { child, pipe })
+    }
+
+    /// Tells the sentinel which process group to guard.
+    pub async fn guard(&mut self, group: i32) -> io::Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let pipe = self.pipe.as_mut().ok_or(io::ErrorKind::BrokenPipe)?;
+        pipe.write_all(format!("{group}\n").as_bytes()).await?;
+        pipe.flush().await
+    }
+
+    /// Exec ends normally: the sentinel leaves the group alone and exits.
+    pub async fn dismiss(mut self) {
+        use tokio::io::AsyncWriteExt;
+        if let Some(mut pipe) = self.pipe.take() {
+            let _ = pipe.write_all(&[GOODBYE]).await;
+        }
+        let _ = self.child.wait().await;
+    }
+}
+
+/// A new session, and the terminal's signals ignored, before the sentinel
+/// program starts.
+#[allow(unsafe_code)]
+fn detach(command: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: setsid(2) and signal(2) are, and
+    // it allocates nothing and takes no lock. Ignored dispositions survive
+    // exec, which is the point.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                if libc::signal(signal, libc::SIG_IGN) == libc::SIG_ERR {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The sentinel's own program: read the group id, then wait for the
+/// goodbye or for end of file.
+pub fn main(_args: SentinelArgs) -> ExitCode {
+    let mut input = io::stdin().lock();
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    let mut group = None;
+    loop {
+        match input.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) if byte[0] == GOODBYE => return ExitCode::SUCCESS,
+            Ok(_) if byte[0] == b'\n' => {
+                group = std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|text| text.parse::<i32>().ok());
+                bytes.clear();
+            }
+            Ok(_) => bytes.push(byte[0]),
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    // End of file without a goodbye: exec is gone, and so is its claim.
+    let Some(group) = group else {
+        return ExitCode::SUCCESS;
+    };
+    match crate::exec::signal_group(group, libc::SIGKILL) {
+        Ok(()) => {
+            let _ = writeln!(
+                io::stderr(),
+                "monolock exec-sentinel: monolock exec died holding the lock; killed the command's process group {group}"
+            );
+        }
+        Err(err) if err.raw_os_error() == Some(libc::ESRCH) => {}
+        Err(err) => {
+            let _ = writeln!(
+                io::stderr(),
+                "monolock exec-sentinel: cannot kill process group {group}: {err}"
+            );
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
