@@ -389,8 +389,16 @@ async fn failures_before_the_grant_have_their_own_codes() {
 
     let (status, _, _) = exec(&server, &["--lease", "0s", "x", "--", "true"]).await;
     assert_eq!(status.code(), Some(EXIT_USAGE));
-    let (status, _, _) = exec(&server, &["x"]).await;
-    assert_eq!(status.code(), Some(EXIT_USAGE), "a command is required");
+    // A malformed --server is a usage error, with clap's whole message.
+    let (status, _, err) = exec(&server, &["--server", "nope", "x", "--", "true"]).await;
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+    assert!(
+        err.contains("is not HOST:PORT") && err.contains("--help"),
+        "{err}"
+    );
+    let (status, _, err) = exec(&server, &[]).await;
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+    assert!(err.contains("<NAME>") && err.contains("Usage:"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,7 +406,299 @@ async fn help_lists_the_exit_codes() {
     let server = TestServer::start().await;
     let (status, out, _) = exec(&server, &["-h"]).await;
     assert!(status.success());
-    for code in ["64", "69", "75", "79", "126 / 127"] {
+    for code in ["64", "69", "75", "79", "126 / 127", "128+N"] {
         assert!(out.contains(code), "{code} missing from:\n{out}");
     }
+}
+
+/// `sh -c 'sleep 300 & ...'`: the shell dies with exec through the
+/// parent-death signal, and `sleep`, its child in the same process group,
+/// must die too (the sentinel kills the group).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_group_dies_when_exec_is_killed() {
+    let server = TestServer::start().await;
+    let mut running = Exec::spawn(
+        &server,
+        &["orphans", "--", "sh", "-c", "sleep 300 & echo $!; wait"],
+    );
+    let grandchild: i32 = running.line().await.trim().parse().expect("pid");
+    running.signal(libc::SIGKILL);
+    let status = tokio::time::timeout(PATIENCE, running.child.wait())
+        .await
+        .expect("exec exits in time")
+        .expect("wait");
+    assert_eq!(status.code(), None, "killed by a signal");
+    eventually("the command's child to die", || {
+        // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::kill(grandchild, 0) };
+        rc != 0 || is_zombie(grandchild)
+    })
+    .await;
+}
+
+/// The cron recipe against a server that is down: retries are logged and
+/// bounded by --retry-for (here from its environment variable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_an_unreachable_server_is_bounded_and_logged() {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let started = Instant::now();
+    let child = Command::new(MONOLOCK)
+        .args(["exec", "--server", &closed_addr, "--no-wait", "--retry"])
+        .args(["nightly", "--", "echo", "RAN"])
+        .env("MONOLOCK_RETRY_FOR", "1s")
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(PATIENCE, child)
+        .await
+        .expect("exec gives up in time")
+        .expect("ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert!(out.stdout.is_empty(), "the command ran");
+    assert!(started.elapsed() >= Duration::from_millis(500), "{err}");
+    let retries = err.matches("; retrying in ").count();
+    assert!(retries >= 2, "every retry is logged:\n{err}");
+    assert!(
+        err.contains("Connection refused"),
+        "with its reason:\n{err}"
+    );
+}
+
+/// Serves `reply` to every connection: what a TLS port or an HTTP port
+/// sends back to a plain monolock client.
+async fn wrong_port(reply: &'static [u8]) -> String {
+    use tokio::io::AsyncWriteExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream.write_all(reply).await;
+            let _ = stream.shutdown().await;
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_port_is_named_and_never_retried() {
+    let server = TestServer::start().await;
+    // A TLS alert record, as a TLS server answers a plaintext ACQUIRE.
+    let tls = wrong_port(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]).await;
+    let http = wrong_port(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+    for (addr, says) in [
+        (tls, "the server speaks TLS"),
+        (http, "an HTTP server answered"),
+    ] {
+        let (status, out, err) = exec(
+            &server,
+            &["--server", &addr, "--retry", "x", "--", "echo", "RAN"],
+        )
+        .await;
+        assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+        assert!(err.contains(says), "{err}");
+        assert!(!err.contains("retrying"), "{err}");
+        assert!(out.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_reachable_server_of_a_list_is_used() {
+    let server = TestServer::start().await;
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let list = format!("{closed_addr},{}", server.addr);
+    let (status, out, err) = exec(
+        &server,
+        &[
+            "--server",
+            &list,
+            "listed",
+            "--",
+            "sh",
+            "-c",
+            "echo $MONOLOCK_TOKEN",
+        ],
+    )
+    .await;
+    assert!(status.success(), "{err}");
+    assert!(out.trim().parse::<u64>().is_ok(), "{out}");
+}
+
+/// Paused between the grant and the spawn (here: blocked writing to a
+/// full stderr pipe, so not even the heartbeat task runs) for longer than
+/// the lease: the server hands the lock on, and exec must not start the
+/// command when it resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_between_grant_and_spawn_does_not_start_the_command() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let server = TestServer::start().await;
+    let marker = scratch("paused");
+    let (mut reader, mut writer) = std::io::pipe().expect("pipe");
+    set_nonblocking(writer.as_raw_fd(), true);
+    let chunk = [b'.'; 4096];
+    while writer.write(&chunk).is_ok() {}
+    set_nonblocking(writer.as_raw_fd(), false);
+    let script = format!("touch '{}'", marker.display());
+    let mut child = Command::new(MONOLOCK)
+        .args([
+            "exec", "-v", "--lease", "300ms", "paused", "--", "sh", "-c", &script,
+        ])
+        .env("MONOLOCK_ADDRESS", server.addr.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    eventually("the grant", || server.handle.lock("paused").is_some()).await;
+    // exec is stuck writing "acquired ..." and cannot heartbeat.
+    eventually("the server to expire the silent holder", || {
+        server.handle.lock("paused").is_none()
+    })
+    .await;
+    let drain = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = reader.read_to_end(&mut all);
+        String::from_utf8_lossy(&all).into_owned()
+    });
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("exec exits in time")
+        .expect("wait");
+    let err = drain.join().expect("drained");
+    assert!(!marker.exists(), "the command ran without the lock:\n{err}");
+    assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert!(err.contains("lost before the command started"), "{err}");
+}
+
+fn set_nonblocking(fd: i32, on: bool) {
+    // SAFETY: fcntl(2) on a descriptor this test owns, with integer
+    // arguments only; no memory is passed.
+    #[allow(unsafe_code)]
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        let flags = if on {
+            flags | libc::O_NONBLOCK
+        } else {
+            flags & !libc::O_NONBLOCK
+        };
+        assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags), 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absurd_durations_are_refused_at_parse_time() {
+    let server = TestServer::start().await;
+    for flag in ["--kill-grace", "--lease", "--wait", "--retry-for"] {
+        let (status, out, err) =
+            exec(&server, &[flag, "580000000000y", "x", "--", "echo", "RAN"]).await;
+        assert_eq!(status.code(), Some(EXIT_USAGE), "{flag}: {err}");
+        assert!(err.contains(flag), "{flag}: {err}");
+        assert!(out.is_empty(), "{flag}: the command ran");
+    }
+    let out = Command::new(MONOLOCK)
+        .args(["serve", "--io-timeout", "580000000000y"])
+        .output()
+        .await
+        .expect("ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
+    assert!(err.contains("too long"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_command_exec_holds_the_lock_until_a_signal() {
+    let server = TestServer::start().await;
+    let mut holding = Exec::spawn(&server, &["held"]);
+    let token: u64 = holding.line().await.trim().parse().expect("the token");
+    assert_eq!(
+        server.handle.lock("held").map(|l| l.holder.token),
+        Some(token)
+    );
+    holding.signal(libc::SIGTERM);
+    let (status, _, err) = holding.finish().await;
+    assert_eq!(status.code(), Some(0), "{err}");
+    eventually("the release", || server.handle.lock("held").is_none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_strings_and_commands_without_a_separator() {
+    let server = TestServer::start().await;
+    let (status, out, err) = exec(
+        &server,
+        &["-c", "echo \"$MONOLOCK_LOCK\"; exit 4", "shelled"],
+    )
+    .await;
+    assert_eq!(status.code(), Some(4), "{err}");
+    assert_eq!(out, "shelled\n");
+    let (status, out, err) = exec(&server, &["bare", "echo", "-n", "hi"]).await;
+    assert!(status.success(), "{err}");
+    assert_eq!(out, "hi\n", "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_lock_exits_with_the_conflict_code() {
+    let server = TestServer::start().await;
+    let _holder = server.client().acquire("busy-e", LEASE).await.unwrap();
+    let (status, _, err) = exec(&server, &["--wait", "0", "busy-e", "true"]).await;
+    assert_eq!(status.code(), Some(EXIT_NOT_ACQUIRED), "{err}");
+    let (status, _, err) = exec(&server, &["-n", "-E", "3", "busy-e", "true"]).await;
+    assert_eq!(status.code(), Some(3), "{err}");
+    let (status, _, err) = exec(
+        &server,
+        &["-v", "--wait", "200ms", "-E", "5", "busy-e", "true"],
+    )
+    .await;
+    assert_eq!(status.code(), Some(5), "{err}");
+    assert!(err.contains("queued"), "--verbose says so: {err}");
+    assert_eq!(server.waiters("busy-e"), 0);
+}
+
+/// On a terminal the command is the foreground job: `read` gets the line
+/// typed instead of stopping on SIGTTIN. `script` gives exec a
+/// pseudo-terminal and types what it reads from its stdin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_command_reads_the_terminal() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start().await;
+    let inner = format!("{MONOLOCK} exec maint -- sh -c 'read x; echo got:$x'");
+    let mut child = Command::new("script")
+        .args(["-q", "-e", "-c", &inner, "/dev/null"])
+        .env("MONOLOCK_ADDRESS", server.addr.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("script(1) from util-linux");
+    let mut stdin = child.stdin.take().expect("stdin");
+    eventually("exec to hold the lock", || {
+        server.handle.lock("maint").is_some()
+    })
+    .await;
+    stdin.write_all(b"typed\n").await.expect("typed");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = tokio::time::timeout(PATIENCE, stdout.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("the command never read the terminal: {seen:?}"))
+            .expect("readable");
+        match line {
+            Some(line) if line.contains("got:typed") => break,
+            Some(line) => seen.push(line),
+            None => panic!("no answer from the command: {seen:?}"),
+        }
+    }
+    drop(stdin);
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("exits")
+        .expect("wait");
+    assert!(status.success());
 }
