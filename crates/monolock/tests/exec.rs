@@ -406,7 +406,15 @@ async fn help_lists_the_exit_codes() {
     let server = TestServer::start().await;
     let (status, out, _) = exec(&server, &["-h"]).await;
     assert!(status.success());
-    for code in ["64", "69", "75", "79", "126 / 127", "128+N"] {
+    for code in [
+        "64",
+        "69",
+        "75",
+        "79",
+        "126 / 127",
+        "128+N               exec got signal N",
+        "without CMD",
+    ] {
         assert!(out.contains(code), "{code} missing from:\n{out}");
     }
 }
