@@ -5,12 +5,13 @@
 mod admin_cli;
 mod args;
 mod exec;
+mod manual;
 mod sentinel;
 mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// A lock server for fleets: the TCP connection is the claim.
 #[derive(Debug, Parser)]
@@ -34,6 +35,10 @@ enum Command {
     Exec(exec::ExecArgs),
     #[command(flatten)]
     Admin(admin_cli::AdminCommand),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(manual::CompletionsArgs),
+    /// Print a manual page (roff): monolock(1), or monolock-SUBCOMMAND(1).
+    Man(manual::ManArgs),
     /// Guards a command's process group for `monolock exec` (internal).
     #[command(hide = true)]
     ExecSentinel(sentinel::SentinelArgs),
@@ -49,6 +54,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::main(args),
         Command::Exec(args) => exec::main(args),
         Command::Admin(command) => admin_cli::main(command),
+        Command::Completions(args) => manual::completions(args, Cli::command()),
+        Command::Man(args) => manual::man(args, Cli::command()),
         Command::ExecSentinel(args) => sentinel::main(args),
     }
 }
