@@ -142,6 +142,13 @@ pub struct ExecArgs {
     #[arg(short, long)]
     verbose: bool,
 
+    /// Run the command in a new PID namespace, so that every descendant,
+    /// even one that left the process group (setsid), dies with exec and
+    /// when the command ends. Needs root (CAP_SYS_ADMIN). Inside, the
+    /// command sees namespace PIDs ($$ is 2).
+    #[arg(long, env = "MONOLOCK_PID_NAMESPACE")]
+    pid_namespace: bool,
+
     /// Run this string with /bin/sh -c (as flock -c) instead of CMD.
     #[arg(short = 'c', long = "command", value_name = "SHELL_COMMAND")]
     shell: Option<OsString>,
@@ -468,6 +475,14 @@ async fn run_command(
     args: &ExecArgs,
     signals: &mut Signals,
 ) -> u8 {
+    if args.pid_namespace
+        && let Err(err) = crate::sentinel::enter_new_pid_namespace()
+    {
+        eprintln!(
+            "monolock exec: --pid-namespace: cannot create a PID namespace: {err} (it needs root)"
+        );
+        return EXIT_USAGE;
+    }
     // The sentinel first: a command is never started that it could not
     // stop if exec died.
     let mut sentinel = match Sentinel::start() {
@@ -484,7 +499,7 @@ async fn run_command(
         .env("MONOLOCK_LOCK", guard.name().as_str())
         .env("MONOLOCK_TOKEN", guard.token().to_string())
         .process_group(0);
-    die_with_parent(&mut command, terminal.is_some());
+    die_with_parent(&mut command, terminal.is_some(), args.pid_namespace);
     // A last look at the clock: a process paused between the grant and
     // here (SIGSTOP, swap, a suspended VM) must not start the command on a
     // claim the server may already have handed on.
@@ -631,8 +646,10 @@ fn forward(group: Option<i32>, signal: i32) {
 /// as the process. It reaches the command itself; the sentinel reaches the
 /// rest of its process group.
 #[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command, foreground: bool) {
-    let parent = std::process::id();
+fn die_with_parent(command: &mut Command, foreground: bool, namespaced: bool) {
+    // Seen from inside a new PID namespace, a parent outside it has PID 0;
+    // had it died, the child would belong to the namespace's init (1).
+    let parent = if namespaced { 0 } else { std::process::id() };
     // SAFETY: the closure runs in the forked child before exec, where only
     // async-signal-safe calls are allowed: it makes system calls only
     // (prctl, getppid, signal, tcsetpgrp, getpgrp), allocates nothing and

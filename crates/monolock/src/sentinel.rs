@@ -15,6 +15,14 @@
 //! SIGHUP ignored, so that a terminal's Ctrl-C or hangup, or a signal to
 //! exec's process group, cannot take it down with exec. Only SIGKILL sent
 //! to the sentinel itself does.
+//!
+//! With `--pid-namespace`, exec moves its later children into a new PID
+//! namespace before starting the sentinel, so the sentinel is that
+//! namespace's init (PID 1) and the command is its sibling inside. When
+//! the sentinel exits (dismissed, or after exec's death) the kernel kills
+//! every process left in the namespace, including descendants that left
+//! the process group with `setsid`. SIGCHLD is ignored so that the
+//! orphans the namespace hands to its init are reaped by the kernel.
 
 use std::{
     io::{self, Read, Write},
@@ -70,8 +78,23 @@ impl Sentinel {
     }
 }
 
+/// Puts every child this thread starts from now on into a new PID
+/// namespace (the first one, the sentinel, becomes its init). Needs
+/// CAP_SYS_ADMIN (root); user namespaces are not used, since they would
+/// change what set-user-ID programs in the job can do.
+#[allow(unsafe_code)]
+pub fn enter_new_pid_namespace() -> io::Result<()> {
+    // SAFETY: unshare(2) takes a flag word and touches no memory of this
+    // process; CLONE_NEWPID changes only where later children are placed.
+    if unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A new session, and the terminal's signals ignored, before the sentinel
-/// program starts.
+/// program starts (SIGCHLD too: see the module documentation).
 #[allow(unsafe_code)]
 fn detach(command: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec, where only
@@ -83,7 +106,7 @@ fn detach(command: &mut Command) {
             if libc::setsid() < 0 {
                 return Err(io::Error::last_os_error());
             }
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD] {
                 if libc::signal(signal, libc::SIG_IGN) == libc::SIG_ERR {
                     return Err(io::Error::last_os_error());
                 }

@@ -710,3 +710,60 @@ async fn an_interactive_command_reads_the_terminal() {
         .expect("wait");
     assert!(status.success());
 }
+
+/// Whether this process may create PID namespaces (root, as in CI).
+fn pid_namespaces_allowed() -> bool {
+    std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "true"])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// With --pid-namespace, a descendant that left the process group
+/// (`setsid`) dies with exec too, and so does one the command left behind
+/// when it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pid_namespace_takes_escaped_descendants_down() {
+    if !pid_namespaces_allowed() {
+        eprintln!("skipped: this process may not create PID namespaces");
+        return;
+    }
+    // The escaped process prints its PID as seen from outside (the first
+    // field of /proc/self/stat, read by the shell's own `read`).
+    let escape = "setsid sh -c 'read p rest < /proc/self/stat; echo $p; exec sleep 300' & wait";
+    let server = TestServer::start().await;
+    for kill_exec in [true, false] {
+        let mut running = Exec::spawn(
+            &server,
+            &["--pid-namespace", "isolated", "--", "sh", "-c", escape],
+        );
+        let escaped: i32 = running.line().await.trim().parse().expect("pid");
+        if kill_exec {
+            running.signal(libc::SIGKILL);
+            let status = tokio::time::timeout(PATIENCE, running.child.wait())
+                .await
+                .expect("exec exits in time")
+                .expect("wait");
+            assert_eq!(status.code(), None, "killed by a signal");
+        } else {
+            // SAFETY: kill(2) reads no memory; the pid was printed by the
+            // test's own command a moment ago and is alive (`wait` holds
+            // its shell).
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::kill(escaped, libc::SIGTERM) };
+            assert_eq!(rc, 0);
+            let status = tokio::time::timeout(PATIENCE, running.child.wait())
+                .await
+                .expect("exec exits in time")
+                .expect("wait");
+            assert_eq!(status.code(), Some(0));
+        }
+        eventually("the escaped process to die", || {
+            // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
+            #[allow(unsafe_code)]
+            let rc = unsafe { libc::kill(escaped, 0) };
+            rc != 0 || is_zombie(escaped)
+        })
+        .await;
+    }
+}
