@@ -19,7 +19,6 @@ use tokio::{
 const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
 
 const EXIT_USAGE: i32 = 64;
-const EXIT_UNAVAILABLE: i32 = 69;
 
 /// How long a test waits for something that should happen at once.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -244,14 +243,24 @@ async fn tls_flag_mistakes_exit_64_with_one_line() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_handshake_exits_unavailable() {
+async fn a_refused_handshake_is_a_usage_error_and_never_retried() {
     let server = MtlsServer::start().await;
-    // No client certificate: the mTLS server refuses the handshake.
-    let (status, _, err) =
-        finish(server.spawn(&["--tls-ca", path(&server.ca), "job", "--", "true"], &[])).await;
-    assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
-    assert_eq!(err.lines().count(), 1, "{err:?}");
+    // No client certificate: the mTLS server refuses the handshake, and
+    // would every time.
+    let (status, _, err) = finish(server.spawn(
+        &["--tls-ca", path(&server.ca), "--retry", "job", "--", "true"],
+        &[],
+    ))
+    .await;
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+    assert_eq!(err.lines().count(), 1, "not retried: {err:?}");
     assert!(err.contains("could not connect"), "{err}");
+
+    // Plain TCP to the TLS port: named, not "unexpected message type".
+    let (status, _, err) = finish(server.spawn(&["--retry", "job", "--", "true"], &[])).await;
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+    assert_eq!(err.lines().count(), 1, "not retried: {err:?}");
+    assert!(err.contains("the server speaks TLS"), "{err}");
 
     // A server whose certificate does not match the expected name.
     let (status, _, err) = finish(server.spawn(
@@ -271,6 +280,6 @@ async fn a_refused_handshake_exits_unavailable() {
         &[],
     ))
     .await;
-    assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
     assert!(err.contains("could not connect"), "{err}");
 }
