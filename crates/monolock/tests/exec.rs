@@ -103,6 +103,17 @@ impl Exec {
         assert_eq!(rc, 0, "kill failed");
     }
 
+    /// SIGKILL, then waits for the exit status only (an orphan of the
+    /// command may hold stdout open).
+    async fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        let status = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("exec exits in time")
+            .expect("wait");
+        assert_eq!(status.code(), None, "killed by a signal");
+    }
+
     /// Waits for exit; returns the status, the rest of stdout, and stderr.
     async fn finish(mut self) -> (ExitStatus, String, String) {
         let mut stderr = self.child.stderr.take().expect("stderr");
@@ -124,6 +135,14 @@ impl Exec {
 /// Runs `monolock exec` to the end.
 async fn exec(server: &TestServer, args: &[&str]) -> (ExitStatus, String, String) {
     Exec::spawn(server, args).finish().await
+}
+
+/// An address nothing listens on: a port whose listener was closed.
+async fn closed_port() -> String {
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    addr
 }
 
 /// A path in the test's scratch directory that does not exist yet.
@@ -278,13 +297,7 @@ async fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     assert!(err.contains("SIGKILL"), "{err}");
     assert!(err.contains("0x01"), "{err}");
     // The whole process group went, the background `sleep` included.
-    eventually("the background process to die", || {
-        // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(background, 0) };
-        rc != 0 || is_zombie(background)
-    })
-    .await;
+    process_ends("the background process to die", background).await;
 }
 
 /// `monolock exec` killed outright (no chance to clean up): its connection
@@ -300,24 +313,23 @@ async fn the_command_dies_when_exec_is_killed() {
     let waiter = server.client();
     let next = tokio::spawn(async move { waiter.acquire("orphan", LEASE).await });
     eventually("a waiter", || server.waiters("orphan") == 1).await;
-    running.signal(libc::SIGKILL);
-    // Only the exit status: the orphan would hold stdout open.
-    let status = tokio::time::timeout(PATIENCE, running.child.wait())
-        .await
-        .expect("exec exits in time")
-        .expect("wait");
-    assert_eq!(status.code(), None, "killed by a signal");
+    running.kill().await;
     let guard = tokio::time::timeout(PATIENCE, next)
         .await
         .expect("lock handed on")
         .expect("task")
         .expect("acquired");
     assert!(guard.is_held());
-    eventually("the orphaned command to die", || {
+    process_ends("the orphaned command to die", command).await;
+}
+
+/// Waits until process `pid` has ended (gone, or a zombie nobody reaped).
+async fn process_ends(what: &str, pid: i32) {
+    eventually(what, || {
         // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
         #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(command, 0) };
-        rc != 0 || is_zombie(command)
+        let rc = unsafe { libc::kill(pid, 0) };
+        rc != 0 || is_zombie(pid)
     })
     .await;
 }
@@ -376,9 +388,7 @@ async fn a_signal_before_the_grant_aborts_the_wait() {
 async fn failures_before_the_grant_have_their_own_codes() {
     let server = TestServer::start().await;
     // Nothing listens on a port whose listener was closed.
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let closed_addr = closed.local_addr().unwrap().to_string();
-    drop(closed);
+    let closed_addr = closed_port().await;
     let (status, _, err) = exec(&server, &["--server", &closed_addr, "x", "--", "true"]).await;
     assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
     assert!(err.contains("could not connect"), "{err}");
@@ -430,28 +440,15 @@ async fn the_command_group_dies_when_exec_is_killed() {
         &["orphans", "--", "sh", "-c", "sleep 300 & echo $!; wait"],
     );
     let grandchild: i32 = running.line().await.trim().parse().expect("pid");
-    running.signal(libc::SIGKILL);
-    let status = tokio::time::timeout(PATIENCE, running.child.wait())
-        .await
-        .expect("exec exits in time")
-        .expect("wait");
-    assert_eq!(status.code(), None, "killed by a signal");
-    eventually("the command's child to die", || {
-        // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(grandchild, 0) };
-        rc != 0 || is_zombie(grandchild)
-    })
-    .await;
+    running.kill().await;
+    process_ends("the command's child to die", grandchild).await;
 }
 
 /// The cron recipe against a server that is down: retries are logged and
 /// bounded by --retry-for (here from its environment variable).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retrying_an_unreachable_server_is_bounded_and_logged() {
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let closed_addr = closed.local_addr().unwrap().to_string();
-    drop(closed);
+    let closed_addr = closed_port().await;
     let started = Instant::now();
     let child = Command::new(MONOLOCK)
         .args(["exec", "--server", &closed_addr, "--no-wait", "--retry"])
@@ -515,9 +512,7 @@ async fn a_wrong_port_is_named_and_never_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_reachable_server_of_a_list_is_used() {
     let server = TestServer::start().await;
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let closed_addr = closed.local_addr().unwrap().to_string();
-    drop(closed);
+    let closed_addr = closed_port().await;
     let list = format!("{closed_addr},{}", server.addr);
     let (status, out, err) = exec(
         &server,
@@ -739,12 +734,7 @@ async fn a_pid_namespace_takes_escaped_descendants_down() {
         );
         let escaped: i32 = running.line().await.trim().parse().expect("pid");
         if kill_exec {
-            running.signal(libc::SIGKILL);
-            let status = tokio::time::timeout(PATIENCE, running.child.wait())
-                .await
-                .expect("exec exits in time")
-                .expect("wait");
-            assert_eq!(status.code(), None, "killed by a signal");
+            running.kill().await;
         } else {
             // SAFETY: kill(2) reads no memory; the pid was printed by the
             // test's own command a moment ago and is alive (`wait` holds
@@ -758,12 +748,6 @@ async fn a_pid_namespace_takes_escaped_descendants_down() {
                 .expect("wait");
             assert_eq!(status.code(), Some(0));
         }
-        eventually("the escaped process to die", || {
-            // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::kill(escaped, 0) };
-            rc != 0 || is_zombie(escaped)
-        })
-        .await;
+        process_ends("the escaped process to die", escaped).await;
     }
 }
