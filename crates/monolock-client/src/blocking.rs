@@ -27,6 +27,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use monolock_proto::LockName;
 use tokio::runtime::{Handle, Runtime};
+use tracing::debug;
 
 use crate::{
     client,
@@ -34,6 +35,7 @@ use crate::{
     error::{Error, LossReason},
     guard,
     retry::RetryPolicy,
+    scoped::Outcome,
 };
 
 /// A blocking monolock client; see the [module](self) documentation.
@@ -162,6 +164,36 @@ impl<C: Connector> Client<C> {
     ) -> Result<LockGuard, Error> {
         let guard = self.block_on(self.inner.acquire_retrying(name, lease))??;
         Ok(self.wrap(guard))
+    }
+
+    /// Waits for the lock, runs `work` on this thread while holding it
+    /// (heartbeats go on in the background), and releases it. As
+    /// [`crate::Client::run_locked`], the [`Outcome`] reports a loss even
+    /// when the work succeeded; the work should check
+    /// [`LockGuard::is_held`] before each guarded write.
+    ///
+    /// # Errors
+    /// As for [`acquire`](Self::acquire); the work has not run then.
+    pub fn run_locked<T>(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        work: impl FnOnce(&LockGuard) -> T,
+    ) -> Result<Outcome<T>, Error> {
+        let guard = self.acquire(name, lease)?;
+        let token = guard.token();
+        let output = work(&guard);
+        let loss = guard.loss();
+        if loss.is_none()
+            && let Err(err) = guard.release()
+        {
+            debug!(error = %err, "release after guarded work failed");
+        }
+        Ok(Outcome {
+            output,
+            token,
+            loss,
+        })
     }
 
     /// Runs `f` on a runtime thread's behalf, refusing to block a thread

@@ -50,7 +50,22 @@ fn the_blocking_guard_holds_heartbeats_and_releases_on_drop() {
     }));
     let again = client.acquire("blocking", LEASE).expect("acquired again");
     again.release().expect("released");
-    assert!(server.lock("blocking").is_none());
+    runtime.block_on(eventually("the release", || {
+        server.lock("blocking").is_none()
+    }));
+    // The scoped form: work on this thread, borrowing freely.
+    let mut seen = Vec::new();
+    let outcome = client
+        .run_locked("blocking", LEASE, |guard| {
+            seen.push(server.lock("blocking").map(|l| l.holder.token));
+            guard.token()
+        })
+        .expect("ran");
+    assert!(outcome.held_throughout());
+    assert_eq!(seen, vec![Some(outcome.output)]);
+    runtime.block_on(eventually("the release after the work", || {
+        server.lock("blocking").is_none()
+    }));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -571,7 +571,9 @@ async fn a_pause_between_grant_and_spawn_does_not_start_the_command() {
         let mut all = Vec::new();
         let _ = reader.read_to_end(&mut all);
         // Without the filler written before exec started.
-        String::from_utf8_lossy(&all).trim_start_matches('.').to_owned()
+        String::from_utf8_lossy(&all)
+            .trim_start_matches('.')
+            .to_owned()
     });
     let status = tokio::time::timeout(PATIENCE, child.wait())
         .await
