@@ -316,8 +316,16 @@ async fn acquire_and_run<C: Connector>(
             }
             Err(err) => {
                 let code = exit_code_for(&err);
+                let gave_up = if args.retry && err.is_temporary() {
+                    format!(
+                        " (gave up: --retry-for {} of an unreachable server)",
+                        humantime::format_duration(args.retry_for)
+                    )
+                } else {
+                    String::new()
+                };
                 eprintln!(
-                    "monolock exec: cannot acquire lock {:?}: {:#}",
+                    "monolock exec: cannot acquire lock {:?}: {:#}{gave_up}",
                     args.name,
                     anyhow::Error::new(err)
                 );

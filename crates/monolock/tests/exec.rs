@@ -472,6 +472,7 @@ async fn retrying_an_unreachable_server_is_bounded_and_logged() {
         err.contains("Connection refused"),
         "with its reason:\n{err}"
     );
+    assert!(err.contains("(gave up: --retry-for 1s"), "{err}");
 }
 
 /// Serves `reply` to every connection: what a TLS port or an HTTP port
