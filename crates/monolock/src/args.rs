@@ -8,7 +8,9 @@ pub const EXIT_USAGE: u8 = 64;
 /// The longest duration any flag accepts. Far beyond any useful lease,
 /// wait or timeout, and far below what `Instant + Duration` can hold, so
 /// no deadline computed from a flag can overflow.
-pub const MAX_DURATION: Duration = Duration::from_secs(366 * 24 * 3600);
+pub const MAX_DURATION: Duration = Duration::from_secs(MAX_DURATION_DAYS * 24 * 3600);
+
+const MAX_DURATION_DAYS: u64 = 366;
 
 /// Parses `250ms`, `5s`, `1m`, `1h30m`; zero is refused, and so is
 /// anything above [`MAX_DURATION`].
@@ -30,8 +32,7 @@ fn parse_bounded_duration(text: &str) -> Result<Duration, String> {
         .map_err(|err| format!("{err} (expected e.g. 250ms, 5s, 1m)"))?;
     if duration > MAX_DURATION {
         return Err(format!(
-            "{text} is too long: at most {}",
-            humantime::format_duration(MAX_DURATION)
+            "{text} is too long: at most {MAX_DURATION_DAYS} days"
         ));
     }
     Ok(duration)
@@ -48,16 +49,49 @@ pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, String> {
         .map_err(|_| "expected IP:PORT, [IPv6]:PORT or :PORT".to_owned())
 }
 
-/// Prints a clap error in full (help and version go to stdout) and picks
-/// the exit status: 0 for help and version, [`EXIT_USAGE`] otherwise (a
-/// missing subcommand included: the help is printed, on stderr).
+/// Prints a clap error and picks the exit status: 0 for help and version
+/// (printed in full), [`EXIT_USAGE`] otherwise. A missing subcommand
+/// prints the help, on stderr. Every other error is one line on stderr
+/// holding all of clap's message but the usage block: what is wrong,
+/// which arguments are missing, and clap's tips (such as using `--`).
 pub fn exit_for_clap_error(err: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    let _ = err.print();
     match err.kind() {
-        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => ExitCode::SUCCESS,
-        _ => ExitCode::from(EXIT_USAGE),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            ExitCode::from(EXIT_USAGE)
+        }
+        _ => {
+            eprintln!("monolock: {}", one_line(&err.to_string()));
+            ExitCode::from(EXIT_USAGE)
+        }
     }
+}
+
+/// clap's rendered error as one line: its lines joined, the usage block
+/// and the "For more information" trailer left out (the line ends by
+/// pointing at `--help` instead).
+fn one_line(rendered: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for line in rendered.lines().map(str::trim) {
+        if line.starts_with("Usage:") {
+            break;
+        }
+        if line.is_empty() || line.starts_with("For more information") {
+            continue;
+        }
+        parts.push(line.strip_prefix("error: ").unwrap_or(line));
+    }
+    let mut text = parts.join(" ");
+    if text.is_empty() {
+        text.push_str("invalid arguments");
+    }
+    text.push_str(" (see --help)");
+    text
 }
 
 #[cfg(test)]
@@ -74,5 +108,19 @@ mod tests {
         assert!(err.contains("too long"), "{err}");
         assert!(parse_duration("367d").unwrap_err().contains("at most"));
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn clap_errors_keep_everything_but_the_usage_on_one_line() {
+        let missing = "error: the following required arguments were not provided:\n  <NAME>\n\nUsage: monolock exec [OPTIONS] <NAME>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            one_line(missing),
+            "the following required arguments were not provided: <NAME> (see --help)"
+        );
+        let tip = "error: unexpected argument '-x' found\n\n  tip: to pass '-x' as a value, use '-- -x'\n\nUsage: monolock exec\n";
+        assert_eq!(
+            one_line(tip),
+            "unexpected argument '-x' found tip: to pass '-x' as a value, use '-- -x' (see --help)"
+        );
     }
 }

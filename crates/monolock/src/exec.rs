@@ -218,8 +218,8 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
     let max = Duration::from_millis(u64::from(u32::MAX)).min(MAX_DURATION);
     if lease < Duration::from_millis(1) || lease > max {
         return Err(format!(
-            "{text} is out of range: a lease is 1ms to {}",
-            humantime::format_duration(Duration::from_secs(max.as_secs()))
+            "{text} is out of range: a lease is 1ms to {}ms (about 49 days)",
+            max.as_millis()
         ));
     }
     Ok(lease)

@@ -406,9 +406,11 @@ async fn failures_before_the_grant_have_their_own_codes() {
         err.contains("is not HOST:PORT") && err.contains("--help"),
         "{err}"
     );
+    assert_eq!(err.lines().count(), 1, "{err}");
     let (status, _, err) = exec(&server, &[]).await;
     assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
-    assert!(err.contains("<NAME>") && err.contains("Usage:"), "{err}");
+    assert!(err.contains("<NAME>") && err.contains("--help"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
