@@ -66,6 +66,20 @@ fn the_blocking_guard_holds_heartbeats_and_releases_on_drop() {
     runtime.block_on(eventually("the release after the work", || {
         server.lock("blocking").is_none()
     }));
+    // A watcher thread blocks until the loss and learns why.
+    let guard = client.acquire("blocking", LEASE).expect("acquired");
+    let watcher = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| guard.wait_lost());
+        runtime.block_on(eventually("the grant", || {
+            server.lock("blocking").is_some()
+        }));
+        server.handle.force_release("blocking").expect("held");
+        watcher.join().expect("watcher")
+    });
+    let reason = watcher.expect("not in a runtime");
+    assert!(reason.is_temporary(), "{reason}");
+    assert!(reason.to_string().contains("0x02"), "{reason}");
+    assert!(!guard.is_held());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

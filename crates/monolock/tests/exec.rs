@@ -636,6 +636,14 @@ async fn without_a_command_exec_holds_the_lock_until_a_signal() {
     let (status, _, err) = holding.finish().await;
     assert_eq!(status.code(), Some(0), "{err}");
     eventually("the release", || server.handle.lock("held").is_none()).await;
+
+    // Held with no command, then force-released: the loss is the exit.
+    let mut holding = Exec::spawn(&server, &["held"]);
+    holding.line().await;
+    server.handle.force_release("held").expect("held");
+    let (status, _, err) = holding.finish().await;
+    assert_eq!(status.code(), Some(EXIT_LOST), "{err}");
+    assert!(err.contains("0x02"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
