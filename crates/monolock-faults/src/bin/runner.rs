@@ -59,8 +59,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let worker_bin = locate_binary("monolock-fault-worker", "MONOLOCK_FAULT_WORKER_BIN")
-        .map_err(anyhow::Error::msg)?;
+    let worker_bin = locate_binary("monolock-fault-worker", "MONOLOCK_FAULT_WORKER_BIN")?;
     let server_bin = locate_binary("monolock", "MONOLOCK_BIN").ok();
     if server_bin.is_none() && selected.iter().any(|s| s.needs_server_binary()) {
         anyhow::bail!(
