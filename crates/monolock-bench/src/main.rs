@@ -19,6 +19,7 @@ mod cycles;
 mod dead;
 mod floor;
 mod mono;
+mod plan;
 mod report;
 mod resp;
 mod run;

@@ -1,6 +1,19 @@
-//! A whole run: the plan of each mode, the servers, the interleaved rounds
-//! (monolock and Redis alternate which goes first: A B, B A, ...), and the
-//! outputs.
+//! A whole run, in three parts: setup (the plan of the mode, the binaries,
+//! the servers), the rounds (each runs every selected scenario once,
+//! monolock and Redis alternating which goes first: A B, B A, ...), and
+//! the outputs (tables on stdout, `results.json`, `summary.md`, charts).
+//!
+//! # Adding a scenario
+//!
+//! 1. A variant of [`Scenario`] (`main.rs`; its place there is its place
+//!    in a round), and a module with its measurement, which records
+//!    figures under `<scenario>[.<variant>].<series>.<figure>` keys.
+//! 2. A method of [`Bench`] that runs it for both systems (see
+//!    [`Bench::throughput`]), and its arm in [`Bench::scenario`] (the
+//!    compiler asks for it).
+//! 3. Its rows in `report.rs` (a figure table and a line in
+//!    `row_specs`), its targets if it has any (`target_specs`), and the
+//!    figures `--smoke` must produce (`smoke_checks` here).
 
 use std::{
     fmt::Write as _,
@@ -11,205 +24,18 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
 use serde_json::json;
 
 use crate::{
     RunArgs, Scenario, charts, contention, cycles, dead, floor,
-    report::{self, Metrics, Summary, TargetContext, fmt_num},
+    plan::{Mode, Plan},
+    report::{self, Metrics, Summary, TargetContext},
     servers::{self, Server, System},
     sessions,
     stats::Samples,
     sys,
 };
-
-/// Which run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Seconds; proves every path works.
-    Smoke,
-    /// Under two minutes.
-    Quick,
-    /// The published run.
-    Full,
-}
-
-impl Mode {
-    fn key(self) -> &'static str {
-        match self {
-            Self::Smoke => "smoke",
-            Self::Quick => "quick",
-            Self::Full => "full",
-        }
-    }
-}
-
-/// Sizes and durations of every scenario for a mode.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    rounds: usize,
-    warmup: Duration,
-    latency_len: Duration,
-    throughput_clients: Vec<usize>,
-    throughput_len: Duration,
-    contention_clients: usize,
-    contention_len: Duration,
-    /// Longer windows when work is held under the lock, so every client
-    /// gets enough turns that max/min is not a rounding artefact.
-    contention_work_len: Duration,
-    works: Vec<Duration>,
-    redis_delays: Vec<Duration>,
-    dead_lease: Duration,
-    long_ttl: Option<Duration>,
-    sessions: sessions::Params,
-}
-
-const MS: fn(u64) -> Duration = Duration::from_millis;
-
-impl Plan {
-    fn for_mode(mode: Mode, rounds: Option<usize>) -> Self {
-        let mut plan = match mode {
-            Mode::Smoke => Self {
-                rounds: 1,
-                warmup: MS(50),
-                latency_len: MS(200),
-                throughput_clients: vec![1, 4],
-                throughput_len: MS(200),
-                contention_clients: 8,
-                contention_len: MS(300),
-                contention_work_len: MS(400),
-                works: vec![Duration::ZERO, MS(1)],
-                redis_delays: vec![MS(1)],
-                dead_lease: MS(300),
-                long_ttl: None,
-                sessions: sessions::Params {
-                    sessions: 200,
-                    workers: 2,
-                    lease: MS(2_000),
-                    window: MS(1_000),
-                    probe_every: MS(10),
-                },
-            },
-            Mode::Quick => Self {
-                rounds: 2,
-                warmup: MS(100),
-                latency_len: MS(1_000),
-                throughput_clients: vec![1, 16, 64],
-                throughput_len: MS(1_000),
-                contention_clients: 64,
-                contention_len: MS(1_200),
-                contention_work_len: MS(3_000),
-                works: vec![Duration::ZERO, MS(1)],
-                redis_delays: vec![MS(1), MS(10), MS(50)],
-                dead_lease: MS(1_000),
-                long_ttl: None,
-                sessions: sessions::Params {
-                    sessions: 5_000,
-                    workers: 2,
-                    lease: MS(10_000),
-                    window: MS(5_000),
-                    probe_every: MS(10),
-                },
-            },
-            Mode::Full => Self {
-                rounds: 5,
-                warmup: MS(250),
-                latency_len: MS(3_000),
-                throughput_clients: vec![1, 16, 64],
-                throughput_len: MS(3_000),
-                contention_clients: 64,
-                contention_len: MS(4_000),
-                contention_work_len: MS(8_000),
-                works: vec![Duration::ZERO, MS(1)],
-                redis_delays: vec![MS(1), MS(10), MS(50)],
-                dead_lease: MS(1_000),
-                long_ttl: Some(Duration::from_secs(30)),
-                sessions: sessions::Params {
-                    sessions: 19_000,
-                    workers: 4,
-                    lease: MS(10_000),
-                    window: MS(20_000),
-                    probe_every: MS(10),
-                },
-            },
-        };
-        if let Some(r) = rounds {
-            plan.rounds = r.clamp(1, 50);
-        }
-        plan
-    }
-
-    fn contention_variants(&self) -> Vec<(String, String, Duration)> {
-        self.works
-            .iter()
-            .map(|w| {
-                if w.is_zero() {
-                    ("w0".to_owned(), "no work under the lock".to_owned(), *w)
-                } else {
-                    (
-                        format!("w{}ms", w.as_millis()),
-                        format!("{} ms work under the lock", w.as_millis()),
-                        *w,
-                    )
-                }
-            })
-            .collect()
-    }
-
-    fn describe(&self) -> String {
-        let mut s = String::new();
-        let secs = |d: Duration| fmt_num(d.as_secs_f64());
-        let _ = writeln!(
-            s,
-            "- rounds: {} (monolock and Redis alternate which runs first)",
-            self.rounds
-        );
-        let _ = writeln!(
-            s,
-            "- warm-up before each measured window: {} s",
-            secs(self.warmup)
-        );
-        let _ = writeln!(
-            s,
-            "- uncontended latency: 1 client, {} s window",
-            secs(self.latency_len)
-        );
-        let _ = writeln!(
-            s,
-            "- throughput: {:?} clients on distinct names, {} s windows",
-            self.throughput_clients,
-            secs(self.throughput_len)
-        );
-        let _ = writeln!(
-            s,
-            "- contention: {} clients on one name, work {:?} (a tokio sleep: ~1 ms becomes ~2 ms), windows {} s without work / {} s with; Redis retry delays {:?} (jittered ×0.5–1.5)",
-            self.contention_clients,
-            self.works,
-            secs(self.contention_len),
-            secs(self.contention_work_len),
-            self.redis_delays
-        );
-        let _ = writeln!(
-            s,
-            "- dead holder: monolock lease / Redis TTL {} s, 1 SIGKILL + 1 SIGSTOP trial per round{}",
-            secs(self.dead_lease),
-            match self.long_ttl {
-                Some(t) => format!("; Redis TTL {} s as well", secs(t)),
-                None => "; Redis TTL 30 s skipped in this mode (30 s per trial)".to_owned(),
-            }
-        );
-        let _ = writeln!(
-            s,
-            "- sessions: {} monolock sessions over {} worker processes, lease {} s (heartbeat every {} s), probe every {} ms for {} s",
-            self.sessions.sessions,
-            self.sessions.workers,
-            secs(self.sessions.lease),
-            secs(self.sessions.lease / 4),
-            self.sessions.probe_every.as_millis(),
-            secs(self.sessions.window)
-        );
-        s
-    }
-}
 
 /// Pins this (still single-threaded) process to the client CPU and sets
 /// its nice value, so the runtime and every process it starts inherit both.
@@ -311,6 +137,614 @@ impl Steps {
     }
 }
 
+/// Samples kept for the charts, pooled over rounds.
+#[derive(Default)]
+struct ChartData {
+    latency_mono: Samples,
+    latency_redis: Samples,
+    /// (contention label, series) -> handovers
+    handover: std::collections::BTreeMap<(String, String), Samples>,
+    /// (contention label, series) -> attempt-to-grant waits
+    waits: std::collections::BTreeMap<(String, String), Samples>,
+}
+
+/// What a run needs before its first server starts: the plan, where
+/// things are, and the notes for the report.
+struct Setup {
+    mode: Mode,
+    plan: Plan,
+    /// Scenarios to run (all by default).
+    only: Vec<Scenario>,
+    out: PathBuf,
+    logs: PathBuf,
+    /// This binary (the helpers' executable).
+    exe: PathBuf,
+    mono_bin: PathBuf,
+    redis_bin: Option<PathBuf>,
+    server_cpu: Option<usize>,
+    notes: Vec<String>,
+}
+
+impl Setup {
+    /// Reads the mode and the binaries from `args`, creates the output
+    /// directories, and notes what will not run.
+    fn new(args: &RunArgs, setup_notes: Vec<String>) -> Result<Self> {
+        let mode = if args.full {
+            Mode::Full
+        } else if args.quick {
+            Mode::Quick
+        } else {
+            Mode::Smoke
+        };
+        let plan = Plan::for_mode(mode, args.rounds);
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("target/monolock-bench").join(mode.key()));
+        // Server logs stay out of the results directory (which may be docs/).
+        let logs = args
+            .logs
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("target/monolock-bench/logs"));
+        for dir in [&out, &logs] {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        }
+        let exe = std::env::current_exe().context("locate this binary")?;
+        let mono_bin = match &args.monolock_bin {
+            Some(p) => p.clone(),
+            None => exe
+                .parent()
+                .map(|d| d.join("monolock"))
+                .context("this binary has no directory")?,
+        };
+        if !mono_bin.is_file() {
+            bail!(
+                "no monolock binary at {}: build it first (`cargo build -p monolock` with the same profile) or pass --monolock-bin PATH",
+                mono_bin.display()
+            );
+        }
+        let mut notes = setup_notes;
+        if !args.only.is_empty() {
+            notes.push(format!("only these scenarios were run: {:?}", args.only));
+        }
+        let redis_bin = if args.no_redis {
+            notes.push("Redis not run: --no-redis".to_owned());
+            None
+        } else {
+            match args
+                .redis_bin
+                .clone()
+                .or_else(|| servers::find_on_path("redis-server"))
+            {
+                Some(p) if p.is_file() => Some(p),
+                _ => {
+                    notes.push(
+                        "Redis not run: redis-server is not installed (`apt-get update && apt-get install -y redis-server`)"
+                            .to_owned(),
+                    );
+                    None
+                }
+            }
+        };
+        if plan.long_ttl.is_none() {
+            notes.push(
+                "Redis TTL 30 s dead-holder trials run only in --full (30 s per trial)".to_owned(),
+            );
+        }
+        Ok(Self {
+            mode,
+            plan,
+            only: args.only.clone(),
+            out,
+            logs,
+            exe,
+            mono_bin,
+            redis_bin,
+            server_cpu: cpus(args).map(|(s, _)| s),
+            notes,
+        })
+    }
+
+    fn wants(&self, scenario: Scenario) -> bool {
+        self.only.is_empty() || self.only.contains(&scenario)
+    }
+}
+
+/// A run in progress: the setup, the servers under test, and what the
+/// rounds have produced so far.
+struct Bench {
+    setup: Setup,
+    servers: UnderTest,
+    /// Whether Redis started at all (the report says "not run" otherwise).
+    redis_ran: bool,
+    steps: Steps,
+    chart: ChartData,
+    mono_restarts: u32,
+    redis_restarts: u32,
+}
+
+impl Bench {
+    /// Starts the servers (Redis only if it is there and starts).
+    async fn start(mut setup: Setup) -> Result<Self> {
+        let mono = Server::start_monolock(&setup.mono_bin, setup.server_cpu, &setup.logs).await?;
+        let redis = match &setup.redis_bin {
+            Some(bin) => match Server::start_redis(bin, setup.server_cpu, &setup.logs).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    setup.notes.push(format!("Redis not run: {e:#}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        Ok(Self {
+            redis_ran: redis.is_some(),
+            servers: UnderTest { mono, redis },
+            setup,
+            steps: Steps {
+                errors: Vec::new(),
+                next_id: u64::from(std::process::id()) << 20,
+            },
+            chart: ChartData::default(),
+            mono_restarts: 0,
+            redis_restarts: 0,
+        })
+    }
+
+    /// The run's metadata for `results.json` (and its machine line on stderr).
+    fn meta(&self, args: &RunArgs) -> serde_json::Value {
+        let s = &self.setup;
+        let pin = cpus(args);
+        json!({
+            "mode": s.mode.key(),
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "machine": machine(),
+            "pinning": match pin { Some((s, c)) => json!({"server_cpu": s, "client_cpu": c}), None => json!(null) },
+            "scheduling": if args.realtime { "SCHED_FIFO 10".to_owned() } else { format!("nice {}", args.nice) },
+            "monolock_bin": s.mono_bin.display().to_string(),
+            "monolock_version": command_line(&s.mono_bin, "--version"),
+            "redis_version": s.redis_bin.as_deref().and_then(servers::redis_version),
+            "notes": s.notes,
+        })
+    }
+
+    /// One round: every selected scenario once, in [`Scenario`] order.
+    async fn round(&mut self, round: usize) -> Result<Metrics> {
+        eprintln!("round {}/{}", round + 1, self.setup.plan.rounds);
+        let mut m = Metrics::default();
+        let order = if round.is_multiple_of(2) {
+            [System::Monolock, System::Redis]
+        } else {
+            [System::Redis, System::Monolock]
+        };
+        // The machine's floor, for reading the latencies against.
+        if self.setup.wants(Scenario::Latency) || self.setup.wants(Scenario::Contention) {
+            self.echo_floor(&mut m).await;
+        }
+        for &scenario in Scenario::value_variants() {
+            if self.setup.wants(scenario) {
+                self.scenario(scenario, order, &mut m).await?;
+            }
+        }
+        Ok(m)
+    }
+
+    /// Runs one scenario for both systems, `order[0]` first.
+    async fn scenario(
+        &mut self,
+        scenario: Scenario,
+        order: [System; 2],
+        m: &mut Metrics,
+    ) -> Result<()> {
+        match scenario {
+            Scenario::Latency => self.latency(order, m).await,
+            Scenario::Throughput => self.throughput(order, m).await?,
+            Scenario::Contention => self.contention(order, m).await?,
+            Scenario::Dead => self.dead(order, m).await?,
+            Scenario::Sessions => self.sessions(order, m).await,
+        }
+        Ok(())
+    }
+
+    /// The 1-byte echo round trip between the two CPUs.
+    async fn echo_floor(&mut self, m: &mut Metrics) {
+        let s = &self.setup;
+        self.steps
+            .step(
+                "machine floor, 1-byte echo round trip".to_owned(),
+                floor::round_trip(&s.exe, s.server_cpu, s.plan.warmup, s.plan.latency_len, m),
+            )
+            .await;
+    }
+
+    /// Scenario 1, uncontended latency.
+    async fn latency(&mut self, order: [System; 2], m: &mut Metrics) {
+        let plan = &self.setup.plan;
+        for sys in order {
+            let Some(server) = self.servers.get(sys) else {
+                continue;
+            };
+            let id = self.steps.id();
+            if let Some(samples) = self
+                .steps
+                .step(
+                    format!("latency, {}", sys.key()),
+                    cycles::latency(server, id, plan.warmup, plan.latency_len, m),
+                )
+                .await
+            {
+                match sys {
+                    System::Monolock => self.chart.latency_mono.extend(&samples),
+                    System::Redis => self.chart.latency_redis.extend(&samples),
+                }
+            }
+        }
+    }
+
+    /// Scenario 2, uncontended throughput at each client count.
+    async fn throughput(&mut self, order: [System; 2], m: &mut Metrics) -> Result<()> {
+        for clients in self.setup.plan.throughput_clients.clone() {
+            for sys in order {
+                let plan = &self.setup.plan;
+                let Some(server) = self.servers.get(sys) else {
+                    continue;
+                };
+                let id = self.steps.id();
+                self.steps
+                    .step(
+                        format!("throughput, {clients} client(s), {}", sys.key()),
+                        cycles::throughput(
+                            server,
+                            id,
+                            clients,
+                            plan.warmup,
+                            plan.throughput_len,
+                            m,
+                        ),
+                    )
+                    .await;
+            }
+            self.revive_monolock().await?;
+        }
+        Ok(())
+    }
+
+    /// Scenario 3, contention: every variant, monolock and every Redis retry delay.
+    async fn contention(&mut self, order: [System; 2], m: &mut Metrics) -> Result<()> {
+        for (label, human, work) in self.setup.plan.contention_variants() {
+            for sys in order {
+                let plan = &self.setup.plan;
+                let Some(server) = self.servers.get(sys) else {
+                    continue;
+                };
+                let delays: Vec<Duration> = match sys {
+                    System::Monolock => vec![Duration::ZERO],
+                    System::Redis => plan.redis_delays.clone(),
+                };
+                for delay in delays {
+                    let id = self.steps.id();
+                    let p = contention::Params {
+                        clients: plan.contention_clients,
+                        work,
+                        retry_delay: delay,
+                        warmup: plan.warmup,
+                        length: if work.is_zero() {
+                            plan.contention_len
+                        } else {
+                            plan.contention_work_len
+                        },
+                    };
+                    let what = match sys {
+                        System::Monolock => format!("contention, {human}, monolock"),
+                        System::Redis => {
+                            format!("contention, {human}, redis retry {} ms", delay.as_millis())
+                        }
+                    };
+                    if let Some(o) = self
+                        .steps
+                        .step(what, contention::run(server, id, &label, p, m))
+                        .await
+                    {
+                        let key = (label.clone(), o.series);
+                        self.chart
+                            .handover
+                            .entry(key.clone())
+                            .or_default()
+                            .extend(&o.handover);
+                        self.chart.waits.entry(key).or_default().extend(&o.waits);
+                    }
+                }
+            }
+            self.revive_monolock().await?;
+        }
+        Ok(())
+    }
+
+    /// Scenario 4, dead holder: SIGKILL and SIGSTOP at the short lease and TTL,
+    /// and in `--full` Redis at a long TTL too.
+    async fn dead(&mut self, order: [System; 2], m: &mut Metrics) -> Result<()> {
+        let exe = &self.setup.exe;
+        let lease = self.setup.plan.dead_lease;
+        for sys in order {
+            let Some(server) = self.servers.get(sys) else {
+                continue;
+            };
+            let series = match sys {
+                System::Monolock => "monolock".to_owned(),
+                System::Redis => format!("redis-ttl{}", ttl_key(lease)),
+            };
+            for fault in [dead::Fault::Kill, dead::Fault::Stop] {
+                let id = self.steps.id();
+                let name = format!("bench/dead/{id}");
+                if let Some(d) = self
+                    .steps
+                    .step(
+                        format!("dead holder, SIG{}, {series}", fault.key().to_uppercase()),
+                        dead::trial(server, exe, &name, fault, lease),
+                    )
+                    .await
+                {
+                    m.put(
+                        &format!("dead.{}.{series}.handover_ms", fault.key()),
+                        d.as_secs_f64() * 1e3,
+                    );
+                }
+            }
+        }
+        if let (Some(ttl), Some(server)) = (self.setup.plan.long_ttl, self.servers.redis.as_ref()) {
+            // The two long trials run side by side on different keys.
+            let (kill_id, stop_id) = (self.steps.id(), self.steps.id());
+            let (kill_name, stop_name) = (
+                format!("bench/dead/{kill_id}"),
+                format!("bench/dead/{stop_id}"),
+            );
+            let both = async {
+                let (k, s) = tokio::join!(
+                    dead::trial(server, exe, &kill_name, dead::Fault::Kill, ttl),
+                    dead::trial(server, exe, &stop_name, dead::Fault::Stop, ttl)
+                );
+                anyhow::Ok((k?, s?))
+            };
+            if let Some((k, s)) = self
+                .steps
+                .step(
+                    format!("dead holder, SIGKILL + SIGSTOP, redis-ttl{}", ttl_key(ttl)),
+                    both,
+                )
+                .await
+            {
+                let series = format!("redis-ttl{}", ttl_key(ttl));
+                m.put(
+                    &format!("dead.kill.{series}.handover_ms"),
+                    k.as_secs_f64() * 1e3,
+                );
+                m.put(
+                    &format!("dead.stop.{series}.handover_ms"),
+                    s.as_secs_f64() * 1e3,
+                );
+            }
+        }
+        self.revive_monolock().await?;
+        self.revive_redis().await
+    }
+
+    /// Scenario 5, sessions at scale, each system on a fresh server of its own.
+    async fn sessions(&mut self, order: [System; 2], m: &mut Metrics) {
+        let s = &self.setup;
+        for sys in order {
+            let bin = match (sys, s.redis_bin.as_deref()) {
+                (System::Monolock, _) => s.mono_bin.as_path(),
+                (System::Redis, Some(bin)) if self.redis_ran => bin,
+                (System::Redis, _) => continue,
+            };
+            let id = self.steps.id();
+            let params = s.plan.sessions;
+            let sessions_step = async {
+                let fresh = match sys {
+                    System::Monolock => Server::start_monolock(bin, s.server_cpu, &s.logs).await?,
+                    System::Redis => Server::start_redis(bin, s.server_cpu, &s.logs).await?,
+                };
+                sessions::run(&fresh, &s.exe, id, params, &s.logs, m).await
+            };
+            let what = match sys {
+                System::Monolock => {
+                    format!("sessions at scale, {} monolock sessions", params.sessions)
+                }
+                System::Redis => format!(
+                    "sessions calibration, {} idle Redis connections sending PING",
+                    params.sessions
+                ),
+            };
+            self.steps.step(what, sessions_step).await;
+        }
+    }
+
+    /// Restarts monolock if it died during a step (at most 3 times a run).
+    async fn revive_monolock(&mut self) -> Result<()> {
+        let s = &self.setup;
+        revive(
+            &mut self.servers.mono,
+            &mut self.mono_restarts,
+            &s.mono_bin,
+            s.server_cpu,
+            &s.logs,
+        )
+        .await
+    }
+
+    /// Restarts Redis if it died during a step (at most 3 times a run).
+    async fn revive_redis(&mut self) -> Result<()> {
+        let s = &self.setup;
+        let Some(redis) = self.servers.redis.as_mut() else {
+            return Ok(());
+        };
+        revive(
+            redis,
+            &mut self.redis_restarts,
+            s.redis_bin.as_deref().unwrap_or(Path::new("redis-server")),
+            s.server_cpu,
+            &s.logs,
+        )
+        .await
+    }
+
+    /// Stops the servers; prints and writes the outputs. `Ok(false)` if a
+    /// step failed or (smoke) a sanity check did not hold.
+    fn finish(
+        self,
+        rounds: &[Metrics],
+        meta: &serde_json::Value,
+        started: Instant,
+    ) -> Result<bool> {
+        let Self {
+            setup: s,
+            servers,
+            redis_ran,
+            mut steps,
+            mut chart,
+            ..
+        } = self;
+        drop(servers);
+        let plan = &s.plan;
+        let summary = report::summarize(rounds);
+        let variants = plan.contention_variants();
+        let variant_labels: Vec<(String, String)> = variants
+            .iter()
+            .map(|(l, h, _)| (l.clone(), h.clone()))
+            .collect();
+        let ctx = TargetContext {
+            contention: &variant_labels,
+            dead_lease_ms: plan.dead_lease.as_secs_f64() * 1e3,
+            sessions: plan.sessions.sessions,
+        };
+        let targets = report::evaluate_targets(&summary, &ctx);
+        let elapsed = started.elapsed().as_secs_f64();
+        if s.mode == Mode::Smoke {
+            for problem in smoke_checks(&summary, plan, redis_ran) {
+                steps.errors.push(format!("sanity check: {problem}"));
+            }
+        }
+        let md = summary_markdown(
+            &summary,
+            &ctx,
+            plan,
+            redis_ran,
+            &targets,
+            meta,
+            &steps.errors,
+        );
+        println!("\n{md}");
+        println!("finished in {elapsed:.0} s; results in {}", s.out.display());
+
+        let json = json!({
+            "meta": meta,
+            "plan": plan.describe().lines().collect::<Vec<_>>(),
+            "elapsed_s": elapsed,
+            "rounds": rounds.iter().map(Metrics::to_json).collect::<Vec<_>>(),
+            "summary": report::summary_json(&summary),
+            "targets": targets.iter().map(report::TargetResult::to_json).collect::<Vec<_>>(),
+            "errors": steps.errors,
+        });
+        std::fs::write(
+            s.out.join("results.json"),
+            serde_json::to_string_pretty(&json)?,
+        )
+        .context("write results.json")?;
+        std::fs::write(s.out.join("summary.md"), &md).context("write summary.md")?;
+        write_charts(&s.out, &summary, plan, &mut chart, &variants)?;
+
+        if !steps.errors.is_empty() {
+            eprintln!("{} step(s) failed:", steps.errors.len());
+            for e in &steps.errors {
+                eprintln!("  {e}");
+            }
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// The servers under test.
+struct UnderTest {
+    mono: Server,
+    redis: Option<Server>,
+}
+
+impl UnderTest {
+    /// The server of `sys`, if it runs.
+    fn get(&self, sys: System) -> Option<&Server> {
+        match sys {
+            System::Monolock => Some(&self.mono),
+            System::Redis => self.redis.as_ref(),
+        }
+    }
+}
+
+/// Runs a benchmark; `Ok(false)` if any step failed or (smoke) a sanity
+/// check did not hold.
+pub async fn run(args: RunArgs, setup_notes: Vec<String>) -> Result<bool> {
+    let setup = Setup::new(&args, setup_notes)?;
+    let started = Instant::now();
+    let mut bench = Bench::start(setup).await?;
+    let meta = bench.meta(&args);
+    eprintln!(
+        "monolock-bench --{}: {}",
+        bench.setup.mode.key(),
+        serde_json::to_string(&meta["machine"])?
+    );
+    eprint!("{}", bench.setup.plan.describe());
+    for n in &bench.setup.notes {
+        eprintln!("note: {n}");
+    }
+    let mut rounds: Vec<Metrics> = Vec::new();
+    for round in 0..bench.setup.plan.rounds {
+        rounds.push(bench.round(round).await?);
+    }
+    bench.finish(&rounds, &meta, started)
+}
+
+/// The markdown summary: results, Redis delays, targets, extrapolation,
+/// plan, notes.
+fn summary_markdown(
+    summary: &Summary,
+    ctx: &TargetContext<'_>,
+    plan: &Plan,
+    redis_ran: bool,
+    targets: &[report::TargetResult],
+    meta: &serde_json::Value,
+    errors: &[String],
+) -> String {
+    let results = report::results_table(summary, ctx, &plan.throughput_clients, redis_ran);
+    let delays = report::redis_delays_table(summary, ctx);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "## Results ({} rounds; median [min–max])\n",
+        plan.rounds
+    );
+    let _ = writeln!(md, "{results}");
+    if !delays.is_empty() {
+        let _ = writeln!(md, "### Redis, every retry delay\n\n{delays}");
+    }
+    let _ = writeln!(md, "## Targets\n\n{}", report::targets_table(targets));
+    if let Some(text) = report::extrapolation(summary, plan.sessions.lease) {
+        let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
+    }
+    let _ = writeln!(md, "## Plan\n\n{}", plan.describe());
+    let meta_notes = meta["notes"].as_array().cloned().unwrap_or_default();
+    if !meta_notes.is_empty() || !errors.is_empty() {
+        let _ = writeln!(md, "## Notes\n");
+        for n in meta_notes.iter().filter_map(|n| n.as_str()) {
+            let _ = writeln!(md, "- {n}");
+        }
+        for e in errors {
+            let _ = writeln!(md, "- error: {e}");
+        }
+    }
+    md
+}
+
 /// Restarts a server that died during a step (at most a few times per run).
 async fn revive(
     server: &mut Server,
@@ -334,419 +768,6 @@ async fn revive(
     Ok(())
 }
 
-/// Samples kept for the charts, pooled over rounds.
-#[derive(Default)]
-struct ChartData {
-    latency_mono: Samples,
-    latency_redis: Samples,
-    /// (contention label, series) -> handovers
-    handover: std::collections::BTreeMap<(String, String), Samples>,
-    /// (contention label, series) -> attempt-to-grant waits
-    waits: std::collections::BTreeMap<(String, String), Samples>,
-}
-
-/// Runs a benchmark; `Ok(false)` if any step failed or (smoke) a sanity
-/// check did not hold.
-pub async fn run(args: RunArgs, setup_notes: Vec<String>) -> Result<bool> {
-    let mode = if args.full {
-        Mode::Full
-    } else if args.quick {
-        Mode::Quick
-    } else {
-        Mode::Smoke
-    };
-    let plan = Plan::for_mode(mode, args.rounds);
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("target/monolock-bench").join(mode.key()));
-    // Server logs stay out of the results directory (which may be docs/).
-    let logs = args
-        .logs
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("target/monolock-bench/logs"));
-    for dir in [&out, &logs] {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    }
-    let exe = std::env::current_exe().context("locate this binary")?;
-    let mono_bin = match &args.monolock_bin {
-        Some(p) => p.clone(),
-        None => exe
-            .parent()
-            .map(|d| d.join("monolock"))
-            .context("this binary has no directory")?,
-    };
-    if !mono_bin.is_file() {
-        bail!(
-            "no monolock binary at {}: build it first (`cargo build -p monolock` with the same profile) or pass --monolock-bin PATH",
-            mono_bin.display()
-        );
-    }
-    let pin = cpus(&args);
-    let server_cpu = pin.map(|(s, _)| s);
-    let mut notes: Vec<String> = setup_notes;
-    if !args.only.is_empty() {
-        notes.push(format!("only these scenarios were run: {:?}", args.only));
-    }
-    let redis_bin = if args.no_redis {
-        notes.push("Redis not run: --no-redis".to_owned());
-        None
-    } else {
-        match args
-            .redis_bin
-            .clone()
-            .or_else(|| servers::find_on_path("redis-server"))
-        {
-            Some(p) if p.is_file() => Some(p),
-            _ => {
-                notes.push(
-                    "Redis not run: redis-server is not installed (`apt-get update && apt-get install -y redis-server`)"
-                        .to_owned(),
-                );
-                None
-            }
-        }
-    };
-    if plan.long_ttl.is_none() {
-        notes.push(
-            "Redis TTL 30 s dead-holder trials run only in --full (30 s per trial)".to_owned(),
-        );
-    }
-
-    let started = Instant::now();
-    let mut mono = Server::start_monolock(&mono_bin, server_cpu, &logs).await?;
-    let mut redis = match &redis_bin {
-        Some(bin) => match Server::start_redis(bin, server_cpu, &logs).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                notes.push(format!("Redis not run: {e:#}"));
-                None
-            }
-        },
-        None => None,
-    };
-    let redis_ran = redis.is_some();
-    let meta = json!({
-        "mode": mode.key(),
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "started_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-        "machine": machine(),
-        "pinning": match pin { Some((s, c)) => json!({"server_cpu": s, "client_cpu": c}), None => json!(null) },
-        "scheduling": if args.realtime { "SCHED_FIFO 10".to_owned() } else { format!("nice {}", args.nice) },
-        "monolock_bin": mono_bin.display().to_string(),
-        "monolock_version": command_line(&mono_bin, "--version"),
-        "redis_version": redis_bin.as_deref().and_then(servers::redis_version),
-        "notes": notes,
-    });
-    eprintln!(
-        "monolock-bench --{}: {}",
-        mode.key(),
-        serde_json::to_string(&meta["machine"])?
-    );
-    eprint!("{}", plan.describe());
-    for n in &notes {
-        eprintln!("note: {n}");
-    }
-
-    let variants = plan.contention_variants();
-    let want = |s: Scenario| args.only.is_empty() || args.only.contains(&s);
-    let mut steps = Steps {
-        errors: Vec::new(),
-        next_id: u64::from(std::process::id()) << 20,
-    };
-    let mut rounds: Vec<Metrics> = Vec::new();
-    let mut chart = ChartData::default();
-    let (mut mono_restarts, mut redis_restarts) = (0u32, 0u32);
-    for round in 0..plan.rounds {
-        eprintln!("round {}/{}", round + 1, plan.rounds);
-        let mut m = Metrics::default();
-        let order = if round % 2 == 0 {
-            [System::Monolock, System::Redis]
-        } else {
-            [System::Redis, System::Monolock]
-        };
-        // The machine's floor, for reading the latencies against.
-        if want(Scenario::Latency) || want(Scenario::Contention) {
-            steps
-                .step(
-                    "machine floor, 1-byte echo round trip".to_owned(),
-                    floor::round_trip(&exe, server_cpu, plan.warmup, plan.latency_len, &mut m),
-                )
-                .await;
-        }
-        // 1. Uncontended latency.
-        for sys in order.into_iter().filter(|_| want(Scenario::Latency)) {
-            let Some(server) = pick(sys, &mono, &redis) else {
-                continue;
-            };
-            let id = steps.id();
-            if let Some(samples) = steps
-                .step(
-                    format!("latency, {}", sys.key()),
-                    cycles::latency(server, id, plan.warmup, plan.latency_len, &mut m),
-                )
-                .await
-            {
-                match sys {
-                    System::Monolock => chart.latency_mono.extend(&samples),
-                    System::Redis => chart.latency_redis.extend(&samples),
-                }
-            }
-        }
-        // 2. Uncontended throughput.
-        for &clients in plan
-            .throughput_clients
-            .iter()
-            .filter(|_| want(Scenario::Throughput))
-        {
-            for sys in order {
-                let Some(server) = pick(sys, &mono, &redis) else {
-                    continue;
-                };
-                let id = steps.id();
-                steps
-                    .step(
-                        format!("throughput, {clients} client(s), {}", sys.key()),
-                        cycles::throughput(
-                            server,
-                            id,
-                            clients,
-                            plan.warmup,
-                            plan.throughput_len,
-                            &mut m,
-                        ),
-                    )
-                    .await;
-            }
-            revive(&mut mono, &mut mono_restarts, &mono_bin, server_cpu, &logs).await?;
-        }
-        // 3. Contention.
-        for (label, human, work) in variants.iter().filter(|_| want(Scenario::Contention)) {
-            for sys in order {
-                let Some(server) = pick(sys, &mono, &redis) else {
-                    continue;
-                };
-                let delays: Vec<Duration> = match sys {
-                    System::Monolock => vec![Duration::ZERO],
-                    System::Redis => plan.redis_delays.clone(),
-                };
-                for delay in delays {
-                    let id = steps.id();
-                    let p = contention::Params {
-                        clients: plan.contention_clients,
-                        work: *work,
-                        retry_delay: delay,
-                        warmup: plan.warmup,
-                        length: if work.is_zero() {
-                            plan.contention_len
-                        } else {
-                            plan.contention_work_len
-                        },
-                    };
-                    let what = match sys {
-                        System::Monolock => format!("contention, {human}, monolock"),
-                        System::Redis => {
-                            format!("contention, {human}, redis retry {} ms", delay.as_millis())
-                        }
-                    };
-                    if let Some(o) = steps
-                        .step(what, contention::run(server, id, label, p, &mut m))
-                        .await
-                    {
-                        let key = (label.clone(), o.series);
-                        chart
-                            .handover
-                            .entry(key.clone())
-                            .or_default()
-                            .extend(&o.handover);
-                        chart.waits.entry(key).or_default().extend(&o.waits);
-                    }
-                }
-            }
-            revive(&mut mono, &mut mono_restarts, &mono_bin, server_cpu, &logs).await?;
-        }
-        // 4. Dead holder.
-        for sys in order.into_iter().filter(|_| want(Scenario::Dead)) {
-            let Some(server) = pick(sys, &mono, &redis) else {
-                continue;
-            };
-            let series = match sys {
-                System::Monolock => "monolock".to_owned(),
-                System::Redis => format!("redis-ttl{}", ttl_key(plan.dead_lease)),
-            };
-            for fault in [dead::Fault::Kill, dead::Fault::Stop] {
-                let id = steps.id();
-                let name = format!("bench/dead/{id}");
-                if let Some(d) = steps
-                    .step(
-                        format!("dead holder, SIG{}, {series}", fault.key().to_uppercase()),
-                        dead::trial(server, &exe, &name, fault, plan.dead_lease),
-                    )
-                    .await
-                {
-                    m.put(
-                        &format!("dead.{}.{series}.handover_ms", fault.key()),
-                        d.as_secs_f64() * 1e3,
-                    );
-                }
-            }
-        }
-        if let (Some(ttl), Some(server)) = (
-            plan.long_ttl.filter(|_| want(Scenario::Dead)),
-            redis.as_ref(),
-        ) {
-            // The two long trials run side by side on different keys.
-            let (kill_id, stop_id) = (steps.id(), steps.id());
-            let (kill_name, stop_name) = (
-                format!("bench/dead/{kill_id}"),
-                format!("bench/dead/{stop_id}"),
-            );
-            let both = async {
-                let (k, s) = tokio::join!(
-                    dead::trial(server, &exe, &kill_name, dead::Fault::Kill, ttl),
-                    dead::trial(server, &exe, &stop_name, dead::Fault::Stop, ttl)
-                );
-                anyhow::Ok((k?, s?))
-            };
-            if let Some((k, s)) = steps
-                .step(
-                    format!("dead holder, SIGKILL + SIGSTOP, redis-ttl{}", ttl_key(ttl)),
-                    both,
-                )
-                .await
-            {
-                let series = format!("redis-ttl{}", ttl_key(ttl));
-                m.put(
-                    &format!("dead.kill.{series}.handover_ms"),
-                    k.as_secs_f64() * 1e3,
-                );
-                m.put(
-                    &format!("dead.stop.{series}.handover_ms"),
-                    s.as_secs_f64() * 1e3,
-                );
-            }
-        }
-        revive(&mut mono, &mut mono_restarts, &mono_bin, server_cpu, &logs).await?;
-        if let Some(r) = redis.as_mut() {
-            revive(
-                r,
-                &mut redis_restarts,
-                redis_bin.as_deref().unwrap_or(Path::new("redis-server")),
-                server_cpu,
-                &logs,
-            )
-            .await?;
-        }
-        // 5. Sessions at scale, each system on a fresh server of its own.
-        for sys in order.into_iter().filter(|_| want(Scenario::Sessions)) {
-            let bin = match (sys, redis_bin.as_deref()) {
-                (System::Monolock, _) => mono_bin.as_path(),
-                (System::Redis, Some(bin)) if redis_ran => bin,
-                (System::Redis, _) => continue,
-            };
-            let id = steps.id();
-            let sessions_step = async {
-                let fresh = match sys {
-                    System::Monolock => Server::start_monolock(bin, server_cpu, &logs).await?,
-                    System::Redis => Server::start_redis(bin, server_cpu, &logs).await?,
-                };
-                sessions::run(&fresh, &exe, id, plan.sessions, &logs, &mut m).await
-            };
-            let what = match sys {
-                System::Monolock => format!(
-                    "sessions at scale, {} monolock sessions",
-                    plan.sessions.sessions
-                ),
-                System::Redis => format!(
-                    "sessions calibration, {} idle Redis connections sending PING",
-                    plan.sessions.sessions
-                ),
-            };
-            steps.step(what, sessions_step).await;
-        }
-        rounds.push(m);
-    }
-    drop(mono);
-    drop(redis);
-
-    // Outputs.
-    let summary = report::summarize(&rounds);
-    let variant_labels: Vec<(String, String)> = variants
-        .iter()
-        .map(|(l, h, _)| (l.clone(), h.clone()))
-        .collect();
-    let ctx = TargetContext {
-        contention: &variant_labels,
-        dead_lease_ms: plan.dead_lease.as_secs_f64() * 1e3,
-        sessions: plan.sessions.sessions,
-    };
-    let targets = report::evaluate_targets(&summary, &ctx);
-    let results = report::results_table(&summary, &ctx, &plan.throughput_clients, redis_ran);
-    let delays = report::redis_delays_table(&summary, &ctx);
-    let targets_md = report::targets_table(&targets);
-    let elapsed = started.elapsed().as_secs_f64();
-
-    if mode == Mode::Smoke {
-        for problem in smoke_checks(&summary, &plan, redis_ran) {
-            steps.errors.push(format!("sanity check: {problem}"));
-        }
-    }
-
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "## Results ({} rounds; median [min–max])\n",
-        plan.rounds
-    );
-    let _ = writeln!(md, "{results}");
-    if !delays.is_empty() {
-        let _ = writeln!(md, "### Redis, every retry delay\n\n{delays}");
-    }
-    let _ = writeln!(md, "## Targets\n\n{targets_md}");
-    if let Some(text) = report::extrapolation(&summary, plan.sessions.lease) {
-        let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
-    }
-    let _ = writeln!(md, "## Plan\n\n{}", plan.describe());
-    let meta_notes = meta["notes"].as_array().cloned().unwrap_or_default();
-    if !meta_notes.is_empty() || !steps.errors.is_empty() {
-        let _ = writeln!(md, "## Notes\n");
-        for n in meta_notes.iter().filter_map(|n| n.as_str()) {
-            let _ = writeln!(md, "- {n}");
-        }
-        for e in &steps.errors {
-            let _ = writeln!(md, "- error: {e}");
-        }
-    }
-    println!("\n{md}");
-    println!("finished in {elapsed:.0} s; results in {}", out.display());
-
-    let json = json!({
-        "meta": meta,
-        "plan": plan.describe().lines().collect::<Vec<_>>(),
-        "elapsed_s": elapsed,
-        "rounds": rounds.iter().map(Metrics::to_json).collect::<Vec<_>>(),
-        "summary": report::summary_json(&summary),
-        "targets": targets.iter().map(report::TargetResult::to_json).collect::<Vec<_>>(),
-        "errors": steps.errors,
-    });
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&json)?,
-    )
-    .context("write results.json")?;
-    std::fs::write(out.join("summary.md"), &md).context("write summary.md")?;
-    write_charts(&out, &summary, &plan, &mut chart, &variants)?;
-
-    if !steps.errors.is_empty() {
-        eprintln!("{} step(s) failed:", steps.errors.len());
-        for e in &steps.errors {
-            eprintln!("  {e}");
-        }
-        return Ok(false);
-    }
-    Ok(true)
-}
-
 /// `1s`, `30s`, `300ms`: the TTL part of a Redis dead-holder series name.
 fn ttl_key(ttl: Duration) -> String {
     let ms = ttl.as_millis();
@@ -754,13 +775,6 @@ fn ttl_key(ttl: Duration) -> String {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
-    }
-}
-
-fn pick<'a>(sys: System, mono: &'a Server, redis: &'a Option<Server>) -> Option<&'a Server> {
-    match sys {
-        System::Monolock => Some(mono),
-        System::Redis => redis.as_ref(),
     }
 }
 
