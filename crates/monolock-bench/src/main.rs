@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 mod charts;
+mod conn_floor;
 mod contention;
 mod cycles;
 mod dead;
@@ -110,7 +111,7 @@ pub struct RunArgs {
 pub enum Scenario {
     /// 1. One client's lock cycle latency.
     Latency,
-    /// 2. Cycles/s of 1, 16, 64 clients on distinct names.
+    /// 2. Cycles/s of 1, 16, 64 clients on distinct names; the connection floor.
     Throughput,
     /// 3. 64 clients on one name.
     Contention,
@@ -131,6 +132,9 @@ enum Sub {
     /// (internal) Echo one connection's bytes: the machine-floor peer.
     #[command(hide = true)]
     Echo(floor::EchoArgs),
+    /// (internal) Accept, read, answer, close: the connection floor.
+    #[command(hide = true)]
+    ConnFloor(conn_floor::ConnFloorArgs),
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
             .and_then(|rt| rt.block_on(worker::sessions_worker(args)))
             .map(|()| true),
         Some(Sub::Echo(args)) => floor::echo(args).map(|()| true),
+        Some(Sub::ConnFloor(args)) => conn_floor::serve(args).map(|()| true),
         None => {
             if !(cli.run.smoke || cli.run.quick || cli.run.full) {
                 eprintln!("monolock-bench: choose a mode: --smoke, --quick or --full (see --help)");

@@ -174,7 +174,7 @@ impl Plan {
         );
         let _ = writeln!(
             s,
-            "- throughput: {:?} clients on distinct names, {} s windows",
+            "- throughput: {:?} clients on distinct names, {} s windows; then the connection floor (a bare tokio accept/read/write/close server) under the same load",
             self.throughput_clients,
             secs(self.throughput_len)
         );

@@ -18,6 +18,11 @@ impl Metrics {
         self.0.insert(key.to_owned(), value);
     }
 
+    /// The figure recorded under `key`, if any.
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).copied()
+    }
+
     /// Records a figure if there is one.
     pub fn put_opt(&mut self, key: &str, value: Option<f64>) {
         if let Some(v) = value {
@@ -570,8 +575,19 @@ const LATENCY_FIGS: &[Fig] = &[
 const THROUGHPUT_FIGS: &[Fig] = &[
     higher("cycles/s", "cycles_per_s"),
     fig("server CPU ms / 1k cycles", "server_cpu_ms_per_1k"),
+    fig(
+        "server CPU per cycle ÷ connection floor's (×)",
+        "server_cpu_vs_floor",
+    ),
     fig("client CPU (cores)", "client_cpu_cores"),
     fig("cycles queued behind own previous close (%)", "queued_pct"),
+];
+
+/// `throughput.c<N>.floor.<key>`: the connection floor at the same load,
+/// one measurement shown for both systems.
+const CONN_FLOOR_FIGS: &[Fig] = &[
+    higher("cycles/s", "cycles_per_s"),
+    fig("server CPU ms / 1k cycles", "server_cpu_ms_per_1k"),
 ];
 
 /// `contention.<variant>.<series>.<key>`; Redis shows its best retry delay.
@@ -680,6 +696,16 @@ fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize])
             THROUGHPUT_FIGS,
             |f| format!("throughput.c{c}.monolock.{}", f.key),
             |f| RedisFigure::key(format!("throughput.c{c}.redis.{}", f.key)),
+        );
+        section(
+            &mut rows,
+            &format!(
+                "connection floor, {c} client{}: accept, read, write, close; no lock",
+                if *c == 1 { "" } else { "s" }
+            ),
+            CONN_FLOOR_FIGS,
+            |f| format!("throughput.c{c}.floor.{}", f.key),
+            |_| RedisFigure::Shared,
         );
     }
     for (label, human) in ctx.contention {

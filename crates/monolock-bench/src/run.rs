@@ -277,9 +277,20 @@ impl Bench {
             },
             None => None,
         };
+        let floor = if setup.wants(Scenario::Throughput) {
+            match Server::start_conn_floor(&setup.exe, setup.server_cpu, &setup.logs).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    setup.notes.push(format!("connection floor not run: {e:#}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Ok(Self {
             redis_ran: redis.is_some(),
-            servers: UnderTest { mono, redis },
+            servers: UnderTest { mono, redis, floor },
             setup,
             steps: Steps {
                 errors: Vec::new(),
@@ -382,18 +393,19 @@ impl Bench {
         }
     }
 
-    /// Scenario 2, uncontended throughput at each client count.
+    /// Scenario 2, uncontended throughput at each client count: monolock,
+    /// Redis, then the connection floor, and each system's server CPU per
+    /// cycle as a multiple of the floor's.
     async fn throughput(&mut self, order: [System; 2], m: &mut Metrics) -> Result<()> {
         for clients in self.setup.plan.throughput_clients.clone() {
-            for sys in order {
+            let floor = self.servers.floor.as_ref();
+            let systems = order.into_iter().filter_map(|sys| self.servers.get(sys));
+            for server in systems.chain(floor) {
                 let plan = &self.setup.plan;
-                let Some(server) = self.servers.get(sys) else {
-                    continue;
-                };
                 let id = self.steps.id();
                 self.steps
                     .step(
-                        format!("throughput, {clients} client(s), {}", sys.key()),
+                        format!("throughput, {clients} client(s), {}", server.series),
                         cycles::throughput(
                             server,
                             id,
@@ -404,6 +416,18 @@ impl Bench {
                         ),
                     )
                     .await;
+            }
+            let pre = format!("throughput.c{clients}");
+            let cpu = |series: &str| m.get(&format!("{pre}.{series}.server_cpu_ms_per_1k"));
+            let ratios: Vec<(System, f64)> = match cpu("floor").filter(|f| *f > 0.0) {
+                Some(floor) => order
+                    .into_iter()
+                    .filter_map(|sys| cpu(sys.key()).map(|c| (sys, c / floor)))
+                    .collect(),
+                None => Vec::new(),
+            };
+            for (sys, ratio) in ratios {
+                m.put(&format!("{pre}.{}.server_cpu_vs_floor", sys.key()), ratio);
             }
             self.revive_monolock().await?;
         }
@@ -669,6 +693,8 @@ impl Bench {
 struct UnderTest {
     mono: Server,
     redis: Option<Server>,
+    /// The connection floor (when throughput is run).
+    floor: Option<Server>,
 }
 
 impl UnderTest {
@@ -872,6 +898,12 @@ fn smoke_checks(s: &Summary, plan: &Plan, redis_ran: bool) -> Vec<String> {
         None => problems.push(format!("{key} missing")),
     };
     positive("floor.rtt_p99_us", &mut problems);
+    for c in &plan.throughput_clients {
+        positive(
+            &format!("throughput.c{c}.floor.cycles_per_s"),
+            &mut problems,
+        );
+    }
     let mut systems = vec!["monolock"];
     if redis_ran {
         systems.push("redis");
