@@ -943,6 +943,31 @@ mod tests {
     }
 
     #[test]
+    fn throughput_rows_set_each_system_against_the_connection_floor() {
+        let s = summary(&[
+            ("throughput.c16.monolock.server_cpu_vs_floor", 1.1),
+            ("throughput.c16.redis.server_cpu_vs_floor", 0.5),
+            ("throughput.c16.floor.server_cpu_ms_per_1k", 30.0),
+        ]);
+        let ctx = TargetContext {
+            contention: &[],
+            dead_lease_ms: 1000.0,
+            sessions: 0,
+        };
+        let t = results_table(&s, &ctx, &[16], true);
+        assert!(
+            t.contains(
+                "| throughput, 16 clients | server CPU per cycle ÷ connection floor's (×) | 1.10 | 0.500 | 2.20 |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| server CPU ms / 1k cycles | 30.0 | 30.0 | — |"),
+            "{t}"
+        );
+    }
+
+    #[test]
     fn json_turns_infinity_into_null() {
         let mut m = Metrics::default();
         m.put("a", f64::INFINITY);
