@@ -20,12 +20,14 @@ mod cycles;
 mod dead;
 mod floor;
 mod mono;
+mod output;
 mod plan;
 mod report;
 mod resp;
 mod run;
 mod servers;
 mod sessions;
+mod setup;
 mod stats;
 mod sys;
 mod worker;
@@ -163,7 +165,7 @@ fn main() -> ExitCode {
                 eprintln!("monolock-bench: choose a mode: --smoke, --quick or --full (see --help)");
                 return ExitCode::from(2);
             }
-            let notes = run::prepare_process(&cli.run);
+            let notes = setup::prepare_process(&cli.run);
             runtime()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| rt.block_on(run::run(cli.run, notes)))

@@ -1,7 +1,8 @@
-//! A whole run, in three parts: setup (the plan of the mode, the binaries,
-//! the servers), the rounds (each runs every selected scenario once,
-//! monolock and Redis alternating which goes first: A B, B A, ...), and
-//! the outputs (tables on stdout, `results.json`, `summary.md`, charts).
+//! A whole run: setup (`setup.rs`: the plan of the mode, the binaries;
+//! then the servers, here), the rounds (each runs every selected scenario
+//! once, monolock and Redis alternating which goes first: A B, B A, ...),
+//! and the outputs (`output.rs`: tables on stdout, `results.json`,
+//! `summary.md`, charts).
 //!
 //! # Adding a scenario
 //!
@@ -13,13 +14,11 @@
 //!    compiler asks for it).
 //! 3. Its rows in `report.rs` (a figure table and a line in
 //!    `row_specs`), its targets if it has any (`target_specs`), and the
-//!    figures `--smoke` must produce (`smoke_checks` here).
+//!    figures `--smoke` must produce (`smoke_checks` in `output.rs`).
 
 use std::{
-    fmt::Write as _,
     future::Future,
-    path::{Path, PathBuf},
-    process::Command,
+    path::Path,
     time::{Duration, Instant},
 };
 
@@ -28,85 +27,14 @@ use clap::ValueEnum;
 use serde_json::json;
 
 use crate::{
-    RunArgs, Scenario, charts, contention, cycles, dead, floor,
-    plan::{Mode, Plan},
-    report::{self, Metrics, Summary, TargetContext},
+    RunArgs, Scenario, contention, cycles, dead, floor,
+    output::{ChartData, smoke_checks, summary_markdown, write_charts},
+    plan::Mode,
+    report::{self, Metrics, TargetContext},
     servers::{self, Server, System},
     sessions,
-    stats::Samples,
-    sys,
+    setup::{Setup, command_line, cpus, machine},
 };
-
-/// Pins this (still single-threaded) process to the client CPU and sets
-/// its nice value, so the runtime and every process it starts inherit both.
-/// Returns what could not be done, for the report.
-pub fn prepare_process(args: &RunArgs) -> Vec<String> {
-    let mut notes = Vec::new();
-    if !args.no_pin && cpus(args).is_none() {
-        notes.push(format!(
-            "not pinned: needs 2+ CPUs and distinct --server-cpu/--client-cpu below {}",
-            sys::online_cpus()
-        ));
-    }
-    if let Some((_, client)) = cpus(args)
-        && let Err(e) = sys::pin_current_thread(client)
-    {
-        notes.push(format!(
-            "cannot pin the load generator to CPU {client}: {e}"
-        ));
-    }
-    if args.realtime {
-        if let Err(e) = sys::set_realtime(10) {
-            notes.push(format!(
-                "cannot switch to SCHED_FIFO: {e}; running at the default priority"
-            ));
-        }
-    } else if args.nice != 0
-        && let Err(e) = sys::set_nice(args.nice.clamp(-20, 19))
-    {
-        notes.push(format!(
-            "cannot set nice {}: {e}; running at the default priority",
-            args.nice
-        ));
-    }
-    notes
-}
-
-/// (server CPU, client CPU) if pinning applies.
-fn cpus(args: &RunArgs) -> Option<(usize, usize)> {
-    let n = sys::online_cpus();
-    (!args.no_pin
-        && n >= 2
-        && args.server_cpu < n
-        && args.client_cpu < n
-        && args.server_cpu != args.client_cpu)
-        .then_some((args.server_cpu, args.client_cpu))
-}
-
-fn machine() -> serde_json::Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown".to_owned());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default();
-    json!({"nproc": sys::online_cpus(), "cpu_model": model, "kernel": kernel, "loadavg_at_start": load})
-}
-
-fn command_line(bin: &Path, arg: &str) -> Option<String> {
-    let out = Command::new(bin).arg(arg).output().ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .next()
-        .map(|l| l.trim().to_owned())
-        .filter(|l| !l.is_empty())
-}
 
 /// Where one step's failure is recorded.
 struct Steps {
@@ -134,119 +62,6 @@ impl Steps {
                 None
             }
         }
-    }
-}
-
-/// Samples kept for the charts, pooled over rounds.
-#[derive(Default)]
-struct ChartData {
-    latency_mono: Samples,
-    latency_redis: Samples,
-    /// (contention label, series) -> handovers
-    handover: std::collections::BTreeMap<(String, String), Samples>,
-    /// (contention label, series) -> attempt-to-grant waits
-    waits: std::collections::BTreeMap<(String, String), Samples>,
-}
-
-/// What a run needs before its first server starts: the plan, where
-/// things are, and the notes for the report.
-struct Setup {
-    mode: Mode,
-    plan: Plan,
-    /// Scenarios to run (all by default).
-    only: Vec<Scenario>,
-    out: PathBuf,
-    logs: PathBuf,
-    /// This binary (the helpers' executable).
-    exe: PathBuf,
-    mono_bin: PathBuf,
-    redis_bin: Option<PathBuf>,
-    server_cpu: Option<usize>,
-    notes: Vec<String>,
-}
-
-impl Setup {
-    /// Reads the mode and the binaries from `args`, creates the output
-    /// directories, and notes what will not run.
-    fn new(args: &RunArgs, setup_notes: Vec<String>) -> Result<Self> {
-        let mode = if args.full {
-            Mode::Full
-        } else if args.quick {
-            Mode::Quick
-        } else {
-            Mode::Smoke
-        };
-        let plan = Plan::for_mode(mode, args.rounds);
-        let out = args
-            .out
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("target/monolock-bench").join(mode.key()));
-        // Server logs stay out of the results directory (which may be docs/).
-        let logs = args
-            .logs
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("target/monolock-bench/logs"));
-        for dir in [&out, &logs] {
-            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-        }
-        let exe = std::env::current_exe().context("locate this binary")?;
-        let mono_bin = match &args.monolock_bin {
-            Some(p) => p.clone(),
-            None => exe
-                .parent()
-                .map(|d| d.join("monolock"))
-                .context("this binary has no directory")?,
-        };
-        if !mono_bin.is_file() {
-            bail!(
-                "no monolock binary at {}: build it first (`cargo build -p monolock` with the same profile) or pass --monolock-bin PATH",
-                mono_bin.display()
-            );
-        }
-        let mut notes = setup_notes;
-        if !args.only.is_empty() {
-            notes.push(format!("only these scenarios were run: {:?}", args.only));
-        }
-        let redis_bin = if args.no_redis {
-            notes.push("Redis not run: --no-redis".to_owned());
-            None
-        } else {
-            match args
-                .redis_bin
-                .clone()
-                .or_else(|| servers::find_on_path("redis-server"))
-            {
-                Some(p) if p.is_file() => Some(p),
-                _ => {
-                    notes.push(
-                        "Redis not run: redis-server is not installed (`apt-get update && apt-get install -y redis-server`)"
-                            .to_owned(),
-                    );
-                    None
-                }
-            }
-        };
-        if plan.long_ttl.is_none() {
-            notes.push(
-                "Redis TTL 30 s dead-holder trials run only in --full (30 s per trial)".to_owned(),
-            );
-        }
-        Ok(Self {
-            mode,
-            plan,
-            only: args.only.clone(),
-            out,
-            logs,
-            exe,
-            mono_bin,
-            redis_bin,
-            server_cpu: cpus(args).map(|(s, _)| s),
-            notes,
-        })
-    }
-
-    fn wants(&self, scenario: Scenario) -> bool {
-        self.only.is_empty() || self.only.contains(&scenario)
     }
 }
 
@@ -730,47 +545,6 @@ pub async fn run(args: RunArgs, setup_notes: Vec<String>) -> Result<bool> {
     bench.finish(&rounds, &meta, started)
 }
 
-/// The markdown summary: results, Redis delays, targets, extrapolation,
-/// plan, notes.
-fn summary_markdown(
-    summary: &Summary,
-    ctx: &TargetContext<'_>,
-    plan: &Plan,
-    redis_ran: bool,
-    targets: &[report::TargetResult],
-    meta: &serde_json::Value,
-    errors: &[String],
-) -> String {
-    let results = report::results_table(summary, ctx, &plan.throughput_clients, redis_ran);
-    let delays = report::redis_delays_table(summary, ctx);
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "## Results ({} rounds; median [min–max])\n",
-        plan.rounds
-    );
-    let _ = writeln!(md, "{results}");
-    if !delays.is_empty() {
-        let _ = writeln!(md, "### Redis, every retry delay\n\n{delays}");
-    }
-    let _ = writeln!(md, "## Targets\n\n{}", report::targets_table(targets));
-    if let Some(text) = report::extrapolation(summary, plan.sessions.lease) {
-        let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
-    }
-    let _ = writeln!(md, "## Plan\n\n{}", plan.describe());
-    let meta_notes = meta["notes"].as_array().cloned().unwrap_or_default();
-    if !meta_notes.is_empty() || !errors.is_empty() {
-        let _ = writeln!(md, "## Notes\n");
-        for n in meta_notes.iter().filter_map(|n| n.as_str()) {
-            let _ = writeln!(md, "- {n}");
-        }
-        for e in errors {
-            let _ = writeln!(md, "- error: {e}");
-        }
-    }
-    md
-}
-
 /// Restarts a server that died during a step (at most a few times per run).
 async fn revive(
     server: &mut Server,
@@ -802,153 +576,4 @@ fn ttl_key(ttl: Duration) -> String {
     } else {
         format!("{ms}ms")
     }
-}
-
-fn write_charts(
-    out: &Path,
-    summary: &Summary,
-    plan: &Plan,
-    data: &mut ChartData,
-    variants: &[(String, String, Duration)],
-) -> Result<()> {
-    charts::latency_ccdf(
-        &out.join("latency.svg"),
-        "Uncontended lock cycle latency (1 client)",
-        "lock cycle latency (log scale)",
-        vec![
-            charts::Series {
-                label: "monolock: connect + ACQUIRE + ACQUIRED + close".into(),
-                samples: &mut data.latency_mono,
-                monolock: true,
-                light: false,
-            },
-            charts::Series {
-                label: "Redis: SET NX PX + EVALSHA release".into(),
-                samples: &mut data.latency_redis,
-                monolock: false,
-                light: false,
-            },
-        ],
-    )?;
-    for (file, title, x_desc, figure, map) in [
-        (
-            "handover.svg",
-            format!(
-                "Handover: release → grant of another client, {} clients on one lock",
-                plan.contention_clients
-            ),
-            "handover latency (log scale)",
-            "handover_p99_us",
-            &mut data.handover,
-        ),
-        (
-            "wait.svg",
-            format!(
-                "Wait: attempt → grant, {} clients on one lock",
-                plan.contention_clients
-            ),
-            "time from asking to holding (log scale)",
-            "worst_wait_ms",
-            &mut data.waits,
-        ),
-    ] {
-        // Per variant: monolock, and the Redis retry delay best at `figure`.
-        let mut pulled: Vec<(String, bool, bool, Samples)> = Vec::new();
-        for (i, (label, human, _)) in variants.iter().enumerate() {
-            let light = i > 0;
-            if let Some(s) = map.remove(&(label.clone(), "monolock".to_owned())) {
-                pulled.push((format!("monolock, {human}"), true, light, s));
-            }
-            if let Some((series, _)) = report::redis_best(summary, label, figure, false)
-                && let Some(s) = map.remove(&(label.clone(), series.clone()))
-            {
-                let delay = series.trim_start_matches("redis-d");
-                pulled.push((format!("Redis retry {delay} ms, {human}"), false, light, s));
-            }
-        }
-        charts::latency_ccdf(
-            &out.join(file),
-            &title,
-            x_desc,
-            pulled
-                .iter_mut()
-                .map(|(label, monolock, light, samples)| charts::Series {
-                    label: label.clone(),
-                    samples,
-                    monolock: *monolock,
-                    light: *light,
-                })
-                .collect(),
-        )?;
-    }
-    charts::throughput(
-        &out.join("throughput.svg"),
-        summary,
-        &plan.throughput_clients,
-    )?;
-    Ok(())
-}
-
-/// Smoke mode: the figures every path must have produced.
-fn smoke_checks(s: &Summary, plan: &Plan, redis_ran: bool) -> Vec<String> {
-    let mut problems = Vec::new();
-    let positive = |key: &str, problems: &mut Vec<String>| match s.get(key) {
-        Some(sp) if sp.median > 0.0 && sp.median.is_finite() => {}
-        Some(sp) => problems.push(format!("{key} = {}", sp.median)),
-        None => problems.push(format!("{key} missing")),
-    };
-    positive("floor.rtt_p99_us", &mut problems);
-    for c in &plan.throughput_clients {
-        positive(
-            &format!("throughput.c{c}.floor.cycles_per_s"),
-            &mut problems,
-        );
-    }
-    let mut systems = vec!["monolock"];
-    if redis_ran {
-        systems.push("redis");
-    }
-    for sys in &systems {
-        positive(&format!("latency.{sys}.cycle_p50_us"), &mut problems);
-        for c in &plan.throughput_clients {
-            positive(
-                &format!("throughput.c{c}.{sys}.cycles_per_s"),
-                &mut problems,
-            );
-        }
-    }
-    for (label, _, _) in plan.contention_variants() {
-        positive(
-            &format!("contention.{label}.monolock.acq_per_s"),
-            &mut problems,
-        );
-        positive(
-            &format!("contention.{label}.monolock.handover_p50_us"),
-            &mut problems,
-        );
-        positive(
-            &format!("contention.{label}.monolock.fairness"),
-            &mut problems,
-        );
-        if redis_ran {
-            for d in &plan.redis_delays {
-                positive(
-                    &format!("contention.{label}.redis-d{}.acq_per_s", d.as_millis()),
-                    &mut problems,
-                );
-            }
-        }
-    }
-    positive("dead.kill.monolock.handover_ms", &mut problems);
-    positive("dead.stop.monolock.handover_ms", &mut problems);
-    match s.get("sessions.monolock.sessions") {
-        Some(sp) if sp.median as usize == plan.sessions.sessions => {}
-        other => problems.push(format!(
-            "sessions: {} of {} opened",
-            other.map_or(0.0, |sp| sp.median),
-            plan.sessions.sessions
-        )),
-    }
-    positive("sessions.monolock.probe_p99_us", &mut problems);
-    problems
 }
