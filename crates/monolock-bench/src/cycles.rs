@@ -182,7 +182,7 @@ pub async fn latency(
     length: Duration,
     m: &mut Metrics,
 ) -> Result<Samples> {
-    let sys_key = server.system.key();
+    let sys_key = server.series;
     let win = Window::new(warmup, length);
     let ClientCycles {
         count,
@@ -218,7 +218,9 @@ pub async fn latency(
 }
 
 /// Scenario 2: `clients` clients on distinct names. Records
-/// `throughput.c<N>.<sys>.{cycles_per_s,server_cpu_ms_per_1k,...}`.
+/// `throughput.c<N>.<series>.{cycles_per_s,server_cpu_ms_per_1k,...}`
+/// (the series is `floor` for the connection floor, driven exactly like
+/// monolock).
 pub async fn throughput(
     server: &Server,
     run_id: u64,
@@ -227,7 +229,7 @@ pub async fn throughput(
     length: Duration,
     m: &mut Metrics,
 ) -> Result<()> {
-    let sys_key = server.system.key();
+    let sys_key = server.series;
     let win = Window::new(warmup, length);
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..clients {

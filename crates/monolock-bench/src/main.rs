@@ -14,16 +14,20 @@
 #![warn(missing_docs)]
 
 mod charts;
+mod conn_floor;
 mod contention;
 mod cycles;
 mod dead;
 mod floor;
 mod mono;
+mod output;
+mod plan;
 mod report;
 mod resp;
 mod run;
 mod servers;
 mod sessions;
+mod setup;
 mod stats;
 mod sys;
 mod worker;
@@ -109,7 +113,7 @@ pub struct RunArgs {
 pub enum Scenario {
     /// 1. One client's lock cycle latency.
     Latency,
-    /// 2. Cycles/s of 1, 16, 64 clients on distinct names.
+    /// 2. Cycles/s of 1, 16, 64 clients on distinct names; the connection floor.
     Throughput,
     /// 3. 64 clients on one name.
     Contention,
@@ -130,6 +134,9 @@ enum Sub {
     /// (internal) Echo one connection's bytes: the machine-floor peer.
     #[command(hide = true)]
     Echo(floor::EchoArgs),
+    /// (internal) Accept, read, answer, close: the connection floor.
+    #[command(hide = true)]
+    ConnFloor(conn_floor::ConnFloorArgs),
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -152,12 +159,13 @@ fn main() -> ExitCode {
             .and_then(|rt| rt.block_on(worker::sessions_worker(args)))
             .map(|()| true),
         Some(Sub::Echo(args)) => floor::echo(args).map(|()| true),
+        Some(Sub::ConnFloor(args)) => conn_floor::serve(args).map(|()| true),
         None => {
             if !(cli.run.smoke || cli.run.quick || cli.run.full) {
                 eprintln!("monolock-bench: choose a mode: --smoke, --quick or --full (see --help)");
                 return ExitCode::from(2);
             }
-            let notes = run::prepare_process(&cli.run);
+            let notes = setup::prepare_process(&cli.run);
             runtime()
                 .map_err(anyhow::Error::from)
                 .and_then(|rt| rt.block_on(run::run(cli.run, notes)))

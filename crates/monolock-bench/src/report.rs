@@ -18,6 +18,11 @@ impl Metrics {
         self.0.insert(key.to_owned(), value);
     }
 
+    /// The figure recorded under `key`, if any.
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.0.get(key).copied()
+    }
+
     /// Records a figure if there is one.
     pub fn put_opt(&mut self, key: &str, value: Option<f64>) {
         if let Some(v) = value {
@@ -172,195 +177,334 @@ pub struct TargetContext<'a> {
     pub sessions: usize,
 }
 
-fn get<'s>(s: &'s Summary, key: &str) -> Option<&'s Spread> {
-    s.get(key)
+/// Where the Redis figure of a target or a table row comes from.
+#[derive(Clone, Debug)]
+enum RedisFigure {
+    /// None: a figure of monolock only.
+    None,
+    /// The monolock figure itself: one measurement for both systems (the
+    /// machine floors), shown in both columns without a ratio.
+    Shared,
+    /// This key; `series` names it in a target's observation.
+    Key {
+        /// The summary key.
+        key: String,
+        /// Its name in words.
+        series: &'static str,
+    },
+    /// Of contention variant `label`, the Redis retry delay with the best
+    /// median of `figure`.
+    BestDelay {
+        /// The contention variant.
+        label: String,
+        /// The figure compared.
+        figure: &'static str,
+        /// Which way is better.
+        higher_is_better: bool,
+    },
 }
 
-fn ratio_target(
+impl RedisFigure {
+    fn key(key: String) -> Self {
+        Self::Key { key, series: "" }
+    }
+
+    /// The Redis series and its spread, if there is a figure.
+    fn look_up(&self, s: &Summary) -> Option<(String, Spread)> {
+        match self {
+            Self::None | Self::Shared => None,
+            Self::Key { key, series } => s.get(key).map(|sp| ((*series).to_owned(), *sp)),
+            Self::BestDelay {
+                label,
+                figure,
+                higher_is_better,
+            } => redis_best(s, label, figure, *higher_is_better),
+        }
+    }
+}
+
+/// Which of a figure's per-round values a bound is checked against.
+#[derive(Clone, Copy, Debug)]
+enum Pick {
+    /// The median round.
+    Median,
+    /// The worst round (or trial).
+    Max,
+}
+
+/// How a target is judged.
+enum Check {
+    /// monolock's median over Redis's, at least (`at_least`) or at most
+    /// `limit`.
+    Ratio {
+        mono: String,
+        redis: RedisFigure,
+        limit: f64,
+        at_least: bool,
+        unit: &'static str,
+    },
+    /// monolock's figure (`pick` of the rounds) at most `limit`; `how`
+    /// says which value that was.
+    Bound {
+        key: String,
+        pick: Pick,
+        limit: f64,
+        unit: &'static str,
+        how: String,
+    },
+}
+
+/// One target: what, the goal in words, and how it is judged.
+struct TargetSpec {
     name: String,
     goal: String,
-    mono: Option<&Spread>,
-    redis: Option<(String, Spread)>,
-    limit: f64,
-    at_least: bool,
-    unit: &str,
-) -> TargetResult {
-    let (status, observed) = match (mono, redis) {
-        (Some(m), Some((series, r))) if r.median > 0.0 => {
-            let ratio = m.median / r.median;
-            let ok = if at_least {
-                ratio >= limit
-            } else {
-                ratio <= limit
-            };
-            (
-                if ok { Status::Pass } else { Status::Miss },
-                format!(
-                    "{}× ({} vs {} {unit}, Redis {series})",
-                    fmt_num(ratio),
-                    fmt_num(m.median),
-                    fmt_num(r.median)
-                ),
-            )
+    check: Check,
+}
+
+impl TargetSpec {
+    fn ratio(
+        name: impl Into<String>,
+        goal: &str,
+        mono: String,
+        redis: RedisFigure,
+        (limit, at_least): (f64, bool),
+        unit: &'static str,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            goal: goal.to_owned(),
+            check: Check::Ratio {
+                mono,
+                redis,
+                limit,
+                at_least,
+                unit,
+            },
         }
-        (Some(m), _) => (
-            Status::NotRun,
-            format!("monolock {} {unit}; Redis not run", fmt_num(m.median)),
-        ),
-        _ => (Status::NotRun, "no figure".to_owned()),
-    };
-    TargetResult {
-        name,
-        goal,
-        observed,
-        status,
+    }
+
+    fn bound(
+        name: impl Into<String>,
+        goal: impl Into<String>,
+        (key, pick): (String, Pick),
+        limit: f64,
+        unit: &'static str,
+        how: impl Into<String>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            goal: goal.into(),
+            check: Check::Bound {
+                key,
+                pick,
+                limit,
+                unit,
+                how: how.into(),
+            },
+        }
+    }
+
+    fn judge(self, s: &Summary) -> TargetResult {
+        let (status, observed) = match self.check {
+            Check::Ratio {
+                mono,
+                redis,
+                limit,
+                at_least,
+                unit,
+            } => match (s.get(&mono), redis.look_up(s)) {
+                (Some(m), Some((series, r))) if r.median > 0.0 => {
+                    let ratio = m.median / r.median;
+                    let ok = if at_least {
+                        ratio >= limit
+                    } else {
+                        ratio <= limit
+                    };
+                    (
+                        if ok { Status::Pass } else { Status::Miss },
+                        format!(
+                            "{}× ({} vs {} {unit}, Redis {series})",
+                            fmt_num(ratio),
+                            fmt_num(m.median),
+                            fmt_num(r.median)
+                        ),
+                    )
+                }
+                (Some(m), _) => (
+                    Status::NotRun,
+                    format!("monolock {} {unit}; Redis not run", fmt_num(m.median)),
+                ),
+                _ => (Status::NotRun, "no figure".to_owned()),
+            },
+            Check::Bound {
+                key,
+                pick,
+                limit,
+                unit,
+                how,
+            } => match s.get(&key).map(|sp| match pick {
+                Pick::Median => sp.median,
+                Pick::Max => sp.max,
+            }) {
+                Some(v) => (
+                    if v <= limit {
+                        Status::Pass
+                    } else {
+                        Status::Miss
+                    },
+                    if unit.is_empty() {
+                        format!("{} ({how})", fmt_num(v))
+                    } else {
+                        format!("{} {unit} ({how})", fmt_num(v))
+                    },
+                ),
+                None => (Status::NotRun, "no figure".to_owned()),
+            },
+        };
+        TargetResult {
+            name: self.name,
+            goal: self.goal,
+            observed,
+            status,
+        }
     }
 }
 
-fn bound_target(
-    name: &str,
-    goal: String,
-    value: Option<f64>,
-    limit: f64,
-    unit: &str,
-    how: &str,
-) -> TargetResult {
-    match value {
-        Some(v) => TargetResult {
-            name: name.to_owned(),
-            goal,
-            observed: if unit.is_empty() {
-                format!("{} ({how})", fmt_num(v))
-            } else {
-                format!("{} {unit} ({how})", fmt_num(v))
-            },
-            status: if v <= limit {
-                Status::Pass
-            } else {
-                Status::Miss
-            },
-        },
-        None => TargetResult {
-            name: name.to_owned(),
-            goal,
-            observed: "no figure".to_owned(),
-            status: Status::NotRun,
-        },
+/// Every target of the issue, in report order.
+fn target_specs(s: &Summary, ctx: &TargetContext<'_>) -> Vec<TargetSpec> {
+    const AT_LEAST: bool = true;
+    const AT_MOST: bool = false;
+    let mut out = Vec::new();
+    for (label, human) in ctx.contention {
+        let mono = |f: &str| format!("contention.{label}.monolock.{f}");
+        let best = |figure: &'static str, higher_is_better: bool| RedisFigure::BestDelay {
+            label: label.clone(),
+            figure,
+            higher_is_better,
+        };
+        out.extend([
+            TargetSpec::ratio(
+                format!("contention acquisitions/s, {human}"),
+                "≥ 2× Redis best",
+                mono("acq_per_s"),
+                best("acq_per_s", true),
+                (2.0, AT_LEAST),
+                "/s",
+            ),
+            TargetSpec::ratio(
+                format!("contention handover p99, {human}"),
+                "≤ 1/3 of Redis best",
+                mono("handover_p99_us"),
+                best("handover_p99_us", false),
+                (1.0 / 3.0, AT_MOST),
+                "µs",
+            ),
+            TargetSpec::bound(
+                format!("contention fairness max/min, {human}"),
+                "≤ 1.1",
+                (mono("fairness"), Pick::Median),
+                1.1,
+                "",
+                "median",
+            ),
+            TargetSpec::ratio(
+                format!("contention worst wait, {human}"),
+                "≤ 1/2 of Redis best",
+                mono("worst_wait_ms"),
+                best("worst_wait_ms", false),
+                (0.5, AT_MOST),
+                "ms",
+            ),
+        ]);
     }
+    let measured_at = s
+        .get("sessions.monolock.sessions")
+        .map_or(ctx.sessions as f64, |sp| sp.median);
+    let sessions_how = if measured_at < 18_000.0 {
+        format!(
+            "measured at {} sessions, scaled linearly to 19k",
+            fmt_num(measured_at)
+        )
+    } else {
+        format!(
+            "measured at {} sessions, scaled to 19k",
+            fmt_num(measured_at)
+        )
+    };
+    let key = |k: &str, pick: Pick| (k.to_owned(), pick);
+    out.extend([
+        TargetSpec::ratio(
+            "uncontended cycle p50",
+            "≤ 1.5× Redis",
+            "latency.monolock.cycle_p50_us".into(),
+            RedisFigure::Key {
+                key: "latency.redis.cycle_p50_us".into(),
+                series: "cycle",
+            },
+            (1.5, AT_MOST),
+            "µs",
+        ),
+        TargetSpec::ratio(
+            "throughput at 64 clients",
+            "≥ 0.5× Redis",
+            "throughput.c64.monolock.cycles_per_s".into(),
+            RedisFigure::Key {
+                key: "throughput.c64.redis.cycles_per_s".into(),
+                series: "c64",
+            },
+            (0.5, AT_LEAST),
+            "cycles/s",
+        ),
+        TargetSpec::bound(
+            "SIGKILLed holder: next grant",
+            "< 10 ms",
+            key("dead.kill.monolock.handover_ms", Pick::Max),
+            10.0,
+            "ms",
+            "worst trial",
+        ),
+        TargetSpec::bound(
+            "SIGSTOPped holder: next grant",
+            format!("≤ lease + 10 ms = {} ms", fmt_num(ctx.dead_lease_ms + 10.0)),
+            key("dead.stop.monolock.handover_ms", Pick::Max),
+            ctx.dead_lease_ms + 10.0,
+            "ms",
+            "worst trial",
+        ),
+        TargetSpec::bound(
+            "server memory per session",
+            "≤ 2 KiB (2048 B)",
+            key("sessions.monolock.rss_per_session_bytes", Pick::Median),
+            2048.0,
+            "B",
+            "median RSS growth / sessions",
+        ),
+        TargetSpec::bound(
+            "server CPU, ~19k sessions at 10 s lease",
+            "< 0.25 core",
+            key("sessions.monolock.server_cpu_cores_at_19k", Pick::Median),
+            0.25,
+            "core",
+            sessions_how,
+        ),
+        TargetSpec::bound(
+            "probe heartbeat p99 under session load",
+            "< 5 ms (5000 µs)",
+            key("sessions.monolock.probe_p99_us", Pick::Max),
+            5000.0,
+            "µs",
+            "worst round",
+        ),
+    ]);
+    out
 }
 
 /// Judges every target of the issue against the summary.
 pub fn evaluate_targets(s: &Summary, ctx: &TargetContext<'_>) -> Vec<TargetResult> {
-    let mut out = Vec::new();
-    for (label, human) in ctx.contention {
-        let m = |f: &str| get(s, &format!("contention.{label}.monolock.{f}"));
-        out.push(ratio_target(
-            format!("contention acquisitions/s, {human}"),
-            "≥ 2× Redis best".into(),
-            m("acq_per_s"),
-            redis_best(s, label, "acq_per_s", true),
-            2.0,
-            true,
-            "/s",
-        ));
-        out.push(ratio_target(
-            format!("contention handover p99, {human}"),
-            "≤ 1/3 of Redis best".into(),
-            m("handover_p99_us"),
-            redis_best(s, label, "handover_p99_us", false),
-            1.0 / 3.0,
-            false,
-            "µs",
-        ));
-        out.push(bound_target(
-            &format!("contention fairness max/min, {human}"),
-            "≤ 1.1".into(),
-            m("fairness").map(|sp| sp.median),
-            1.1,
-            "",
-            "median",
-        ));
-        out.push(ratio_target(
-            format!("contention worst wait, {human}"),
-            "≤ 1/2 of Redis best".into(),
-            m("worst_wait_ms"),
-            redis_best(s, label, "worst_wait_ms", false),
-            0.5,
-            false,
-            "ms",
-        ));
-    }
-    out.push(ratio_target(
-        "uncontended cycle p50".into(),
-        "≤ 1.5× Redis".into(),
-        get(s, "latency.monolock.cycle_p50_us"),
-        get(s, "latency.redis.cycle_p50_us").map(|sp| ("cycle".to_owned(), *sp)),
-        1.5,
-        false,
-        "µs",
-    ));
-    out.push(ratio_target(
-        "throughput at 64 clients".into(),
-        "≥ 0.5× Redis".into(),
-        get(s, "throughput.c64.monolock.cycles_per_s"),
-        get(s, "throughput.c64.redis.cycles_per_s").map(|sp| ("c64".to_owned(), *sp)),
-        0.5,
-        true,
-        "cycles/s",
-    ));
-    out.push(bound_target(
-        "SIGKILLed holder: next grant",
-        "< 10 ms".into(),
-        get(s, "dead.kill.monolock.handover_ms").map(|sp| sp.max),
-        10.0,
-        "ms",
-        "worst trial",
-    ));
-    out.push(bound_target(
-        "SIGSTOPped holder: next grant",
-        format!("≤ lease + 10 ms = {} ms", fmt_num(ctx.dead_lease_ms + 10.0)),
-        get(s, "dead.stop.monolock.handover_ms").map(|sp| sp.max),
-        ctx.dead_lease_ms + 10.0,
-        "ms",
-        "worst trial",
-    ));
-    out.push(bound_target(
-        "server memory per session",
-        "≤ 2 KiB (2048 B)".into(),
-        get(s, "sessions.monolock.rss_per_session_bytes").map(|sp| sp.median),
-        2048.0,
-        "B",
-        "median RSS growth / sessions",
-    ));
-    let measured_at =
-        get(s, "sessions.monolock.sessions").map_or(ctx.sessions as f64, |sp| sp.median);
-    out.push(bound_target(
-        "server CPU, ~19k sessions at 10 s lease",
-        "< 0.25 core".into(),
-        get(s, "sessions.monolock.server_cpu_cores_at_19k").map(|sp| sp.median),
-        0.25,
-        "core",
-        &if measured_at < 18_000.0 {
-            format!(
-                "measured at {} sessions, scaled linearly to 19k",
-                fmt_num(measured_at)
-            )
-        } else {
-            format!(
-                "measured at {} sessions, scaled to 19k",
-                fmt_num(measured_at)
-            )
-        },
-    ));
-    out.push(bound_target(
-        "probe heartbeat p99 under session load",
-        "< 5 ms (5000 µs)".into(),
-        get(s, "sessions.monolock.probe_p99_us").map(|sp| sp.max),
-        5000.0,
-        "µs",
-        "worst round",
-    ));
-    out
+    target_specs(s, ctx)
+        .into_iter()
+        .map(|t| t.judge(s))
+        .collect()
 }
 
 /// The targets as a markdown table.
@@ -379,12 +523,238 @@ pub fn targets_table(targets: &[TargetResult]) -> String {
     t
 }
 
-struct Row {
+/// A figure of a results-table section: its label, the last part of its
+/// key, which way is better (to pick Redis's best retry delay), and
+/// whether Redis has it at all.
+struct Fig {
+    label: &'static str,
+    key: &'static str,
+    higher_is_better: bool,
+    monolock_only: bool,
+}
+
+const fn fig(label: &'static str, key: &'static str) -> Fig {
+    Fig {
+        label,
+        key,
+        higher_is_better: false,
+        monolock_only: false,
+    }
+}
+
+const fn higher(label: &'static str, key: &'static str) -> Fig {
+    Fig {
+        higher_is_better: true,
+        ..fig(label, key)
+    }
+}
+
+const fn monolock_only(label: &'static str, key: &'static str) -> Fig {
+    Fig {
+        monolock_only: true,
+        ..fig(label, key)
+    }
+}
+
+/// The machine floor (`floor.<key>`), one measurement for both systems.
+const FLOOR_FIGS: &[Fig] = &[
+    fig("1-byte TCP round trip p50 (µs)", "rtt_p50_us"),
+    fig("1-byte TCP round trip p99 (µs)", "rtt_p99_us"),
+];
+
+/// `latency.<system>.<key>`.
+const LATENCY_FIGS: &[Fig] = &[
+    fig("lock cycle p50 (µs)", "cycle_p50_us"),
+    fig("lock cycle p99 (µs)", "cycle_p99_us"),
+    fig("acquire p50 (µs)", "acquire_p50_us"),
+    fig("acquire p99 (µs)", "acquire_p99_us"),
+    fig("cycles queued behind own previous close (%)", "queued_pct"),
+];
+
+/// `throughput.c<N>.<system>.<key>`.
+const THROUGHPUT_FIGS: &[Fig] = &[
+    higher("cycles/s", "cycles_per_s"),
+    fig("server CPU ms / 1k cycles", "server_cpu_ms_per_1k"),
+    fig(
+        "server CPU per cycle ÷ connection floor's (×)",
+        "server_cpu_vs_floor",
+    ),
+    fig("client CPU (cores)", "client_cpu_cores"),
+    fig("cycles queued behind own previous close (%)", "queued_pct"),
+];
+
+/// `throughput.c<N>.floor.<key>`: the connection floor at the same load,
+/// one measurement shown for both systems.
+const CONN_FLOOR_FIGS: &[Fig] = &[
+    higher("cycles/s", "cycles_per_s"),
+    fig("server CPU ms / 1k cycles", "server_cpu_ms_per_1k"),
+];
+
+/// `contention.<variant>.<series>.<key>`; Redis shows its best retry delay.
+const CONTENTION_FIGS: &[Fig] = &[
+    higher("acquisitions/s", "acq_per_s"),
+    fig("handover to another client p50 (µs)", "handover_p50_us"),
+    fig("handover to another client p99 (µs)", "handover_p99_us"),
+    fig("handover to another client max (µs)", "handover_max_us"),
+    fig(
+        "lock taken straight back by its releaser (%)",
+        "regrant_pct",
+    ),
+    fig(
+        "release → next grant, any client, p99 (µs)",
+        "next_grant_p99_us",
+    ),
+    fig("fairness max/min per client", "fairness"),
+    fig("wait p99 (µs)", "wait_p99_us"),
+    fig("worst wait (ms)", "worst_wait_ms"),
+    fig("hold time p50 (µs)", "hold_p50_us"),
+    fig("server CPU (cores)", "server_cpu_cores"),
+    fig("client CPU (cores)", "client_cpu_cores"),
+];
+
+/// `sessions.<system>.<key>`.
+const SESSIONS_FIGS: &[Fig] = &[
+    fig("sessions held", "sessions"),
+    fig("server RSS growth per session (B)", "rss_per_session_bytes"),
+    fig(
+        "kernel slab growth per socket (B, machine-wide, not in RSS)",
+        "kernel_slab_bytes_per_socket",
+    ),
+    fig("heartbeats/s", "heartbeats_per_s"),
+    fig("server CPU (cores)", "server_cpu_cores"),
+    fig(
+        "server CPU per heartbeat (µs)",
+        "server_cpu_us_per_heartbeat",
+    ),
+    fig(
+        "server CPU scaled to 19k sessions (cores)",
+        "server_cpu_cores_at_19k",
+    ),
+    fig("probe heartbeat p50 (µs)", "probe_p50_us"),
+    fig("probe heartbeat p99 (µs)", "probe_p99_us"),
+    fig("probe heartbeat max (µs)", "probe_max_us"),
+    monolock_only(
+        "extrapolated to 1M sessions: RSS (GiB)",
+        "extrapolated_1m_rss_gib",
+    ),
+    monolock_only(
+        "extrapolated to 1M sessions: CPU (cores)",
+        "extrapolated_1m_cpu_cores",
+    ),
+];
+
+/// One row of the results table: where its two figures come from.
+struct RowSpec {
     scenario: String,
     figure: String,
     mono: Option<String>,
-    redis: Option<String>,
-    ratio: Option<f64>,
+    redis: RedisFigure,
+}
+
+/// Rows of one section: every figure of `figs`, keys made by `mono` and
+/// `redis`.
+fn section(
+    rows: &mut Vec<RowSpec>,
+    scenario: &str,
+    figs: &[Fig],
+    mono: impl Fn(&Fig) -> String,
+    redis: impl Fn(&Fig) -> RedisFigure,
+) {
+    rows.extend(figs.iter().map(|f| RowSpec {
+        scenario: scenario.to_owned(),
+        figure: f.label.to_owned(),
+        mono: Some(mono(f)),
+        redis: if f.monolock_only {
+            RedisFigure::None
+        } else {
+            redis(f)
+        },
+    }));
+}
+
+/// Every row of the results table, in order.
+fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize]) -> Vec<RowSpec> {
+    let mut rows = Vec::new();
+    section(
+        &mut rows,
+        "machine floor: plain echo process, no lock",
+        FLOOR_FIGS,
+        |f| format!("floor.{}", f.key),
+        |_| RedisFigure::Shared,
+    );
+    section(
+        &mut rows,
+        "uncontended, 1 client",
+        LATENCY_FIGS,
+        |f| format!("latency.monolock.{}", f.key),
+        |f| RedisFigure::key(format!("latency.redis.{}", f.key)),
+    );
+    for c in throughput_clients {
+        section(
+            &mut rows,
+            &format!("throughput, {c} client{}", if *c == 1 { "" } else { "s" }),
+            THROUGHPUT_FIGS,
+            |f| format!("throughput.c{c}.monolock.{}", f.key),
+            |f| RedisFigure::key(format!("throughput.c{c}.redis.{}", f.key)),
+        );
+        section(
+            &mut rows,
+            &format!(
+                "connection floor, {c} client{}: accept, read, write, close; no lock",
+                if *c == 1 { "" } else { "s" }
+            ),
+            CONN_FLOOR_FIGS,
+            |f| format!("throughput.c{c}.floor.{}", f.key),
+            |_| RedisFigure::Shared,
+        );
+    }
+    for (label, human) in ctx.contention {
+        section(
+            &mut rows,
+            &format!("contention, {human}"),
+            CONTENTION_FIGS,
+            |f| format!("contention.{label}.monolock.{}", f.key),
+            |f| RedisFigure::BestDelay {
+                label: label.clone(),
+                figure: f.key,
+                higher_is_better: f.higher_is_better,
+            },
+        );
+    }
+    // Dead holders: Redis at the same TTL as monolock's lease, and (--full)
+    // at 30 s as a row of its own.
+    let lease = fmt_num(ctx.dead_lease_ms / 1000.0);
+    for (fault, human) in [("kill", "SIGKILL"), ("stop", "SIGSTOP")] {
+        let same_ttl = s
+            .keys()
+            .find(|k| {
+                k.starts_with(&format!("dead.{fault}.redis-ttl")) && !k.contains(".redis-ttl30s.")
+            })
+            .cloned();
+        rows.push(RowSpec {
+            scenario: "dead holder".to_owned(),
+            figure: format!("{human} → next grant (ms); lease / TTL {lease} s"),
+            mono: Some(format!("dead.{fault}.monolock.handover_ms")),
+            redis: same_ttl.map_or(RedisFigure::None, RedisFigure::key),
+        });
+        let long_ttl = format!("dead.{fault}.redis-ttl30s.handover_ms");
+        if s.contains_key(&long_ttl) {
+            rows.push(RowSpec {
+                scenario: "dead holder".to_owned(),
+                figure: format!("{human} → next grant (ms); Redis TTL 30 s"),
+                mono: None,
+                redis: RedisFigure::key(long_ttl),
+            });
+        }
+    }
+    section(
+        &mut rows,
+        "sessions at scale",
+        SESSIONS_FIGS,
+        |f| format!("sessions.monolock.{}", f.key),
+        |f| RedisFigure::key(format!("sessions.redis.{}", f.key)),
+    );
+    rows
 }
 
 /// The main results table (markdown): medians with [min–max] over rounds.
@@ -394,205 +764,37 @@ pub fn results_table(
     throughput_clients: &[usize],
     redis_ran: bool,
 ) -> String {
-    let mut rows: Vec<Row> = Vec::new();
-    let pair = |rows: &mut Vec<Row>, scenario: &str, figure: &str, mk: &str, rk: Option<&str>| {
-        let m = s.get(mk);
-        let r = rk.and_then(|k| s.get(k));
-        rows.push(Row {
-            scenario: scenario.to_owned(),
-            figure: figure.to_owned(),
-            mono: m.map(fmt_spread),
-            redis: r.map(fmt_spread),
-            ratio: match (m, r) {
-                (Some(m), Some(r)) if r.median > 0.0 => Some(m.median / r.median),
-                _ => None,
-            },
-        });
-    };
-    // One measurement for both systems: shown in both columns, no ratio.
-    for (fig, key) in [
-        ("1-byte TCP round trip p50 (µs)", "floor.rtt_p50_us"),
-        ("1-byte TCP round trip p99 (µs)", "floor.rtt_p99_us"),
-    ] {
-        if let Some(sp) = s.get(key) {
-            rows.push(Row {
-                scenario: "machine floor: plain echo process, no lock".to_owned(),
-                figure: fig.to_owned(),
-                mono: Some(fmt_spread(sp)),
-                redis: Some(fmt_spread(sp)),
-                ratio: None,
-            });
-        }
-    }
-    for (fig, key) in [
-        ("lock cycle p50 (µs)", "cycle_p50_us"),
-        ("lock cycle p99 (µs)", "cycle_p99_us"),
-        ("acquire p50 (µs)", "acquire_p50_us"),
-        ("acquire p99 (µs)", "acquire_p99_us"),
-        ("cycles queued behind own previous close (%)", "queued_pct"),
-    ] {
-        pair(
-            &mut rows,
-            "uncontended, 1 client",
-            fig,
-            &format!("latency.monolock.{key}"),
-            Some(&format!("latency.redis.{key}")),
-        );
-    }
-    for c in throughput_clients {
-        let sc = format!("throughput, {c} client{}", if *c == 1 { "" } else { "s" });
-        for (fig, key) in [
-            ("cycles/s", "cycles_per_s"),
-            ("server CPU ms / 1k cycles", "server_cpu_ms_per_1k"),
-            ("client CPU (cores)", "client_cpu_cores"),
-            ("cycles queued behind own previous close (%)", "queued_pct"),
-        ] {
-            pair(
-                &mut rows,
-                &sc,
-                fig,
-                &format!("throughput.c{c}.monolock.{key}"),
-                Some(&format!("throughput.c{c}.redis.{key}")),
-            );
-        }
-    }
-    for (label, human) in ctx.contention {
-        let sc = format!("contention, {human}");
-        for (fig, key, higher) in [
-            ("acquisitions/s", "acq_per_s", true),
-            (
-                "handover to another client p50 (µs)",
-                "handover_p50_us",
-                false,
-            ),
-            (
-                "handover to another client p99 (µs)",
-                "handover_p99_us",
-                false,
-            ),
-            (
-                "handover to another client max (µs)",
-                "handover_max_us",
-                false,
-            ),
-            (
-                "lock taken straight back by its releaser (%)",
-                "regrant_pct",
-                false,
-            ),
-            (
-                "release → next grant, any client, p99 (µs)",
-                "next_grant_p99_us",
-                false,
-            ),
-            ("fairness max/min per client", "fairness", false),
-            ("wait p99 (µs)", "wait_p99_us", false),
-            ("worst wait (ms)", "worst_wait_ms", false),
-            ("hold time p50 (µs)", "hold_p50_us", false),
-            ("server CPU (cores)", "server_cpu_cores", false),
-            ("client CPU (cores)", "client_cpu_cores", false),
-        ] {
-            let m = s.get(&format!("contention.{label}.monolock.{key}"));
-            let r = redis_best(s, label, key, higher);
-            rows.push(Row {
-                scenario: sc.clone(),
-                figure: fig.to_owned(),
-                mono: m.map(fmt_spread),
-                redis: r.as_ref().map(|(series, sp)| {
-                    format!(
-                        "{} ({})",
-                        fmt_spread(sp),
-                        series.trim_start_matches("redis-")
-                    )
-                }),
-                ratio: match (m, &r) {
-                    (Some(m), Some((_, r))) if r.median > 0.0 => Some(m.median / r.median),
-                    _ => None,
-                },
-            });
-        }
-    }
-    let lease = fmt_num(ctx.dead_lease_ms / 1000.0);
-    for (fault, human) in [("kill", "SIGKILL"), ("stop", "SIGSTOP")] {
-        let ttl1 = s
-            .keys()
-            .find(|k| {
-                k.starts_with(&format!("dead.{fault}.redis-ttl")) && !k.contains(".redis-ttl30s.")
-            })
-            .cloned();
-        pair(
-            &mut rows,
-            "dead holder",
-            &format!("{human} → next grant (ms); lease / TTL {lease} s"),
-            &format!("dead.{fault}.monolock.handover_ms"),
-            ttl1.as_deref(),
-        );
-        if s.contains_key(&format!("dead.{fault}.redis-ttl30s.handover_ms")) {
-            pair(
-                &mut rows,
-                "dead holder",
-                &format!("{human} → next grant (ms); Redis TTL 30 s"),
-                "",
-                Some(&format!("dead.{fault}.redis-ttl30s.handover_ms")),
-            );
-        }
-    }
-    for (fig, key) in [
-        ("sessions held", "sessions"),
-        ("server RSS growth per session (B)", "rss_per_session_bytes"),
-        (
-            "kernel slab growth per socket (B, machine-wide, not in RSS)",
-            "kernel_slab_bytes_per_socket",
-        ),
-        ("heartbeats/s", "heartbeats_per_s"),
-        ("server CPU (cores)", "server_cpu_cores"),
-        (
-            "server CPU per heartbeat (µs)",
-            "server_cpu_us_per_heartbeat",
-        ),
-        (
-            "server CPU scaled to 19k sessions (cores)",
-            "server_cpu_cores_at_19k",
-        ),
-        ("probe heartbeat p50 (µs)", "probe_p50_us"),
-        ("probe heartbeat p99 (µs)", "probe_p99_us"),
-        ("probe heartbeat max (µs)", "probe_max_us"),
-        (
-            "extrapolated to 1M sessions: RSS (GiB)",
-            "extrapolated_1m_rss_gib",
-        ),
-        (
-            "extrapolated to 1M sessions: CPU (cores)",
-            "extrapolated_1m_cpu_cores",
-        ),
-    ] {
-        pair(
-            &mut rows,
-            "sessions at scale",
-            fig,
-            &format!("sessions.monolock.{key}"),
-            (!key.starts_with("extrapolated"))
-                .then(|| format!("sessions.redis.{key}"))
-                .as_deref(),
-        );
-    }
-
     let redis_empty = if redis_ran { "—" } else { "not run" };
     let mut t = String::from(
         "| scenario | figure | monolock | Redis | monolock / Redis |\n|---|---|---|---|---|\n",
     );
-    for r in rows {
-        if r.mono.is_none() && r.redis.is_none() {
+    for row in row_specs(s, ctx, throughput_clients) {
+        let mono = row.mono.as_deref().and_then(|k| s.get(k));
+        let redis = row.redis.look_up(s);
+        let redis_cell = match (&row.redis, &redis) {
+            (RedisFigure::Shared, _) => mono.map(fmt_spread),
+            (RedisFigure::BestDelay { .. }, Some((series, sp))) => Some(format!(
+                "{} ({})",
+                fmt_spread(sp),
+                series.trim_start_matches("redis-")
+            )),
+            (_, r) => r.as_ref().map(|(_, sp)| fmt_spread(sp)),
+        };
+        if mono.is_none() && redis_cell.is_none() {
             continue;
         }
+        let ratio = match (mono, &redis) {
+            (Some(m), Some((_, r))) if r.median > 0.0 => Some(m.median / r.median),
+            _ => None,
+        };
         let _ = writeln!(
             t,
             "| {} | {} | {} | {} | {} |",
-            r.scenario,
-            r.figure,
-            r.mono.as_deref().unwrap_or("—"),
-            r.redis.as_deref().unwrap_or(redis_empty),
-            r.ratio.map_or("—".to_owned(), fmt_num)
+            row.scenario,
+            row.figure,
+            mono.map_or("—".to_owned(), fmt_spread),
+            redis_cell.as_deref().unwrap_or(redis_empty),
+            ratio.map_or("—".to_owned(), fmt_num)
         );
     }
     t
@@ -738,6 +940,31 @@ mod tests {
         assert_eq!(by("SIGKILLed"), Status::Miss);
         assert_eq!(by("contention handover p99"), Status::NotRun);
         assert!(targets_table(&t).contains("**MISS**"));
+    }
+
+    #[test]
+    fn throughput_rows_set_each_system_against_the_connection_floor() {
+        let s = summary(&[
+            ("throughput.c16.monolock.server_cpu_vs_floor", 1.1),
+            ("throughput.c16.redis.server_cpu_vs_floor", 0.5),
+            ("throughput.c16.floor.server_cpu_ms_per_1k", 30.0),
+        ]);
+        let ctx = TargetContext {
+            contention: &[],
+            dead_lease_ms: 1000.0,
+            sessions: 0,
+        };
+        let t = results_table(&s, &ctx, &[16], true);
+        assert!(
+            t.contains(
+                "| throughput, 16 clients | server CPU per cycle ÷ connection floor's (×) | 1.10 | 0.500 | 2.20 |"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| server CPU ms / 1k cycles | 30.0 | 30.0 | — |"),
+            "{t}"
+        );
     }
 
     #[test]

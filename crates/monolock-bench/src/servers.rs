@@ -44,8 +44,12 @@ impl System {
 
 /// A running server child; killed and reaped on drop.
 pub struct Server {
-    /// What it is.
+    /// The protocol it speaks.
     pub system: System,
+    /// The series its figures are recorded under: the system's key, or
+    /// `floor` for the connection floor (which speaks a sliver of
+    /// monolock's protocol).
+    pub series: &'static str,
     /// Where it listens.
     pub addr: SocketAddr,
     /// Its process id (for /proc).
@@ -66,7 +70,17 @@ impl Server {
             .arg(addr.to_string())
             .arg("--log-format")
             .arg("json");
-        Self::spawn(System::Monolock, cmd, addr, cpu, log_dir).await
+        Self::spawn(System::Monolock, "monolock", cmd, addr, cpu, log_dir).await
+    }
+
+    /// Starts the connection floor, `monolock-bench conn-floor` (`exe` is
+    /// this binary): see [`crate::conn_floor`].
+    pub async fn start_conn_floor(exe: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut cmd = Command::new(exe);
+        cmd.arg("conn-floor").arg("--listen").arg(addr.to_string());
+        Self::spawn(System::Monolock, "floor", cmd, addr, cpu, log_dir).await
     }
 
     /// Starts `redis-server` with persistence off, on loopback only.
@@ -87,17 +101,18 @@ impl Server {
             .args(["--maxclients", "19900"])
             .arg("--dir")
             .arg(log_dir);
-        Self::spawn(System::Redis, cmd, addr, cpu, log_dir).await
+        Self::spawn(System::Redis, "redis", cmd, addr, cpu, log_dir).await
     }
 
     async fn spawn(
         system: System,
+        series: &'static str,
         mut cmd: Command,
         addr: SocketAddr,
         cpu: Option<usize>,
         log_dir: &Path,
     ) -> Result<Self> {
-        let log = log_dir.join(format!("{}-{}.log", system.key(), addr.port()));
+        let log = log_dir.join(format!("{series}-{}.log", addr.port()));
         let out = File::create(&log).with_context(|| format!("create {}", log.display()))?;
         let err = out.try_clone()?;
         cmd.stdin(Stdio::null())
@@ -111,6 +126,7 @@ impl Server {
             .with_context(|| format!("start {:?}", cmd.get_program()))?;
         let mut server = Self {
             system,
+            series,
             addr,
             pid: child.id(),
             child,
@@ -127,7 +143,7 @@ impl Server {
             if let Some(status) = self.child.try_wait()? {
                 bail!(
                     "{} exited during startup ({status}); see {}",
-                    self.system.key(),
+                    self.series,
                     self.log.display()
                 );
             }
@@ -144,7 +160,7 @@ impl Server {
             if started.elapsed() > READY_TIMEOUT {
                 bail!(
                     "{} did not accept connections on {} within {READY_TIMEOUT:?}; see {}",
-                    self.system.key(),
+                    self.series,
                     self.addr,
                     self.log.display()
                 );
@@ -156,7 +172,7 @@ impl Server {
     /// CPU and RSS of the server right now.
     pub fn sample(&self) -> Result<ProcSample> {
         sys::proc_sample(self.pid)
-            .with_context(|| format!("read /proc/{} of {}", self.pid, self.system.key()))
+            .with_context(|| format!("read /proc/{} of {}", self.pid, self.series))
     }
 
     /// Fails if the server has exited.
@@ -164,7 +180,7 @@ impl Server {
         if let Some(status) = self.child.try_wait()? {
             bail!(
                 "{} exited ({status}); see {}",
-                self.system.key(),
+                self.series,
                 self.log.display()
             );
         }

@@ -21,19 +21,54 @@ use tokio::{
 
 use crate::{checker::WaitTimeout, clock::mono_ns, task::AbortOnDrop};
 
+/// A child process of the harness could not be found or started.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    /// No such binary where it was looked for.
+    #[error(
+        "cannot find the `{name}` binary (tried {tried:?}); build it with the same profile \
+         (e.g. `cargo build -p monolock`) or set {env_var}"
+    )]
+    NotFound {
+        /// The binary's name.
+        name: String,
+        /// Where it was looked for.
+        tried: Vec<PathBuf>,
+        /// The variable that would name it.
+        env_var: String,
+    },
+    /// Spawning failed.
+    #[error("spawning {}: {source}", binary.display())]
+    Spawn {
+        /// The binary.
+        binary: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The server never said where it listens.
+    #[error("{source}; stderr: {stderr:?}")]
+    NotListening {
+        /// The wait that ran out.
+        source: WaitTimeout,
+        /// What the server wrote meanwhile.
+        stderr: String,
+    },
+}
+
 /// Finds a binary built by cargo: `$env_var` if set, else next to the
 /// running executable (a binary of this crate), else one directory up (a
 /// test executable lives in `target/<profile>/deps`).
 ///
 /// # Errors
-/// A message naming where it looked and how to build the binary.
-pub fn locate_binary(name: &str, env_var: &str) -> Result<PathBuf, String> {
+/// [`ProcessError::NotFound`], naming where it looked and how to build
+/// the binary.
+pub fn locate_binary(name: &str, env_var: &str) -> Result<PathBuf, ProcessError> {
     if let Some(path) = std::env::var_os(env_var) {
         return Ok(PathBuf::from(path));
     }
-    let exe = std::env::current_exe().map_err(|err| format!("current_exe: {err}"))?;
+    let exe = std::env::current_exe().ok();
     let mut tried = Vec::new();
-    let mut dir = exe.parent();
+    let mut dir = exe.as_deref().and_then(Path::parent);
     for _ in 0..2 {
         let Some(d) = dir else { break };
         let candidate = d.join(name);
@@ -43,10 +78,11 @@ pub fn locate_binary(name: &str, env_var: &str) -> Result<PathBuf, String> {
         tried.push(candidate);
         dir = d.parent();
     }
-    Err(format!(
-        "cannot find the `{name}` binary (tried {tried:?}); build it with the same profile \
-         (e.g. `cargo build -p monolock`) or set {env_var}"
-    ))
+    Err(ProcessError::NotFound {
+        name: name.to_owned(),
+        tried,
+        env_var: env_var.to_owned(),
+    })
 }
 
 /// Lines a child wrote to one of its pipes, shared with a reader task.
@@ -277,7 +313,7 @@ impl ServerProcess {
     ///
     /// # Errors
     /// Spawning failed or the server did not report its address.
-    pub async fn start(spec: &ServerSpec) -> Result<Self, String> {
+    pub async fn start(spec: &ServerSpec) -> Result<Self, ProcessError> {
         let mut command = Command::new(&spec.binary);
         command.args([
             "serve",
@@ -296,8 +332,11 @@ impl ServerProcess {
         if let Some(limit) = spec.nofile {
             set_nofile_in_child(&mut command, limit);
         }
-        let process = ChildProcess::spawn(&spec.label, command)
-            .map_err(|err| format!("spawning {}: {err}", spec.binary.display()))?;
+        let process =
+            ChildProcess::spawn(&spec.label, command).map_err(|source| ProcessError::Spawn {
+                binary: spec.binary.clone(),
+                source,
+            })?;
         let addr = process
             .stderr()
             .wait_for(
@@ -306,11 +345,9 @@ impl ServerProcess {
                 |lines| lines.iter().find_map(|line| listening_addr(line)),
             )
             .await
-            .map_err(|err| {
-                format!(
-                    "{err}; stderr: {:?}",
-                    process.stderr().snapshot().join("\n")
-                )
+            .map_err(|source| ProcessError::NotListening {
+                source,
+                stderr: process.stderr().snapshot().join("\n"),
             })?;
         Ok(Self {
             process,

@@ -6,7 +6,7 @@
 use std::{collections::BTreeMap, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
-use clap::Parser;
+use clap::{Parser, builder::PossibleValuesParser};
 use monolock_faults::{
     process::locate_binary,
     scenarios::{ALL, Env, Scenario, Totals, ci_rounds},
@@ -25,9 +25,12 @@ struct Args {
     /// scenario once.
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     soak: Option<Duration>,
-    /// Only these scenarios (repeatable): holder-killed, holder-paused,
-    /// partition, server-restart, failover, hostile-clients, fd-exhaustion.
-    #[arg(long = "scenario", value_name = "NAME")]
+    /// Only these scenarios (repeatable).
+    #[arg(
+        long = "scenario",
+        value_name = "NAME",
+        value_parser = PossibleValuesParser::new(ALL.iter().map(|s| s.name()))
+    )]
     scenarios: Vec<String>,
     /// Seed of the random choices (default: random, printed).
     #[arg(long)]
@@ -59,8 +62,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let worker_bin = locate_binary("monolock-fault-worker", "MONOLOCK_FAULT_WORKER_BIN")
-        .map_err(anyhow::Error::msg)?;
+    let worker_bin = locate_binary("monolock-fault-worker", "MONOLOCK_FAULT_WORKER_BIN")?;
     let server_bin = locate_binary("monolock", "MONOLOCK_BIN").ok();
     if server_bin.is_none() && selected.iter().any(|s| s.needs_server_binary()) {
         anyhow::bail!(

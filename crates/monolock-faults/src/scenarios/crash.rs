@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rand::{Rng, rngs::StdRng};
 
-use super::{Env, InProcessServer, Lab, Report, patience};
+use super::{Env, InProcessStage, Report, Result, patience};
 use crate::clock::ms_between;
 
 const LEASE: Duration = Duration::from_millis(1000);
@@ -22,39 +22,28 @@ pub(super) async fn run(
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
-    report.lease_ms = LEASE.as_millis() as u64;
-    let server = InProcessServer::start(Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let mut lab = Lab::new(env).await.map_err(|e| e.to_string())?;
-    for _ in 0..3 {
-        lab.spawn(server.addr, LOCK, LEASE, Duration::ZERO, false)?;
-    }
-    let outcome = rounds_of_kills(&mut lab, &server, rounds, rng, report).await;
-    lab.finish(report, |_, _| "in-process".to_owned()).await;
-    for p in server.audit_problems() {
-        report.problem(format!("audit: {p}"));
-    }
-    outcome
+) -> Result<()> {
+    let mut stage = InProcessStage::open(env, LEASE, Duration::from_secs(5), report).await?;
+    let outcome = rounds_of_kills(&mut stage, rounds, rng, report).await;
+    stage.finish(report, outcome).await
 }
 
 async fn rounds_of_kills(
-    lab: &mut Lab,
-    server: &InProcessServer,
+    stage: &mut InProcessStage,
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<()> {
+    for _ in 0..3 {
+        stage.spawn(LOCK, LEASE, false)?;
+    }
     for _ in 0..rounds {
-        let (holder, token, _) = lab
-            .wait_held(LOCK, 0, None, patience(LEASE))
-            .await
-            .map_err(|e| e.to_string())?;
+        let InProcessStage { server, lab } = &mut *stage;
+        let (holder, token, _) = lab.wait_held(LOCK, 0, None, patience(LEASE)).await?;
         // The latest grant may already be lost; take the live holder.
         let (holder, token) = lab.holder(LOCK).unwrap_or((holder, token));
         // Let it work (write) for a random while, then kill it.
-        lab.wait_write(token, patience(LEASE))
-            .await
-            .map_err(|e| e.to_string())?;
+        lab.wait_write(token, patience(LEASE)).await?;
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..150))).await;
         let Some(killed_at) = lab.kill(&holder).await else {
             continue;
@@ -62,8 +51,7 @@ async fn rounds_of_kills(
         report.fault("sigkill");
         let (next, next_token, from_ns) = lab
             .wait_held(LOCK, killed_at, Some(&holder), patience(LEASE))
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         // The server's own grant time (the waiter may be scheduled later).
         let granted_at = server.granted_at(LOCK, next_token).unwrap_or(from_ns);
         let waited = ms_between(killed_at, granted_at).max(0.0);
@@ -74,7 +62,7 @@ async fn rounds_of_kills(
                 "{next} was granted {waited:.0} ms after the holder was killed (lease {LEASE:?})"
             )
         });
-        lab.spawn(server.addr, LOCK, LEASE, Duration::ZERO, false)?;
+        stage.spawn(LOCK, LEASE, false)?;
     }
     Ok(())
 }

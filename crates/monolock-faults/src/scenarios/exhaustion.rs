@@ -15,7 +15,7 @@ use monolock_proto::ServerFrame;
 use rand::{Rng, rngs::StdRng};
 use tokio::time::Instant;
 
-use super::{Env, Report};
+use super::{Env, Report, Result, ScenarioError};
 use crate::{
     probe::{Probe, ProbeError},
     process::{ServerProcess, ServerSpec},
@@ -32,7 +32,7 @@ pub(super) async fn run(
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<()> {
     report.lease_ms = LEASE.as_millis() as u64;
     let server = ServerProcess::start(&ServerSpec {
         binary: env.server_bin()?,
@@ -59,14 +59,17 @@ async fn exhaust_round(
     round: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<()> {
     let accept_errors_before = server.count_log("accept failed");
     let mut probes = Vec::new();
     for i in 0..SESSIONS {
         let lock = format!("faults/fd/{round}/{i}");
         let probe = Probe::send_acquire(server.addr, &lock, LEASE, Duration::from_secs(5))
             .await
-            .map_err(|e| format!("connection {i} was not even queued: {e}"))?;
+            .map_err(|source| ScenarioError::Probe {
+                what: format!("connection {i} was not even queued"),
+                source,
+            })?;
         probes.push(probe);
     }
     report.fault("descriptor-exhaustion");
@@ -78,9 +81,18 @@ async fn exhaust_round(
         let left = first_reply_by.saturating_duration_since(Instant::now());
         match probe.next_frame(left.max(Duration::from_millis(1))).await {
             Ok(ServerFrame::Acquired { token }) => admitted.push((probe, token)),
-            Ok(other) => return Err(format!("unexpected first reply {other:?}")),
+            Ok(other) => {
+                return Err(ScenarioError::Unexpected(format!(
+                    "unexpected first reply {other:?}"
+                )));
+            }
             Err(ProbeError::Timeout(_)) => waiting.push(probe),
-            Err(err) => return Err(format!("a session failed at the limit: {err}")),
+            Err(source) => {
+                return Err(ScenarioError::Probe {
+                    what: "a session failed at the limit".into(),
+                    source,
+                });
+            }
         }
     }
     report.count("sessions_admitted_at_limit", admitted.len() as u64);
@@ -99,8 +111,7 @@ async fn exhaust_round(
                 (n > accept_errors_before).then_some(n - accept_errors_before)
             },
         )
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     report.count("accept_errors_logged", errors as u64);
     // Existing sessions keep being served.
     let mut max_rtt = Duration::ZERO;

@@ -17,15 +17,13 @@ use std::time::Duration;
 use rand::{Rng, rngs::StdRng};
 
 use super::{
-    Env, Lab, Report, patience,
-    restart::{LEASE, Servers, park_late_writer, release_late_writer},
-    wait_past_unix_second,
+    Env, Report, Result,
+    fleet::{FleetStage, LEASE, LateWriter},
+    patience, wait_past_unix_second,
 };
 use crate::{
-    checker::WaitTimeout,
     clock::{mono_ns, ms_between},
     process::ServerProcess,
-    proxy::FaultProxy,
 };
 use monolock_proto::token_unix_seconds;
 
@@ -36,66 +34,44 @@ pub(super) async fn run(
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
-    report.lease_ms = LEASE.as_millis() as u64;
-    let mut servers = Servers::new(env)?;
-    let first = servers.start().await?;
-    let vip = FaultProxy::start(first.addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut lab = Lab::new(env).await.map_err(|e| e.to_string())?;
-    // Two workers that let go after a short hold, and one that holds for
-    // three leases: when it holds at the failover, it believes until its
-    // deadline while the standby may already have granted.
-    for i in 0..3 {
-        let hold = if i == 0 {
-            LEASE * 3
-        } else {
-            Duration::from_millis(rng.random_range(50..200))
-        };
-        lab.spawn(vip.addr(), LOCK, LEASE, hold, false)?;
-    }
-    let mut outcome = Ok(());
+) -> Result<()> {
+    let (mut stage, first) = FleetStage::open(env, report).await?;
     let mut primary = Some(first);
-    for _ in 0..rounds.max(1) {
-        let standby = match servers.start().await {
-            Ok(standby) => standby,
-            Err(err) => {
-                outcome = Err(err);
-                break;
-            }
-        };
-        let Some(old) = primary.take() else { break };
-        match failover_round(&mut lab, &mut servers, old, standby, &vip, report).await {
-            Ok(next) => primary = Some(next),
-            Err(err) => {
-                outcome = Err(err);
-                break;
-            }
+    let outcome = async {
+        // Two workers that let go after a short hold, and one that holds
+        // for three leases: when it holds at the failover, it believes
+        // until its deadline while the standby may already have granted.
+        for i in 0..3 {
+            let hold = if i == 0 {
+                LEASE * 3
+            } else {
+                Duration::from_millis(rng.random_range(50..200))
+            };
+            stage.spawn(LOCK, hold)?;
         }
+        for _ in 0..rounds.max(1) {
+            let standby = stage.servers.start().await?;
+            let Some(old) = primary.take() else { break };
+            primary = Some(failover_round(&mut stage, old, standby, report).await?);
+        }
+        Ok(())
     }
-    servers
-        .conclude(&mut lab, primary.as_ref(), report, true)
-        .await;
-    outcome
+    .await;
+    stage.finish(primary.as_ref(), report, true, outcome).await
 }
 
 async fn failover_round(
-    lab: &mut Lab,
-    servers: &mut Servers,
+    stage: &mut FleetStage,
     mut primary: ServerProcess,
     standby: ServerProcess,
-    vip: &FaultProxy,
     report: &mut Report,
-) -> Result<ServerProcess, String> {
-    let err = |e: WaitTimeout| e.to_string();
+) -> Result<ServerProcess> {
+    let FleetStage { servers, vip, lab } = stage;
     lab.wait_held(LOCK, mono_ns(), None, patience(LEASE))
-        .await
-        .map_err(err)?;
-    let late = park_late_writer(lab, vip.addr(), LOCK).await?;
+        .await?;
+    let late = LateWriter::park(lab, vip.addr(), LOCK).await?;
     lab.wait_held(LOCK, mono_ns(), None, patience(LEASE))
-        .await
-        .map_err(err)?;
+        .await?;
     // Fence: silence both ways, nothing routed anywhere; then the primary
     // dies (its closes are fenced too).
     vip.fence_all();
@@ -109,13 +85,12 @@ async fn failover_round(
     wait_past_unix_second(token_unix_seconds(last)).await;
     vip.set_backend(Some(standby.addr));
     let (_, token, from_ns) = lab
-        .wait_held(LOCK, fault_at, Some(&late.0), patience(LEASE))
-        .await
-        .map_err(err)?;
+        .wait_held(LOCK, fault_at, Some(late.name()), patience(LEASE))
+        .await?;
     report.check(token > last, || {
         format!("the standby's first grant has token {token}, not above the primary's {last}")
     });
     report.fault_to_grant(ms_between(fault_at, from_ns));
-    release_late_writer(lab, &late, token, report).await?;
+    late.release(lab, token, report).await?;
     Ok(standby)
 }

@@ -19,7 +19,7 @@ use monolock_proto::{ErrorCode, ServerFrame};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use tokio::{sync::Mutex, task::JoinSet, time::Instant};
 
-use super::{InProcessServer, Report};
+use super::{InProcessServer, Report, Result, ScenarioError};
 use crate::{
     audit::EventKind,
     probe::{self, Probe},
@@ -41,11 +41,12 @@ pub(super) async fn run(
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<()> {
     report.lease_ms = LEASE.as_millis() as u64;
     let bound = RTT_BOUND;
     report.heartbeat_rtt_bound_ms = Some(bound.as_secs_f64() * 1000.0);
-    let server = InProcessServer::start(IO_TIMEOUT).map_err(|e| e.to_string())?;
+    let server = InProcessServer::start(IO_TIMEOUT)
+        .map_err(ScenarioError::io("starting the in-process server"))?;
     for round in 0..rounds.max(1) {
         attack_round(&server, round, rng.random(), report).await?;
     }
@@ -95,7 +96,7 @@ async fn attack_round(
     round: u32,
     seed: u64,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<()> {
     let addr = server.addr;
     let bound = RTT_BOUND;
     // Healthy raw probes, each holding its own lock, on a thread and
@@ -109,7 +110,10 @@ async fn attack_round(
         let guard = client
             .acquire(format!("faults/hostile/{round}/guard-{i}"), LEASE)
             .await
-            .map_err(|e| format!("healthy guard: {e}"))?;
+            .map_err(|source| ScenarioError::Client {
+                what: "healthy guard",
+                source: Box::new(source),
+            })?;
         guards.push(guard);
     }
 
@@ -263,8 +267,8 @@ struct HealthyProbes {
 
 impl HealthyProbes {
     /// Starts the probes and waits until each holds its lock.
-    async fn start(addr: std::net::SocketAddr, round: u32) -> Result<Self, String> {
-        let (ready_tx, ready) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    async fn start(addr: std::net::SocketAddr, round: u32) -> Result<Self> {
+        let (ready_tx, ready) = tokio::sync::oneshot::channel::<Result<()>>();
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("healthy-probes".into())
@@ -275,17 +279,20 @@ impl HealthyProbes {
                 {
                     Ok(runtime) => runtime,
                     Err(err) => {
-                        let _ = ready_tx.send(Err(err.to_string()));
+                        let what = "starting the healthy probes' runtime";
+                        let _ = ready_tx.send(Err(ScenarioError::io(what)(err)));
                         return (Vec::new(), Vec::new());
                     }
                 };
                 runtime.block_on(run_probes(addr, round, ready_tx, stop_rx))
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(ScenarioError::io("starting the healthy probes' thread"))?;
         match ready.await {
             Ok(Ok(())) => Ok(Self { stop, thread }),
             Ok(Err(err)) => Err(err),
-            Err(_) => Err("the healthy probes' thread ended".into()),
+            Err(_) => Err(ScenarioError::Unexpected(
+                "the healthy probes' thread ended".into(),
+            )),
         }
     }
 
@@ -304,7 +311,7 @@ impl HealthyProbes {
 async fn run_probes(
     addr: std::net::SocketAddr,
     round: u32,
-    ready: tokio::sync::oneshot::Sender<Result<(), String>>,
+    ready: tokio::sync::oneshot::Sender<Result<()>>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> (Vec<Duration>, Vec<String>) {
     let mut probes = Vec::new();
@@ -313,7 +320,10 @@ async fn run_probes(
         match Probe::acquire(addr, &lock, LEASE, Duration::from_secs(5)).await {
             Ok((probe, ServerFrame::Acquired { token })) => probes.push((probe, token)),
             other => {
-                let _ = ready.send(Err(format!("healthy probe: {:?}", other.map(|(_, f)| f))));
+                let _ = ready.send(Err(ScenarioError::Unexpected(format!(
+                    "healthy probe: {:?}",
+                    other.map(|(_, f)| f)
+                ))));
                 return (Vec::new(), Vec::new());
             }
         }

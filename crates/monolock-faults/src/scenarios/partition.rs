@@ -22,9 +22,8 @@ use std::time::Duration;
 
 use rand::{Rng, rngs::StdRng};
 
-use super::{Env, InProcessServer, Lab, Report, patience};
+use super::{Env, InProcessStage, Report, Result, ScenarioError, patience};
 use crate::{
-    checker::WaitTimeout,
     clock::{mono_ns, ms_between, nanos},
     messages::WorkerMsg,
     proxy::{Direction, FaultProxy, Faults},
@@ -52,26 +51,20 @@ pub(super) async fn run(
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
-    report.lease_ms = LEASE.as_millis() as u64;
-    let server = InProcessServer::start(Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let mut lab = Lab::new(env).await.map_err(|e| e.to_string())?;
-    let mut outcome = Ok(());
+) -> Result<()> {
+    let mut stage = InProcessStage::open(env, LEASE, Duration::from_secs(5), report).await?;
     let offset = rng.random_range(0..KINDS.len());
     // Every kind at least once, whatever `rounds` says.
     let total = (rounds as usize).max(KINDS.len());
-    for round in 0..total {
-        let kind = KINDS[(round + offset) % KINDS.len()];
-        if let Err(err) = partition_round(&mut lab, &server, round, kind, rng, report).await {
-            outcome = Err(err);
-            break;
+    let outcome = async {
+        for round in 0..total {
+            let kind = KINDS[(round + offset) % KINDS.len()];
+            partition_round(&mut stage, round, kind, rng, report).await?;
         }
+        Ok(())
     }
-    lab.finish(report, |_, _| "in-process".to_owned()).await;
-    for p in server.audit_problems() {
-        report.problem(format!("audit: {p}"));
-    }
-    outcome
+    .await;
+    stage.finish(report, outcome).await
 }
 
 fn faults_for(kind: &str, rng: &mut StdRng) -> Faults {
@@ -96,34 +89,27 @@ fn faults_for(kind: &str, rng: &mut StdRng) -> Faults {
 }
 
 async fn partition_round(
-    lab: &mut Lab,
-    server: &InProcessServer,
+    stage: &mut InProcessStage,
     round: usize,
     kind: &str,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
-    let err = |e: WaitTimeout| e.to_string();
+) -> Result<()> {
+    let InProcessStage { server, lab } = stage;
     let lock = format!("faults/partition/{round}");
     let proxy = FaultProxy::start(server.addr)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(ScenarioError::io("starting the proxy"))?;
     let lease = if kind == "short-delay" {
         SHORT_DELAY_LEASE
     } else {
         LEASE
     };
     let holder = lab.spawn(proxy.addr(), &lock, lease, Duration::ZERO, false)?;
-    let (_, token, _) = lab
-        .wait_held(&lock, 0, None, patience(LEASE))
-        .await
-        .map_err(err)?;
+    let (_, token, _) = lab.wait_held(&lock, 0, None, patience(LEASE)).await?;
     let waiter = lab.spawn(server.addr, &lock, lease, Duration::ZERO, false)?;
-    server
-        .wait_waiters(&lock, 1, patience(LEASE))
-        .await
-        .map_err(err)?;
-    lab.wait_write(token, patience(LEASE)).await.map_err(err)?;
+    server.wait_waiters(&lock, 1, patience(LEASE)).await?;
+    lab.wait_write(token, patience(LEASE)).await?;
     tokio::time::sleep(Duration::from_millis(
         rng.random_range(0..LEASE.as_millis() as u64 / 3),
     ))
@@ -153,7 +139,7 @@ async fn partition_round(
         proxy
             .applied_after(asked_at, patience(LEASE))
             .await
-            .ok_or("the proxy did not apply the fault")?
+            .ok_or_else(|| ScenarioError::Unexpected("the proxy did not apply the fault".into()))?
     };
     if kind == "short-delay" {
         // A small delay must cost nothing: the holder keeps its lock for
@@ -181,10 +167,7 @@ async fn partition_round(
             ));
         }
     } else {
-        let until_ns = lab
-            .wait_lost(&holder, token, patience(LEASE))
-            .await
-            .map_err(err)?;
+        let until_ns = lab.wait_lost(&holder, token, patience(LEASE)).await?;
         // The holder gives up by 0.8 x lease after its last confirmed
         // heartbeat, which was sent before the fault.
         let latest = fault_at + nanos(LEASE.mul_f64(0.8));
@@ -198,12 +181,13 @@ async fn partition_round(
         let (_, _, from_ns) = lab
             .wait_held(&lock, fault_at, Some(&holder), patience(LEASE))
             .await
-            .map_err(|e| {
-                format!(
-                    "{kind}: {e}; server: {:?}; journal: {}",
+            .map_err(|source| ScenarioError::Stalled {
+                source,
+                context: format!(
+                    "{kind}: server: {:?}; journal: {}",
                     server.handle.lock(&lock),
                     lab.describe(&lock)
-                )
+                ),
             })?;
         report.fault_to_grant(ms_between(fault_at, from_ns));
         report.check(until_ns <= from_ns || kind == "reset-both", || {

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use rand::{Rng, rngs::StdRng};
 
-use super::{Env, InProcessServer, Lab, Report, patience};
-use crate::{clock::ms_between, messages::WorkerMsg, process::wait_stopped};
+use super::{Env, InProcessStage, Report, Result, ScenarioError, patience};
+use crate::{clock::ms_between, process::wait_stopped};
 
 const LEASE: Duration = Duration::from_millis(500);
 
@@ -24,58 +24,36 @@ pub(super) async fn run(
     rounds: u32,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
-    report.lease_ms = LEASE.as_millis() as u64;
-    let server = InProcessServer::start(Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let mut lab = Lab::new(env).await.map_err(|e| e.to_string())?;
-    let mut outcome = Ok(());
-    for round in 0..rounds {
-        let in_flight = round % 2 == 1;
-        if let Err(err) = pause_round(&mut lab, &server, round, in_flight, rng, report).await {
-            outcome = Err(err);
-            break;
+) -> Result<()> {
+    let mut stage = InProcessStage::open(env, LEASE, Duration::from_secs(5), report).await?;
+    let outcome = async {
+        for round in 0..rounds {
+            let in_flight = round % 2 == 1;
+            pause_round(&mut stage, round, in_flight, rng, report).await?;
         }
+        Ok(())
     }
-    lab.finish(report, |_, _| "in-process".to_owned()).await;
-    for p in server.audit_problems() {
-        report.problem(format!("audit: {p}"));
-    }
-    outcome
+    .await;
+    stage.finish(report, outcome).await
 }
 
 async fn pause_round(
-    lab: &mut Lab,
-    server: &InProcessServer,
+    stage: &mut InProcessStage,
     round: u32,
     in_flight: bool,
     rng: &mut StdRng,
     report: &mut Report,
-) -> Result<(), String> {
+) -> Result<()> {
     let lock = format!("faults/holder-paused/{round}");
-    let err = |e: crate::checker::WaitTimeout| e.to_string();
-    let old = lab.spawn(server.addr, &lock, LEASE, Duration::ZERO, in_flight)?;
-    let (_, old_token, old_from) = lab
-        .wait_held(&lock, 0, None, patience(LEASE))
-        .await
-        .map_err(err)?;
-    let new = lab.spawn(server.addr, &lock, LEASE, Duration::ZERO, false)?;
-    server
-        .wait_waiters(&lock, 1, patience(LEASE))
-        .await
-        .map_err(err)?;
-    let pid = lab.worker(&old).map(|w| w.pid()).ok_or("worker gone")?;
+    let old = stage.spawn(&lock, LEASE, in_flight)?;
+    let (_, old_token, old_from) = stage.lab.wait_held(&lock, 0, None, patience(LEASE)).await?;
+    let new = stage.spawn(&lock, LEASE, false)?;
+    let InProcessStage { server, lab } = &mut *stage;
+    server.wait_waiters(&lock, 1, patience(LEASE)).await?;
+    let pid = lab.pid(&old)?;
     let stopped_at = if in_flight {
         // The worker stops itself right after this report.
-        let reported = lab
-            .checker
-            .wait_for(patience(LEASE), "the holder to pause itself", |records| {
-                records.iter().find_map(|r| {
-                    (r.worker == old && matches!(r.msg, WorkerMsg::Pausing { .. }))
-                        .then_some(r.at_ns)
-                })
-            })
-            .await
-            .map_err(err)?;
+        let (reported, _) = lab.wait_pausing(&old, patience(LEASE)).await?;
         report.fault("sigstop-in-flight");
         reported
     } else {
@@ -84,16 +62,16 @@ async fn pause_round(
         ))
         .await;
         let at = crate::clock::mono_ns();
-        crate::process::send_signal(pid, libc::SIGSTOP).map_err(|e| e.to_string())?;
+        crate::process::send_signal(pid, libc::SIGSTOP)
+            .map_err(ScenarioError::io(format!("stopping {old}")))?;
         report.fault("sigstop");
         at
     };
-    wait_stopped(pid, patience(LEASE)).await.map_err(err)?;
+    wait_stopped(pid, patience(LEASE)).await?;
     let pause = LEASE.mul_f64(rng.random_range(2.0..5.0));
     let (_, new_token, from_ns) = lab
         .wait_held(&lock, old_from, Some(&old), pause.max(patience(LEASE)))
-        .await
-        .map_err(err)?;
+        .await?;
     // The server's own grant time: expiry is one lease after the last
     // heartbeat, which came before the stop, and is at most ~10 ms late;
     // allow for a loaded machine's scheduling.
@@ -105,19 +83,15 @@ async fn pause_round(
             "the server granted the lock {waited:.0} ms after the holder stopped (lease {LEASE:?})"
         )
     });
-    lab.wait_write(new_token, patience(LEASE))
-        .await
-        .map_err(err)?;
+    lab.wait_write(new_token, patience(LEASE)).await?;
     let resume_at = tokio::time::Instant::now()
         + Duration::from_nanos(
             (stopped_at + crate::clock::nanos(pause)).saturating_sub(crate::clock::mono_ns()),
         );
     tokio::time::sleep_until(resume_at).await;
-    crate::process::send_signal(pid, libc::SIGCONT).map_err(|e| e.to_string())?;
-    let until_ns = lab
-        .wait_lost(&old, old_token, patience(LEASE))
-        .await
-        .map_err(err)?;
+    crate::process::send_signal(pid, libc::SIGCONT)
+        .map_err(ScenarioError::io(format!("continuing {old}")))?;
+    let until_ns = lab.wait_lost(&old, old_token, patience(LEASE)).await?;
     report.check(until_ns <= from_ns, || {
         format!(
             "the paused holder believed until {:.1} ms after the next grant",
@@ -125,20 +99,7 @@ async fn pause_round(
         )
     });
     if in_flight {
-        let resumed = lab
-            .checker
-            .wait_for(patience(LEASE), "the resumed holder's report", |records| {
-                records.iter().find_map(|r| match &r.msg {
-                    WorkerMsg::Resumed {
-                        held_after_resume,
-                        write_accepted,
-                        ..
-                    } if r.worker == old => Some((*held_after_resume, *write_accepted)),
-                    _ => None,
-                })
-            })
-            .await
-            .map_err(err)?;
+        let resumed = lab.wait_resumed(&old, patience(LEASE)).await?;
         report.check(!resumed.0, || "is_held() was true after the pause".into());
         report.check(!resumed.1, || {
             "the in-flight write under the old token was accepted".into()

@@ -1,0 +1,193 @@
+//! Before the first round: this process's CPU and priority, the mode's
+//! plan, the binaries, the output directories, and what the report notes
+//! about the machine.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::{
+    RunArgs, Scenario,
+    plan::{Mode, Plan},
+    servers, sys,
+};
+
+/// Pins this (still single-threaded) process to the client CPU and sets
+/// its nice value, so the runtime and every process it starts inherit both.
+/// Returns what could not be done, for the report.
+pub fn prepare_process(args: &RunArgs) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !args.no_pin && cpus(args).is_none() {
+        notes.push(format!(
+            "not pinned: needs 2+ CPUs and distinct --server-cpu/--client-cpu below {}",
+            sys::online_cpus()
+        ));
+    }
+    if let Some((_, client)) = cpus(args)
+        && let Err(e) = sys::pin_current_thread(client)
+    {
+        notes.push(format!(
+            "cannot pin the load generator to CPU {client}: {e}"
+        ));
+    }
+    if args.realtime {
+        if let Err(e) = sys::set_realtime(10) {
+            notes.push(format!(
+                "cannot switch to SCHED_FIFO: {e}; running at the default priority"
+            ));
+        }
+    } else if args.nice != 0
+        && let Err(e) = sys::set_nice(args.nice.clamp(-20, 19))
+    {
+        notes.push(format!(
+            "cannot set nice {}: {e}; running at the default priority",
+            args.nice
+        ));
+    }
+    notes
+}
+
+/// (server CPU, client CPU) if pinning applies.
+pub(crate) fn cpus(args: &RunArgs) -> Option<(usize, usize)> {
+    let n = sys::online_cpus();
+    (!args.no_pin
+        && n >= 2
+        && args.server_cpu < n
+        && args.client_cpu < n
+        && args.server_cpu != args.client_cpu)
+        .then_some((args.server_cpu, args.client_cpu))
+}
+
+/// The machine, for the report.
+pub(crate) fn machine() -> serde_json::Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
+        .unwrap_or_else(|| "unknown".to_owned());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    json!({"nproc": sys::online_cpus(), "cpu_model": model, "kernel": kernel, "loadavg_at_start": load})
+}
+
+/// The first line `bin arg` prints, e.g. its version.
+pub(crate) fn command_line(bin: &Path, arg: &str) -> Option<String> {
+    let out = Command::new(bin).arg(arg).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .next()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+}
+
+/// What a run needs before its first server starts: the plan, where
+/// things are, and the notes for the report.
+pub(crate) struct Setup {
+    pub(crate) mode: Mode,
+    pub(crate) plan: Plan,
+    /// Scenarios to run (all by default).
+    pub(crate) only: Vec<Scenario>,
+    pub(crate) out: PathBuf,
+    pub(crate) logs: PathBuf,
+    /// This binary (the helpers' executable).
+    pub(crate) exe: PathBuf,
+    pub(crate) mono_bin: PathBuf,
+    pub(crate) redis_bin: Option<PathBuf>,
+    pub(crate) server_cpu: Option<usize>,
+    pub(crate) notes: Vec<String>,
+}
+
+impl Setup {
+    /// Reads the mode and the binaries from `args`, creates the output
+    /// directories, and notes what will not run.
+    pub(crate) fn new(args: &RunArgs, setup_notes: Vec<String>) -> Result<Self> {
+        let mode = if args.full {
+            Mode::Full
+        } else if args.quick {
+            Mode::Quick
+        } else {
+            Mode::Smoke
+        };
+        let plan = Plan::for_mode(mode, args.rounds);
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("target/monolock-bench").join(mode.key()));
+        // Server logs stay out of the results directory (which may be docs/).
+        let logs = args
+            .logs
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("target/monolock-bench/logs"));
+        for dir in [&out, &logs] {
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        }
+        let exe = std::env::current_exe().context("locate this binary")?;
+        let mono_bin = match &args.monolock_bin {
+            Some(p) => p.clone(),
+            None => exe
+                .parent()
+                .map(|d| d.join("monolock"))
+                .context("this binary has no directory")?,
+        };
+        if !mono_bin.is_file() {
+            bail!(
+                "no monolock binary at {}: build it first (`cargo build -p monolock` with the same profile) or pass --monolock-bin PATH",
+                mono_bin.display()
+            );
+        }
+        let mut notes = setup_notes;
+        if !args.only.is_empty() {
+            notes.push(format!("only these scenarios were run: {:?}", args.only));
+        }
+        let redis_bin = if args.no_redis {
+            notes.push("Redis not run: --no-redis".to_owned());
+            None
+        } else {
+            match args
+                .redis_bin
+                .clone()
+                .or_else(|| servers::find_on_path("redis-server"))
+            {
+                Some(p) if p.is_file() => Some(p),
+                _ => {
+                    notes.push(
+                        "Redis not run: redis-server is not installed (`apt-get update && apt-get install -y redis-server`)"
+                            .to_owned(),
+                    );
+                    None
+                }
+            }
+        };
+        if plan.long_ttl.is_none() {
+            notes.push(
+                "Redis TTL 30 s dead-holder trials run only in --full (30 s per trial)".to_owned(),
+            );
+        }
+        Ok(Self {
+            mode,
+            plan,
+            only: args.only.clone(),
+            out,
+            logs,
+            exe,
+            mono_bin,
+            redis_bin,
+            server_cpu: cpus(args).map(|(s, _)| s),
+            notes,
+        })
+    }
+
+    /// Whether `scenario` is to run.
+    pub(crate) fn wants(&self, scenario: Scenario) -> bool {
+        self.only.is_empty() || self.only.contains(&scenario)
+    }
+}
