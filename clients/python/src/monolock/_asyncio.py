@@ -22,6 +22,11 @@ from ._sync import DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, refused_handshake
 from .errors import ConnectError, LockLost, NotAcquired
 
 
+def _resolve(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class _Driver(asyncio.Protocol):
     """The permanent reader and heartbeat timer of one connection."""
 
@@ -31,7 +36,8 @@ class _Driver(asyncio.Protocol):
         self.claim: Optional[Claim] = None
         self.released = False
         self.lost_event = asyncio.Event()
-        self._changed = asyncio.Event()
+        #: Futures of tasks waiting for a change, resolved on each one.
+        self._waiters: List["asyncio.Future[None]"] = []
         self._timer: Optional[asyncio.TimerHandle] = None
 
     # asyncio.Protocol
@@ -81,8 +87,9 @@ class _Driver(asyncio.Protocol):
 
     def _after(self, was_lost: bool) -> None:
         """After the claim changed: wake waiters; close on loss."""
-        self._changed.set()
-        self._changed = asyncio.Event()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            _resolve(waiter)
         claim = self.claim
         assert claim is not None
         if claim.status is Status.LOST:
@@ -134,11 +141,16 @@ class _Driver(asyncio.Protocol):
                 if now >= until:
                     return status, True
                 limit = min(limit, until)
-            changed = self._changed
+            # A plain future and a timer rather than `asyncio.wait_for`, whose
+            # cancellation races differ between Python versions: cancelling
+            # the caller must always give the place up.
+            changed = self.loop.create_future()
+            self._waiters.append(changed)
+            timer = self.loop.call_later(max(limit - now, 0) / 1e9, _resolve, changed)
             try:
-                await asyncio.wait_for(changed.wait(), max(limit - now, 0) / 1e9)
-            except asyncio.TimeoutError:
-                pass
+                await changed
+            finally:
+                timer.cancel()
 
     def close(self) -> None:
         """Ends the connection now: FIN at once, from any thread."""
