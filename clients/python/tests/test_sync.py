@@ -106,8 +106,8 @@ class SyncClient(unittest.TestCase):
         self.assertIsInstance(caught.exception, TimeoutError)
         eventually("the queue to be empty", lambda: self.server.waiters("wait") == [])
         holder.release()
-        # wait= lets a free lock be taken at once.
-        with client.lock("wait", lease=5.0, wait=0.0) as lock:
+        # wait=0 takes a free lock at once.
+        with client.lock("wait/free", lease=5.0, wait=0.0) as lock:
             self.assertTrue(lock.is_held())
 
     def test_force_release_raises_lock_lost_with_the_forced_reason(self) -> None:
@@ -178,8 +178,10 @@ class SyncClient(unittest.TestCase):
         for _ in range(1000):
             with client.lock("cycles", lease=5.0) as lock:
                 self.assertTrue(lock.is_held())
-        for _ in range(10):
-            lock = client.try_lock("cycles", lease=5.0)
+        for i in range(10):
+            # A fresh name each time: the server may not have seen the
+            # previous close yet (a release has no acknowledgement).
+            lock = client.try_lock(f"cycles/{i}", lease=5.0)
             assert lock is not None
             lock.release()
         gc.collect()
