@@ -140,6 +140,23 @@ def eventually(what: str, condition: Callable[[], bool], patience: float = PATIE
         time.sleep(0.005)
 
 
+def confirmed_after(deadline: Callable[[], float]) -> float:
+    """Waits for a confirmed heartbeat (the lock's deadline moves on) and
+    returns the instant of the last look that still saw the old deadline.
+    The confirmed heartbeat's send instant S is at most one round trip
+    before that instant, whatever the client computes: a bound on S that
+    does not trust the client's own arithmetic."""
+    first = deadline()
+    end = time.monotonic() + PATIENCE
+    while True:
+        before = time.monotonic()
+        if deadline() != first:
+            return before
+        if before > end:
+            raise AssertionError("no heartbeat was confirmed")
+        time.sleep(0.002)
+
+
 def client_context(with_certificate: bool) -> ssl.SSLContext:
     """Trusts the lab server CA; presents the lab client certificate if asked."""
     pki = pki_dir()

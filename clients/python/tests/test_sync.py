@@ -15,7 +15,8 @@ from typing import List, Optional
 
 import monolock
 from monolock import LockLost, LossReason, NotAcquired
-from support import PATIENCE, REPO, Server, eventually
+from monolock._reactor import Reactor
+from support import PATIENCE, REPO, Server, confirmed_after, eventually
 
 
 def open_fds() -> int:
@@ -181,9 +182,9 @@ class SyncClient(unittest.TestCase):
         for i in range(10):
             # A fresh name each time: the server may not have seen the
             # previous close yet (a release has no acknowledgement).
-            lock = client.try_lock(f"cycles/{i}", lease=5.0)
-            assert lock is not None
-            lock.release()
+            taken = client.try_lock(f"cycles/{i}", lease=5.0)
+            assert taken is not None
+            taken.release()
         gc.collect()
         self.assertEqual(threading.active_count(), threads)
         self.assertEqual(open_fds(), fds)
@@ -211,6 +212,51 @@ class SyncClient(unittest.TestCase):
                 child.kill()
 
 
+class FrozenReactor(Reactor):
+    """A reactor whose thread can be frozen at its next timer, as a
+    stalled process would be: nothing heartbeats or reads meanwhile."""
+
+    def __init__(self) -> None:
+        self.freeze = threading.Event()
+        self.frozen = threading.Event()
+        self.thaw = threading.Event()
+        super().__init__(dedicated=True)
+
+    def _timers(self, now: int) -> None:
+        if self.freeze.is_set():
+            self.frozen.set()
+            self.thaw.wait(PATIENCE)
+        super()._timers(now)
+
+
+class StalledDriver(unittest.TestCase):
+    def test_is_held_reads_the_clock_when_no_thread_has_run(self) -> None:
+        with Server() as server:
+            reactor = FrozenReactor()
+            client = monolock.Client(server.addr)
+            client._reactor_factory = lambda: reactor
+            lock = client.lock("stalled", lease=0.25)
+            try:
+                reactor.freeze.set()
+                self.assertTrue(reactor.frozen.wait(PATIENCE))
+                self.assertFalse(lock.lost_event.is_set())
+                deadline = lock.deadline
+                # Let the clock pass the deadline (the stall itself).
+                time.sleep(max(deadline - time.monotonic(), 0) + 0.01)
+                self.assertFalse(lock.is_held(), "judged against the clock, not a timer")
+                loss = lock.loss
+                assert loss is not None
+                self.assertIs(loss.reason, LossReason.EXPIRED)
+                self.assertTrue(lock.lost_event.is_set())
+                with self.assertRaises(LockLost):
+                    lock.check()
+            finally:
+                reactor.thaw.set()
+            with self.assertRaises(LockLost):
+                lock.release()
+            reactor.join(PATIENCE)
+
+
 #: Holds a lock, says so, then answers each stdin line with is_held().
 PAUSED_CHILD = """
 import sys, monolock
@@ -228,9 +274,10 @@ class SyncServerFaults(unittest.TestCase):
         with Server() as server:
             lease = 1.5
             lock = monolock.Client(server.addr).lock("silent", lease=lease)
-            first = lock.deadline
-            eventually("a confirmed heartbeat", lambda: lock.deadline > first)
-            self.assertTrue(lock.is_held())
+            # Stop the server right after a heartbeat is confirmed: then S,
+            # the send instant of the last confirmed frame, is known (up to
+            # a round trip) without asking the client.
+            seen_old = confirmed_after(lambda: lock.deadline)
             server.signal(signal.SIGSTOP)
             try:
                 loss = lock.wait_lost(PATIENCE)
@@ -238,12 +285,13 @@ class SyncServerFaults(unittest.TestCase):
                 assert loss is not None
                 self.assertIs(loss.reason, LossReason.EXPIRED)
                 self.assertFalse(lock.is_held())
-                # S, the send instant of the last confirmed frame: the
-                # server cannot expire the session before S + lease.
+                # The server cannot expire the session before S + lease;
+                # the client gives up at S + 0.8 x lease.
+                self.assertLess(lost_at - seen_old, 0.9 * lease, "gave up too late")
                 last_confirmed_send = lock.deadline - 0.8 * lease
-                silent_for = lost_at - last_confirmed_send
-                self.assertLess(silent_for, lease, "gave up too late")
-                self.assertGreaterEqual(silent_for, 0.8 * lease - 0.001, "gave up early")
+                self.assertLessEqual(last_confirmed_send, seen_old + 0.01)
+                self.assertLess(lost_at - last_confirmed_send, lease, "gave up too late")
+                self.assertGreaterEqual(lost_at - last_confirmed_send, 0.8 * lease - 0.001, "early")
             finally:
                 server.signal(signal.SIGCONT)
             eventually("the server to forget the session", lambda: server.lock("silent") is None)

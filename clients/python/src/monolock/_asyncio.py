@@ -276,7 +276,10 @@ class AsyncLock:
         driver = getattr(self, "_driver", None)
         if driver is not None and not driver.released:
             driver.released = True
-            driver.close()
+            try:
+                driver.close()
+            except Exception:  # at interpreter exit; the kernel closes the socket
+                pass
 
     def __repr__(self) -> str:
         return f"<monolock.AsyncLock name={self._name!r} token={self._token}>"

@@ -218,7 +218,7 @@ class Reactor:
                 if key.data is None:
                     self._drain_wake()
                 else:
-                    self._readable(key.data)
+                    self._guarded(self._readable, key.data)
             self._timers(time.monotonic_ns())
         self._sel.close()
         self._wake_r.close()
@@ -248,6 +248,18 @@ class Reactor:
         if not self._heap:
             return -1.0
         return max(self._heap[0][0] - time.monotonic_ns(), 0) / 1e9
+
+    def _guarded(self, step: Callable[[Session], None], session: Session) -> None:
+        """Runs one session's step; a bug in it ends that claim (reported as
+        lost), never the thread that serves every other claim."""
+        try:
+            step(session)
+        except Exception as err:  # noqa: BLE001 - reported as the claim's loss
+            with session.cond:
+                was_lost = session.claim.status is Status.LOST
+                session.claim.closed(err)
+                session._settle_locked(was_lost)
+            self._close(session)
 
     def _drain_wake(self) -> None:
         try:
@@ -306,7 +318,7 @@ class Reactor:
             if session.wake_at != wake or session.closed_event.is_set():
                 continue
             session.wake_at = None
-            self._tick(session, now)
+            self._guarded(lambda s: self._tick(s, now), session)
 
     def _tick(self, session: Session, now: int) -> None:
         if session.released:

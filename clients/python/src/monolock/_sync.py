@@ -180,7 +180,10 @@ class Lock:
     def __del__(self) -> None:
         session = getattr(self, "_session", None)
         if session is not None and not session.released:
-            session.release(wait=False)
+            try:
+                session.release(wait=False)
+            except Exception:  # at interpreter exit; the kernel closes the socket
+                pass
 
     def __repr__(self) -> str:
         return f"<monolock.Lock name={self._name!r} token={self._token} held={self.is_held()}>"
