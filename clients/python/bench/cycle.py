@@ -178,7 +178,7 @@ def main() -> None:
         rows.append(("redis-py Lock (SET NX PX + EVALSHA)", redis))
     rust_p50 = rows[0][1][0]
     print(f"python {sys.version.split()[0]}, {args.cycles} cycles each after {WARM_UP} warm-up, one at a time")
-    print(f"| client | cycle p50 | cycle p99 | p50 / Rust client |")
+    print("| client | cycle p50 | cycle p99 | p50 / Rust client |")
     print("|---|---|---|---|")
     for name, (p50, p99) in rows:
         print(f"| {name} | {p50:.0f} µs | {p99:.0f} µs | {p50 / rust_p50:.2f} |")

@@ -19,6 +19,7 @@ import ssl
 import subprocess
 import threading
 import time
+import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -130,6 +131,20 @@ class Server:
         return [] if lock is None else list(lock["waiters"])
 
 
+class SharedServer:
+    """A mixin for test cases that share one server per class."""
+
+    server: Server
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+
 def eventually(what: str, condition: Callable[[], bool], patience: float = PATIENCE) -> None:
     """Polls `condition` (for state only visible by asking, such as the
     admin API) until it holds, at most `patience` seconds."""
@@ -155,6 +170,20 @@ def confirmed_after(deadline: Callable[[], float]) -> float:
         if before > end:
             raise AssertionError("no heartbeat was confirmed")
         time.sleep(0.002)
+
+
+def assert_gave_up_in_time(
+    case: unittest.TestCase, lost_at: float, seen_old: float, deadline: float, lease: float
+) -> None:
+    """The loss came between S + 0.8 x lease and S + lease: after the
+    client's deadline, before the server could expire the session. S is
+    bounded by `seen_old` (see `confirmed_after`) and, reported by the
+    client, by `deadline` - 0.8 x lease."""
+    case.assertLess(lost_at - seen_old, 0.9 * lease, "gave up too late")
+    last_confirmed_send = deadline - 0.8 * lease
+    case.assertLessEqual(last_confirmed_send, seen_old + 0.01)
+    case.assertLess(lost_at - last_confirmed_send, lease, "gave up too late")
+    case.assertGreaterEqual(lost_at - last_confirmed_send, 0.8 * lease - 0.001, "gave up early")
 
 
 def client_context(with_certificate: bool) -> ssl.SSLContext:

@@ -14,7 +14,7 @@ from unittest import mock
 
 import monolock
 from monolock import LossReason
-from support import PATIENCE, Server
+from support import PATIENCE, Server, SharedServer
 
 
 @contextmanager
@@ -57,17 +57,7 @@ def silent_address() -> Iterator[str]:
         listener.close()
 
 
-class AddressLists(unittest.TestCase):
-    server: Server
-
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.server = Server()
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.server.stop()
-
+class AddressLists(SharedServer, unittest.TestCase):
     def test_the_first_server_down_the_second_serves(self) -> None:
         with refusing_address() as down:
             for address in [f"{down},{self.server.addr}", [down, self.server.addr]]:

@@ -19,7 +19,8 @@ learns of a loss before the server could hand the lock on.
 
 from ._address import ADDRESS_ENV, DEFAULT_ADDRESS
 from ._asyncio import AsyncClient, AsyncLock
-from ._sync import DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, Client, Lock
+from ._connect import DEFAULT_CONNECT_TIMEOUT
+from ._sync import DEFAULT_LEASE, Client, Lock
 from .errors import (
     ConnectError,
     Error,

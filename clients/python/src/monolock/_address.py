@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import Sequence, Tuple, Union
 
 from .errors import InvalidArgument
 
@@ -65,8 +65,3 @@ def parse(addresses: Addresses) -> Tuple[Address, ...]:
     if not parts:
         raise InvalidArgument("no server address given")
     return tuple(parse_one(part) for part in parts)
-
-
-def server_hostname(address: Address, override: Optional[str]) -> str:
-    """The name a TLS server certificate is checked against."""
-    return override if override is not None else address.host

@@ -15,11 +15,12 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Generator, List, Optional, Tuple, Type
 
-from . import _address, _frames
-from ._address import Address, Addresses
+from . import _frames
+from ._address import Address
 from ._claim import Claim, Status
-from ._sync import DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, refused_handshake
-from .errors import ConnectError, LockLost, NotAcquired
+from ._connect import Endpoints, Failures, refused_handshake
+from ._sync import DEFAULT_LEASE
+from .errors import LockLost, NotAcquired
 
 
 def _resolve(future: "asyncio.Future[None]") -> None:
@@ -301,37 +302,14 @@ class _Acquiring:
         assert self._lock is not None
         return self._lock
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    async def __aexit__(self, *exc_info: Any) -> None:
         assert self._lock is not None
-        await self._lock.__aexit__(exc_type, exc, tb)
+        await self._lock.__aexit__(*exc_info)
 
 
-class AsyncClient:
+class AsyncClient(Endpoints):
     """The asyncio sibling of `monolock.Client`: the same arguments, the
     same rules; locks live on the event loop that acquired them."""
-
-    def __init__(
-        self,
-        address: Addresses = None,
-        *,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        server_hostname: Optional[str] = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-    ) -> None:
-        self._addresses = _address.parse(address)
-        self._ssl_context = ssl_context
-        self._server_hostname = server_hostname
-        self._connect_timeout = connect_timeout
-
-    @property
-    def addresses(self) -> Tuple[str, ...]:
-        """The server addresses, in the order they are tried."""
-        return tuple(str(a) for a in self._addresses)
 
     def lock(self, name: str, lease: float = DEFAULT_LEASE, *, wait: Optional[float] = None) -> _Acquiring:
         """Waits for the lock in its FIFO queue: `lock = await
@@ -377,16 +355,12 @@ class AsyncClient:
 
     async def _connect(self) -> Tuple[_Driver, Address]:
         loop = asyncio.get_running_loop()
-        failures: List[str] = []
-        last: Optional[BaseException] = None
+        failures = Failures(self)
         for address in self._addresses:
             driver = _Driver(loop)
             tls: Any = {}
             if self._ssl_context is not None:
-                tls = {
-                    "ssl": self._ssl_context,
-                    "server_hostname": _address.server_hostname(address, self._server_hostname),
-                }
+                tls = {"ssl": self._ssl_context, "server_hostname": self._hostname(address)}
             try:
                 await asyncio.wait_for(
                     loop.create_connection(lambda: driver, address.host, address.port, **tls),
@@ -395,17 +369,7 @@ class AsyncClient:
             except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
                 if driver.transport is not None:
                     driver.transport.abort()
-                failures.append(f"{address}: {err or type(err).__name__}")
-                last = err
+                failures.add(address, err)
                 continue
-            assert driver.transport is not None
-            sock = driver.transport.get_extra_info("socket")
-            if sock is not None:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return driver, address
-        raise ConnectError(
-            "could not connect to " + "; ".join(failures), [str(a) for a in self._addresses]
-        ) from last
-
-    def __repr__(self) -> str:
-        return f"<monolock.AsyncClient {','.join(self.addresses)}>"
+        raise failures.error()

@@ -2,76 +2,21 @@
 
 from __future__ import annotations
 
-import socket
 import ssl
 import threading
 import time
 from types import TracebackType
-from typing import Callable, List, Optional, Tuple, Type
+from typing import Callable, Optional, Tuple, Type
 
-from . import _address, _frames
-from ._address import Address, Addresses
+from . import _frames
+from ._address import Address
 from ._claim import Claim, Status
+from ._connect import Endpoints, connect, refused_handshake
 from ._reactor import Reactor, Session, shared_reactor
-from .errors import ConnectError, LockLost, NotAcquired
+from .errors import LockLost, NotAcquired
 
-#: How long dialing one server (TCP and TLS handshake) may take, in seconds.
-DEFAULT_CONNECT_TIMEOUT = 5.0
 #: The lease when none is given, in seconds.
 DEFAULT_LEASE = 10.0
-
-
-def connect(
-    addresses: Tuple[Address, ...],
-    ssl_context: Optional[ssl.SSLContext],
-    server_hostname: Optional[str],
-    timeout: float,
-) -> Tuple[socket.socket, Address]:
-    """Dials the addresses in order; the first that connects (and completes
-    the TLS handshake) wins. Raises ConnectError naming every address tried."""
-    failures: List[str] = []
-    last: Optional[BaseException] = None
-    for address in addresses:
-        try:
-            sock = socket.create_connection((address.host, address.port), timeout=timeout)
-        except OSError as err:
-            failures.append(f"{address}: {err}")
-            last = err
-            continue
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if ssl_context is not None:
-                sock = ssl_context.wrap_socket(
-                    sock,
-                    server_hostname=_address.server_hostname(address, server_hostname),
-                    do_handshake_on_connect=False,
-                )
-                sock.settimeout(timeout)
-                sock.do_handshake()
-        except (OSError, ssl.SSLError) as err:
-            sock.close()
-            failures.append(f"{address}: {err}")
-            last = err
-            continue
-        return sock, address
-    raise ConnectError(
-        "could not connect to " + "; ".join(failures), [str(a) for a in addresses]
-    ) from last
-
-
-def refused_handshake(address: Address, loss: LockLost) -> Optional[ConnectError]:
-    """A TLS alert before the first reply is the server refusing the
-    handshake (TLS 1.3 clients learn it on their first read, e.g. an mTLS
-    server that wants a client certificate): a failed connect, not a lost claim."""
-    cause = loss.__cause__
-    if isinstance(cause, ssl.SSLError):
-        error = ConnectError(
-            f"could not connect to {address}: the server refused the TLS handshake: {cause}",
-            [str(address)],
-        )
-        error.__cause__ = cause
-        return error
-    return None
 
 
 class Lock:
@@ -189,7 +134,7 @@ class Lock:
         return f"<monolock.Lock name={self._name!r} token={self._token} held={self.is_held()}>"
 
 
-class Client:
+class Client(Endpoints):
     """A monolock client: where the servers are and how to reach them.
 
     `address` is `"host:port"`, several comma-separated (`"a:7070,b:7070"`)
@@ -205,24 +150,9 @@ class Client:
     be shared by threads.
     """
 
-    def __init__(
-        self,
-        address: Addresses = None,
-        *,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        server_hostname: Optional[str] = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-    ) -> None:
-        self._addresses = _address.parse(address)
-        self._ssl_context = ssl_context
-        self._server_hostname = server_hostname
-        self._connect_timeout = connect_timeout
-        self._reactor_factory: Callable[[], Reactor] = shared_reactor
-
-    @property
-    def addresses(self) -> Tuple[str, ...]:
-        """The server addresses, in the order they are tried."""
-        return tuple(str(a) for a in self._addresses)
+    #: Where claims are driven (the benchmark and tests swap it; None:
+    #: the process's shared reactor).
+    _reactor_factory: Optional[Callable[[], Reactor]] = None
 
     def lock(self, name: str, lease: float = DEFAULT_LEASE, *, wait: Optional[float] = None) -> Lock:
         """Waits for the lock `name` in its FIFO queue and returns it once
@@ -279,9 +209,7 @@ class Client:
         return None
 
     def _start(self, name: str, raw_name: bytes, lease_ms: int) -> Tuple[Session, Address]:
-        sock, address = connect(
-            self._addresses, self._ssl_context, self._server_hostname, self._connect_timeout
-        )
+        sock, address = connect(self)
         frame = _frames.acquire(raw_name, lease_ms)
         sent_at = time.monotonic_ns()
         try:
@@ -290,9 +218,6 @@ class Client:
         except (OSError, ssl.SSLError) as err:
             sock.close()
             raise LockLost.connection(err) from err
-        session = Session(Claim(name, lease_ms, sent_at), sock, self._reactor_factory())
+        session = Session(Claim(name, lease_ms, sent_at), sock, (self._reactor_factory or shared_reactor)())
         session.reactor.add(session)
         return session, address
-
-    def __repr__(self) -> str:
-        return f"<monolock.Client {','.join(self.addresses)}>"

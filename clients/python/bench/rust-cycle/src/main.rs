@@ -12,7 +12,9 @@ const WARM_UP: usize = 200;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let addr = args.next().ok_or("usage: monolock-rust-cycle ADDR CYCLES")?;
+    let addr = args
+        .next()
+        .ok_or("usage: monolock-rust-cycle ADDR CYCLES")?;
     let cycles: usize = args.next().ok_or("missing CYCLES")?.parse()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -22,7 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut samples = Vec::with_capacity(cycles);
         for i in 0..WARM_UP + cycles {
             let start = Instant::now();
-            let guard = client.acquire("bench/cycle", Duration::from_secs(60)).await?;
+            let guard = client
+                .acquire("bench/cycle", Duration::from_secs(60))
+                .await?;
             guard.release().await?;
             if i >= WARM_UP {
                 samples.push(start.elapsed());
