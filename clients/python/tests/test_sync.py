@@ -53,6 +53,12 @@ class SyncClient(SharedServer, unittest.TestCase):
         eventually("the waiter to queue", lambda: len(self.server.waiters("tokens")) == 1)
         tokens.append(first.token)
         first.release()
+        first.release()  # idempotent
+        self.assertFalse(first.is_held())
+        with self.assertRaises(LockLost) as caught:
+            first.check()
+        self.assertIs(caught.exception.reason, LossReason.RELEASED)
+        self.assertIsNone(first.loss)
         waiter.join(PATIENCE)
         tokens += got
         self.assertEqual(len(tokens), 7)
@@ -124,6 +130,14 @@ class SyncClient(SharedServer, unittest.TestCase):
         self.assertIs(caught.exception.reason, LossReason.FORCED)
         with self.assertRaises(LockLost):
             lock.release()
+
+    def test_a_released_lock_is_never_reported_lost(self) -> None:
+        lock = self.client().lock("released", lease=0.1)
+        lock.release()
+        time.sleep(max(lock.deadline - time.monotonic(), 0) + 0.01)  # past the deadline
+        self.assertIsNone(lock.loss)
+        self.assertFalse(lock.lost_event.is_set())
+        self.assertIsNone(lock.wait_lost(0))
 
     def test_leaving_the_block_after_a_loss_raises_it(self) -> None:
         with self.assertRaises(LockLost) as caught:

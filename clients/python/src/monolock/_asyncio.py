@@ -80,6 +80,8 @@ class _Driver(asyncio.Protocol):
         """The status after checking the deadline against the clock now."""
         claim = self.claim
         assert claim is not None
+        if self.released:
+            return claim.status  # a released claim is over, not lost
         was_lost = claim.status is Status.LOST
         claim.check(time.monotonic_ns())
         if not was_lost and claim.status is Status.LOST:
@@ -233,7 +235,7 @@ class AsyncLock:
     def check(self) -> None:
         """Raises LockLost when the lock is not held."""
         if not self.is_held():
-            raise self._claim().loss or LockLost.connection()
+            raise (self._claim().loss or LockLost.released()).with_traceback(None)
 
     @property
     def loss(self) -> Optional[LockLost]:
@@ -258,7 +260,7 @@ class AsyncLock:
         lost before the release."""
         loss = self._driver.release()
         if loss is not None:
-            raise loss
+            raise loss.with_traceback(None)
 
     async def __aenter__(self) -> AsyncLock:
         return self
@@ -271,7 +273,7 @@ class AsyncLock:
     ) -> None:
         loss = self._driver.release()
         if loss is not None and exc is None:
-            raise loss
+            raise loss.with_traceback(None)
 
     def __del__(self) -> None:
         driver = getattr(self, "_driver", None)

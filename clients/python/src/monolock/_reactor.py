@@ -93,6 +93,8 @@ class Session:
         return status
 
     def _check_locked(self, now: int) -> bool:
+        if self.released:
+            return False  # a released claim is over, not lost
         was_lost = self.claim.status is Status.LOST
         self.claim.check(now)
         return self._settle_locked(was_lost)

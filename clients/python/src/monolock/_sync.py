@@ -76,7 +76,7 @@ class Lock:
         """Raises LockLost when the lock is not held (see `is_held`)."""
         if self._session.status() is Status.HELD and not self._session.released:
             return
-        raise self._session.claim.loss or LockLost.connection()
+        raise (self._session.claim.loss or LockLost.released()).with_traceback(None)
 
     @property
     def loss(self) -> Optional[LockLost]:
@@ -107,7 +107,7 @@ class Lock:
         """
         loss = self._session.release(wait=True)
         if loss is not None:
-            raise loss
+            raise loss.with_traceback(None)
 
     def __enter__(self) -> Lock:
         return self
@@ -120,7 +120,7 @@ class Lock:
     ) -> None:
         loss = self._session.release(wait=True)
         if loss is not None and exc is None:
-            raise loss
+            raise loss.with_traceback(None)
 
     def __del__(self) -> None:
         session = getattr(self, "_session", None)

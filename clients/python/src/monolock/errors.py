@@ -104,6 +104,8 @@ class LossReason(enum.Enum):
     CONNECTION_LOST = "connection_lost"
     #: The server broke protocol v1; the connection was closed.
     PROTOCOL_VIOLATION = "protocol_violation"
+    #: This process released the lock (raised by `check()` after `release()`).
+    RELEASED = "released"
 
 
 class LockLost(Error):
@@ -161,6 +163,10 @@ class LockLost(Error):
         lost = cls(LossReason.CONNECTION_LOST, f"the connection failed: {cause}")
         lost.__cause__ = cause
         return lost
+
+    @classmethod
+    def released(cls) -> LockLost:
+        return cls(LossReason.RELEASED, "the lock was released")
 
     @classmethod
     def protocol(cls, cause: ProtocolError) -> LockLost:
