@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import ssl
 import threading
 import time
@@ -12,7 +13,7 @@ from . import _frames
 from ._address import Address
 from ._claim import Claim, Status
 from ._connect import Endpoints, connect, refused_handshake
-from ._reactor import Reactor, Session, shared_reactor
+from ._reactor import READ_CHUNK, Reactor, Session, shared_reactor, shutdown_socket
 from .errors import LockLost, NotAcquired
 
 #: The lease when none is given, in seconds.
@@ -186,38 +187,60 @@ class Client(Endpoints):
         raw_name = _frames.encode_name(name)
         lease_ms = _frames.lease_ms(lease)
         start = time.monotonic_ns()
-        session, address = self._start(name, raw_name, lease_ms)
-        try:
-            status, _ = session.wait_until(lambda s: s is not Status.UNANSWERED, None)
-            if status is Status.WAITING and not give_up_when_queued:
-                until = None if wait is None else start + int(wait * 1e9)
+        claim, sock, address = self._first_reply(name, raw_name, lease_ms)
+        if claim.status is Status.LOST:
+            sock.close()
+            loss = claim.loss or LockLost.connection()
+            refused = refused_handshake(address, loss)
+            raise refused if refused is not None else loss
+        if claim.status is Status.WAITING and give_up_when_queued:
+            shutdown_socket(sock)
+            sock.close()
+            return None
+        session = Session(claim, sock, (self._reactor_factory or shared_reactor)())
+        session.reactor.add(session)
+        if claim.status is Status.WAITING:
+            until = None if wait is None else start + int(wait * 1e9)
+            try:
                 status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
                     raise NotAcquired(name, wait if wait is not None else 0.0)
-        except BaseException:
-            session.release(wait=False)
-            raise
-        if status is Status.HELD:
-            token = session.claim.token
-            assert token is not None
-            return Lock(session, name, token, address)
-        session.release(wait=False)
-        if status is Status.LOST:
-            loss = session.claim.loss or LockLost.connection()
-            refused = refused_handshake(address, loss)
-            raise refused if refused is not None else loss
-        return None
+            except BaseException:
+                session.release(wait=False)
+                raise
+            if status is not Status.HELD:
+                session.release(wait=False)
+                raise claim.loss or LockLost.connection()
+        token = claim.token
+        assert token is not None
+        return Lock(session, name, token, address)
 
-    def _start(self, name: str, raw_name: bytes, lease_ms: int) -> Tuple[Session, Address]:
+    def _first_reply(
+        self, name: str, raw_name: bytes, lease_ms: int
+    ) -> Tuple[Claim, socket.socket, Address]:
+        """Connects, sends the ACQUIRE and reads the server's first reply in
+        the caller's thread (an uncontended lock needs no hand-off to the
+        reactor thread to be granted); the socket is left non-blocking."""
         sock, address = connect(self)
         frame = _frames.acquire(raw_name, lease_ms)
-        sent_at = time.monotonic_ns()
+        claim = Claim(name, lease_ms, time.monotonic_ns())
         try:
             sock.sendall(frame)
+            while claim.status is Status.UNANSWERED:
+                now = time.monotonic_ns()
+                claim.check(now)
+                if claim.loss is not None:
+                    break
+                sock.settimeout((claim.deadline() - now) / 1e9)
+                data = sock.recv(READ_CHUNK)
+                if not data:
+                    claim.closed(None)
+                    break
+                claim.receive(data, time.monotonic_ns())
             sock.setblocking(False)
+        except socket.timeout:
+            claim.check(time.monotonic_ns())
+            claim.lose(LockLost.expired(lease_ms))
         except (OSError, ssl.SSLError) as err:
-            sock.close()
-            raise LockLost.connection(err) from err
-        session = Session(Claim(name, lease_ms, sent_at), sock, (self._reactor_factory or shared_reactor)())
-        session.reactor.add(session)
-        return session, address
+            claim.closed(err)
+        return claim, sock, address

@@ -16,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .next()
         .ok_or("usage: monolock-rust-cycle ADDR CYCLES")?;
     let cycles: usize = args.next().ok_or("missing CYCLES")?.parse()?;
+    if cycles == 0 {
+        return Err("CYCLES must be at least 1".into());
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
