@@ -160,6 +160,13 @@ class _Driver(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        try:
+            on_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            transport.close()
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
