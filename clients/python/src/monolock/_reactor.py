@@ -3,10 +3,10 @@ and heartbeats every claim of the process.
 
 Why one shared thread and not one thread per held lock: both were built
 on this class and measured in one run (clients/python/bench/threads.py,
-table in docs/client-python.md): a lock cycle p50 of 157 us against 293 us
+table in docs/client-python.md): a lock cycle p50 of 187 us against 302 us
 (a thread per lock starts and ends a thread each time), and per held lock
-4.8 KB against 18.6 KB of memory and about a third of the CPU (500 locks
-heartbeating: 4.5 % against 12.5 %). Claims never wait on each other in the
+4.8 KB against 23.8 KB of memory and about a third of the CPU (500 locks
+heartbeating: 4.7 % against 13.3 %). Claims never wait on each other in the
 loop: reads and writes are non-blocking, and a heartbeat is one byte.
 
 Callers talk to the thread through a queue and a wake-up socket; they
