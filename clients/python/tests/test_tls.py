@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import ssl
+import tempfile
 import unittest
+from pathlib import Path
 
 import monolock
 from support import CLIENT_IDENTITY, Server, client_context, pki_dir, tls_args
@@ -71,6 +74,21 @@ class Tls(unittest.TestCase):
                     await monolock.AsyncClient(server.addr, ssl_context=anonymous).lock("mtls", 5.0)
 
             asyncio.run(use())
+
+    def test_an_acl_refusal_is_a_permanent_lock_lost(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            acl = Path(tmp) / "acl.json"
+            rule = {"identity": CLIENT_IDENTITY, "locks": ["allowed/*"]}
+            acl.write_text(json.dumps({"rules": [rule]}))
+            with Server(*tls_args(mutual=True), "--acl-file", str(acl)) as server:
+                client = monolock.Client(server.addr, ssl_context=client_context(True))
+                with client.lock("allowed/job", lease=5.0) as lock:
+                    self.assertTrue(lock.is_held())
+                with self.assertRaises(monolock.LockLost) as caught:
+                    client.lock("denied", lease=5.0)
+                self.assertIs(caught.exception.reason, monolock.LossReason.SERVER_ERROR)
+                self.assertEqual(caught.exception.code, 0x18)
+                self.assertFalse(caught.exception.is_temporary)
 
 
 if __name__ == "__main__":
