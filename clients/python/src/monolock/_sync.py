@@ -243,4 +243,7 @@ class Client(Endpoints):
             claim.lose(LockLost.expired(lease_ms))
         except (OSError, ssl.SSLError) as err:
             claim.closed(err)
+        except BaseException:  # KeyboardInterrupt while waiting: nothing stays open
+            sock.close()
+            raise
         return claim, sock, address
