@@ -112,15 +112,6 @@ class Session:
         shutdown_socket(self.sock)
         self.reactor.remove(self)
 
-    def lose(self, loss: LockLost) -> None:
-        """Ends the claim from an owner's thread."""
-        with self.cond:
-            was_lost = self.claim.status is Status.LOST
-            self.claim.lose(loss)
-            ended = self._settle_locked(was_lost)
-        if ended:
-            self._drop()
-
     def release(self, wait: bool) -> Optional[LockLost]:
         """Closes the connection; returns the loss that ended the claim
         before, if one did. With `wait`, returns once the descriptor is
