@@ -1,0 +1,52 @@
+"""monolock for Python: locks where the TCP connection is the claim.
+
+```python
+import monolock
+
+client = monolock.Client("127.0.0.1:7070")
+with client.lock("deploy", lease=10.0) as lock:
+    write_with_fence(lock.token)        # hand the fencing token to the resource
+    if not lock.is_held():              # judged against the monotonic clock now
+        raise SystemExit("lost the lock; stop")
+```
+
+The same client contract as the Rust client (docs/protocol.md): heartbeats
+every ~lease/4 from a background thread (or the event loop), the claim
+given up at `S + 0.8 x lease` on `time.monotonic()` where S is the send
+instant of the latest confirmed ACQUIRE or heartbeat, so the holder always
+learns of a loss before the server could hand the lock on.
+"""
+
+from ._address import ADDRESS_ENV, DEFAULT_ADDRESS
+from ._asyncio import AsyncClient, AsyncLock
+from ._connect import DEFAULT_CONNECT_TIMEOUT
+from ._sync import DEFAULT_LEASE, Client, Lock
+from .errors import (
+    ConnectError,
+    Error,
+    InvalidArgument,
+    LockLost,
+    LossReason,
+    NotAcquired,
+    ProtocolError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ADDRESS_ENV",
+    "DEFAULT_ADDRESS",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_LEASE",
+    "AsyncClient",
+    "AsyncLock",
+    "Client",
+    "ConnectError",
+    "Error",
+    "InvalidArgument",
+    "Lock",
+    "LockLost",
+    "LossReason",
+    "NotAcquired",
+    "ProtocolError",
+]

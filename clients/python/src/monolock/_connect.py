@@ -1,0 +1,111 @@
+"""How a client reaches its servers: the settings both clients share, the
+blocking dial, and the errors of a failed connect.
+
+Addresses are tried in order; the first that connects (and completes the
+TLS handshake) wins. Only this step falls through to the next address:
+once the ACQUIRE is sent the claim lives on that one connection.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from typing import List, Optional, Tuple
+
+from . import _address
+from ._address import Address, Addresses
+from .errors import ConnectError, LockLost
+
+#: How long dialing one server (TCP and TLS handshake) may take, in seconds.
+DEFAULT_CONNECT_TIMEOUT = 5.0
+
+
+class Endpoints:
+    """Where the servers are and how to reach them (see `Client`)."""
+
+    def __init__(
+        self,
+        address: Addresses = None,
+        *,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+    ) -> None:
+        self._addresses = _address.parse(address)
+        self._ssl_context = ssl_context
+        self._server_hostname = server_hostname
+        self._connect_timeout = connect_timeout
+
+    @property
+    def addresses(self) -> Tuple[str, ...]:
+        """The server addresses, in the order they are tried."""
+        return tuple(str(a) for a in self._addresses)
+
+    def _hostname(self, address: Address) -> str:
+        """The name the server certificate is checked against."""
+        return self._server_hostname if self._server_hostname is not None else address.host
+
+    def __repr__(self) -> str:
+        return f"<monolock.{type(self).__name__} {','.join(self.addresses)}>"
+
+
+class Failures:
+    """The failed attempts of one connect, for the error naming them all."""
+
+    def __init__(self, endpoints: Endpoints) -> None:
+        self._endpoints = endpoints
+        self._lines: List[str] = []
+        self._last: Optional[BaseException] = None
+
+    def add(self, address: Address, err: BaseException) -> None:
+        self._lines.append(f"{address}: {err or type(err).__name__}")
+        self._last = err
+
+    def error(self) -> ConnectError:
+        error = ConnectError(
+            "could not connect to " + "; ".join(self._lines), self._endpoints.addresses
+        )
+        error.__cause__ = self._last
+        return error
+
+
+def connect(endpoints: Endpoints) -> Tuple[socket.socket, Address]:
+    """Dials the addresses in order (blocking). Raises ConnectError."""
+    failures = Failures(endpoints)
+    timeout = endpoints._connect_timeout
+    for address in endpoints._addresses:
+        try:
+            sock = socket.create_connection((address.host, address.port), timeout=timeout)
+        except OSError as err:
+            failures.add(address, err)
+            continue
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if endpoints._ssl_context is not None:
+                sock = endpoints._ssl_context.wrap_socket(
+                    sock, server_hostname=endpoints._hostname(address), do_handshake_on_connect=False
+                )
+                sock.settimeout(timeout)
+                sock.do_handshake()
+        except (OSError, ssl.SSLError) as err:
+            sock.close()
+            failures.add(address, err)
+            continue
+        return sock, address
+    raise failures.error()
+
+
+def refused_handshake(address: Address, loss: LockLost) -> Optional[ConnectError]:
+    """A TLS alert before the first reply is the server refusing the
+    handshake (TLS 1.3 clients learn it on their first read, e.g. an mTLS
+    server that wants a client certificate): a failed connect, not a lost
+    claim."""
+    cause = loss.__cause__
+    if isinstance(cause, ssl.SSLError):
+        error = ConnectError(
+            f"could not connect to {address}: the server refused the TLS handshake: {cause}",
+            [str(address)],
+        )
+        error.__cause__ = cause
+        return error
+    return None

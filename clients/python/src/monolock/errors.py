@@ -1,0 +1,175 @@
+"""The errors of the client, and why a claim ends."""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional, Sequence
+
+#: ERROR codes below this are server conditions (retrying may succeed);
+#: from it up, client errors (the same request fails the same way).
+CLIENT_ERROR_CODES = 0x10
+
+#: The server is shutting down.
+SHUTTING_DOWN = 0x01
+#: An administrator force-released the lock or removed the waiter.
+CLOSED_BY_ADMIN = 0x02
+#: The ACL refuses this identity for this lock.
+NOT_AUTHORIZED = 0x18
+
+_CODE_NAMES = {
+    0x01: "server shutting down",
+    0x02: "closed by administrator",
+    0x10: "unsupported protocol version",
+    0x11: "first message must be ACQUIRE",
+    0x12: "duplicate ACQUIRE",
+    0x13: "unknown message type",
+    0x14: "empty lock name",
+    0x15: "lock name too long",
+    0x16: "lock name is not valid UTF-8",
+    0x17: "lease must be positive",
+    0x18: "not authorized for lock",
+}
+
+
+def describe_code(code: int, detail: str = "") -> str:
+    """`0x02 (closed by administrator): detail`."""
+    text = f"0x{code:02x}"
+    name = _CODE_NAMES.get(code)
+    if name:
+        text += f" ({name})"
+    if detail:
+        text += f": {detail}"
+    return text
+
+
+class Error(Exception):
+    """Base class of every error this package raises."""
+
+    @property
+    def is_temporary(self) -> bool:
+        """True when trying again later (a new claim, at the back of the
+        queue) may succeed."""
+        return False
+
+
+class InvalidArgument(Error, ValueError):
+    """A bad lock name or lease (or address): raised before connecting."""
+
+
+class ConnectError(Error, ConnectionError):
+    """The server could not be reached (refused, unreachable, timed out,
+    TLS handshake failed). `addresses` lists every address tried, in order;
+    the last failure is chained as `__cause__`."""
+
+    def __init__(self, message: str, addresses: Sequence[str]) -> None:
+        super().__init__(message)
+        self.addresses = tuple(addresses)
+
+    @property
+    def is_temporary(self) -> bool:
+        return True
+
+
+class ProtocolError(Error):
+    """The server sent something a protocol v1 server never sends."""
+
+
+class NotAcquired(Error, TimeoutError):
+    """`wait=` ran out before the lock was granted; the place in the queue
+    was given up."""
+
+    def __init__(self, name: str, wait: float) -> None:
+        super().__init__(f"lock {name!r} was not acquired within {wait}s")
+        self.name = name
+        self.wait = wait
+
+    @property
+    def is_temporary(self) -> bool:
+        return True
+
+
+class LossReason(enum.Enum):
+    """Why a claim (the lock, or a place in its queue) ended."""
+
+    #: No reply confirmed the session within 0.8 x lease: the client gave
+    #: the claim up before the server could hand the lock on.
+    EXPIRED = "expired"
+    #: ERROR 0x02: an administrator force-released the lock (or removed the waiter).
+    FORCED = "forced"
+    #: ERROR 0x01: the server is shutting down.
+    SHUTDOWN = "shutdown"
+    #: Another ERROR code (for example 0x18: the ACL refuses this lock).
+    SERVER_ERROR = "server_error"
+    #: The connection closed or failed without an ERROR frame.
+    CONNECTION_LOST = "connection_lost"
+    #: The server broke protocol v1; the connection was closed.
+    PROTOCOL_VIOLATION = "protocol_violation"
+    #: This process released the lock (raised by `check()` after `release()`).
+    RELEASED = "released"
+
+
+class LockLost(Error):
+    """The claim ended: the lock is no longer held (or, raised by
+    `Client.lock`, the place in the queue was lost before the grant).
+
+    `reason` says why; `code` and `detail` carry the server's ERROR frame
+    when there was one.
+    """
+
+    def __init__(
+        self,
+        reason: LossReason,
+        message: str,
+        code: Optional[int] = None,
+        detail: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.code = code
+        self.detail = detail
+
+    @property
+    def is_temporary(self) -> bool:
+        if self.reason is LossReason.PROTOCOL_VIOLATION:
+            return False
+        if self.code is not None:
+            return self.code < CLIENT_ERROR_CODES
+        return True
+
+    @classmethod
+    def expired(cls, lease_ms: int) -> LockLost:
+        return cls(
+            LossReason.EXPIRED,
+            f"no heartbeat was confirmed within 0.8 x the lease of {lease_ms / 1000}s",
+        )
+
+    @classmethod
+    def server(cls, code: int, detail: str) -> LockLost:
+        reason = {
+            SHUTTING_DOWN: LossReason.SHUTDOWN,
+            CLOSED_BY_ADMIN: LossReason.FORCED,
+        }.get(code, LossReason.SERVER_ERROR)
+        return cls(
+            reason,
+            "the server ended the session with " + describe_code(code, detail),
+            code=code,
+            detail=detail,
+        )
+
+    @classmethod
+    def connection(cls, cause: Optional[BaseException] = None) -> LockLost:
+        if cause is None:
+            return cls(LossReason.CONNECTION_LOST, "the server closed the connection")
+        lost = cls(LossReason.CONNECTION_LOST, f"the connection failed: {cause}")
+        lost.__cause__ = cause
+        return lost
+
+    @classmethod
+    def released(cls) -> LockLost:
+        return cls(LossReason.RELEASED, "the lock was released")
+
+    @classmethod
+    def protocol(cls, cause: ProtocolError) -> LockLost:
+        lost = cls(LossReason.PROTOCOL_VIOLATION, f"protocol violation by the server: {cause}")
+        lost.__cause__ = cause
+        return lost

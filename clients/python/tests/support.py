@@ -1,0 +1,209 @@
+"""The real `monolock serve` as a child process on free loopback ports, its
+admin API, and the lab PKI written by the Rust test that runs this suite.
+
+Environment:
+- MONOLOCK_BIN: the `monolock` executable (default: target/debug/monolock
+  of the repository).
+- MONOLOCK_TEST_PKI: a directory with ca.pem (the server CA), server.pem,
+  server.key, clients-ca.pem, client.pem, client.key. TLS tests are skipped
+  without it (the Rust test runner always sets it and fails on a skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import ssl
+import subprocess
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+REPO = Path(__file__).resolve().parents[3]
+#: Long enough that only a real hang trips it.
+PATIENCE = 20.0
+
+
+def monolock_bin() -> str:
+    return os.environ.get("MONOLOCK_BIN") or str(REPO / "target" / "debug" / "monolock")
+
+
+def pki_dir() -> Optional[Path]:
+    value = os.environ.get("MONOLOCK_TEST_PKI")
+    return Path(value) if value else None
+
+
+class Server:
+    """`monolock serve --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0`,
+    its addresses learnt from its JSON startup log."""
+
+    def __init__(self, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [
+                monolock_bin(),
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                *extra,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.log: "queue.Queue[Dict[str, Any]]" = queue.Queue()
+        threading.Thread(target=self._follow, daemon=True).start()
+        self.addr = ""
+        self.admin = ""
+        end = time.monotonic() + PATIENCE
+        while not (self.addr and self.admin):
+            line = self.log.get(timeout=max(end - time.monotonic(), 0.01))
+            message = line.get("message")
+            if message == "listening":
+                self.addr = line["addr"]
+            elif message == "admin API listening":
+                self.admin = line["addr"]
+
+    def _follow(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            try:
+                self.log.put(json.loads(raw))
+            except ValueError:
+                self.log.put({"message": raw.decode("utf-8", "replace")})
+
+    def wait_log(self, text: str) -> Dict[str, Any]:
+        end = time.monotonic() + PATIENCE
+        while True:
+            line = self.log.get(timeout=max(end - time.monotonic(), 0.01))
+            if text in str(line.get("message", "")):
+                return line
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait(PATIENCE)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # the admin API (SPEC section 8)
+
+    def _request(self, method: str, path: str) -> Optional[Dict[str, Any]]:
+        request = urllib.request.Request(f"http://{self.admin}{path}", method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=PATIENCE) as response:
+                body: Dict[str, Any] = json.load(response)
+                return body
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise
+
+    def lock(self, name: str) -> Optional[Dict[str, Any]]:
+        """The lock's holder and waiters, or None when it has neither."""
+        return self._request("GET", "/api/locks/" + urllib.parse.quote(name, safe=""))
+
+    def force_release(self, name: str) -> Optional[Dict[str, Any]]:
+        return self._request("POST", "/api/locks/" + urllib.parse.quote(name, safe="") + "/release")
+
+    def waiters(self, name: str) -> List[Dict[str, Any]]:
+        lock = self.lock(name)
+        return [] if lock is None else list(lock["waiters"])
+
+
+class SharedServer:
+    """A mixin for test cases that share one server per class."""
+
+    server: Server
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+
+def eventually(what: str, condition: Callable[[], bool], patience: float = PATIENCE) -> None:
+    """Polls `condition` (for state only visible by asking, such as the
+    admin API) until it holds, at most `patience` seconds."""
+    end = time.monotonic() + patience
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def confirmed_after(deadline: Callable[[], float]) -> float:
+    """Waits for a confirmed heartbeat (the lock's deadline moves on) and
+    returns the instant of the last look that still saw the old deadline.
+    The confirmed heartbeat's send instant S is at most one round trip
+    before that instant, whatever the client computes: a bound on S that
+    does not trust the client's own arithmetic."""
+    first = deadline()
+    end = time.monotonic() + PATIENCE
+    while True:
+        before = time.monotonic()
+        if deadline() != first:
+            return before
+        if before > end:
+            raise AssertionError("no heartbeat was confirmed")
+        time.sleep(0.002)
+
+
+def assert_gave_up_in_time(
+    case: unittest.TestCase, lost_at: float, seen_old: float, deadline: float, lease: float
+) -> None:
+    """The loss came between S + 0.8 x lease and S + lease: after the
+    client's deadline, before the server could expire the session. S is
+    bounded by `seen_old` (see `confirmed_after`) and, reported by the
+    client, by `deadline` - 0.8 x lease."""
+    case.assertLess(lost_at - seen_old, 0.9 * lease, "gave up too late")
+    last_confirmed_send = deadline - 0.8 * lease
+    case.assertLessEqual(last_confirmed_send, seen_old + 0.01)
+    case.assertLess(lost_at - last_confirmed_send, lease, "gave up too late")
+    case.assertGreaterEqual(lost_at - last_confirmed_send, 0.8 * lease - 0.001, "gave up early")
+
+
+def client_context(with_certificate: bool) -> ssl.SSLContext:
+    """Trusts the lab server CA; presents the lab client certificate if asked."""
+    pki = pki_dir()
+    assert pki is not None
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    if with_certificate:
+        context.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+    return context
+
+
+def tls_args(mutual: bool) -> List[str]:
+    pki = pki_dir()
+    assert pki is not None
+    args = ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key")]
+    if mutual:
+        args += ["--tls-client-ca", str(pki / "clients-ca.pem")]
+    return args
+
+
+#: The identity in the lab client certificate.
+CLIENT_IDENTITY = "spiffe://test/python-client"

@@ -1,0 +1,212 @@
+"""The asyncio client against the real server binary."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import signal
+import threading
+import time
+import unittest
+from typing import List
+
+import monolock
+from monolock import LockLost, LossReason, NotAcquired
+from support import PATIENCE, Server, SharedServer, assert_gave_up_in_time
+
+
+async def eventually(what: str, condition: "object") -> None:
+    """Polls an admin-API condition without blocking the loop for long."""
+    end = time.monotonic() + PATIENCE
+    while not await asyncio.to_thread(condition):  # type: ignore[arg-type]
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class AsyncClient(SharedServer, unittest.IsolatedAsyncioTestCase):
+    def client(self) -> monolock.AsyncClient:
+        return monolock.AsyncClient(self.server.addr)
+
+    async def test_tokens_strictly_increase_across_holders(self) -> None:
+        client = self.client()
+        tokens: List[int] = []
+        for _ in range(5):
+            async with client.lock("a-tokens", lease=5.0) as lock:
+                self.assertTrue(lock.is_held())
+                self.assertEqual(lock.name, "a-tokens")
+                lock.check()
+                tokens.append(lock.token)
+        lock = await client.lock("a-tokens", lease=5.0)
+        tokens.append(lock.token)
+        await lock.release()
+        self.assertEqual(tokens, sorted(set(tokens)))
+
+    async def test_fifo_order_of_five_waiters_in_tasks(self) -> None:
+        client = self.client()
+        holder = await client.lock("a-fifo", lease=5.0)
+        order: List[int] = []
+        tokens: List[int] = []
+
+        async def wait_in_line(i: int) -> None:
+            async with client.lock("a-fifo", lease=5.0) as lock:
+                order.append(i)
+                tokens.append(lock.token)
+
+        tasks = []
+        for i in range(5):
+            tasks.append(asyncio.create_task(wait_in_line(i)))
+            await eventually(f"waiter {i}", lambda i=i: len(self.server.waiters("a-fifo")) == i + 1)
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), PATIENCE)
+        self.assertEqual(order, [0, 1, 2, 3, 4])
+        self.assertEqual(tokens, sorted(set(tokens)))
+        self.assertGreater(tokens[0], holder.token)
+
+    async def test_try_lock_when_busy_leaves_no_trace_in_the_queue(self) -> None:
+        client = self.client()
+        holder = await client.try_lock("a-busy", lease=5.0)
+        assert holder is not None
+        self.assertIsNone(await client.try_lock("a-busy", lease=5.0))
+        await eventually("an empty queue", lambda: self.server.waiters("a-busy") == [])
+        await holder.release()
+        await eventually("the lock forgotten", lambda: self.server.lock("a-busy") is None)
+
+    async def test_wait_bounds_the_time_in_the_queue(self) -> None:
+        client = self.client()
+        holder = await client.lock("a-wait", lease=5.0)
+        start = time.monotonic()
+        with self.assertRaises(NotAcquired):
+            await client.lock("a-wait", lease=5.0, wait=0.3)
+        self.assertGreaterEqual(time.monotonic() - start, 0.3)
+        await eventually("an empty queue", lambda: self.server.waiters("a-wait") == [])
+        await holder.release()
+
+    async def test_cancelling_the_wait_gives_the_place_up(self) -> None:
+        client = self.client()
+        holder = await client.lock("a-cancel", lease=5.0)
+        waiter = asyncio.ensure_future(client.lock("a-cancel", lease=5.0))
+        await eventually("the waiter", lambda: len(self.server.waiters("a-cancel")) == 1)
+        waiter.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await waiter
+        await eventually("an empty queue", lambda: self.server.waiters("a-cancel") == [])
+        await holder.release()
+        await eventually("the lock forgotten", lambda: self.server.lock("a-cancel") is None)
+
+    async def test_force_release_resolves_lost_with_the_forced_reason(self) -> None:
+        lock = await self.client().lock("a-forced", lease=5.0)
+        watchers = [asyncio.create_task(lock.lost()) for _ in range(3)]
+        await asyncio.to_thread(self.server.force_release, "a-forced")
+        losses = await asyncio.wait_for(asyncio.gather(*watchers), PATIENCE)
+        for loss in losses:
+            self.assertIs(loss.reason, LossReason.FORCED)
+            self.assertEqual(loss.code, 0x02)
+        self.assertTrue(lock.lost_event.is_set())
+        self.assertFalse(lock.is_held())
+        with self.assertRaises(LockLost):
+            lock.check()
+        with self.assertRaises(LockLost):
+            await lock.release()
+
+    async def test_a_lock_dropped_without_release_closes_its_socket(self) -> None:
+        client = self.client()
+        lock = await client.lock("a-dropped", lease=60.0)
+        del lock
+        gc.collect()
+        again = await client.lock("a-dropped", lease=5.0, wait=PATIENCE / 2)
+        self.assertTrue(again.is_held())
+        await again.release()
+
+    async def test_bad_names_and_leases_are_rejected_before_connecting(self) -> None:
+        client = monolock.AsyncClient("127.0.0.1:9")  # nothing is ever dialled
+        for name in ["", "n" * 256, "\ud800"]:
+            with self.assertRaises(monolock.InvalidArgument):
+                client.lock(name, lease=1.0)
+            with self.assertRaises(monolock.InvalidArgument):
+                await client.try_lock(name, lease=1.0)
+        for lease in [0, -1.0, float("nan"), 4294967.296]:
+            with self.assertRaises(monolock.InvalidArgument):
+                client.lock("ok", lease=lease)
+
+    async def test_no_task_thread_or_socket_leaks_after_1000_lock_cycles(self) -> None:
+        # asyncio's debug mode (on in this test case) records a stack for
+        # every callback: twenty times slower, and nothing to check here.
+        asyncio.get_running_loop().set_debug(False)
+        client = self.client()
+        async with client.lock("a-cycles", lease=5.0):
+            pass
+        await asyncio.sleep(0)
+        gc.collect()
+        threads, fds = threading.active_count(), len(os.listdir("/proc/self/fd"))
+        tasks = len(asyncio.all_tasks())
+        for _ in range(1000):
+            async with client.lock("a-cycles", lease=5.0) as lock:
+                self.assertTrue(lock.is_held())
+        # Transports close on the next loop iterations.
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if len(os.listdir("/proc/self/fd")) == fds:
+                break
+        gc.collect()
+        self.assertEqual(threading.active_count(), threads)
+        self.assertEqual(len(os.listdir("/proc/self/fd")), fds)
+        self.assertEqual(len(asyncio.all_tasks()), tasks)
+
+
+class AsyncServerFaults(unittest.IsolatedAsyncioTestCase):
+    async def test_a_stopped_server_is_abandoned_before_its_lease_could_expire(self) -> None:
+        with Server() as server:
+            lease = 1.5
+            lock = await monolock.AsyncClient(server.addr).lock("a-silent", lease=lease)
+            # As in the sync test: stop the server right after a confirmed
+            # heartbeat, so S is known without asking the client.
+            first = lock.deadline
+            end = time.monotonic() + PATIENCE
+            while True:
+                seen_old = time.monotonic()
+                if lock.deadline != first:
+                    break
+                self.assertLess(seen_old, end, "no heartbeat was confirmed")
+                await asyncio.sleep(0.002)
+            server.signal(signal.SIGSTOP)
+            try:
+                loss = await asyncio.wait_for(lock.lost(), PATIENCE)
+                lost_at = time.monotonic()
+                self.assertIs(loss.reason, LossReason.EXPIRED)
+                self.assertFalse(lock.is_held())
+                assert_gave_up_in_time(self, lost_at, seen_old, lock.deadline, lease)
+            finally:
+                server.signal(signal.SIGCONT)
+
+    async def test_a_blocked_loop_reads_not_held_after_the_deadline(self) -> None:
+        with Server() as server:
+            lock = await monolock.AsyncClient(server.addr).lock("a-blocked", lease=0.25)
+            self.assertTrue(lock.is_held())
+            deadline = lock.deadline
+            time.sleep(0.25)  # the fault: a loop blocked for a whole lease
+            self.assertGreater(time.monotonic(), deadline)
+            # Checked before the loop runs any timer or reads any reply.
+            self.assertFalse(lock.is_held())
+            loss = lock.loss
+            assert loss is not None
+            self.assertIs(loss.reason, LossReason.EXPIRED)
+
+    async def test_server_shutdown_reports_the_shutdown_reason(self) -> None:
+        with Server() as server:
+            client = monolock.AsyncClient(server.addr)
+            holder = await client.lock("a-bye", lease=5.0)
+            waiter = asyncio.ensure_future(client.lock("a-bye", lease=5.0))
+            await eventually("the waiter", lambda: len(server.waiters("a-bye")) == 1)
+            server.signal(signal.SIGTERM)
+            loss = await asyncio.wait_for(holder.lost(), PATIENCE)
+            self.assertIs(loss.reason, LossReason.SHUTDOWN)
+            self.assertEqual(loss.code, 0x01)
+            with self.assertRaises(LockLost) as caught:
+                await asyncio.wait_for(waiter, PATIENCE)
+            self.assertIs(caught.exception.reason, LossReason.SHUTDOWN)
+
+
+if __name__ == "__main__":
+    unittest.main()

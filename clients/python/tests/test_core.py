@@ -1,0 +1,227 @@
+"""The sans-I/O core on exact instants: frames, the heartbeat schedule,
+reply matching and the claim machine (the Rust client's unit tests, ported)."""
+
+from __future__ import annotations
+
+import unittest
+
+from monolock import InvalidArgument, LossReason, ProtocolError
+from monolock import _frames
+from monolock._address import Address, parse
+from monolock._claim import Claim, Status
+from monolock._exchange import Event, Exchange, Standing
+from monolock._frames import Acquired, ServerError, Waiting
+from monolock._schedule import Schedule
+
+MS = 1_000_000
+US = 1_000
+LEASE = 2000 * MS
+T0 = 10_000 * MS
+
+
+def acquired(token: int) -> bytes:
+    return bytes([0x12]) + token.to_bytes(8, "big")
+
+
+class Frames(unittest.TestCase):
+    def test_acquire_bytes_match_the_protocol_page(self) -> None:
+        frame = _frames.acquire(_frames.encode_name("deploy"), 2000)
+        self.assertEqual(frame.hex(" "), "01 01 00 00 07 d0 00 06 64 65 70 6c 6f 79")
+
+    def test_decode_whole_frames_only(self) -> None:
+        self.assertIsNone(_frames.decode(b""))
+        self.assertEqual(_frames.decode(b"\x11"), (Waiting(), 1))
+        self.assertIsNone(_frames.decode(acquired(7)[:5]))
+        self.assertEqual(_frames.decode(acquired(7)), (Acquired(7), 9))
+        self.assertIsNone(_frames.decode(b"\x13\x02\x03ab"))
+        self.assertEqual(_frames.decode(b"\x13\x02\x03abc"), (ServerError(2, "abc"), 6))
+        self.assertEqual(_frames.decode(b"\x13\x01\x00"), (ServerError(1, ""), 3))
+        with self.assertRaises(ProtocolError):
+            _frames.decode(b"\x7f")
+
+    def test_names_and_leases_are_checked(self) -> None:
+        self.assertEqual(_frames.encode_name("a" * 255), b"a" * 255)
+        self.assertEqual(_frames.encode_name(" a"), b" a")
+        for bad in ["", "a" * 256, "\u00e9" * 128, "\ud800"]:
+            with self.assertRaises(InvalidArgument, msg=repr(bad)):
+                _frames.encode_name(bad)
+        self.assertEqual(_frames.lease_ms(0.001), 1)
+        self.assertEqual(_frames.lease_ms(4.35), 4350)
+        self.assertEqual(_frames.lease_ms(0xFFFF_FFFF / 1000), 0xFFFF_FFFF)
+        for bad_lease in [0, 0.0004, -1, 0x1_0000_0000 / 1000, float("nan"), float("inf"), True]:
+            with self.assertRaises(InvalidArgument, msg=repr(bad_lease)):
+                _frames.lease_ms(bad_lease)
+
+
+class Addresses(unittest.TestCase):
+    def test_forms(self) -> None:
+        self.assertEqual(parse("a:1,b:2"), (Address("a", 1), Address("b", 2)))
+        self.assertEqual(parse(["a:1", "[::1]:2"]), (Address("a", 1), Address("::1", 2)))
+        self.assertEqual(str(Address("::1", 2)), "[::1]:2")
+        for bad in ["a", "a:0", "a:x", ":1", "::1:2", "a:70000", ""]:
+            with self.assertRaises(InvalidArgument, msg=bad):
+                parse(bad)
+
+
+class ScheduleRules(unittest.TestCase):
+    def test_base_interval_without_rtt_is_a_quarter_lease(self) -> None:
+        self.assertEqual(Schedule(LEASE).interval(), 500 * MS)
+
+    def test_rtt_shortens_the_interval_by_twice_the_srtt(self) -> None:
+        s = Schedule(LEASE)
+        s.observe_rtt(50 * MS)
+        self.assertEqual(s.interval(), 400 * MS)
+        s.observe_rtt(100 * MS)  # EWMA alpha 0.2: 0.8*50 + 0.2*100 = 60
+        self.assertEqual(s.srtt, 60 * MS)
+        self.assertEqual(s.interval(), 380 * MS)
+
+    def test_interval_never_drops_below_the_floor(self) -> None:
+        s = Schedule(LEASE)
+        s.observe_rtt(210 * MS)
+        self.assertEqual(s.interval(), 100 * MS)
+        s = Schedule(200 * MS)
+        s.observe_rtt(20 * MS)
+        self.assertEqual(s.interval(), 12_500 * US)
+        self.assertEqual(Schedule(1 * MS).interval(), 250 * US)
+
+    def test_intervals_are_send_to_send(self) -> None:
+        s = Schedule(LEASE)
+        s.observe_rtt(50 * MS)
+        self.assertEqual(s.next_send(T0, T0 + 50 * MS), T0 + 400 * MS)
+        # A reply later than the interval releases the next heartbeat at once.
+        self.assertEqual(s.next_send(T0, T0 + 700 * MS), T0 + 700 * MS)
+
+    def test_slow_round_trips_send_on_every_reply(self) -> None:
+        s = Schedule(400 * MS)
+        s.observe_rtt(50 * MS)
+        self.assertEqual(s.next_send(T0, T0 + 50 * MS), T0 + 50 * MS)
+        s = Schedule(400 * MS)
+        s.observe_rtt(49 * MS)
+        self.assertEqual(s.interval(), 25 * MS)
+        self.assertEqual(s.next_send(T0, T0 + 10 * MS), T0 + 25 * MS)
+
+    def test_deadline_is_four_fifths_of_the_lease_after_the_confirmed_send(self) -> None:
+        self.assertEqual(Schedule(LEASE).deadline(T0), T0 + 1600 * MS)
+        self.assertEqual(Schedule(1 * MS).deadline(T0), T0 + 800 * US)
+
+
+class ReplyMatching(unittest.TestCase):
+    def test_acquire_reply_grants_and_is_an_rtt_sample(self) -> None:
+        ex = Exchange(LEASE, T0)
+        self.assertEqual(ex.deadline(), T0 + 1600 * MS)
+        self.assertIsNone(ex.next_heartbeat())
+        self.assertEqual(ex.on_frame(Acquired(7), T0 + 20 * MS), Event.GRANTED)
+        self.assertEqual(ex.schedule.srtt, 20 * MS)
+        self.assertEqual((ex.standing, ex.token), (Standing.HELD, 7))
+        self.assertEqual(ex.next_heartbeat(), T0 + 460 * MS)
+        self.assertEqual(ex.deadline(), T0 + 1600 * MS)
+
+    def test_heartbeat_reply_moves_the_deadline_to_its_send_instant(self) -> None:
+        ex = Exchange(LEASE, T0)
+        ex.on_frame(Acquired(7), T0 + 10 * MS)
+        ex.heartbeat_sent(T0 + 480 * MS)
+        self.assertIsNone(ex.next_heartbeat())
+        self.assertEqual(ex.on_frame(Acquired(7), T0 + 500 * MS), Event.CONFIRMED)
+        self.assertEqual(ex.deadline(), T0 + 480 * MS + 1600 * MS)
+
+    def test_push_while_a_heartbeat_is_in_flight_confirms_nothing(self) -> None:
+        ex = Exchange(LEASE, T0)
+        self.assertEqual(ex.on_frame(Waiting(), T0 + 10 * MS), Event.QUEUED)
+        ex.heartbeat_sent(T0 + 480 * MS)
+        self.assertEqual(ex.on_frame(Acquired(9), T0 + 490 * MS), Event.GRANTED)
+        self.assertEqual(ex.deadline(), T0 + 1600 * MS, "a push confirms nothing")
+        self.assertIsNone(ex.next_heartbeat(), "the heartbeat is still in flight")
+        self.assertEqual(ex.on_frame(Acquired(9), T0 + 500 * MS), Event.CONFIRMED)
+        self.assertEqual(ex.deadline(), T0 + 480 * MS + 1600 * MS)
+
+    def test_waiting_reply_to_a_heartbeat_then_push(self) -> None:
+        ex = Exchange(LEASE, T0)
+        ex.on_frame(Waiting(), T0 + 10 * MS)
+        ex.heartbeat_sent(T0 + 480 * MS)
+        self.assertEqual(ex.on_frame(Waiting(), T0 + 490 * MS), Event.CONFIRMED)
+        self.assertEqual(ex.on_frame(Acquired(3), T0 + 600 * MS), Event.GRANTED)
+        with self.assertRaises(ProtocolError):
+            ex.on_frame(Acquired(3), T0 + 610 * MS)
+
+    def test_violations(self) -> None:
+        ex = Exchange(LEASE, T0)
+        ex.on_frame(Acquired(5), T0)
+        with self.assertRaisesRegex(ProtocolError, "no request in flight"):
+            ex.on_frame(Acquired(5), T0)
+        ex.heartbeat_sent(T0 + 400 * MS)
+        with self.assertRaisesRegex(ProtocolError, "token 6"):
+            ex.on_frame(Acquired(6), T0 + 401 * MS)
+        with self.assertRaisesRegex(ProtocolError, "WAITING arrived after"):
+            ex.on_frame(Waiting(), T0 + 401 * MS)
+        ex = Exchange(LEASE, T0)
+        ex.on_frame(Waiting(), T0)
+        with self.assertRaises(ProtocolError):
+            ex.on_frame(Waiting(), T0)
+
+    def test_error_frames_end_the_session_in_any_state(self) -> None:
+        self.assertEqual(Exchange(LEASE, T0).on_frame(ServerError(1, "bye"), T0), Event.CLOSED)
+
+
+class ClaimMachine(unittest.TestCase):
+    def test_split_and_coalesced_frames(self) -> None:
+        claim = Claim("x", 2000, T0)
+        claim.receive(b"\x11" + acquired(4)[:3], T0 + MS)
+        self.assertEqual(claim.status, Status.WAITING)
+        claim.receive(acquired(4)[3:], T0 + 2 * MS)
+        self.assertEqual((claim.status, claim.token), (Status.HELD, 4))
+        self.assertEqual(claim.deadline(), T0 + 1600 * MS, "the push confirmed nothing")
+
+    def test_the_heartbeat_timer_and_the_deadline(self) -> None:
+        claim = Claim("x", 2000, T0)
+        claim.receive(acquired(4), T0 + 10 * MS)
+        self.assertEqual(claim.next_wake(), T0 + 480 * MS)
+        self.assertFalse(claim.heartbeat_due(T0 + 479 * MS))
+        self.assertTrue(claim.heartbeat_due(T0 + 480 * MS))
+        claim.heartbeat_sent(T0 + 480 * MS)
+        self.assertEqual(claim.next_wake(), T0 + 1600 * MS, "in flight: only the deadline")
+        claim.check(T0 + 1600 * MS - 1)
+        self.assertEqual(claim.status, Status.HELD)
+        claim.check(T0 + 1600 * MS)
+        self.assertEqual(claim.status, Status.LOST)
+        assert claim.loss is not None
+        self.assertIs(claim.loss.reason, LossReason.EXPIRED)
+        self.assertIsNone(claim.next_wake())
+
+    def test_a_reply_read_after_the_deadline_brings_nothing_back(self) -> None:
+        claim = Claim("x", 2000, T0)
+        claim.receive(acquired(4), T0 + 1600 * MS)
+        self.assertEqual(claim.status, Status.LOST)
+
+    def test_error_and_violation_reasons(self) -> None:
+        cases = [
+            (b"\x13\x02\x05force", LossReason.FORCED, 2),
+            (b"\x13\x01\x00", LossReason.SHUTDOWN, 1),
+            (b"\x13\x18\x00", LossReason.SERVER_ERROR, 0x18),
+            (b"\x7f", LossReason.PROTOCOL_VIOLATION, None),
+        ]
+        for data, reason, code in cases:
+            claim = Claim("x", 2000, T0)
+            claim.receive(data, T0 + MS)
+            assert claim.loss is not None
+            self.assertIs(claim.loss.reason, reason)
+            self.assertEqual(claim.loss.code, code)
+        claim = Claim("x", 2000, T0)
+        claim.receive(b"\x13\x18\x00", T0)
+        assert claim.loss is not None
+        self.assertFalse(claim.loss.is_temporary)
+        claim = Claim("x", 2000, T0)
+        claim.receive(acquired(1) + b"\x13\x02\x00", T0)
+        assert claim.loss is not None
+        self.assertTrue(claim.loss.is_temporary)
+        self.assertIn("0x02 (closed by administrator)", str(claim.loss))
+
+    def test_the_first_reason_wins(self) -> None:
+        claim = Claim("x", 2000, T0)
+        claim.receive(acquired(1) + b"\x13\x01\x00", T0)
+        claim.closed(None)
+        assert claim.loss is not None
+        self.assertIs(claim.loss.reason, LossReason.SHUTDOWN)
+
+
+if __name__ == "__main__":
+    unittest.main()

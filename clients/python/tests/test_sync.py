@@ -1,0 +1,335 @@
+"""The blocking client against the real server binary."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from typing import List, Optional
+
+import monolock
+from monolock import LockLost, LossReason, NotAcquired
+from monolock._reactor import Reactor
+from support import (
+    PATIENCE,
+    REPO,
+    Server,
+    SharedServer,
+    assert_gave_up_in_time,
+    confirmed_after,
+    eventually,
+)
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+class SyncClient(SharedServer, unittest.TestCase):
+    def client(self) -> monolock.Client:
+        return monolock.Client(self.server.addr)
+
+    def test_tokens_strictly_increase_across_holders(self) -> None:
+        client = self.client()
+        tokens: List[int] = []
+        for _ in range(5):
+            with client.lock("tokens", lease=5.0) as lock:
+                self.assertTrue(lock.is_held())
+                self.assertEqual(lock.name, "tokens")
+                self.assertEqual(lock.address, self.server.addr)
+                lock.check()
+                tokens.append(lock.token)
+        # A handover to a waiter gets a larger token too.
+        first = client.lock("tokens", lease=5.0)
+        got: List[int] = []
+        waiter = threading.Thread(target=lambda: got.append(client.lock("tokens", 5.0).token))
+        waiter.start()
+        eventually("the waiter to queue", lambda: len(self.server.waiters("tokens")) == 1)
+        tokens.append(first.token)
+        first.release()
+        first.release()  # idempotent
+        self.assertFalse(first.is_held())
+        with self.assertRaises(LockLost) as caught:
+            first.check()
+        self.assertIs(caught.exception.reason, LossReason.RELEASED)
+        self.assertIsNone(first.loss)
+        waiter.join(PATIENCE)
+        tokens += got
+        self.assertEqual(len(tokens), 7)
+        self.assertEqual(tokens, sorted(set(tokens)), "strictly increasing")
+
+    def test_fifo_order_of_five_waiters_in_threads(self) -> None:
+        client = self.client()
+        holder = client.lock("fifo", lease=5.0)
+        order: List[int] = []
+        tokens: List[int] = []
+        done = threading.Lock()
+
+        def wait_in_line(i: int) -> None:
+            with client.lock("fifo", lease=5.0) as lock:
+                with done:
+                    order.append(i)
+                    tokens.append(lock.token)
+
+        threads = []
+        for i in range(5):
+            thread = threading.Thread(target=wait_in_line, args=(i,))
+            thread.start()
+            threads.append(thread)
+            # The next one starts only once this one is in the queue.
+            eventually(f"waiter {i} to queue", lambda: len(self.server.waiters("fifo")) == i + 1)
+        holder.release()
+        for thread in threads:
+            thread.join(PATIENCE)
+        self.assertEqual(order, [0, 1, 2, 3, 4])
+        self.assertEqual(tokens, sorted(set(tokens)))
+        self.assertGreater(tokens[0], holder.token)
+
+    def test_try_lock_when_busy_leaves_no_trace_in_the_queue(self) -> None:
+        client = self.client()
+        holder = client.try_lock("busy", lease=5.0)
+        assert holder is not None
+        self.assertIsNone(client.try_lock("busy", lease=5.0))
+        eventually("the queue to be empty", lambda: self.server.waiters("busy") == [])
+        holder.release()
+        # Had the try_lock stayed queued, it would now hold the lock.
+        eventually("the lock to be forgotten", lambda: self.server.lock("busy") is None)
+
+    def test_wait_bounds_the_time_in_the_queue(self) -> None:
+        client = self.client()
+        holder = client.lock("wait", lease=5.0)
+        start = time.monotonic()
+        with self.assertRaises(NotAcquired) as caught:
+            client.lock("wait", lease=5.0, wait=0.3)
+        self.assertGreaterEqual(time.monotonic() - start, 0.3)
+        self.assertIsInstance(caught.exception, TimeoutError)
+        eventually("the queue to be empty", lambda: self.server.waiters("wait") == [])
+        holder.release()
+        # wait=0 takes a free lock at once.
+        with client.lock("wait/free", lease=5.0, wait=0.0) as lock:
+            self.assertTrue(lock.is_held())
+
+    def test_force_release_raises_lock_lost_with_the_forced_reason(self) -> None:
+        lock = self.client().lock("forced", lease=5.0)
+        self.assertFalse(lock.lost_event.is_set())
+        self.assertIsNotNone(self.server.force_release("forced"))
+        loss = lock.wait_lost(PATIENCE)
+        assert loss is not None
+        self.assertIs(loss.reason, LossReason.FORCED)
+        self.assertEqual(loss.code, 0x02)
+        self.assertTrue(lock.lost_event.is_set())
+        self.assertFalse(lock.is_held())
+        with self.assertRaises(LockLost) as caught:
+            lock.check()
+        self.assertIs(caught.exception.reason, LossReason.FORCED)
+        with self.assertRaises(LockLost):
+            lock.release()
+
+    def test_a_released_lock_is_never_reported_lost(self) -> None:
+        lock = self.client().lock("released", lease=0.1)
+        lock.release()
+        time.sleep(max(lock.deadline - time.monotonic(), 0) + 0.01)  # past the deadline
+        self.assertIsNone(lock.loss)
+        self.assertFalse(lock.lost_event.is_set())
+        self.assertIsNone(lock.wait_lost(0))
+
+    def test_leaving_the_block_after_a_loss_raises_it(self) -> None:
+        with self.assertRaises(LockLost) as caught:
+            with self.client().lock("exit", lease=5.0) as lock:
+                self.server.force_release("exit")
+                lock.wait_lost(PATIENCE)
+        self.assertIs(caught.exception.reason, LossReason.FORCED)
+
+    def test_a_lock_dropped_without_release_closes_its_socket(self) -> None:
+        client = self.client()
+        lock: Optional[monolock.Lock] = client.lock("dropped", lease=60.0)
+        del lock
+        gc.collect()
+        # The next claim gets it at once, long before a 60 s lease runs out.
+        with client.lock("dropped", lease=5.0, wait=PATIENCE / 2) as again:
+            self.assertTrue(again.is_held())
+
+    def test_bad_names_and_leases_are_rejected_before_connecting(self) -> None:
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        host, port = listener.getsockname()
+        client = monolock.Client(f"{host}:{port}")
+        bad: List[object] = ["", "n" * 256, "\u00e9" * 128, "\ud800", 5, None]
+        for name in bad:
+            with self.assertRaises(monolock.InvalidArgument, msg=repr(name)):
+                client.lock(name, lease=1.0)  # type: ignore[arg-type]
+            with self.assertRaises(ValueError, msg=repr(name)):
+                client.try_lock(name, lease=1.0)  # type: ignore[arg-type]
+        for lease in [0, 0.0004, -1.0, 4294967.296, float("nan"), float("inf"), "10", True]:
+            with self.assertRaises(monolock.InvalidArgument, msg=repr(lease)):
+                client.lock("ok", lease=lease)  # type: ignore[arg-type]
+        with self.assertRaises(BlockingIOError):
+            listener.accept()
+        listener.close()
+        # The limits themselves are valid, and names are raw bytes.
+        client = self.client()
+        with client.lock("n" * 255, lease=0.001 * 100) as lock:
+            self.assertTrue(lock.is_held())
+            for other in ["N" * 255, " " + "n" * 254]:
+                with client.lock(other, lease=4294967.295, wait=PATIENCE) as distinct:
+                    self.assertTrue(distinct.is_held())
+
+    def test_no_thread_or_socket_leaks_after_1000_lock_cycles(self) -> None:
+        client = self.client()
+        with client.lock("cycles", lease=5.0):
+            pass
+        gc.collect()
+        threads, fds = threading.active_count(), open_fds()
+        for _ in range(1000):
+            with client.lock("cycles", lease=5.0) as lock:
+                self.assertTrue(lock.is_held())
+        for i in range(10):
+            # A fresh name each time: the server may not have seen the
+            # previous close yet (a release has no acknowledgement).
+            taken = client.try_lock(f"cycles/{i}", lease=5.0)
+            assert taken is not None
+            taken.release()
+        gc.collect()
+        self.assertEqual(threading.active_count(), threads)
+        self.assertEqual(open_fds(), fds)
+
+    def test_a_client_paused_past_its_deadline_reads_not_held_on_resuming(self) -> None:
+        # A child process holds the lock; it is SIGSTOPped (every thread
+        # frozen, as in a GC pause or a suspended VM) for a whole lease.
+        with subprocess.Popen(
+            [sys.executable, "-c", PAUSED_CHILD, self.server.addr],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO / "clients" / "python" / "src")},
+            text=True,
+        ) as child:
+            try:
+                assert child.stdin is not None and child.stdout is not None
+                self.assertEqual(child.stdout.readline().strip(), "held True")
+                child.send_signal(signal.SIGSTOP)
+                time.sleep(0.5)  # the fault itself: a pause of a whole 0.5 s lease
+                child.send_signal(signal.SIGCONT)
+                child.stdin.write("?\n")
+                child.stdin.flush()
+                self.assertEqual(child.stdout.readline().strip(), "held False")
+            finally:
+                child.kill()
+
+
+class FrozenReactor(Reactor):
+    """A reactor whose thread can be frozen at its next timer, as a
+    stalled process would be: nothing heartbeats or reads meanwhile."""
+
+    def __init__(self) -> None:
+        self.freeze = threading.Event()
+        self.frozen = threading.Event()
+        self.thaw = threading.Event()
+        super().__init__(dedicated=True)
+
+    def _timers(self, now: int) -> None:
+        if self.freeze.is_set():
+            self.frozen.set()
+            self.thaw.wait(PATIENCE)
+        super()._timers(now)
+
+
+class StalledDriver(unittest.TestCase):
+    def test_is_held_reads_the_clock_when_no_thread_has_run(self) -> None:
+        with Server() as server:
+            reactor = FrozenReactor()
+            client = monolock.Client(server.addr)
+            client._reactor_factory = lambda: reactor
+            lock = client.lock("stalled", lease=0.25)
+            try:
+                reactor.freeze.set()
+                self.assertTrue(reactor.frozen.wait(PATIENCE))
+                self.assertFalse(lock.lost_event.is_set())
+                deadline = lock.deadline
+                # Let the clock pass the deadline (the stall itself).
+                time.sleep(max(deadline - time.monotonic(), 0) + 0.01)
+                self.assertFalse(lock.is_held(), "judged against the clock, not a timer")
+                loss = lock.loss
+                assert loss is not None
+                self.assertIs(loss.reason, LossReason.EXPIRED)
+                self.assertTrue(lock.lost_event.is_set())
+                with self.assertRaises(LockLost):
+                    lock.check()
+            finally:
+                reactor.thaw.set()
+            with self.assertRaises(LockLost):
+                lock.release()
+            reactor.join(PATIENCE)
+
+
+#: Holds a lock, says so, then answers each stdin line with is_held().
+PAUSED_CHILD = """
+import sys, monolock
+lock = monolock.Client(sys.argv[1]).lock("paused", lease=0.5)
+print("held", lock.is_held(), flush=True)
+for _ in sys.stdin:
+    print("held", lock.is_held(), flush=True)
+"""
+
+
+class SyncServerFaults(unittest.TestCase):
+    """Tests that stop or end their own server."""
+
+    def test_a_stopped_server_is_abandoned_before_its_lease_could_expire(self) -> None:
+        with Server() as server:
+            lease = 1.5
+            lock = monolock.Client(server.addr).lock("silent", lease=lease)
+            # Stop the server right after a heartbeat is confirmed: then S,
+            # the send instant of the last confirmed frame, is known (up to
+            # a round trip) without asking the client.
+            seen_old = confirmed_after(lambda: lock.deadline)
+            server.signal(signal.SIGSTOP)
+            try:
+                loss = lock.wait_lost(PATIENCE)
+                lost_at = time.monotonic()
+                assert loss is not None
+                self.assertIs(loss.reason, LossReason.EXPIRED)
+                self.assertFalse(lock.is_held())
+                assert_gave_up_in_time(self, lost_at, seen_old, lock.deadline, lease)
+            finally:
+                server.signal(signal.SIGCONT)
+            eventually("the server to forget the session", lambda: server.lock("silent") is None)
+
+    def test_server_shutdown_reports_the_shutdown_reason(self) -> None:
+        with Server() as server:
+            client = monolock.Client(server.addr)
+            holder = client.lock("bye", lease=5.0)
+            waiter_error: List[BaseException] = []
+
+            def wait() -> None:
+                try:
+                    client.lock("bye", lease=5.0)
+                except BaseException as err:  # noqa: B036 - recorded for the assertion
+                    waiter_error.append(err)
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            eventually("the waiter to queue", lambda: len(server.waiters("bye")) == 1)
+            server.signal(signal.SIGTERM)
+            loss = holder.wait_lost(PATIENCE)
+            assert loss is not None
+            self.assertIs(loss.reason, LossReason.SHUTDOWN)
+            self.assertEqual(loss.code, 0x01)
+            self.assertTrue(loss.is_temporary)
+            thread.join(PATIENCE)
+            self.assertEqual(len(waiter_error), 1)
+            err = waiter_error[0]
+            assert isinstance(err, LockLost)
+            self.assertIs(err.reason, LossReason.SHUTDOWN)
+            self.assertEqual(server.proc.wait(PATIENCE), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,95 @@
+"""TLS and mTLS through `ssl.SSLContext`, with the project's lab PKI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import tempfile
+import unittest
+from pathlib import Path
+
+import monolock
+from support import CLIENT_IDENTITY, Server, client_context, pki_dir, tls_args
+
+
+@unittest.skipIf(pki_dir() is None, "MONOLOCK_TEST_PKI is not set")
+class Tls(unittest.TestCase):
+    def test_tls_sync_and_async(self) -> None:
+        with Server(*tls_args(mutual=False)) as server:
+            context = client_context(with_certificate=False)
+            with monolock.Client(server.addr, ssl_context=context).lock("tls", lease=5.0) as lock:
+                self.assertTrue(lock.is_held())
+                holder = server.lock("tls")
+                assert holder is not None
+                self.assertEqual(holder["holder"]["token"], lock.token)
+
+            async def use() -> int:
+                client = monolock.AsyncClient(server.addr, ssl_context=context)
+                async with client.lock("tls", lease=5.0) as lock:
+                    self.assertTrue(lock.is_held())
+                    return lock.token
+
+            self.assertGreater(asyncio.run(use()), lock.token)
+
+    def test_an_untrusted_server_is_a_connect_error(self) -> None:
+        with Server(*tls_args(mutual=False)) as server:
+            context = ssl.create_default_context()  # system roots only
+            with self.assertRaises(monolock.ConnectError) as caught:
+                monolock.Client(server.addr, ssl_context=context).lock("tls", lease=5.0)
+            self.assertIn(server.addr, str(caught.exception))
+            self.assertIsInstance(caught.exception.__cause__, ssl.SSLError)
+            # The name checked is the address's host unless overridden.
+            trusted = client_context(with_certificate=False)
+            with self.assertRaises(monolock.ConnectError):
+                monolock.Client(server.addr, ssl_context=trusted, server_hostname="elsewhere").lock(
+                    "tls", lease=5.0
+                )
+            with monolock.Client(server.addr, ssl_context=trusted, server_hostname="localhost").lock(
+                "tls", lease=5.0
+            ) as lock:
+                self.assertTrue(lock.is_held())
+
+    def test_mtls_identity_and_refusal(self) -> None:
+        with Server(*tls_args(mutual=True)) as server:
+            client = monolock.Client(server.addr, ssl_context=client_context(with_certificate=True))
+            with client.lock("mtls", lease=5.0) as lock:
+                seen = server.lock("mtls")
+                assert seen is not None
+                self.assertEqual(seen["holder"]["identity"], CLIENT_IDENTITY)
+                self.assertEqual(seen["holder"]["token"], lock.token)
+            anonymous = client_context(with_certificate=False)
+            with self.assertRaises(monolock.ConnectError) as caught:
+                monolock.Client(server.addr, ssl_context=anonymous).lock("mtls", lease=5.0)
+            self.assertIn(server.addr, str(caught.exception))
+
+            async def use() -> None:
+                good = monolock.AsyncClient(server.addr, ssl_context=client_context(True))
+                async with good.lock("mtls", lease=5.0) as lock:
+                    seen = await asyncio.to_thread(server.lock, "mtls")
+                    assert seen is not None
+                    self.assertEqual(seen["holder"]["identity"], CLIENT_IDENTITY)
+                    self.assertTrue(lock.is_held())
+                with self.assertRaises(monolock.ConnectError):
+                    await monolock.AsyncClient(server.addr, ssl_context=anonymous).lock("mtls", 5.0)
+
+            asyncio.run(use())
+
+    def test_an_acl_refusal_is_a_permanent_lock_lost(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            acl = Path(tmp) / "acl.json"
+            rule = {"identity": CLIENT_IDENTITY, "locks": ["allowed/*"]}
+            acl.write_text(json.dumps({"rules": [rule]}))
+            with Server(*tls_args(mutual=True), "--acl-file", str(acl)) as server:
+                client = monolock.Client(server.addr, ssl_context=client_context(True))
+                with client.lock("allowed/job", lease=5.0) as lock:
+                    self.assertTrue(lock.is_held())
+                with self.assertRaises(monolock.LockLost) as caught:
+                    client.lock("denied", lease=5.0)
+                self.assertIs(caught.exception.reason, monolock.LossReason.SERVER_ERROR)
+                self.assertEqual(caught.exception.code, 0x18)
+                self.assertFalse(caught.exception.is_temporary)
+
+
+if __name__ == "__main__":
+    unittest.main()
