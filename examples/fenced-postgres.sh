@@ -6,13 +6,17 @@ set -eu
 : "${DATABASE_URL:?set DATABASE_URL, e.g. postgres://app@db.internal/app}"
 : "${MONOLOCK_TOKEN:?run this under monolock exec, which sets MONOLOCK_TOKEN}"
 job=${MONOLOCK_LOCK:-nightly-import}
-result="imported on $(hostname) by pid $$"
+result="imported on $(uname -n) by pid $$"
+echo "holding $job under token $MONOLOCK_TOKEN"
 
 # ... the real work goes here ...
 
 # Only for the fault demonstration: stop here, as a GC pause or a suspended
 # VM would, until `kill -CONT`.
-[ -z "${PAUSE_BEFORE_WRITE:-}" ] || kill -STOP $$
+if [ -n "${PAUSE_BEFORE_WRITE:-}" ]; then
+  echo "fenced-postgres.sh: pausing before the write (kill -CONT $$)" >&2
+  kill -STOP $$
+fi
 
 rows=$(psql "$DATABASE_URL" -X -qtA -v ON_ERROR_STOP=1 \
   -v job="$job" -v token="$MONOLOCK_TOKEN" -v result="$result" <<'SQL'

@@ -45,7 +45,7 @@ struct Args {
     result: Option<String>,
     /// For the fault demonstration: stop (SIGSTOP) right before the write,
     /// as a GC pause or a suspended VM would, until `kill -CONT`.
-    #[arg(long, env = "PAUSE_BEFORE_WRITE")]
+    #[arg(long, env = "PAUSE_BEFORE_WRITE", value_parser = clap::builder::FalseyValueParser::new())]
     pause_before_write: bool,
 }
 
