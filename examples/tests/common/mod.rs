@@ -165,6 +165,19 @@ impl Proc {
         }
     }
 
+    /// A line containing `text` if one has arrived, without waiting.
+    pub fn try_line(&mut self, text: &str) -> Option<String> {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line.clone());
+            self.unmatched.push(line);
+        }
+        let at = self
+            .unmatched
+            .iter()
+            .position(|line| line.text.contains(text))?;
+        Some(self.unmatched.remove(at).text)
+    }
+
     /// Waits for the process to exit (at most [`PATIENCE`]) and collects
     /// the rest of its output.
     pub fn wait(&mut self) -> ExitStatus {
@@ -214,6 +227,19 @@ fn forward(stream: impl Read + Send + 'static, stderr: bool, tx: mpsc::Sender<Li
             }
         }
     });
+}
+
+/// Polls `check` every few milliseconds until it returns `Some`; panics
+/// with `what` after [`PATIENCE`].
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Sends `signal` to process `pid`.
