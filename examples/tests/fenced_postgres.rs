@@ -144,6 +144,27 @@ fn tokens_are_fenced_across_the_whole_u64_range() {
     assert_eq!(stored(&lab), u64::MAX.to_string());
 }
 
+/// `--no-wait` against a held lock: 75 and nothing written, as `exec`.
+#[test]
+fn rust_no_wait_on_a_busy_lock_exits_75() {
+    let lab = Lab::start(fence::SCHEMA);
+    let client = monolock_client::Client::new(lab.addr.to_string());
+    let holder = lab
+        .runtime
+        .block_on(client.acquire(JOB, std::time::Duration::from_secs(30)))
+        .expect("hold the lock");
+    let out = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"))
+        .args(["--job", JOB, "--no-wait"])
+        .env("MONOLOCK_ADDRESS", lab.addr.to_string())
+        .env("DATABASE_URL", lab.postgres.url())
+        .env_remove("PAUSE_BEFORE_WRITE")
+        .output()
+        .expect("run fenced-postgres");
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert_eq!(stored(&lab), "0");
+    drop(holder);
+}
+
 fn rust_write(lab: &Lab, token: u64) -> bool {
     lab.runtime
         .block_on(fence::write(&lab.db, JOB, token, "boundary"))

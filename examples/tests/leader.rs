@@ -117,6 +117,29 @@ fn one_leader_at_a_time_and_a_new_one_within_a_lease() {
 }
 
 #[test]
+fn an_unreachable_database_is_one_clear_line() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let out = Command::new(env!("CARGO_BIN_EXE_leader"))
+        .args(["--node", "a", "--server", "127.0.0.1:1"])
+        .env(
+            "DATABASE_URL",
+            format!("postgres://app@127.0.0.1:{port}/app"),
+        )
+        .output()
+        .expect("run leader");
+    assert_eq!(out.status.code(), Some(69));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("leader: cannot connect to the database"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn a_missing_node_name_is_a_usage_error() {
     let out = Command::new(env!("CARGO_BIN_EXE_leader"))
         .output()
