@@ -51,17 +51,6 @@ pub fn report(program: &str, outcome: Result<(), Failure>) -> ExitCode {
     }
 }
 
-/// Exit code and message for a command line clap refused; `--help` and
-/// `--version` print to stdout and succeed.
-pub fn for_clap_error(err: &clap::Error) -> ExitCode {
-    let _ = err.print();
-    if err.use_stderr() {
-        ExitCode::from(USAGE)
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
 /// Error text with its whole `source()` chain, on one line.
 pub fn chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();

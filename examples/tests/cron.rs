@@ -87,10 +87,7 @@ fn the_crontab_line_runs_once_skips_quietly_when_busy_and_fails_loudly() {
     assert_eq!(stored.expect("read"), Some(token));
 
     // The lock server is down: 69, which cron mails and monitoring sees.
-    let down = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.local_addr().expect("addr").to_string()
-    };
+    let down = format!("127.0.0.1:{}", common::free_port());
     let out = run_as_cron(&command, &down, &lab);
     assert_eq!(out.status.code(), Some(69), "{out:?}");
 }

@@ -192,12 +192,7 @@ fn reset(lab: &Lab) {
 /// Bad input: one clear line, a non-zero exit, no panic.
 #[test]
 fn bad_input_is_one_clear_line() {
-    let unreachable = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        drop(listener);
-        format!("postgres://app@127.0.0.1:{port}/app")
-    };
+    let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
     let cases: [(&str, Command, i32, &str); 5] = [
         (
             "rust: no DATABASE_URL",

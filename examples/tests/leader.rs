@@ -118,15 +118,11 @@ fn one_leader_at_a_time_and_a_new_one_within_a_lease() {
 
 #[test]
 fn an_unreachable_database_is_one_clear_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port();
     let out = Command::new(env!("CARGO_BIN_EXE_leader"))
         .args(["--node", "a", "--server", "127.0.0.1:1"])
         .env(
             "DATABASE_URL",
-            format!("postgres://app@127.0.0.1:{port}/app"),
+            format!("postgres://app@127.0.0.1:{}/app", common::free_port()),
         )
         .output()
         .expect("run leader");

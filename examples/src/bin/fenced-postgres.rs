@@ -10,11 +10,12 @@
 //! server or database unreachable, 75 busy with `--no-wait`, 79 the lock
 //! was lost or the write was fenced off, 1 another database error.
 
-use std::{process::ExitCode, time::Duration};
+use std::process::ExitCode;
 
 use clap::Parser;
 use monolock_client::{Client, LockGuard};
 use monolock_examples::{
+    cli::{self, LockArgs},
     db,
     exit::{self, Failure},
     fence,
@@ -31,12 +32,8 @@ struct Args {
     /// The database, as a `postgres://` URL or libpq `key=value` string.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
     database_url: String,
-    /// The monolock server.
-    #[arg(long, env = "MONOLOCK_ADDRESS", default_value = "127.0.0.1:7070")]
-    server: String,
-    /// The lease: how long the server tolerates silence (not a work limit).
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    lease: Duration,
+    #[command(flatten)]
+    lock_args: LockArgs,
     /// Give up at once (exit 75) if another holder has the lock.
     #[arg(long)]
     no_wait: bool,
@@ -51,10 +48,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match Args::try_parse() {
-        Ok(args) => exit::report(PROGRAM, run(args).await),
-        Err(err) => exit::for_clap_error(&err),
-    }
+    cli::main(PROGRAM, run).await
 }
 
 async fn run(args: Args) -> Result<(), Failure> {
@@ -110,7 +104,7 @@ async fn run(args: Args) -> Result<(), Failure> {
 
 /// Queues for the lock (or only tries, with `--no-wait`).
 async fn acquire(args: &Args) -> Result<LockGuard, Failure> {
-    let client = Client::new(args.server.clone());
+    let client = Client::new(args.lock_args.server.clone());
     let failed = |err: monolock_client::Error| {
         let code = if err.is_temporary() {
             exit::UNAVAILABLE
@@ -124,12 +118,15 @@ async fn acquire(args: &Args) -> Result<LockGuard, Failure> {
     };
     if args.no_wait {
         client
-            .try_acquire(&args.job, args.lease)
+            .try_acquire(&args.job, args.lock_args.lease)
             .await
             .map_err(failed)?
             .ok_or_else(|| Failure::new(exit::NOT_ACQUIRED, format!("lock {:?} is busy", args.job)))
     } else {
-        client.acquire(&args.job, args.lease).await.map_err(failed)
+        client
+            .acquire(&args.job, args.lock_args.lease)
+            .await
+            .map_err(failed)
     }
 }
 

@@ -14,6 +14,7 @@ use std::{process::ExitCode, time::Duration};
 use clap::Parser;
 use monolock_client::{Client, LockGuard};
 use monolock_examples::{
+    cli::{self, LockArgs},
     db,
     exit::{self, Failure},
     leader,
@@ -30,12 +31,8 @@ struct Args {
     /// The lock the instances campaign for.
     #[arg(long, default_value = "leader")]
     lock: String,
-    /// The monolock server.
-    #[arg(long, env = "MONOLOCK_ADDRESS", default_value = "127.0.0.1:7070")]
-    server: String,
-    /// The lease: a crashed or partitioned leader is replaced after about this.
-    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
-    lease: Duration,
+    #[command(flatten)]
+    lock_args: LockArgs,
     /// How often the leader acts.
     #[arg(long, default_value = "200ms", value_parser = humantime::parse_duration)]
     every: Duration,
@@ -46,10 +43,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match Args::try_parse() {
-        Ok(args) => exit::report(PROGRAM, run(args).await),
-        Err(err) => exit::for_clap_error(&err),
-    }
+    cli::main(PROGRAM, run).await
 }
 
 async fn run(args: Args) -> Result<(), Failure> {
@@ -57,10 +51,10 @@ async fn run(args: Args) -> Result<(), Failure> {
         Some(url) => Some(db::connect(url).await?),
         None => None,
     };
-    let client = Client::new(args.server.clone());
+    let client = Client::new(args.lock_args.server.clone());
     loop {
         let lock = tokio::select! {
-            lock = client.acquire_retrying(&args.lock, args.lease) => lock.map_err(|err| {
+            lock = client.acquire_retrying(&args.lock, args.lock_args.lease) => lock.map_err(|err| {
                 Failure::new(exit::USAGE, format!("cannot campaign for {:?}: {}", args.lock, exit::chain(&err)))
             })?,
             _ = tokio::signal::ctrl_c() => return Ok(()),

@@ -17,7 +17,7 @@ use std::{
 use monolock_server::{ServerConfig, ServerHandle};
 use tokio::runtime::Runtime;
 
-pub use postgres::Postgres;
+pub use postgres::{Postgres, free_port};
 
 /// Long enough that only a real hang trips it.
 pub const PATIENCE: Duration = Duration::from_secs(30);

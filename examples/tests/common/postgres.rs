@@ -160,7 +160,8 @@ fn run(command: &mut Command, what: &str) {
     );
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on (it was free a moment ago).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .expect("a free loopback port")
