@@ -12,8 +12,10 @@ use monolock_examples::fence;
 
 const JOB: &str = "nightly-import";
 
-/// Short, so the server hands the lock on soon after the pause.
-const LEASE: &str = "1s";
+/// Short, so the server hands the lock on soon after the pause; long
+/// enough that the waiting second job's heartbeats keep up on a busy
+/// machine.
+const LEASE: &str = "2s";
 
 /// What `monolock exec` and the Rust form exit with when the lock was lost.
 const EXIT_LOST: i32 = 79;
