@@ -200,7 +200,7 @@ fn bad_input_is_one_clear_line() {
             "rust: no DATABASE_URL",
             rust_job(None),
             64,
-            "--database-url",
+            "fenced-postgres: no database to write to: set DATABASE_URL",
         ),
         (
             "rust: unreachable database",

@@ -31,7 +31,7 @@ struct Args {
     job: String,
     /// The database, as a `postgres://` URL or libpq `key=value` string.
     #[arg(long, env = "DATABASE_URL", hide_env_values = true)]
-    database_url: String,
+    database_url: Option<String>,
     #[command(flatten)]
     lock_args: LockArgs,
     /// Give up at once (exit 75) if another holder has the lock.
@@ -53,7 +53,13 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), Failure> {
     // The database first: a job that cannot write should not take the lock.
-    let db = db::connect(&args.database_url).await?;
+    let url = args.database_url.as_deref().ok_or_else(|| {
+        Failure::new(
+            exit::USAGE,
+            "no database to write to: set DATABASE_URL or pass --database-url",
+        )
+    })?;
+    let db = db::connect(url).await?;
     let lock = acquire(&args).await?;
     let token = lock.token();
     println!("holding {} under token {token}", args.job);
