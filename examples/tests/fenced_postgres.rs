@@ -1,0 +1,262 @@
+//! The fenced-postgres recipe against a real PostgreSQL, in each of its
+//! forms, under the fault that fencing exists for: a holder paused past its
+//! lease, a newer holder granted and writing, then the old one resuming and
+//! attempting its write.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Lab, Proc, number_after, signal, wait_stopped, workspace_binary};
+use monolock_examples::fence;
+
+const JOB: &str = "nightly-import";
+
+/// Short, so the server hands the lock on soon after the pause; long
+/// enough that the waiting second job's heartbeats keep up on a busy
+/// machine.
+const LEASE: &str = "2s";
+
+/// What `monolock exec` and the Rust form exit with when the lock was lost.
+const EXIT_LOST: i32 = 79;
+
+/// The psql job that `monolock exec` runs.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fenced-postgres.sh");
+
+/// The forms of the recipe. A third, the Python client with psycopg, slots
+/// in here (its spawn in [`Form::job`]) once that client has landed.
+#[derive(Clone, Copy, Debug)]
+enum Form {
+    /// `monolock exec` running `fenced-postgres.sh`, which writes with psql.
+    ExecPsql,
+    /// The `fenced-postgres` program: the Rust client and tokio-postgres.
+    Rust,
+}
+
+impl Form {
+    /// Starts one job of this form; with `pause`, it stops itself right
+    /// before its write.
+    fn job(self, lab: &Lab, name: &str, pause: bool) -> Proc {
+        let mut command = match self {
+            Form::ExecPsql => {
+                let mut command = Command::new(workspace_binary("monolock"));
+                command.args(["exec", "--lease", LEASE, JOB, "--", SCRIPT]);
+                command
+            }
+            Form::Rust => {
+                let mut command = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"));
+                command.args(["--job", JOB, "--lease", LEASE]);
+                command
+            }
+        };
+        command
+            .env("MONOLOCK_ADDRESS", lab.addr.to_string())
+            .env("DATABASE_URL", lab.postgres.url())
+            .env_remove("PAUSE_BEFORE_WRITE");
+        if pause {
+            command.env("PAUSE_BEFORE_WRITE", "1");
+        }
+        Proc::spawn(&format!("{self:?} {name}"), command)
+    }
+}
+
+/// The fault of the issue, for one form:
+/// 1. the first job takes the lock and stops right before its write; the
+///    whole job (for `exec`: `exec` itself too) is SIGSTOPped;
+/// 2. the server hears nothing for a lease and grants the second job, which
+///    writes under its newer token;
+/// 3. the first job resumes and attempts its write: PostgreSQL refuses it
+///    (0 rows), the row keeps the second token, and the first exits 79.
+fn paused_holder_is_fenced_off(form: Form) {
+    let lab = Lab::start(fence::SCHEMA);
+
+    let mut first = form.job(&lab, "first", true);
+    let first_token = number_after(&first.expect_line("holding nightly-import"), "token ");
+    let pause = first.expect_line("pausing before the write");
+    let writer = u32::try_from(number_after(&pause, "kill -CONT ")).expect("pid");
+    wait_stopped(writer);
+    // The job's lock holder stops too: no heartbeat leaves any more.
+    signal(first.pid(), libc::SIGSTOP);
+    wait_stopped(first.pid());
+
+    // Granted only once the server has expired the first session, a lease
+    // after its last frame: by then the first is past 0.8 x lease.
+    let mut second = form.job(&lab, "second", false);
+    let wrote = second.expect_line("wrote nightly-import under token");
+    let second_token = number_after(&wrote, "token ");
+    let status = second.wait();
+    assert!(status.success(), "{status}: {}", second.output());
+    assert!(second_token > first_token, "{second_token} > {first_token}");
+
+    // The first job resumes where it stopped: at its write.
+    signal(writer, libc::SIGCONT);
+    first.expect_line("fenced off");
+    signal(first.pid(), libc::SIGCONT);
+    let status = first.wait();
+    assert_eq!(status.code(), Some(EXIT_LOST), "{}", first.output());
+    assert!(
+        !first.output().contains("wrote nightly-import"),
+        "{}",
+        first.output()
+    );
+
+    let stored = lab.runtime.block_on(fence::current_token(&lab.db, JOB));
+    assert_eq!(stored.expect("read the row"), Some(second_token));
+}
+
+#[test]
+fn exec_with_psql_paused_holder_is_fenced_off() {
+    paused_holder_is_fenced_off(Form::ExecPsql);
+}
+
+#[test]
+fn rust_client_paused_holder_is_fenced_off() {
+    paused_holder_is_fenced_off(Form::Rust);
+}
+
+/// Tokens are u64: the column and both forms' SQL must order and store
+/// tokens across the whole range, 2^63 and above included (a `bigint`
+/// column fails there).
+#[test]
+fn tokens_are_fenced_across_the_whole_u64_range() {
+    let lab = Lab::start(fence::SCHEMA);
+    let boundary = [1, (1 << 63) - 1, 1 << 63, u64::MAX];
+
+    // The Rust form's statement.
+    for token in boundary {
+        assert!(rust_write(&lab, token), "token {token} refused");
+        assert_eq!(stored(&lab), token.to_string());
+    }
+    assert!(!rust_write(&lab, 1 << 63), "an older token passed");
+    assert!(
+        rust_write(&lab, u64::MAX),
+        "the same token again is refused"
+    );
+
+    // The psql form's statement, run as `monolock exec` would run it.
+    reset(&lab);
+    for token in boundary {
+        let out = psql_write(&lab, token);
+        assert!(out.status.success(), "token {token}: {out:?}");
+        assert_eq!(stored(&lab), token.to_string());
+    }
+    let out = psql_write(&lab, 1 << 63);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fenced off"));
+    assert_eq!(stored(&lab), u64::MAX.to_string());
+}
+
+/// `--no-wait` against a held lock: 75 and nothing written, as `exec`.
+#[test]
+fn rust_no_wait_on_a_busy_lock_exits_75() {
+    let lab = Lab::start(fence::SCHEMA);
+    let client = monolock_client::Client::new(lab.addr.to_string());
+    let holder = lab
+        .runtime
+        .block_on(client.acquire(JOB, std::time::Duration::from_secs(30)))
+        .expect("hold the lock");
+    let out = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"))
+        .args(["--job", JOB, "--no-wait"])
+        .env("MONOLOCK_ADDRESS", lab.addr.to_string())
+        .env("DATABASE_URL", lab.postgres.url())
+        .env_remove("PAUSE_BEFORE_WRITE")
+        .output()
+        .expect("run fenced-postgres");
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert_eq!(stored(&lab), "0");
+    drop(holder);
+}
+
+fn rust_write(lab: &Lab, token: u64) -> bool {
+    lab.runtime
+        .block_on(fence::write(&lab.db, JOB, token, "boundary"))
+        .expect("write")
+}
+
+fn psql_write(lab: &Lab, token: u64) -> std::process::Output {
+    Command::new(SCRIPT)
+        .env("DATABASE_URL", lab.postgres.url())
+        .env("MONOLOCK_LOCK", JOB)
+        .env("MONOLOCK_TOKEN", token.to_string())
+        .env_remove("PAUSE_BEFORE_WRITE")
+        .output()
+        .expect("run the script")
+}
+
+fn stored(lab: &Lab) -> String {
+    lab.query("SELECT token::text FROM job_state WHERE job = 'nightly-import'")[0].get(0)
+}
+
+fn reset(lab: &Lab) {
+    lab.query("UPDATE job_state SET token = 0");
+}
+
+/// Bad input: one clear line, a non-zero exit, no panic.
+#[test]
+fn bad_input_is_one_clear_line() {
+    let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
+    let cases: [(&str, Command, i32, &str); 5] = [
+        (
+            "rust: no DATABASE_URL",
+            rust_job(None),
+            64,
+            "fenced-postgres: no database to write to: set DATABASE_URL",
+        ),
+        (
+            "rust: unreachable database",
+            rust_job(Some(&unreachable)),
+            69,
+            "cannot connect to the database",
+        ),
+        (
+            "rust: invalid DATABASE_URL",
+            rust_job(Some("postgres://[nonsense")),
+            64,
+            "invalid DATABASE_URL",
+        ),
+        (
+            "psql: no DATABASE_URL",
+            script_job(None),
+            2,
+            "set DATABASE_URL",
+        ),
+        (
+            "psql: unreachable database",
+            script_job(Some(&unreachable)),
+            2,
+            "connection to server at \"127.0.0.1\"",
+        ),
+    ];
+    for (what, mut command, code, message) in cases {
+        let out = command.output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
+        assert!(stderr.contains(message), "{what}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{what}: {stderr}");
+        assert!(!stderr.contains("backtrace"), "{what}: {stderr}");
+    }
+}
+
+fn rust_job(url: Option<&str>) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"));
+    // The lock server is never reached: the database comes first.
+    command
+        .args(["--server", "127.0.0.1:1", "--lease", "1s"])
+        .env_remove("DATABASE_URL");
+    if let Some(url) = url {
+        command.env("DATABASE_URL", url);
+    }
+    command
+}
+
+fn script_job(url: Option<&str>) -> Command {
+    let mut command = Command::new(SCRIPT);
+    command
+        .env("MONOLOCK_TOKEN", "1")
+        .env_remove("DATABASE_URL")
+        .env_remove("PAUSE_BEFORE_WRITE");
+    if let Some(url) = url {
+        command.env("DATABASE_URL", url);
+    }
+    command
+}
