@@ -29,7 +29,7 @@ use std::{
     convert::Infallible,
     sync::{
         Arc, Mutex, PoisonError,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc,
     },
     time::Duration,
@@ -76,6 +76,8 @@ struct Subscriber {
 pub struct EventHub {
     /// Live [`Subscription`]s; 0 makes [`EventHub::observe`] a single load.
     subscribers: Arc<AtomicUsize>,
+    /// Subscribers cut off so far.
+    lagged: Arc<AtomicU64>,
     /// Behind a mutex only to be `Sync` on every supported Rust; taken once
     /// per event, never contended for long (a channel push).
     tx: Mutex<mpsc::Sender<Msg>>,
@@ -109,11 +111,14 @@ impl EventHub {
     /// The OS refused to start the thread.
     pub fn with_limits(buffer: usize, keepalive: Duration) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let lagged = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&lagged);
         std::thread::Builder::new()
             .name("monolock-events".to_owned())
-            .spawn(move || dispatch(&rx))?;
+            .spawn(move || dispatch(&rx, &counter))?;
         Ok(Self {
             subscribers: Arc::new(AtomicUsize::new(0)),
+            lagged,
             tx: Mutex::new(tx),
             buffer: buffer.max(1),
             keepalive,
@@ -123,6 +128,11 @@ impl EventHub {
     /// Subscriptions open now.
     pub fn subscribers(&self) -> usize {
         self.subscribers.load(Ordering::Relaxed)
+    }
+
+    /// Subscribers cut off (`lagged`) since startup.
+    pub fn lagged(&self) -> u64 {
+        self.lagged.load(Ordering::Relaxed)
     }
 
     /// The keep-alive interval of this hub's streams.
@@ -202,7 +212,7 @@ impl Drop for Subscription {
 
 /// The dispatcher thread: drains the channel in order, serialises each
 /// record once, and offers each batch to every subscriber without waiting.
-fn dispatch(rx: &mpsc::Receiver<Msg>) {
+fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
     let mut subscribers: Vec<Subscriber> = Vec::new();
     let mut batch: Vec<u8> = Vec::with_capacity(MAX_BATCH_BYTES);
     let mut json: Vec<u8> = Vec::with_capacity(512);
@@ -218,26 +228,26 @@ fn dispatch(rx: &mpsc::Receiver<Msg>) {
                     }
                     write_event(&mut batch, record.event_name(), &json);
                     if batch.len() >= MAX_BATCH_BYTES {
-                        offer(&mut subscribers, &mut batch);
+                        offer(&mut subscribers, &mut batch, lagged);
                     }
                 }
                 Msg::Subscribe(subscriber) => {
                     // Earlier events go out first: they precede this
                     // subscription.
-                    offer(&mut subscribers, &mut batch);
+                    offer(&mut subscribers, &mut batch, lagged);
                     subscribers.push(subscriber);
                 }
             }
             next = rx.try_recv().ok();
         }
-        offer(&mut subscribers, &mut batch);
+        offer(&mut subscribers, &mut batch, lagged);
     }
     debug!("event hub stopped");
 }
 
 /// Sends `batch` to every subscriber that has room; cuts off those that do
 /// not and forgets those that left.
-fn offer(subscribers: &mut Vec<Subscriber>, batch: &mut Vec<u8>) {
+fn offer(subscribers: &mut Vec<Subscriber>, batch: &mut Vec<u8>, lagged: &AtomicU64) {
     if batch.is_empty() {
         return;
     }
@@ -247,6 +257,7 @@ fn offer(subscribers: &mut Vec<Subscriber>, batch: &mut Vec<u8>) {
         Ok(()) => true,
         Err(tokio_mpsc::error::TrySendError::Full(_)) => {
             subscriber.lagged.store(true, Ordering::Release);
+            lagged.fetch_add(1, Ordering::Relaxed);
             false
         }
         Err(tokio_mpsc::error::TrySendError::Closed(_)) => false,

@@ -8,9 +8,9 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AclFileAuthorizer, AuditLog, AuditTarget, Metrics, Observer, Observers, Reloader, Server,
-    ServerConfig, ServerTls, TlsFiles,
-    admin::{self, EffectiveConfig},
+    AclFileAuthorizer, AdminToken, AuditLog, AuditTarget, EventHub, Metrics, Observer, Observers,
+    Reloader, Server, ServerConfig, ServerTls, TlsFiles,
+    admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE},
 };
 use tokio::{
@@ -49,10 +49,19 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_OPS_LISTEN_ADDRESS", value_name = "ADDR")]
     ops_listen: Option<String>,
 
-    /// Address for the admin HTTP API, which has no authentication: keep it on loopback
-    /// [default: off].
+    /// Address for the admin HTTP API and dashboard; off loopback it needs
+    /// --admin-token-file (or --admin-insecure) [default: off].
     #[arg(long, env = "MONOLOCK_ADMIN_LISTEN_ADDRESS", value_name = "ADDR")]
     admin_listen: Option<String>,
+
+    /// File holding the admin bearer token; every admin request then needs
+    /// `Authorization: Bearer <token>`. Re-read on SIGHUP [default: none].
+    #[arg(long, env = "MONOLOCK_ADMIN_TOKEN_FILE", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    admin_token_file: Option<OsString>,
+
+    /// Serve the admin API off loopback without a token (the operator means it).
+    #[arg(long, env = "MONOLOCK_ADMIN_INSECURE")]
+    admin_insecure: bool,
 
     /// Server certificate chain (PEM); with --tls-key, enables TLS [default: none].
     #[arg(long, env = "MONOLOCK_TLS_CERT", value_name = "PATH", value_parser = OsStringValueParser::new())]
@@ -127,6 +136,7 @@ struct Settings {
     listen: SocketAddr,
     ops_listen: Option<SocketAddr>,
     admin_listen: Option<SocketAddr>,
+    admin_token_file: Option<PathBuf>,
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
@@ -152,6 +162,17 @@ impl Settings {
         let tls_key = path(args.tls_key);
         let client_ca = path(args.tls_client_ca);
         let acl_file = path(args.acl_file);
+        let admin_token_file = path(args.admin_token_file);
+        let admin_listen = optional_addr("--admin-listen", args.admin_listen)?;
+        if let Some(addr) = admin_listen
+            && !addr.ip().is_loopback()
+            && admin_token_file.is_none()
+            && !args.admin_insecure
+        {
+            return Err(format!(
+                "--admin-listen {addr} is not loopback: give --admin-token-file, or --admin-insecure to serve it without authentication"
+            ));
+        }
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -175,7 +196,8 @@ impl Settings {
         Ok(Self {
             listen: args.listen,
             ops_listen: optional_addr("--ops-listen", args.ops_listen)?,
-            admin_listen: optional_addr("--admin-listen", args.admin_listen)?,
+            admin_listen,
+            admin_token_file,
             tls,
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
@@ -189,6 +211,7 @@ struct Loaded {
     tls: Option<Arc<ServerTls>>,
     acl: Option<Arc<AclFileAuthorizer>>,
     audit: Option<Arc<AuditLog>>,
+    admin_token: Option<Arc<AdminToken>>,
 }
 
 fn load(settings: &Settings) -> Result<Loaded, String> {
@@ -210,7 +233,18 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         .map(|target| AuditLog::open(target).map(Arc::new))
         .transpose()
         .map_err(|err| err.to_string())?;
-    Ok(Loaded { tls, acl, audit })
+    let admin_token = settings
+        .admin_token_file
+        .as_ref()
+        .map(|path| AdminToken::load(path.clone()).map(Arc::new))
+        .transpose()
+        .map_err(|err| err.to_string())?;
+    Ok(Loaded {
+        tls,
+        acl,
+        audit,
+        admin_token,
+    })
 }
 
 /// Runs the server until SIGTERM/SIGINT. Exit 0 after a graceful shutdown,
@@ -282,20 +316,38 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
     }
 
-    let Loaded { tls, acl, audit } = loaded;
+    let Loaded {
+        tls,
+        acl,
+        audit,
+        admin_token,
+    } = loaded;
     let metrics = settings.ops_listen.map(|_| {
-        let metrics = Metrics::new();
-        Arc::new(match &audit {
-            Some(audit) => metrics.with_audit_write_errors(audit.write_errors_counter()),
-            None => metrics,
-        })
+        let mut metrics = Metrics::new().with_build_info(env!("MONOLOCK_GIT_COMMIT"));
+        if let Some(audit) = &audit {
+            metrics = metrics.with_audit_write_errors(audit.write_errors_counter());
+        }
+        if let Some(token) = &admin_token {
+            metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
+        }
+        Arc::new(metrics)
     });
+    // The live event stream exists only with the admin listener.
+    let events = match settings.admin_listen {
+        Some(_) => Some(Arc::new(
+            EventHub::new().context("starting the event stream")?,
+        )),
+        None => None,
+    };
     let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
     if let Some(metrics) = &metrics {
         observers.push(metrics.clone());
     }
     if let Some(audit) = &audit {
         observers.push(audit.clone());
+    }
+    if let Some(events) = &events {
+        observers.push(events.clone());
     }
     let mut config = ServerConfig::default().with_io_timeout(settings.io_timeout);
     if !observers.is_empty() {
@@ -312,6 +364,9 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     }
     if let Some(audit) = &audit {
         reloader = reloader.with_audit(audit.clone());
+    }
+    if let Some(token) = &admin_token {
+        reloader = reloader.with_admin_token(token.clone());
     }
 
     let listener = monolock_server::bind(settings.listen)
@@ -337,10 +392,17 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     let mut running = tokio::spawn(server.run(listener));
     let admin_stop = CancellationToken::new();
     let admin_task = admin_listener.map(|listener| {
-        tokio::spawn(admin::serve(
+        let mut options = AdminOptions::new(handle.clone(), effective.clone())
+            .with_commit(env!("MONOLOCK_GIT_COMMIT"));
+        if let Some(events) = &events {
+            options = options.with_events(events.clone());
+        }
+        if let Some(token) = &admin_token {
+            options = options.with_token(token.clone());
+        }
+        tokio::spawn(admin::serve_with(
             listener,
-            handle.clone(),
-            effective.clone(),
+            options,
             admin_stop.clone().cancelled_owned(),
         ))
     });
@@ -457,6 +519,10 @@ mod tests {
             ),
             (&["--ops-listen", "nowhere"], "--ops-listen \"nowhere\""),
             (&["--admin-listen", "1.2.3.4"], "--admin-listen \"1.2.3.4\""),
+            (
+                &["--admin-listen", "0.0.0.0:7071"],
+                "--admin-listen 0.0.0.0:7071 is not loopback: give --admin-token-file",
+            ),
         ];
         for (args, expected) in cases {
             let err = check(args).expect_err("invalid");
@@ -505,5 +571,16 @@ mod tests {
         assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
         assert_eq!(settings.audit_log, Some(AuditTarget::Stdout));
         assert_eq!(settings.ops_listen, Some("0.0.0.0:9090".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_admin_listener_off_loopback_needs_a_token_or_the_insecure_flag() {
+        for args in [
+            &["--admin-listen", ":7071", "--admin-token-file", "t"][..],
+            &["--admin-listen", ":7071", "--admin-insecure"][..],
+            &["--admin-listen", "127.0.0.1:7071"][..],
+        ] {
+            check(args).unwrap_or_else(|err| panic!("{args:?}: {err}"));
+        }
     }
 }
