@@ -305,9 +305,9 @@ pub async fn serve_with(
 ) -> io::Result<()> {
     let addr = listener.local_addr()?;
     if options.token.is_some() {
-        info!(%addr, "admin API listening (bearer token required)");
+        info!(%addr, auth = "bearer", "admin API listening");
     } else if addr.ip().is_loopback() {
-        info!(%addr, "admin API listening");
+        info!(%addr, auth = "none", "admin API listening");
     } else {
         warn!(%addr, "admin API listening on a non-loopback address without authentication");
     }
