@@ -350,7 +350,7 @@ async fn ten_thousand_locks_stay_fast_through_a_virtualised_list() {
 
     // Queues on a few locks, from real clients.
     let mut waiters: Vec<Peer<tokio::net::TcpStream>> = Vec::new();
-    for (lock, count) in [("deploy/00001/leader", 4), ("etl/00002/leader", 2)] {
+    for (lock, count) in [("billing/00000/leader", 4), ("billing/00006/leader", 2)] {
         for _ in 0..count {
             waiters.push(lab.server.wait_in_line(lock, 30_000).await);
         }
@@ -438,7 +438,7 @@ async fn screenshot(browser: &Browser, lab: &Lab, path: &str) {
             "return parseFloat(document.getElementById('s-grants').textContent) > 5",
         )
         .await;
-    browser.click(&selector("deploy/00001/leader")).await;
+    browser.click(&selector("billing/00000/leader")).await;
     browser
         .wait_for(
             "the queue panel",
