@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminToken, EventHub, Glob, HolderSnapshot, LockSnapshot, ServerHandle, WaiterSnapshot,
-    audit::rfc3339, dashboard, live,
+    AdminToken, EventHub, Glob, HolderSnapshot, LockSnapshot, ServerHandle, ServerTls, TlsListener,
+    WaiterSnapshot, audit::rfc3339, dashboard, live,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -191,6 +191,7 @@ pub struct AdminOptions {
     commit: String,
     events: Option<Arc<EventHub>>,
     token: Option<Arc<AdminToken>>,
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl std::fmt::Debug for AdminOptions {
@@ -199,6 +200,7 @@ impl std::fmt::Debug for AdminOptions {
             .field("config", &self.config)
             .field("events", &self.events.is_some())
             .field("token", &self.token.as_ref().map(|token| token.path()))
+            .field("tls", &self.tls.as_ref().map(|tls| tls.is_mutual()))
             .finish_non_exhaustive()
     }
 }
@@ -213,6 +215,7 @@ impl AdminOptions {
             commit: "unknown".to_owned(),
             events: None,
             token: None,
+            tls: None,
         }
     }
 
@@ -228,6 +231,14 @@ impl AdminOptions {
     #[must_use]
     pub fn with_token(mut self, token: Arc<AdminToken>) -> Self {
         self.token = Some(token);
+        self
+    }
+
+    /// Serves HTTPS with `tls` (the protocol's certificate; with its client
+    /// CA, every admin client must present a certificate: mTLS).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.tls = Some(tls);
         self
     }
 
@@ -304,21 +315,37 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let addr = listener.local_addr()?;
+    let tls = options.tls.clone();
+    let scheme = match &tls {
+        None => "http",
+        Some(tls) if tls.is_mutual() => "mtls",
+        Some(_) => "https",
+    };
     if options.token.is_some() {
-        info!(%addr, auth = "bearer", "admin API listening");
-    } else if addr.ip().is_loopback() {
-        info!(%addr, auth = "none", "admin API listening");
+        info!(%addr, auth = "bearer", scheme, "admin API listening");
+    } else if addr.ip().is_loopback() || scheme == "mtls" {
+        info!(%addr, auth = "none", scheme, "admin API listening");
     } else {
-        warn!(%addr, "admin API listening on a non-loopback address without authentication");
+        warn!(%addr, scheme, "admin API listening on a non-loopback address without authentication");
     }
     let stop = CancellationToken::new();
     let app = router_with(options, stop.clone());
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            stop.cancel();
-        })
-        .await
+    let shutdown = async move {
+        shutdown.await;
+        stop.cancel();
+    };
+    match tls {
+        Some(tls) => {
+            axum::serve(TlsListener::new(listener, tls)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 async fn authenticate(

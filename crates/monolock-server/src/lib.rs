@@ -50,6 +50,7 @@ mod config;
 mod dashboard;
 mod events;
 mod glob;
+mod https;
 mod leases;
 mod limits;
 mod listen;
@@ -69,9 +70,12 @@ pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
+pub use https::{HANDSHAKE_TIMEOUT, TlsListener};
 pub use limits::raise_fd_limit;
 pub use listen::{LISTEN_BACKLOG, bind};
-pub use live::{EventHub, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, SUBSCRIBER_BUFFER, Subscription};
+pub use live::{
+    EventHub, FLUSH_INTERVAL, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, SUBSCRIBER_BUFFER, Subscription,
+};
 pub use metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
 };

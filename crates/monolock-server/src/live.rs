@@ -11,7 +11,7 @@
 //! the lock table is locked, so [`EventHub::observe`] does as little as the
 //! audit log does: with no subscriber, one atomic load; with subscribers,
 //! one copy into an unbounded channel. One dispatcher thread serialises each
-//! event once, batches what is queued, and offers the batch to every
+//! event once, gathers events for [`FLUSH_INTERVAL`], and offers the batch to every
 //! subscriber's bounded buffer with `try_send`, never waiting. A subscriber
 //! whose buffer is full (a stalled browser tab, a paused terminal) is cut
 //! off: its stream ends with a `lagged` event, and a reconnect gets a fresh
@@ -32,7 +32,7 @@ use std::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc,
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use axum::{
@@ -50,6 +50,11 @@ use crate::{Event, Observer, audit::Record};
 /// How often an idle stream sends a `: keep-alive` comment, so proxies and
 /// load balancers do not close it and a dead peer is noticed.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The dispatcher gathers events for this long before it sends a batch:
+/// at high churn, one write per subscriber every few milliseconds instead of
+/// one per event, which is most of what many subscribers cost.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(5);
 
 /// Batches a subscriber may have queued before it is cut off as `lagged`.
 pub const SUBSCRIBER_BUFFER: usize = 64;
@@ -211,16 +216,18 @@ impl Drop for Subscription {
 }
 
 /// The dispatcher thread: drains the channel in order, serialises each
-/// record once, and offers each batch to every subscriber without waiting.
+/// record once, gathers for [`FLUSH_INTERVAL`], and offers each batch to
+/// every subscriber without waiting.
 fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
     let mut subscribers: Vec<Subscriber> = Vec::new();
     let mut batch: Vec<u8> = Vec::with_capacity(MAX_BATCH_BYTES);
     let mut json: Vec<u8> = Vec::with_capacity(512);
     while let Ok(first) = rx.recv() {
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            match msg {
-                Msg::Record(record) => {
+        let deadline = Instant::now() + FLUSH_INTERVAL;
+        let mut next = Ok(first);
+        loop {
+            match next {
+                Ok(Msg::Record(record)) => {
                     json.clear();
                     record.write_json(&mut json);
                     if json.last() == Some(&b'\n') {
@@ -231,14 +238,19 @@ fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
                         offer(&mut subscribers, &mut batch, lagged);
                     }
                 }
-                Msg::Subscribe(subscriber) => {
+                Ok(Msg::Subscribe(subscriber)) => {
                     // Earlier events go out first: they precede this
                     // subscription.
                     offer(&mut subscribers, &mut batch, lagged);
                     subscribers.push(subscriber);
                 }
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    offer(&mut subscribers, &mut batch, lagged);
+                    return;
+                }
             }
-            next = rx.try_recv().ok();
+            next = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
         }
         offer(&mut subscribers, &mut batch, lagged);
     }

@@ -37,8 +37,8 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
                   limit and no queue limit.\n\
                   Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
                   every session, the ops listener stays up 2s longer); SIGHUP re-reads the TLS \
-                  files and the ACL file and reopens the audit log, keeping the previous state \
-                  of any part that fails."
+                  files, the ACL file and the admin token file and reopens the audit log, \
+                  keeping the previous state of any part that fails."
 )]
 pub struct ServeArgs {
     /// Protocol address.
