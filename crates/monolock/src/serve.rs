@@ -63,6 +63,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_ADMIN_INSECURE")]
     admin_insecure: bool,
 
+    /// Serve the admin API over HTTPS with the protocol's --tls-cert/--tls-key; with
+    /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
+    #[arg(long, env = "MONOLOCK_ADMIN_TLS")]
+    admin_tls: bool,
+
+    /// Serve /metrics, /healthz and /readyz over HTTPS, as --admin-tls does.
+    #[arg(long, env = "MONOLOCK_OPS_TLS")]
+    ops_tls: bool,
+
     /// Server certificate chain (PEM); with --tls-key, enables TLS [default: none].
     #[arg(long, env = "MONOLOCK_TLS_CERT", value_name = "PATH", value_parser = OsStringValueParser::new())]
     tls_cert: Option<OsString>,
@@ -137,6 +146,8 @@ struct Settings {
     ops_listen: Option<SocketAddr>,
     admin_listen: Option<SocketAddr>,
     admin_token_file: Option<PathBuf>,
+    admin_tls: bool,
+    ops_tls: bool,
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
@@ -164,13 +175,25 @@ impl Settings {
         let acl_file = path(args.acl_file);
         let admin_token_file = path(args.admin_token_file);
         let admin_listen = optional_addr("--admin-listen", args.admin_listen)?;
+        let has_cert = tls_cert.is_some();
+        let has_client_ca = client_ca.is_some();
+        for (flag, set) in [("--admin-tls", args.admin_tls), ("--ops-tls", args.ops_tls)] {
+            if set && !has_cert {
+                return Err(format!(
+                    "{flag} requires --tls-cert and --tls-key (it serves the protocol's certificate)"
+                ));
+            }
+        }
+        // Client certificates authenticate admin clients as a token does.
+        let admin_mtls = args.admin_tls && has_client_ca;
         if let Some(addr) = admin_listen
             && !addr.ip().is_loopback()
             && admin_token_file.is_none()
+            && !admin_mtls
             && !args.admin_insecure
         {
             return Err(format!(
-                "--admin-listen {addr} is not loopback: give --admin-token-file, or --admin-insecure to serve it without authentication"
+                "--admin-listen {addr} is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure to serve it without authentication"
             ));
         }
         let tls = match (tls_cert, tls_key) {
@@ -198,6 +221,8 @@ impl Settings {
             ops_listen: optional_addr("--ops-listen", args.ops_listen)?,
             admin_listen,
             admin_token_file,
+            admin_tls: args.admin_tls,
+            ops_tls: args.ops_tls,
             tls,
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
@@ -400,6 +425,9 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         if let Some(token) = &admin_token {
             options = options.with_token(token.clone());
         }
+        if let Some(tls) = tls.as_ref().filter(|_| settings.admin_tls) {
+            options = options.with_tls(tls.clone());
+        }
         tokio::spawn(admin::serve_with(
             listener,
             options,
@@ -408,12 +436,17 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     });
     let ops_stop = CancellationToken::new();
     let ops_task = ops_listener.zip(metrics).map(|(listener, metrics)| {
-        tokio::spawn(ops::serve(
-            listener,
-            handle.clone(),
-            metrics,
-            ops_stop.clone().cancelled_owned(),
-        ))
+        let stop = ops_stop.clone().cancelled_owned();
+        match tls.as_ref().filter(|_| settings.ops_tls) {
+            Some(tls) => tokio::spawn(ops::serve_tls(
+                listener,
+                tls.clone(),
+                handle.clone(),
+                metrics,
+                stop,
+            )),
+            None => tokio::spawn(ops::serve(listener, handle.clone(), metrics, stop)),
+        }
     });
     info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -523,6 +556,26 @@ mod tests {
                 &["--admin-listen", "0.0.0.0:7071"],
                 "--admin-listen 0.0.0.0:7071 is not loopback: give --admin-token-file",
             ),
+            (
+                &["--admin-tls"],
+                "--admin-tls requires --tls-cert and --tls-key",
+            ),
+            (
+                &["--ops-tls"],
+                "--ops-tls requires --tls-cert and --tls-key",
+            ),
+            (
+                &[
+                    "--admin-listen",
+                    ":7071",
+                    "--admin-tls",
+                    "--tls-cert",
+                    "c.pem",
+                    "--tls-key",
+                    "k.pem",
+                ],
+                "--admin-listen 0.0.0.0:7071 is not loopback",
+            ),
         ];
         for (args, expected) in cases {
             let err = check(args).expect_err("invalid");
@@ -579,6 +632,17 @@ mod tests {
             &["--admin-listen", ":7071", "--admin-token-file", "t"][..],
             &["--admin-listen", ":7071", "--admin-insecure"][..],
             &["--admin-listen", "127.0.0.1:7071"][..],
+            &[
+                "--admin-listen",
+                ":7071",
+                "--admin-tls",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "--tls-client-ca",
+                "ca.pem",
+            ][..],
         ] {
             check(args).unwrap_or_else(|err| panic!("{args:?}: {err}"));
         }
