@@ -28,7 +28,7 @@
 use std::{
     convert::Infallible,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc,
     },
@@ -83,9 +83,8 @@ pub struct EventHub {
     subscribers: Arc<AtomicUsize>,
     /// Subscribers cut off so far.
     lagged: Arc<AtomicU64>,
-    /// Behind a mutex only to be `Sync` on every supported Rust; taken once
-    /// per event, never contended for long (a channel push).
-    tx: Mutex<mpsc::Sender<Msg>>,
+    /// `Sync` since Rust 1.72: observers on many threads push without a lock.
+    tx: mpsc::Sender<Msg>,
     buffer: usize,
     keepalive: Duration,
 }
@@ -124,7 +123,7 @@ impl EventHub {
         Ok(Self {
             subscribers: Arc::new(AtomicUsize::new(0)),
             lagged,
-            tx: Mutex::new(tx),
+            tx,
             buffer: buffer.max(1),
             keepalive,
         })
@@ -165,11 +164,7 @@ impl EventHub {
 
     fn send(&self, msg: Msg) {
         // Fails only if the dispatcher thread is gone; then nobody listens.
-        let _ = self
-            .tx
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(msg);
+        let _ = self.tx.send(msg);
     }
 }
 

@@ -41,37 +41,32 @@ fn cli_env(server: &ServerProcess, args: &[&str], env: &[(&str, &str)]) -> std::
         .expect("run monolock")
 }
 
+/// `monolock serve --listen 127.0.0.1:0 ARGS...` run to its exit.
+fn serve_exit(args: &[&str]) -> std::process::Output {
+    Command::new(MONOLOCK)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .expect("run monolock serve")
+}
+
 #[test]
 fn an_open_admin_port_without_a_token_is_refused_at_startup() {
-    let output = Command::new(MONOLOCK)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "0.0.0.0:0",
-        ])
-        .output()
-        .expect("run monolock serve");
+    let output = serve_exit(&["--admin-listen", "0.0.0.0:0"]);
     assert_eq!(output.status.code(), Some(64));
     let stderr = text(&output.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
-        stderr.starts_with("monolock: --admin-listen 0.0.0.0:0 is not loopback: give --admin-token-file, or --admin-insecure"),
+        stderr.starts_with("monolock: --admin-listen 0.0.0.0:0 is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure"),
         "{stderr}"
     );
 
-    let output = Command::new(MONOLOCK)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--admin-token-file", "/nonexistent/admin-token"])
-        .output()
-        .expect("run monolock serve");
+    let output = serve_exit(&[
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--admin-token-file",
+        "/nonexistent/admin-token",
+    ]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
     assert_eq!(
