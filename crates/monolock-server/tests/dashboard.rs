@@ -160,6 +160,18 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
         ])
     );
 
+    // A name with control characters is shown escaped, never raw.
+    let (_evil, _) = lab.server.hold("evil\n\u{1b}[2Jname", 30_000).await;
+    let shown = browser
+        .wait_for(
+            "the escaped name",
+            "const cells = [...document.querySelectorAll('#viewport .row .name')];
+             const cell = cells.find(c => c.textContent.startsWith('evil'));
+             return cell ? cell.textContent : null",
+        )
+        .await;
+    assert_eq!(shown, "evil\\n\\u{1b}[2Jname");
+
     // A released lock disappears.
     let (other, _) = lab.server.hold("tmp/scratch", 30_000).await;
     browser
