@@ -143,7 +143,7 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
 
     // Waiters show in FIFO order, in the row and in the detail panel.
     let mut first = lab.server.wait_in_line("build/main", 30_000).await;
-    let second = lab.server.wait_in_line("build/main", 30_000).await;
+    let mut second = lab.server.wait_in_line("build/main", 30_000).await;
     browser.click(&selector("build/main")).await;
     let order = browser
         .wait_for(
@@ -221,6 +221,37 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
                 "return document.querySelector('{}').innerText.includes('{next}')",
                 selector("build/main")
             ),
+        )
+        .await;
+
+    // Kick: the remaining waiter, named in the confirmation, gets ERROR 0x02.
+    let kicked = second.local_addr().to_string();
+    browser
+        .wait_for(
+            "one waiter left in the panel",
+            "return document.querySelectorAll('#queue tbody tr').length === 1",
+        )
+        .await;
+    browser.click("#queue button.kick").await;
+    let text = browser
+        .wait_for(
+            "the kick confirmation",
+            "const m = document.getElementById('confirm');
+             return m.classList.contains('open') ? document.getElementById('confirm-text').textContent : null",
+        )
+        .await;
+    let text = text.as_str().expect("text");
+    assert!(
+        text.contains(&kicked) && text.contains("ERROR 0x02"),
+        "{text}"
+    );
+    browser.click("#confirm-ok").await;
+    let (code, _) = second.expect_error_then_close().await;
+    assert_eq!(code, 0x02);
+    browser
+        .wait_for(
+            "the empty queue",
+            "return document.querySelectorAll('#queue tbody tr').length === 0",
         )
         .await;
 
