@@ -94,6 +94,18 @@ fn row_present(name: &str) -> String {
     )
 }
 
+/// Waits for the confirmation dialog; returns what it says will happen.
+async fn confirmation(browser: &Browser) -> String {
+    let text = browser
+        .wait_for(
+            "the confirmation dialog",
+            "const m = document.getElementById('confirm');
+             return m.classList.contains('open') ? document.getElementById('confirm-text').textContent : null",
+        )
+        .await;
+    text.as_str().expect("text").to_owned()
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -190,14 +202,8 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
     browser
         .click(&format!("{} button.release", selector("build/main")))
         .await;
-    let text = browser
-        .wait_for(
-            "the confirmation",
-            "const m = document.getElementById('confirm');
-             return m.classList.contains('open') ? document.getElementById('confirm-text').textContent : null",
-        )
-        .await;
-    let text = text.as_str().expect("text");
+    let text = confirmation(&browser).await;
+    let text = text.as_str();
     assert!(text.contains("ERROR 0x02"), "{text}");
     assert!(text.contains(&holder.local_addr().to_string()), "{text}");
     assert!(
@@ -233,14 +239,8 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
         )
         .await;
     browser.click("#queue button.kick").await;
-    let text = browser
-        .wait_for(
-            "the kick confirmation",
-            "const m = document.getElementById('confirm');
-             return m.classList.contains('open') ? document.getElementById('confirm-text').textContent : null",
-        )
-        .await;
-    let text = text.as_str().expect("text");
+    let text = confirmation(&browser).await;
+    let text = text.as_str();
     assert!(
         text.contains(&kicked) && text.contains("ERROR 0x02"),
         "{text}"
