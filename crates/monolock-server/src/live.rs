@@ -32,7 +32,7 @@ use std::{
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
         mpsc,
     },
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use axum::{
@@ -211,45 +211,64 @@ impl Drop for Subscription {
 }
 
 /// The dispatcher thread: drains the channel in order, serialises each
-/// record once, gathers for [`FLUSH_INTERVAL`], and offers each batch to
-/// every subscriber without waiting.
+/// record once, and offers each batch to every subscriber without waiting.
+///
+/// After the first event of a batch it sleeps for [`FLUSH_INTERVAL`] and
+/// then takes what has queued, rather than waiting on the channel: a waiting
+/// receiver would make every observer (inside the table's critical section)
+/// pay a wake-up syscall per event; a sleeping one costs them a push.
 fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
-    let mut subscribers: Vec<Subscriber> = Vec::new();
-    let mut batch: Vec<u8> = Vec::with_capacity(MAX_BATCH_BYTES);
-    let mut json: Vec<u8> = Vec::with_capacity(512);
+    let mut dispatcher = Dispatcher {
+        subscribers: Vec::new(),
+        batch: Vec::with_capacity(MAX_BATCH_BYTES),
+        json: Vec::with_capacity(512),
+    };
     while let Ok(first) = rx.recv() {
-        let deadline = Instant::now() + FLUSH_INTERVAL;
-        let mut next = Ok(first);
+        dispatcher.take(first, lagged);
+        std::thread::sleep(FLUSH_INTERVAL);
         loop {
-            match next {
-                Ok(Msg::Record(record)) => {
-                    json.clear();
-                    record.write_json(&mut json);
-                    if json.last() == Some(&b'\n') {
-                        json.pop();
-                    }
-                    write_event(&mut batch, record.event_name(), &json);
-                    if batch.len() >= MAX_BATCH_BYTES {
-                        offer(&mut subscribers, &mut batch, lagged);
-                    }
-                }
-                Ok(Msg::Subscribe(subscriber)) => {
-                    // Earlier events go out first: they precede this
-                    // subscription.
-                    offer(&mut subscribers, &mut batch, lagged);
-                    subscribers.push(subscriber);
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-                Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    offer(&mut subscribers, &mut batch, lagged);
+            match rx.try_recv() {
+                Ok(msg) => dispatcher.take(msg, lagged),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    offer(&mut dispatcher.subscribers, &mut dispatcher.batch, lagged);
                     return;
                 }
             }
-            next = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
         }
-        offer(&mut subscribers, &mut batch, lagged);
+        offer(&mut dispatcher.subscribers, &mut dispatcher.batch, lagged);
     }
     debug!("event hub stopped");
+}
+
+/// The dispatcher thread's state.
+struct Dispatcher {
+    subscribers: Vec<Subscriber>,
+    batch: Vec<u8>,
+    json: Vec<u8>,
+}
+
+impl Dispatcher {
+    fn take(&mut self, msg: Msg, lagged: &AtomicU64) {
+        match msg {
+            Msg::Record(record) => {
+                self.json.clear();
+                record.write_json(&mut self.json);
+                if self.json.last() == Some(&b'\n') {
+                    self.json.pop();
+                }
+                write_event(&mut self.batch, record.event_name(), &self.json);
+                if self.batch.len() >= MAX_BATCH_BYTES {
+                    offer(&mut self.subscribers, &mut self.batch, lagged);
+                }
+            }
+            Msg::Subscribe(subscriber) => {
+                // Earlier events go out first: they precede this subscription.
+                offer(&mut self.subscribers, &mut self.batch, lagged);
+                self.subscribers.push(subscriber);
+            }
+        }
+    }
 }
 
 /// Sends `batch` to every subscriber that has room; cuts off those that do
