@@ -222,6 +222,17 @@ impl Authorizer for Acl {
     }
 }
 
+/// The reason of an ACL refusal, naming the lock and the identity (quoted
+/// and escaped, so a control character in either is shown, not sent raw).
+/// The lock comes first: a reason is cut at 255 bytes on the wire.
+pub(crate) fn refusal(identity: &str, lock: &str) -> String {
+    if identity.is_empty() {
+        format!("lock {lock:?} is not allowed without a client identity")
+    } else {
+        format!("lock {lock:?} is not allowed for identity {identity:?}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

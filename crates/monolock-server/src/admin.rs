@@ -2,33 +2,44 @@
 //!
 //! | endpoint | meaning |
 //! |---|---|
+//! | `GET /` | the live dashboard (one embedded page) |
+//! | `GET /api/events` | Server-Sent Events: a snapshot, then every change (see [`crate::EventHub`]) |
 //! | `GET /api/info` | version, uptime, effective config, counts |
 //! | `GET /api/locks[?match=GLOB]` | every lock with its holder and FIFO queue |
 //! | `GET /api/locks/{name}` | one lock (404 if nobody holds it) |
-//! | `POST /api/locks/{name}/release` | force-release: the holder gets ERROR 0x02 |
+//! | `POST /api/locks/{name}/release[?token=N]` | force-release: the holder gets ERROR 0x02; with `token`, only that grant (409 with the current holder otherwise) |
 //! | `DELETE /api/locks/{name}/waiters/{remote_addr}` | remove one waiter (ERROR 0x02) |
 //!
 //! Lock names are percent-encoded in paths (`nightly%2Fimport`). Times are
-//! RFC 3339 in UTC. Errors are `{"error": "..."}` with a fitting status.
-//! There is no authentication: bind it to loopback.
+//! RFC 3339 in UTC. Errors are `{"error": "..."}` with a fitting status;
+//! unknown or malformed query parameters are a 400 and change nothing.
+//!
+//! With an [`AdminToken`], every request but the page's static shell needs
+//! `Authorization: Bearer <token>` (401 otherwise); without one, bind the
+//! listener to loopback.
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc};
 
 use axum::{
     Json, Router,
     extract::{
-        Path, Query, State,
+        Path, Query, Request, State,
         rejection::{PathRejection, QueryRejection},
     },
-    http::StatusCode,
+    http::{HeaderValue, StatusCode, header},
+    middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::{delete, get, post},
 };
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::{Glob, HolderSnapshot, LockSnapshot, ServerHandle, WaiterSnapshot, audit::rfc3339};
+use crate::{
+    AdminToken, EventHub, Glob, HolderSnapshot, LockSnapshot, ServerHandle, ServerTls, TlsListener,
+    WaiterSnapshot, audit::rfc3339, dashboard, live,
+};
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
 /// Addresses and paths are as given at startup; `None` means off.
@@ -57,6 +68,9 @@ pub struct EffectiveConfig {
 pub struct ServerInfo {
     /// The server's crate version.
     pub version: String,
+    /// The git commit the binary was built from (`unknown` if not known).
+    #[serde(default)]
+    pub commit: String,
     /// Milliseconds since the server started.
     pub uptime_ms: u64,
     /// The effective configuration.
@@ -120,6 +134,15 @@ pub struct LockList {
     pub locks: Vec<LockInfo>,
 }
 
+/// A refused conditional release: `{"error": "...", "holder": {...}}` (409).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConflictBody {
+    /// What went wrong, for humans.
+    pub error: String,
+    /// The grant that holds the lock now.
+    pub holder: HolderInfo,
+}
+
 /// An error body: `{"error": "..."}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -160,16 +183,92 @@ impl From<&LockSnapshot> for LockInfo {
     }
 }
 
-struct AdminState {
+/// What the admin listener serves, beyond the lock table itself.
+#[derive(Clone)]
+pub struct AdminOptions {
     handle: ServerHandle,
     config: EffectiveConfig,
+    commit: String,
+    events: Option<Arc<EventHub>>,
+    token: Option<Arc<AdminToken>>,
+    tls: Option<Arc<ServerTls>>,
+}
+
+impl std::fmt::Debug for AdminOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminOptions")
+            .field("config", &self.config)
+            .field("events", &self.events.is_some())
+            .field("token", &self.token.as_ref().map(|token| token.path()))
+            .field("tls", &self.tls.as_ref().map(|tls| tls.is_mutual()))
+            .finish_non_exhaustive()
+    }
+}
+
+impl AdminOptions {
+    /// The API over `handle`, showing `config` in `/api/info`; no event
+    /// stream, no authentication.
+    pub fn new(handle: ServerHandle, config: EffectiveConfig) -> Self {
+        Self {
+            handle,
+            config,
+            commit: "unknown".to_owned(),
+            events: None,
+            token: None,
+            tls: None,
+        }
+    }
+
+    /// Serves `GET /api/events` and the dashboard from `events` (which must
+    /// also be one of the server's observers).
+    #[must_use]
+    pub fn with_events(mut self, events: Arc<EventHub>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Requires `Authorization: Bearer <token>` on every request.
+    #[must_use]
+    pub fn with_token(mut self, token: Arc<AdminToken>) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// Serves HTTPS with `tls` (the protocol's certificate; with its client
+    /// CA, every admin client must present a certificate: mTLS).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The commit `/api/info` names.
+    #[must_use]
+    pub fn with_commit(mut self, commit: impl Into<String>) -> Self {
+        self.commit = commit.into();
+        self
+    }
+}
+
+struct AdminState {
+    options: AdminOptions,
+    /// Ends every event stream when the listener shuts down (a stream
+    /// would otherwise hold graceful shutdown open forever).
+    stop: CancellationToken,
 }
 
 /// The admin API as a router (for embedding or testing without a socket).
 pub fn router(handle: ServerHandle, config: EffectiveConfig) -> Router {
-    let state = Arc::new(AdminState { handle, config });
-    Router::new()
+    router_with(AdminOptions::new(handle, config), CancellationToken::new())
+}
+
+/// The admin API with `options`; event streams end when `stop` is cancelled.
+pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
+    let token = options.token.clone();
+    let state = Arc::new(AdminState { options, stop });
+    let api = Router::new()
         .route("/api/info", get(info_handler))
+        .route("/api/events", get(events_handler))
         .route("/api/locks", get(locks_handler))
         .route("/api/locks/{name}", get(lock_handler))
         .route("/api/locks/{name}/release", post(release_handler))
@@ -179,7 +278,15 @@ pub fn router(handle: ServerHandle, config: EffectiveConfig) -> Router {
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(state)
+        .with_state(state);
+    let api = match token {
+        Some(token) => api.layer(middleware::from_fn_with_state(token, authenticate)),
+        None => api,
+    };
+    // The page's shell holds no data (everything it shows comes from the
+    // API with the token), and a browser cannot add a bearer header to a
+    // navigation: it is served without authentication.
+    Router::new().route("/", get(dashboard::page)).merge(api)
 }
 
 /// Serves the admin API on `listener` (already bound) until `shutdown`
@@ -194,15 +301,75 @@ pub async fn serve(
     config: EffectiveConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    serve_with(listener, AdminOptions::new(handle, config), shutdown).await
+}
+
+/// Serves the admin listener with `options` on `listener` (already bound)
+/// until `shutdown` resolves; open event streams end then.
+///
+/// # Errors
+/// The I/O error that stopped the server.
+pub async fn serve_with(
+    listener: TcpListener,
+    options: AdminOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let addr = listener.local_addr()?;
-    if addr.ip().is_loopback() {
-        info!(%addr, "admin API listening");
+    let tls = options.tls.clone();
+    let scheme = match &tls {
+        None => "http",
+        Some(tls) if tls.is_mutual() => "mtls",
+        Some(_) => "https",
+    };
+    if options.token.is_some() {
+        info!(%addr, auth = "bearer", scheme, "admin API listening");
+    } else if addr.ip().is_loopback() || scheme == "mtls" {
+        info!(%addr, auth = "none", scheme, "admin API listening");
     } else {
-        warn!(%addr, "admin API listening on a non-loopback address; it has no authentication");
+        warn!(%addr, scheme, "admin API listening on a non-loopback address without authentication");
     }
-    axum::serve(listener, router(handle, config))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let stop = CancellationToken::new();
+    let app = router_with(options, stop.clone());
+    let shutdown = async move {
+        shutdown.await;
+        stop.cancel();
+    };
+    match tls {
+        Some(tls) => {
+            axum::serve(TlsListener::new(listener, tls)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
+}
+
+async fn authenticate(
+    State(token): State<Arc<AdminToken>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(HeaderValue::as_bytes);
+    if token.check(authorization) {
+        return next.run(request).await;
+    }
+    let mut response = ApiError(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong admin token (send Authorization: Bearer <token>)".to_owned(),
+    )
+    .into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"monolock admin\""),
+    );
+    response
 }
 
 /// An API error: a status and `{"error": "..."}`.
@@ -221,13 +388,18 @@ fn bad_path(rejection: PathRejection) -> ApiError {
     ApiError(rejection.status(), rejection.body_text())
 }
 
+fn bad_query(rejection: QueryRejection) -> ApiError {
+    ApiError(rejection.status(), rejection.body_text())
+}
+
 async fn info_handler(State(state): State<Arc<AdminState>>) -> Json<ServerInfo> {
-    let handle = &state.handle;
+    let handle = &state.options.handle;
     let counts = handle.counts();
     Json(ServerInfo {
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: state.options.commit.clone(),
         uptime_ms: u64::try_from(handle.uptime().as_millis()).unwrap_or(u64::MAX),
-        config: state.config.clone(),
+        config: state.options.config.clone(),
         locks: counts.locks,
         sessions: counts.locks + counts.waiters,
         waiters: counts.waiters,
@@ -236,50 +408,119 @@ async fn info_handler(State(state): State<Arc<AdminState>>) -> Json<ServerInfo> 
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LocksQuery {
     #[serde(rename = "match")]
     pattern: Option<String>,
+}
+
+fn matching_locks(handle: &ServerHandle, pattern: Option<&str>) -> Vec<LockSnapshot> {
+    match pattern {
+        Some(pattern) => {
+            let glob = Glob::new(pattern);
+            handle.locks(|name| glob.matches(name))
+        }
+        None => handle.locks(|_| true),
+    }
+}
+
+fn lock_list(locks: &[LockSnapshot]) -> LockList {
+    LockList {
+        locks: locks.iter().map(LockInfo::from).collect(),
+    }
 }
 
 async fn locks_handler(
     State(state): State<Arc<AdminState>>,
     query: Result<Query<LocksQuery>, QueryRejection>,
 ) -> ApiResult<LockList> {
-    let Query(query) = query.map_err(|r| ApiError(r.status(), r.body_text()))?;
-    let locks = match query.pattern {
-        Some(pattern) => {
-            let glob = Glob::new(&pattern);
-            state.handle.locks(|name| glob.matches(name))
-        }
-        None => state.handle.locks(|_| true),
-    };
-    Ok(Json(LockList {
-        locks: locks.iter().map(LockInfo::from).collect(),
-    }))
+    let Query(query) = query.map_err(bad_query)?;
+    let locks = matching_locks(&state.options.handle, query.pattern.as_deref());
+    Ok(Json(lock_list(&locks)))
 }
+
+/// `GET /api/events`: subscribe first, then snapshot, so no change falls
+/// between the two (see [`crate::EventHub`] on applying events).
+async fn events_handler(
+    State(state): State<Arc<AdminState>>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(_) = query.map_err(bad_query)?;
+    let Some(hub) = &state.options.events else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "this server does not stream events".to_owned(),
+        ));
+    };
+    let subscription = hub.subscribe();
+    let snapshot = lock_list(&matching_locks(&state.options.handle, None));
+    let json = serde_json::to_vec(&snapshot).map_err(|err| {
+        ApiError(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode the snapshot: {err}"),
+        )
+    })?;
+    Ok(live::sse_response(
+        subscription,
+        &json,
+        hub.keepalive(),
+        state.stop.clone(),
+    ))
+}
+
+/// `/api/events` takes no parameters; any is refused rather than ignored.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {}
 
 async fn lock_handler(
     State(state): State<Arc<AdminState>>,
     name: Result<Path<String>, PathRejection>,
 ) -> ApiResult<LockInfo> {
     let Path(name) = name.map_err(bad_path)?;
-    match state.handle.lock(&name) {
+    match state.options.handle.lock(&name) {
         Some(lock) => Ok(Json(LockInfo::from(&lock))),
         None => Err(no_holder(&name)),
     }
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseQuery {
+    token: Option<u64>,
+}
+
 async fn release_handler(
     State(state): State<Arc<AdminState>>,
     name: Result<Path<String>, PathRejection>,
-) -> ApiResult<HolderInfo> {
-    let Path(name) = name.map_err(bad_path)?;
-    match state.handle.force_release(&name) {
-        Some(holder) => {
+    query: Result<Query<ReleaseQuery>, QueryRejection>,
+) -> Result<Json<HolderInfo>, Response> {
+    let Path(name) = name.map_err(|r| bad_path(r).into_response())?;
+    let Query(query) = query.map_err(|r| bad_query(r).into_response())?;
+    let handle = &state.options.handle;
+    let released = match query.token {
+        Some(token) => handle.force_release_token(&name, token),
+        None => handle.force_release(&name).ok_or(None),
+    };
+    match released {
+        Ok(holder) => {
             info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, "force-released by administrator");
             Ok(Json(HolderInfo::from(&holder)))
         }
-        None => Err(no_holder(&name)),
+        Err(None) => Err(no_holder(&name).into_response()),
+        Err(Some(holder)) => {
+            let holder = HolderInfo::from(&holder);
+            let body = ConflictBody {
+                error: format!(
+                    "lock {name:?} is held by token {} ({}), not token {}; nothing released",
+                    holder.token,
+                    holder.remote_addr,
+                    query.token.unwrap_or_default()
+                ),
+                holder,
+            };
+            Err((StatusCode::CONFLICT, Json(body)).into_response())
+        }
     }
 }
 
@@ -294,7 +535,7 @@ async fn kick_handler(
             format!("{remote_addr:?} is not an address (expected IP:PORT as listed)"),
         )
     })?;
-    match state.handle.kick_waiter(&name, addr) {
+    match state.options.handle.kick_waiter(&name, addr) {
         Some(waiter) => {
             info!(lock = %name, remote_addr = %addr, "waiter removed by administrator");
             Ok(Json(WaiterInfo::from(&waiter)))

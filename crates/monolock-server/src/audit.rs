@@ -85,8 +85,9 @@ pub enum AuditError {
     Stopped,
 }
 
-/// An ownership event, copied out of the table's critical section.
-struct Record {
+/// An ownership event, copied out of the table's critical section (also
+/// what the live event stream sends, as the same JSON).
+pub(crate) struct Record {
     time: SystemTime,
     lock: LockName,
     identity: Arc<str>,
@@ -94,7 +95,7 @@ struct Record {
     kind: Kind,
 }
 
-enum Kind {
+pub(crate) enum Kind {
     Granted {
         token: u64,
         wait: Duration,
@@ -109,6 +110,10 @@ enum Kind {
         token: u64,
     },
     KickWaiter,
+    /// A waiter joined a queue (live stream only).
+    Queued,
+    /// A waiter left a queue without being granted (live stream only).
+    Dequeued,
 }
 
 /// The JSON shape of one line; fields in this order.
@@ -130,6 +135,51 @@ struct Line<'a> {
 }
 
 impl Record {
+    /// The record of `event`, if it is one the audit log or the live stream
+    /// reports (`queued` and `dequeued` only the stream).
+    pub(crate) fn of_event(event: &Event<'_>) -> Option<Self> {
+        let (session, kind) = match *event {
+            Event::Granted {
+                session,
+                token,
+                wait,
+            } => (session, Kind::Granted { token, wait }),
+            Event::Released {
+                session,
+                token,
+                held,
+                reason,
+            } => (
+                session,
+                Kind::Released {
+                    token,
+                    held,
+                    reason,
+                },
+            ),
+            Event::Denied(session) => (session, Kind::Denied),
+            Event::ForceRelease { session, token } => (session, Kind::ForceRelease { token }),
+            Event::KickWaiter(session) => (session, Kind::KickWaiter),
+            Event::WaiterJoined(session) => (session, Kind::Queued),
+            Event::WaiterLeft(session) => (session, Kind::Dequeued),
+            _ => return None,
+        };
+        Some(Self::new(session, kind))
+    }
+
+    /// The audit log's `event` name of this record.
+    pub(crate) fn event_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Granted { .. } => "granted",
+            Kind::Released { .. } => "released",
+            Kind::Denied => "denied",
+            Kind::ForceRelease { .. } => "force_release",
+            Kind::KickWaiter => "kick_waiter",
+            Kind::Queued => "queued",
+            Kind::Dequeued => "dequeued",
+        }
+    }
+
     fn new(session: &SessionInfo, kind: Kind) -> Self {
         Self {
             time: SystemTime::now(),
@@ -140,29 +190,23 @@ impl Record {
         }
     }
 
-    fn write_json(&self, out: &mut Vec<u8>) {
-        let (event, token, wait_ms, held_ms, reason) = match self.kind {
-            Kind::Granted { token, wait } => {
-                ("granted", Some(token), Some(millis(wait)), None, None)
-            }
+    /// The JSON object and a newline.
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
+        let (token, wait_ms, held_ms, reason) = match self.kind {
+            Kind::Granted { token, wait } => (Some(token), Some(millis(wait)), None, None),
             Kind::Released {
                 token,
                 held,
                 reason,
-            } => (
-                "released",
-                Some(token),
-                None,
-                Some(millis(held)),
-                Some(reason.as_str()),
-            ),
-            Kind::Denied => ("denied", None, None, None, None),
-            Kind::ForceRelease { token } => ("force_release", Some(token), None, None, None),
-            Kind::KickWaiter => ("kick_waiter", None, None, None, None),
+            } => (Some(token), None, Some(millis(held)), Some(reason.as_str())),
+            Kind::ForceRelease { token } => (Some(token), None, None, None),
+            Kind::Denied | Kind::KickWaiter | Kind::Queued | Kind::Dequeued => {
+                (None, None, None, None)
+            }
         };
         let line = Line {
             time: rfc3339(self.time),
-            event,
+            event: self.event_name(),
             lock: self.lock.as_str(),
             identity: &self.identity,
             remote_addr: self.remote_addr,
@@ -304,41 +348,18 @@ impl AuditLog {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
     }
-
-    fn send(&self, session: &SessionInfo, kind: Kind) {
-        // Fails only after close(): nothing to do then.
-        let _ = self.tx.send(Msg::Record(Record::new(session, kind)));
-    }
 }
 
 impl Observer for AuditLog {
     /// Copies ownership events into the writer's channel; no I/O here.
     fn observe(&self, event: &Event<'_>) {
-        match *event {
-            Event::Granted {
-                session,
-                token,
-                wait,
-            } => self.send(session, Kind::Granted { token, wait }),
-            Event::Released {
-                session,
-                token,
-                held,
-                reason,
-            } => self.send(
-                session,
-                Kind::Released {
-                    token,
-                    held,
-                    reason,
-                },
-            ),
-            Event::Denied(session) => self.send(session, Kind::Denied),
-            Event::ForceRelease { session, token } => {
-                self.send(session, Kind::ForceRelease { token });
-            }
-            Event::KickWaiter(session) => self.send(session, Kind::KickWaiter),
-            _ => {}
+        // Queue movements are for the live stream only.
+        if matches!(event, Event::WaiterJoined(_) | Event::WaiterLeft(_)) {
+            return;
+        }
+        if let Some(record) = Record::of_event(event) {
+            // Fails only after close(): nothing to do then.
+            let _ = self.tx.send(Msg::Record(record));
         }
     }
 }

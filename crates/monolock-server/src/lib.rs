@@ -36,20 +36,25 @@
 //! - [`AuditLog`]: ownership events as JSON lines (an [`Observer`]);
 //! - [`Metrics`]: Prometheus metrics (an [`Observer`]), served by [`ops`]
 //!   with `/healthz` and `/readyz`;
-//! - [`admin`]: the admin HTTP API;
+//! - [`admin`]: the admin HTTP API and the live dashboard, fed by an
+//!   [`EventHub`] (an [`Observer`]) and guarded by an [`AdminToken`];
 //! - [`Reloader`]: what SIGHUP does.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod acl;
 pub mod admin;
+mod admin_auth;
 mod audit;
 mod config;
+mod dashboard;
 mod events;
 mod glob;
+mod https;
 mod leases;
 mod limits;
 mod listen;
+mod live;
 mod metrics;
 pub mod ops;
 mod reload;
@@ -60,12 +65,17 @@ mod tls;
 mod token;
 
 pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
+pub use admin_auth::{AdminToken, AdminTokenError};
 pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
+pub use https::{HANDSHAKE_TIMEOUT, TlsListener};
 pub use limits::raise_fd_limit;
 pub use listen::{LISTEN_BACKLOG, bind};
+pub use live::{
+    EventHub, FLUSH_INTERVAL, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, SUBSCRIBER_BUFFER, Subscription,
+};
 pub use metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
 };

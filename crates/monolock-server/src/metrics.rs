@@ -49,6 +49,12 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
     code: String,
 }
@@ -201,8 +207,41 @@ impl Metrics {
     /// (see [`AuditLog::write_errors_counter`](crate::AuditLog::write_errors_counter)).
     #[must_use]
     pub fn with_audit_write_errors(mut self, errors: Arc<AtomicU64>) -> Self {
-        self.registry
-            .register_collector(Box::new(AuditWriteErrors(errors)));
+        self.registry.register_collector(Box::new(SharedCounter {
+            name: "monolock_audit_write_errors",
+            help: "Audit lines lost to failed writes.",
+            value: errors,
+        }));
+        self
+    }
+
+    /// Also exposes `monolock_build_info{version,commit} 1`, so dashboards
+    /// can tell which build each server runs.
+    #[must_use]
+    pub fn with_build_info(mut self, commit: &str) -> Self {
+        let info = Family::<BuildLabels, Gauge>::default();
+        info.get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            commit: commit.to_owned(),
+        })
+        .set(1);
+        self.registry.register(
+            "monolock_build_info",
+            "The running build: version and git commit (always 1)",
+            info,
+        );
+        self
+    }
+
+    /// Also exposes `monolock_admin_unauthorized_total`, read from `refused`
+    /// (see [`AdminToken::unauthorized_counter`](crate::AdminToken::unauthorized_counter)).
+    #[must_use]
+    pub fn with_admin_unauthorized(mut self, refused: Arc<AtomicU64>) -> Self {
+        self.registry.register_collector(Box::new(SharedCounter {
+            name: "monolock_admin_unauthorized",
+            help: "Admin requests refused for a missing or wrong bearer token (401).",
+            value: refused,
+        }));
         self
     }
 
@@ -375,18 +414,20 @@ fn float(value: f64) -> String {
     }
 }
 
+/// A counter kept elsewhere (an `AtomicU64` shared with its owner), read at
+/// scrape time.
 #[derive(Debug)]
-struct AuditWriteErrors(Arc<AtomicU64>);
+struct SharedCounter {
+    name: &'static str,
+    help: &'static str,
+    value: Arc<AtomicU64>,
+}
 
-impl Collector for AuditWriteErrors {
+impl Collector for SharedCounter {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counter = ConstCounter::new(self.0.load(Ordering::Relaxed));
-        let metric = encoder.encode_descriptor(
-            "monolock_audit_write_errors",
-            "Audit lines lost to failed writes.",
-            None,
-            counter.metric_type(),
-        )?;
+        let counter = ConstCounter::new(self.value.load(Ordering::Relaxed));
+        let metric =
+            encoder.encode_descriptor(self.name, self.help, None, counter.metric_type())?;
         counter.encode(metric)
     }
 }

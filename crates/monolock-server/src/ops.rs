@@ -58,6 +58,29 @@ pub async fn serve(
         .await
 }
 
+/// As [`serve`], over HTTPS with `tls` (mTLS when it has a client CA: then
+/// scrapers and probes need a client certificate); see [`crate::TlsListener`].
+///
+/// # Errors
+/// The I/O error that stopped the server.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<crate::ServerTls>,
+    handle: ServerHandle,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    if let Ok(addr) = listener.local_addr() {
+        info!(%addr, mtls = tls.is_mutual(), "ops endpoint listening");
+    }
+    axum::serve(
+        crate::TlsListener::new(listener, tls)?,
+        router(handle, metrics),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
 async fn metrics_handler(State(state): State<Arc<OpsState>>) -> Response {
     let body = state.metrics.render(&state.handle);
     ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], body).into_response()

@@ -1,4 +1,5 @@
-//! Reloading on SIGHUP: TLS files, the ACL file, the audit log file.
+//! Reloading on SIGHUP: TLS files, the ACL file, the audit log file, the
+//! admin token file.
 //!
 //! Each part reloads on its own; a part that fails keeps its previous, good
 //! state and the failure is logged. A working configuration is never
@@ -8,7 +9,10 @@ use std::sync::Arc;
 
 use tracing::{error, info};
 
-use crate::{AclError, AclFileAuthorizer, AuditError, AuditLog, ServerTls, TlsError};
+use crate::{
+    AclError, AclFileAuthorizer, AdminToken, AdminTokenError, AuditError, AuditLog, ServerTls,
+    TlsError,
+};
 
 /// What can be reloaded, and the entry point the signal handler calls.
 ///
@@ -26,6 +30,7 @@ pub struct Reloader {
     tls: Option<Arc<ServerTls>>,
     acl: Option<Arc<AclFileAuthorizer>>,
     audit: Option<Arc<AuditLog>>,
+    admin_token: Option<Arc<AdminToken>>,
 }
 
 /// The outcome of one reload, per part (`None`: the part is not configured).
@@ -37,6 +42,8 @@ pub struct ReloadReport {
     pub acl: Option<Result<usize, AclError>>,
     /// Reopening the audit log file.
     pub audit: Option<Result<(), AuditError>>,
+    /// Re-reading the admin token file.
+    pub admin_token: Option<Result<(), AdminTokenError>>,
 }
 
 impl ReloadReport {
@@ -55,6 +62,9 @@ impl ReloadReport {
             errors.push(err.to_string());
         }
         if let Some(Err(err)) = &self.audit {
+            errors.push(err.to_string());
+        }
+        if let Some(Err(err)) = &self.admin_token {
             errors.push(err.to_string());
         }
         errors
@@ -80,6 +90,13 @@ impl Reloader {
     #[must_use]
     pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
         self.audit = Some(audit);
+        self
+    }
+
+    /// Re-reads this admin token file.
+    #[must_use]
+    pub fn with_admin_token(mut self, token: Arc<AdminToken>) -> Self {
+        self.admin_token = Some(token);
         self
     }
 
@@ -118,6 +135,21 @@ impl Reloader {
             }
             None => None,
         };
-        ReloadReport { tls, acl, audit }
+        let admin_token = self.admin_token.as_ref().map(|token| {
+            let result = token.reload();
+            match &result {
+                Ok(()) => info!(file = %token.path().display(), "reloaded the admin token"),
+                Err(err) => {
+                    error!(error = %err, "admin token reload failed; keeping the previous token")
+                }
+            }
+            result
+        });
+        ReloadReport {
+            tls,
+            acl,
+            audit,
+            admin_token,
+        }
     }
 }

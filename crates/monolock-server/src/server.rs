@@ -292,7 +292,18 @@ impl ServerHandle {
     /// Force-releases `name`: its holder gets ERROR 0x02 and is closed, and
     /// the next waiter is promoted at once. `None` if nobody holds it.
     pub fn force_release(&self, name: &str) -> Option<HolderSnapshot> {
-        self.shared.table.force_release(name)
+        self.shared.table.force_release(name, None).ok()
+    }
+
+    /// Force-releases `name` only if its holder has `token`, so a repeated
+    /// command never releases the next holder. `Err(None)` if nobody holds
+    /// it, `Err(Some(holder))` with the current holder otherwise.
+    pub fn force_release_token(
+        &self,
+        name: &str,
+        token: u64,
+    ) -> Result<HolderSnapshot, Option<HolderSnapshot>> {
+        self.shared.table.force_release(name, Some(token))
     }
 
     /// Removes the waiter at `remote_addr` from the queue of `name` (it gets

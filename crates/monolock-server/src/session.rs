@@ -193,9 +193,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             && !authorizer.allows(&info.identity, &info.lock)
         {
             shared.config.observer.observe(&Event::Denied(&info));
-            tracing::info!(lock = %info.lock, identity = %info.identity, %remote_addr, "ACQUIRE denied by ACL");
-            self.close_with(ErrorCode::NOT_AUTHORIZED, "not authorized for lock")
-                .await;
+            let reason = crate::acl::refusal(&info.identity, info.lock.as_str());
+            tracing::info!(lock = %info.lock, identity = %info.identity, %remote_addr, "ACQUIRE denied by ACL: {reason}");
+            self.close_with(ErrorCode::NOT_AUTHORIZED, &reason).await;
             return None;
         }
         Some(info)

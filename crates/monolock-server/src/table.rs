@@ -359,13 +359,22 @@ impl LockTable {
         false
     }
 
-    /// Force-releases the holder of `name`; the next waiter is promoted at
-    /// once. Returns the released holder.
-    pub(crate) fn force_release(&self, name: &str) -> Option<HolderSnapshot> {
+    /// Force-releases the holder of `name` (only if its token is `expected`,
+    /// when given); the next waiter is promoted at once. Returns the released
+    /// holder; `Err(None)` if nobody holds it, `Err(Some(holder))` if the
+    /// holder has another token.
+    pub(crate) fn force_release(
+        &self,
+        name: &str,
+        expected: Option<u64>,
+    ) -> Result<HolderSnapshot, Option<HolderSnapshot>> {
         let mut state = self.lock_state();
         let state = &mut *state;
-        let entry = state.locks.get_mut(name)?;
+        let entry = state.locks.get_mut(name).ok_or(None)?;
         let snapshot = holder_snapshot(&entry.holder);
+        if expected.is_some_and(|token| token != entry.holder.token) {
+            return Err(Some(snapshot));
+        }
         let now = Instant::now();
         self.released(&entry.holder, now, ReleaseReason::Force);
         self.observer.observe(&Event::ForceRelease {
@@ -375,7 +384,7 @@ impl LockTable {
         entry.holder.slot.end_from_outside(EndNotice::Forced);
         let name = entry.holder.slot.info.lock.clone();
         self.promote(state, name, now);
-        Some(snapshot)
+        Ok(snapshot)
     }
 
     /// Removes the waiter at `remote_addr` from the queue of `name`; the

@@ -119,6 +119,10 @@ async fn a_denied_acquire_gets_0x18_is_counted_logged_and_audited() {
     denied.send(&wire::acquire("shard-31", 30_000)).await;
     let (code, reason) = denied.expect_error_then_close().await;
     assert_eq!(code, 0x18, "{reason}");
+    assert_eq!(
+        reason,
+        "lock \"shard-31\" is not allowed for identity \"spiffe://prod/worker/1\""
+    );
     assert!(server.handle.lock("shard-31").is_none());
 
     let exposition = http::Exposition::parse(&metrics.render(&server.handle));

@@ -1,11 +1,18 @@
 //! Operator commands that talk to a running server's admin API:
-//! `monolock locks`, `lock`, `release`, `kick`.
+//! `monolock locks`, `lock`, `release`, `kick`, `events`, `info`.
 //!
 //! A readable table by default, the API's JSON with `--json`. Exit status 0
 //! on success, 1 if the server answered with an error (unknown lock, absent
-//! waiter) or could not be reached, 64 for bad arguments.
+//! waiter, wrong token) or could not be reached, 64 for bad arguments.
+//! Names and identities are printed with control characters escaped, so a
+//! lock name can never move the cursor or forge a row.
+//!
+//! The admin token, when the server wants one, comes from
+//! `--admin-token-file` or else `$MONOLOCK_ADMIN_TOKEN`.
 
 use std::{
+    borrow::Cow,
+    path::PathBuf,
     process::ExitCode,
     time::{Duration, SystemTime},
 };
@@ -14,7 +21,7 @@ use clap::{Args, Subcommand};
 use http_body_util::{BodyExt, Empty};
 use hyper::{Method, Request, StatusCode, body::Bytes};
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use monolock_server::admin::{ErrorBody, HolderInfo, LockInfo, LockList, WaiterInfo};
+use monolock_server::admin::{ErrorBody, HolderInfo, LockInfo, LockList, ServerInfo, WaiterInfo};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
 
@@ -37,11 +44,36 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 pub struct AdminArgs {
     /// Admin API of the server: HOST:PORT or an http:// URL.
     #[arg(long, env = "MONOLOCK_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN, value_name = "ADDR")]
-    admin: String,
+    pub(crate) admin: String,
+
+    /// File holding the admin bearer token [default: $MONOLOCK_ADMIN_TOKEN, else none].
+    #[arg(long, value_name = "PATH")]
+    admin_token_file: Option<PathBuf>,
 
     /// Print the API's JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
+}
+
+/// The variable holding the admin token itself (a file is preferred: a
+/// variable is visible to every process of the same user).
+const TOKEN_VARIABLE: &str = "MONOLOCK_ADMIN_TOKEN";
+
+impl AdminArgs {
+    /// The bearer token to send, if any.
+    fn token(&self) -> Result<Option<String>, String> {
+        let token = match &self.admin_token_file {
+            Some(path) => std::fs::read_to_string(path).map_err(|err| {
+                format!("cannot read the admin token file {}: {err}", path.display())
+            })?,
+            None => match std::env::var(TOKEN_VARIABLE) {
+                Ok(token) => token,
+                Err(_) => return Ok(None),
+            },
+        };
+        let token = token.trim();
+        Ok((!token.is_empty()).then(|| token.to_owned()))
+    }
 }
 
 /// The operator commands.
@@ -66,6 +98,10 @@ pub enum AdminCommand {
     Release {
         /// The lock's name, exactly (case-sensitive).
         name: String,
+        /// Release only the grant with this fencing token (as `monolock lock` shows it),
+        /// so running the command twice never releases the next holder.
+        #[arg(long, value_name = "N")]
+        token: Option<u64>,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -75,6 +111,19 @@ pub enum AdminCommand {
         name: String,
         /// The waiter's address exactly as `monolock lock NAME` lists it.
         remote_addr: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Follow every change live, one line per event (the current locks first).
+    Events {
+        /// Only events of locks whose name matches this glob.
+        #[arg(long = "match", value_name = "GLOB")]
+        pattern: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Show the server's version, configuration and counts.
+    Info {
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -92,6 +141,15 @@ pub fn main(command: AdminCommand) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let AdminCommand::Events { pattern, admin } = command {
+        return match runtime.block_on(crate::events_cli::follow(&admin, pattern.as_deref())) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(line) => {
+                eprintln!("monolock: {line}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match runtime.block_on(run(command)) {
         Ok(output) => {
             print!("{output}");
@@ -114,6 +172,11 @@ async fn run(command: AdminCommand) -> Result<String, String> {
             let (body, list) = call::<LockList>(&admin, Method::GET, &path).await?;
             Ok(if admin.json {
                 body
+            } else if list.locks.is_empty() {
+                match &pattern {
+                    Some(glob) => format!("no held lock matches {}\n", printable(glob)),
+                    None => "no locks held\n".to_owned(),
+                }
             } else {
                 locks_table(&list.locks, SystemTime::now())
             })
@@ -127,15 +190,20 @@ async fn run(command: AdminCommand) -> Result<String, String> {
                 lock_detail(&lock, SystemTime::now())
             })
         }
-        AdminCommand::Release { name, admin } => {
-            let path = format!("/api/locks/{}/release", encode(&name));
+        AdminCommand::Release { name, token, admin } => {
+            let mut path = format!("/api/locks/{}/release", encode(&name));
+            if let Some(token) = token {
+                path.push_str(&format!("?token={token}"));
+            }
             let (body, holder) = call::<HolderInfo>(&admin, Method::POST, &path).await?;
             Ok(if admin.json {
                 body
             } else {
                 format!(
-                    "released {name}: holder {} (token {}) got ERROR 0x02\n",
-                    holder.remote_addr, holder.token
+                    "released {}: holder {} (token {}) got ERROR 0x02\n",
+                    printable(&name),
+                    holder.remote_addr,
+                    holder.token
                 )
             })
         }
@@ -154,11 +222,17 @@ async fn run(command: AdminCommand) -> Result<String, String> {
                 body
             } else {
                 format!(
-                    "removed waiter {} from the queue of {name} (it got ERROR 0x02)\n",
-                    waiter.remote_addr
+                    "removed waiter {} from the queue of {} (it got ERROR 0x02)\n",
+                    waiter.remote_addr,
+                    printable(&name)
                 )
             })
         }
+        AdminCommand::Info { admin } => {
+            let (body, info) = call::<ServerInfo>(&admin, Method::GET, "/api/info").await?;
+            Ok(if admin.json { body } else { info_table(&info) })
+        }
+        AdminCommand::Events { .. } => Err("events streams; it is not a request".to_owned()),
     }
 }
 
@@ -166,13 +240,65 @@ fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-fn base_url(admin: &str) -> String {
+pub(crate) fn base_url(admin: &str) -> String {
     let admin = admin.trim_end_matches('/');
     if admin.contains("://") {
         admin.to_owned()
     } else {
         format!("http://{admin}")
     }
+}
+
+/// Sends one request and returns the response (head only; the body is
+/// read by the caller), bounded by [`REQUEST_TIMEOUT`]; errors are one line.
+pub(crate) async fn send(
+    admin: &AdminArgs,
+    method: Method,
+    path: &str,
+    accept: &str,
+) -> Result<(String, hyper::Response<hyper::body::Incoming>), String> {
+    let url = format!("{}{path}", base_url(&admin.admin));
+    let mut request = Request::builder()
+        .method(method)
+        .uri(&url)
+        .header(hyper::header::ACCEPT, accept);
+    if let Some(token) = admin.token()? {
+        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
+        .body(Empty::<Bytes>::new())
+        .map_err(|err| format!("invalid admin address {:?}: {err}", admin.admin))?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    match tokio::time::timeout(REQUEST_TIMEOUT, client.request(request)).await {
+        Ok(Ok(response)) => Ok((url, response)),
+        Ok(Err(err)) => Err(format!(
+            "cannot reach the admin API at {url}: {}",
+            chain(&err)
+        )),
+        Err(_) => Err(no_answer(&url)),
+    }
+}
+
+fn no_answer(url: &str) -> String {
+    format!(
+        "no answer from the admin API at {url} within {}s",
+        REQUEST_TIMEOUT.as_secs()
+    )
+}
+
+/// The API's error message of a failed request, as one line.
+pub(crate) async fn refusal(url: &str, response: hyper::Response<hyper::body::Incoming>) -> String {
+    let status = response.status();
+    let body = match tokio::time::timeout(REQUEST_TIMEOUT, response.into_body().collect()).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(err)) => return format!("cannot read the answer of {url}: {err}"),
+        Err(_) => return no_answer(url),
+    };
+    let text = String::from_utf8_lossy(&body);
+    let message = serde_json::from_str::<ErrorBody>(&text)
+        .map(|body| body.error)
+        .unwrap_or_else(|_| text.trim().to_owned());
+    describe_status(status, &message)
 }
 
 /// One request; on 2xx the body (newline-terminated) and its decoded value,
@@ -182,42 +308,16 @@ async fn call<T: DeserializeOwned>(
     method: Method,
     path: &str,
 ) -> Result<(String, T), String> {
-    let url = format!("{}{path}", base_url(&admin.admin));
-    let request = Request::builder()
-        .method(method)
-        .uri(&url)
-        .header(hyper::header::ACCEPT, "application/json")
-        .body(Empty::<Bytes>::new())
-        .map_err(|err| format!("invalid admin address {:?}: {err}", admin.admin))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let exchange = async {
-        let response = client.request(request).await?;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((status, body))
-    };
-    let (status, body) = match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(err)) => {
-            return Err(format!(
-                "cannot reach the admin API at {url}: {}",
-                chain(&*err)
-            ));
-        }
-        Err(_) => {
-            return Err(format!(
-                "no answer from the admin API at {url} within {}s",
-                REQUEST_TIMEOUT.as_secs()
-            ));
-        }
+    let (url, response) = send(admin, method, path, "application/json").await?;
+    if !response.status().is_success() {
+        return Err(refusal(&url, response).await);
+    }
+    let body = match tokio::time::timeout(REQUEST_TIMEOUT, response.into_body().collect()).await {
+        Ok(Ok(body)) => body.to_bytes(),
+        Ok(Err(err)) => return Err(format!("cannot read the answer of {url}: {err}")),
+        Err(_) => return Err(no_answer(&url)),
     };
     let text = String::from_utf8_lossy(&body).into_owned();
-    if !status.is_success() {
-        let message = serde_json::from_str::<ErrorBody>(&text)
-            .map(|body| body.error)
-            .unwrap_or_else(|_| text.trim().to_owned());
-        return Err(describe_status(status, &message));
-    }
     let value = serde_json::from_str(&text)
         .map_err(|err| format!("unexpected answer from {url}: {err}"))?;
     let mut body = text;
@@ -261,21 +361,43 @@ fn age(rfc3339: &str, now: SystemTime) -> String {
     }
 }
 
-fn identity(identity: &str) -> &str {
-    if identity.is_empty() { "-" } else { identity }
+fn identity(identity: &str) -> Cow<'_, str> {
+    if identity.is_empty() {
+        Cow::Borrowed("-")
+    } else {
+        printable(identity)
+    }
+}
+
+/// `text` with control characters (and the invisible characters that
+/// reorder or hide text) written as Rust escapes: `\n`, `\t`, `\u{1b}`.
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
+    fn hidden(c: char) -> bool {
+        c.is_control()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    }
+    if !text.chars().any(hidden) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hidden(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
-    if locks.is_empty() {
-        return "no locks held\n".to_owned();
-    }
     let rows = locks
         .iter()
         .map(|lock| {
             vec![
-                lock.name.clone(),
+                printable(&lock.name).into_owned(),
                 lock.holder.remote_addr.clone(),
-                identity(&lock.holder.identity).to_owned(),
+                identity(&lock.holder.identity).into_owned(),
                 lock.holder.token.to_string(),
                 age(&lock.holder.since, now),
                 format!("{}ms", lock.holder.lease_ms),
@@ -296,9 +418,9 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
     let mut out = table(
         &["", ""],
         vec![
-            vec!["lock".into(), lock.name.clone()],
+            vec!["lock".into(), printable(&lock.name).into_owned()],
             vec!["holder".into(), holder.remote_addr.clone()],
-            vec!["identity".into(), identity(&holder.identity).to_owned()],
+            vec!["identity".into(), identity(&holder.identity).into_owned()],
             vec!["token".into(), holder.token.to_string()],
             vec![
                 "since".into(),
@@ -318,7 +440,7 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
                 vec![
                     (i + 1).to_string(),
                     waiter.remote_addr.clone(),
-                    identity(&waiter.identity).to_owned(),
+                    identity(&waiter.identity).into_owned(),
                     format!("{} ({} ago)", waiter.queued_at, age(&waiter.queued_at, now)),
                     format!("{}ms", waiter.lease_ms),
                 ]
@@ -330,6 +452,43 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
         ));
     }
     out
+}
+
+fn info_table(info: &ServerInfo) -> String {
+    let config = &info.config;
+    let or_off = |value: &Option<String>| match value {
+        Some(value) => printable(value).into_owned(),
+        None => "off".to_owned(),
+    };
+    let tls = match (config.tls, config.mtls) {
+        (_, true) => "mTLS (client certificates required)",
+        (true, false) => "TLS",
+        (false, false) => "off",
+    };
+    let uptime = Duration::from_secs(info.uptime_ms / 1000);
+    table(
+        &["", ""],
+        vec![
+            vec![
+                "version".into(),
+                format!("{} (commit {})", info.version, info.commit),
+            ],
+            vec![
+                "uptime".into(),
+                humantime::format_duration(uptime).to_string(),
+            ],
+            vec!["listen".into(), config.listen.clone()],
+            vec!["ops listen".into(), or_off(&config.ops_listen)],
+            vec!["admin listen".into(), or_off(&config.admin_listen)],
+            vec!["tls".into(), tls.to_owned()],
+            vec!["acl file".into(), or_off(&config.acl_file)],
+            vec!["audit log".into(), or_off(&config.audit_log)],
+            vec!["io timeout".into(), format!("{}ms", config.io_timeout_ms)],
+            vec!["locks".into(), info.locks.to_string()],
+            vec!["waiters".into(), info.waiters.to_string()],
+            vec!["connections".into(), info.connections.to_string()],
+        ],
+    )
 }
 
 /// Left-aligned columns separated by two spaces; a header row unless every
@@ -410,6 +569,21 @@ mod tests {
         assert!(detail.starts_with("lock      nightly/import\n"), "{detail}");
         assert!(detail.contains("1  10.0.0.6:41230  -"), "{detail}");
         assert!(detail.contains("(3m 5s ago)"), "{detail}");
-        assert_eq!(locks_table(&[], now), "no locks held\n");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_in_tables() {
+        assert_eq!(printable("plain/name é"), "plain/name é");
+        assert_eq!(printable("a\nb\tc\u{1b}[2J"), "a\\nb\\tc\\u{1b}[2J");
+        assert_eq!(printable("left\u{202e}right"), "left\\u{202e}right");
+        let now = humantime::parse_rfc3339("2026-08-08T12:03:12Z").unwrap();
+        let mut evil = lock();
+        evil.name = "x\ny".into();
+        evil.holder.identity = "id\r".into();
+        let text = locks_table(std::slice::from_ref(&evil), now);
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.contains("x\\ny") && text.contains("id\\r"), "{text}");
+        let detail = lock_detail(&evil, now);
+        assert!(detail.starts_with("lock      x\\ny\n"), "{detail}");
     }
 }

@@ -4,6 +4,7 @@
 
 mod admin_cli;
 mod args;
+mod events_cli;
 mod exec;
 mod manual;
 mod sentinel;

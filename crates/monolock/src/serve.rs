@@ -8,9 +8,9 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AclFileAuthorizer, AuditLog, AuditTarget, Metrics, Observer, Observers, Reloader, Server,
-    ServerConfig, ServerTls, TlsFiles,
-    admin::{self, EffectiveConfig},
+    AclFileAuthorizer, AdminToken, AuditLog, AuditTarget, EventHub, Metrics, Observer, Observers,
+    Reloader, Server, ServerConfig, ServerTls, TlsFiles,
+    admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE},
 };
 use tokio::{
@@ -37,8 +37,8 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
                   limit and no queue limit.\n\
                   Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
                   every session, the ops listener stays up 2s longer); SIGHUP re-reads the TLS \
-                  files and the ACL file and reopens the audit log, keeping the previous state \
-                  of any part that fails."
+                  files, the ACL file and the admin token file and reopens the audit log, \
+                  keeping the previous state of any part that fails."
 )]
 pub struct ServeArgs {
     /// Protocol address.
@@ -49,10 +49,28 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_OPS_LISTEN_ADDRESS", value_name = "ADDR")]
     ops_listen: Option<String>,
 
-    /// Address for the admin HTTP API, which has no authentication: keep it on loopback
-    /// [default: off].
+    /// Address for the admin HTTP API and dashboard; off loopback it needs
+    /// --admin-token-file (or --admin-insecure) [default: off].
     #[arg(long, env = "MONOLOCK_ADMIN_LISTEN_ADDRESS", value_name = "ADDR")]
     admin_listen: Option<String>,
+
+    /// File holding the admin bearer token; every admin request then needs
+    /// `Authorization: Bearer <token>`. Re-read on SIGHUP [default: none].
+    #[arg(long, env = "MONOLOCK_ADMIN_TOKEN_FILE", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    admin_token_file: Option<OsString>,
+
+    /// Serve the admin API off loopback without a token (the operator means it).
+    #[arg(long, env = "MONOLOCK_ADMIN_INSECURE")]
+    admin_insecure: bool,
+
+    /// Serve the admin API over HTTPS with the protocol's --tls-cert/--tls-key; with
+    /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
+    #[arg(long, env = "MONOLOCK_ADMIN_TLS")]
+    admin_tls: bool,
+
+    /// Serve /metrics, /healthz and /readyz over HTTPS, as --admin-tls does.
+    #[arg(long, env = "MONOLOCK_OPS_TLS")]
+    ops_tls: bool,
 
     /// Server certificate chain (PEM); with --tls-key, enables TLS [default: none].
     #[arg(long, env = "MONOLOCK_TLS_CERT", value_name = "PATH", value_parser = OsStringValueParser::new())]
@@ -127,6 +145,9 @@ struct Settings {
     listen: SocketAddr,
     ops_listen: Option<SocketAddr>,
     admin_listen: Option<SocketAddr>,
+    admin_token_file: Option<PathBuf>,
+    admin_tls: bool,
+    ops_tls: bool,
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
@@ -152,6 +173,29 @@ impl Settings {
         let tls_key = path(args.tls_key);
         let client_ca = path(args.tls_client_ca);
         let acl_file = path(args.acl_file);
+        let admin_token_file = path(args.admin_token_file);
+        let admin_listen = optional_addr("--admin-listen", args.admin_listen)?;
+        let has_cert = tls_cert.is_some();
+        let has_client_ca = client_ca.is_some();
+        for (flag, set) in [("--admin-tls", args.admin_tls), ("--ops-tls", args.ops_tls)] {
+            if set && !has_cert {
+                return Err(format!(
+                    "{flag} requires --tls-cert and --tls-key (it serves the protocol's certificate)"
+                ));
+            }
+        }
+        // Client certificates authenticate admin clients as a token does.
+        let admin_mtls = args.admin_tls && has_client_ca;
+        if let Some(addr) = admin_listen
+            && !addr.ip().is_loopback()
+            && admin_token_file.is_none()
+            && !admin_mtls
+            && !args.admin_insecure
+        {
+            return Err(format!(
+                "--admin-listen {addr} is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure to serve it without authentication"
+            ));
+        }
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -175,7 +219,10 @@ impl Settings {
         Ok(Self {
             listen: args.listen,
             ops_listen: optional_addr("--ops-listen", args.ops_listen)?,
-            admin_listen: optional_addr("--admin-listen", args.admin_listen)?,
+            admin_listen,
+            admin_token_file,
+            admin_tls: args.admin_tls,
+            ops_tls: args.ops_tls,
             tls,
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
@@ -189,6 +236,7 @@ struct Loaded {
     tls: Option<Arc<ServerTls>>,
     acl: Option<Arc<AclFileAuthorizer>>,
     audit: Option<Arc<AuditLog>>,
+    admin_token: Option<Arc<AdminToken>>,
 }
 
 fn load(settings: &Settings) -> Result<Loaded, String> {
@@ -210,7 +258,18 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         .map(|target| AuditLog::open(target).map(Arc::new))
         .transpose()
         .map_err(|err| err.to_string())?;
-    Ok(Loaded { tls, acl, audit })
+    let admin_token = settings
+        .admin_token_file
+        .as_ref()
+        .map(|path| AdminToken::load(path.clone()).map(Arc::new))
+        .transpose()
+        .map_err(|err| err.to_string())?;
+    Ok(Loaded {
+        tls,
+        acl,
+        audit,
+        admin_token,
+    })
 }
 
 /// Runs the server until SIGTERM/SIGINT. Exit 0 after a graceful shutdown,
@@ -282,20 +341,38 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
     }
 
-    let Loaded { tls, acl, audit } = loaded;
+    let Loaded {
+        tls,
+        acl,
+        audit,
+        admin_token,
+    } = loaded;
     let metrics = settings.ops_listen.map(|_| {
-        let metrics = Metrics::new();
-        Arc::new(match &audit {
-            Some(audit) => metrics.with_audit_write_errors(audit.write_errors_counter()),
-            None => metrics,
-        })
+        let mut metrics = Metrics::new().with_build_info(env!("MONOLOCK_GIT_COMMIT"));
+        if let Some(audit) = &audit {
+            metrics = metrics.with_audit_write_errors(audit.write_errors_counter());
+        }
+        if let Some(token) = &admin_token {
+            metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
+        }
+        Arc::new(metrics)
     });
+    // The live event stream exists only with the admin listener.
+    let events = match settings.admin_listen {
+        Some(_) => Some(Arc::new(
+            EventHub::new().context("starting the event stream")?,
+        )),
+        None => None,
+    };
     let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
     if let Some(metrics) = &metrics {
         observers.push(metrics.clone());
     }
     if let Some(audit) = &audit {
         observers.push(audit.clone());
+    }
+    if let Some(events) = &events {
+        observers.push(events.clone());
     }
     let mut config = ServerConfig::default().with_io_timeout(settings.io_timeout);
     if !observers.is_empty() {
@@ -312,6 +389,9 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     }
     if let Some(audit) = &audit {
         reloader = reloader.with_audit(audit.clone());
+    }
+    if let Some(token) = &admin_token {
+        reloader = reloader.with_admin_token(token.clone());
     }
 
     let listener = monolock_server::bind(settings.listen)
@@ -337,21 +417,36 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     let mut running = tokio::spawn(server.run(listener));
     let admin_stop = CancellationToken::new();
     let admin_task = admin_listener.map(|listener| {
-        tokio::spawn(admin::serve(
+        let mut options = AdminOptions::new(handle.clone(), effective.clone())
+            .with_commit(env!("MONOLOCK_GIT_COMMIT"));
+        if let Some(events) = &events {
+            options = options.with_events(events.clone());
+        }
+        if let Some(token) = &admin_token {
+            options = options.with_token(token.clone());
+        }
+        if let Some(tls) = tls.as_ref().filter(|_| settings.admin_tls) {
+            options = options.with_tls(tls.clone());
+        }
+        tokio::spawn(admin::serve_with(
             listener,
-            handle.clone(),
-            effective.clone(),
+            options,
             admin_stop.clone().cancelled_owned(),
         ))
     });
     let ops_stop = CancellationToken::new();
     let ops_task = ops_listener.zip(metrics).map(|(listener, metrics)| {
-        tokio::spawn(ops::serve(
-            listener,
-            handle.clone(),
-            metrics,
-            ops_stop.clone().cancelled_owned(),
-        ))
+        let stop = ops_stop.clone().cancelled_owned();
+        match tls.as_ref().filter(|_| settings.ops_tls) {
+            Some(tls) => tokio::spawn(ops::serve_tls(
+                listener,
+                tls.clone(),
+                handle.clone(),
+                metrics,
+                stop,
+            )),
+            None => tokio::spawn(ops::serve(listener, handle.clone(), metrics, stop)),
+        }
     });
     info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -457,6 +552,30 @@ mod tests {
             ),
             (&["--ops-listen", "nowhere"], "--ops-listen \"nowhere\""),
             (&["--admin-listen", "1.2.3.4"], "--admin-listen \"1.2.3.4\""),
+            (
+                &["--admin-listen", "0.0.0.0:7071"],
+                "--admin-listen 0.0.0.0:7071 is not loopback: give --admin-token-file",
+            ),
+            (
+                &["--admin-tls"],
+                "--admin-tls requires --tls-cert and --tls-key",
+            ),
+            (
+                &["--ops-tls"],
+                "--ops-tls requires --tls-cert and --tls-key",
+            ),
+            (
+                &[
+                    "--admin-listen",
+                    ":7071",
+                    "--admin-tls",
+                    "--tls-cert",
+                    "c.pem",
+                    "--tls-key",
+                    "k.pem",
+                ],
+                "--admin-listen 0.0.0.0:7071 is not loopback",
+            ),
         ];
         for (args, expected) in cases {
             let err = check(args).expect_err("invalid");
@@ -505,5 +624,27 @@ mod tests {
         assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
         assert_eq!(settings.audit_log, Some(AuditTarget::Stdout));
         assert_eq!(settings.ops_listen, Some("0.0.0.0:9090".parse().unwrap()));
+    }
+
+    #[test]
+    fn an_admin_listener_off_loopback_needs_a_token_or_the_insecure_flag() {
+        for args in [
+            &["--admin-listen", ":7071", "--admin-token-file", "t"][..],
+            &["--admin-listen", ":7071", "--admin-insecure"][..],
+            &["--admin-listen", "127.0.0.1:7071"][..],
+            &[
+                "--admin-listen",
+                ":7071",
+                "--admin-tls",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "--tls-client-ca",
+                "ca.pem",
+            ][..],
+        ] {
+            check(args).unwrap_or_else(|err| panic!("{args:?}: {err}"));
+        }
     }
 }

@@ -34,6 +34,19 @@ impl HttpServer {
         Self { addr, stop, task }
     }
 
+    /// The admin listener with an event stream, a token, ...
+    pub async fn admin_with(options: admin::AdminOptions) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(admin::serve_with(
+            listener,
+            options,
+            stop.clone().cancelled_owned(),
+        ));
+        Self { addr, stop, task }
+    }
+
     pub async fn ops(handle: ServerHandle, metrics: Arc<Metrics>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
@@ -85,12 +98,24 @@ impl HttpServer {
 
 /// One HTTP/1.1 request; returns the status and the body as text.
 pub async fn request(addr: SocketAddr, method: Method, path: &str) -> (u16, String) {
+    request_as(addr, method, path, None).await
+}
+
+/// One HTTP/1.1 request with `Authorization: Bearer <bearer>` if given.
+pub async fn request_as(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    bearer: Option<&str>,
+) -> (u16, String) {
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let request = Request::builder()
+    let mut request = Request::builder()
         .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .body(Empty::new())
-        .expect("request");
+        .uri(format!("http://{addr}{path}"));
+    if let Some(bearer) = bearer {
+        request = request.header("authorization", format!("Bearer {bearer}"));
+    }
+    let request = request.body(Empty::new()).expect("request");
     let exchange = async {
         let response = client.request(request).await.expect("HTTP request");
         let status = response.status().as_u16();

@@ -1,0 +1,377 @@
+//! The live event stream behind `GET /api/events` (Server-Sent Events).
+//!
+//! A subscriber gets a `snapshot` event (the `/api/locks` document), then one
+//! event per change: the audit log's events (`granted`, `released`,
+//! `denied`, `force_release`, `kick_waiter`) with the audit log's JSON as
+//! `data:`, plus `queued` and `dequeued` (a waiter joined or left a queue
+//! without being granted), and a keep-alive comment every
+//! [`KEEPALIVE_INTERVAL`].
+//!
+//! Why the work is split as it is: ownership events reach observers while
+//! the lock table is locked, so [`EventHub::observe`] does as little as the
+//! audit log does: with no subscriber, one atomic load; with subscribers,
+//! one copy into an unbounded channel. One dispatcher thread serialises each
+//! event once, gathers events for [`FLUSH_INTERVAL`], and offers the batch to every
+//! subscriber's bounded buffer with `try_send`, never waiting. A subscriber
+//! whose buffer is full (a stalled browser tab, a paused terminal) is cut
+//! off: its stream ends with a `lagged` event, and a reconnect gets a fresh
+//! snapshot. Neither many subscribers nor a stalled one slow a grant.
+//!
+//! The subscription is registered before the snapshot is taken, so no
+//! change is lost between the two; a change made while the snapshot was
+//! being taken may arrive after a snapshot that already shows it. Events
+//! therefore apply idempotently: a `granted` replaces the holder only if
+//! its token is higher than the one shown (tokens only grow), a `released`
+//! removes the holder only if the token matches, waiters are keyed by
+//! `remote_addr`.
+
+use std::{
+    convert::Infallible,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+        mpsc,
+    },
+    time::Duration,
+};
+
+use axum::{
+    body::Body,
+    http::{HeaderValue, header},
+    response::Response,
+};
+use bytes::Bytes;
+use tokio::sync::mpsc as tokio_mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::{Event, Observer, audit::Record};
+
+/// How often an idle stream sends a `: keep-alive` comment, so proxies and
+/// load balancers do not close it and a dead peer is noticed.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The dispatcher gathers events for this long before it sends a batch:
+/// at high churn, one write per subscriber every few milliseconds instead of
+/// one per event, which is most of what many subscribers cost.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Batches a subscriber may have queued before it is cut off as `lagged`.
+pub const SUBSCRIBER_BUFFER: usize = 64;
+
+/// A batch is sent once it reaches this size even if more events wait; with
+/// [`SUBSCRIBER_BUFFER`] this bounds a subscriber's memory to about 1 MiB.
+pub const MAX_BATCH_BYTES: usize = 16 * 1024;
+
+/// What the dispatcher thread receives.
+enum Msg {
+    Record(Record),
+    Subscribe(Subscriber),
+}
+
+/// The dispatcher's side of one subscription.
+struct Subscriber {
+    tx: tokio_mpsc::Sender<Bytes>,
+    lagged: Arc<AtomicBool>,
+}
+
+/// Fans the server's events out to live subscribers. Plug it in as an
+/// [`Observer`] (see [`ServerConfig::with_observer`](crate::ServerConfig::with_observer))
+/// and give it to [`admin::AdminOptions`](crate::admin::AdminOptions).
+pub struct EventHub {
+    /// Live [`Subscription`]s; 0 makes [`EventHub::observe`] a single load.
+    subscribers: Arc<AtomicUsize>,
+    /// Subscribers cut off so far.
+    lagged: Arc<AtomicU64>,
+    /// `Sync` since Rust 1.72: observers on many threads push without a lock.
+    tx: mpsc::Sender<Msg>,
+    buffer: usize,
+    keepalive: Duration,
+}
+
+impl std::fmt::Debug for EventHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHub")
+            .field("subscribers", &self.subscribers.load(Ordering::Relaxed))
+            .field("buffer", &self.buffer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventHub {
+    /// A hub with the default buffer and keep-alive; starts the dispatcher
+    /// thread, which ends when the hub is dropped.
+    ///
+    /// # Errors
+    /// The OS refused to start the thread.
+    pub fn new() -> std::io::Result<Self> {
+        Self::with_limits(SUBSCRIBER_BUFFER, KEEPALIVE_INTERVAL)
+    }
+
+    /// A hub whose subscribers may queue `buffer` batches (at least 1) and
+    /// get a keep-alive comment every `keepalive`.
+    ///
+    /// # Errors
+    /// The OS refused to start the thread.
+    pub fn with_limits(buffer: usize, keepalive: Duration) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let lagged = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&lagged);
+        std::thread::Builder::new()
+            .name("monolock-events".to_owned())
+            .spawn(move || dispatch(&rx, &counter))?;
+        Ok(Self {
+            subscribers: Arc::new(AtomicUsize::new(0)),
+            lagged,
+            tx,
+            buffer: buffer.max(1),
+            keepalive,
+        })
+    }
+
+    /// Subscriptions open now.
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.load(Ordering::Relaxed)
+    }
+
+    /// Subscribers cut off (`lagged`) since startup.
+    pub fn lagged(&self) -> u64 {
+        self.lagged.load(Ordering::Relaxed)
+    }
+
+    /// The keep-alive interval of this hub's streams.
+    pub fn keepalive(&self) -> Duration {
+        self.keepalive
+    }
+
+    /// Starts receiving every event observed from now on.
+    pub fn subscribe(&self) -> Subscription {
+        let (tx, rx) = tokio_mpsc::channel(self.buffer);
+        let lagged = Arc::new(AtomicBool::new(false));
+        // Counted before the dispatcher knows it, so no event observed after
+        // this call is skipped by the fast path.
+        self.subscribers.fetch_add(1, Ordering::AcqRel);
+        self.send(Msg::Subscribe(Subscriber {
+            tx,
+            lagged: Arc::clone(&lagged),
+        }));
+        Subscription {
+            rx,
+            lagged,
+            count: Arc::clone(&self.subscribers),
+        }
+    }
+
+    fn send(&self, msg: Msg) {
+        // Fails only if the dispatcher thread is gone; then nobody listens.
+        let _ = self.tx.send(msg);
+    }
+}
+
+impl Observer for EventHub {
+    /// One atomic load without subscribers; else one channel push.
+    fn observe(&self, event: &Event<'_>) {
+        if self.subscribers.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(record) = Record::of_event(event) {
+            self.send(Msg::Record(record));
+        }
+    }
+}
+
+/// One subscriber's events, as ready-to-send SSE text.
+#[derive(Debug)]
+pub struct Subscription {
+    rx: tokio_mpsc::Receiver<Bytes>,
+    lagged: Arc<AtomicBool>,
+    count: Arc<AtomicUsize>,
+}
+
+impl Subscription {
+    /// The next batch of SSE events; `None` once the subscription ended
+    /// (see [`Subscription::lagged`] for why).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a batch not returned stays queued.
+    pub async fn next(&mut self) -> Option<Bytes> {
+        self.rx.recv().await
+    }
+
+    /// True if the subscription was cut off because its buffer was full.
+    pub fn lagged(&self) -> bool {
+        self.lagged.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The dispatcher thread: drains the channel in order, serialises each
+/// record once, and offers each batch to every subscriber without waiting.
+///
+/// After the first event of a batch it sleeps for [`FLUSH_INTERVAL`] and
+/// then takes what has queued, rather than waiting on the channel: a waiting
+/// receiver would make every observer (inside the table's critical section)
+/// pay a wake-up syscall per event; a sleeping one costs them a push.
+fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
+    let mut dispatcher = Dispatcher {
+        subscribers: Vec::new(),
+        batch: Vec::with_capacity(MAX_BATCH_BYTES),
+        json: Vec::with_capacity(512),
+    };
+    while let Ok(first) = rx.recv() {
+        dispatcher.take(first, lagged);
+        std::thread::sleep(FLUSH_INTERVAL);
+        loop {
+            match rx.try_recv() {
+                Ok(msg) => dispatcher.take(msg, lagged),
+                Err(mpsc::TryRecvError::Empty) => break,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    offer(&mut dispatcher.subscribers, &mut dispatcher.batch, lagged);
+                    return;
+                }
+            }
+        }
+        offer(&mut dispatcher.subscribers, &mut dispatcher.batch, lagged);
+    }
+    debug!("event hub stopped");
+}
+
+/// The dispatcher thread's state.
+struct Dispatcher {
+    subscribers: Vec<Subscriber>,
+    batch: Vec<u8>,
+    json: Vec<u8>,
+}
+
+impl Dispatcher {
+    fn take(&mut self, msg: Msg, lagged: &AtomicU64) {
+        match msg {
+            Msg::Record(record) => {
+                self.json.clear();
+                record.write_json(&mut self.json);
+                if self.json.last() == Some(&b'\n') {
+                    self.json.pop();
+                }
+                write_event(&mut self.batch, record.event_name(), &self.json);
+                if self.batch.len() >= MAX_BATCH_BYTES {
+                    offer(&mut self.subscribers, &mut self.batch, lagged);
+                }
+            }
+            Msg::Subscribe(subscriber) => {
+                // Earlier events go out first: they precede this subscription.
+                offer(&mut self.subscribers, &mut self.batch, lagged);
+                self.subscribers.push(subscriber);
+            }
+        }
+    }
+}
+
+/// Sends `batch` to every subscriber that has room; cuts off those that do
+/// not and forgets those that left.
+fn offer(subscribers: &mut Vec<Subscriber>, batch: &mut Vec<u8>, lagged: &AtomicU64) {
+    if batch.is_empty() {
+        return;
+    }
+    let bytes = Bytes::copy_from_slice(batch);
+    batch.clear();
+    subscribers.retain(|subscriber| match subscriber.tx.try_send(bytes.clone()) {
+        Ok(()) => true,
+        Err(tokio_mpsc::error::TrySendError::Full(_)) => {
+            subscriber.lagged.store(true, Ordering::Release);
+            lagged.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        Err(tokio_mpsc::error::TrySendError::Closed(_)) => false,
+    });
+}
+
+/// Appends one SSE event. `data` is one line of JSON (serde_json never
+/// writes a raw newline), so one `data:` field carries it.
+fn write_event(out: &mut Vec<u8>, name: &str, data: &[u8]) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// What the stream sends last when a subscriber is cut off.
+const LAGGED_EVENT: &[u8] = b"event: lagged\ndata: {\"error\":\"this subscriber fell too far behind and was cut off; reconnect for a fresh snapshot\"}\n\n";
+
+/// The keep-alive comment.
+const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The body of `GET /api/events`: the snapshot, then the subscription,
+/// with keep-alives, until the subscription ends or `stop` is cancelled.
+/// The body is pulled by hyper only as fast as the socket takes it, so a
+/// slow client holds back only its own subscription (which then lags).
+pub(crate) fn sse_response(
+    subscription: Subscription,
+    snapshot_json: &[u8],
+    keepalive: Duration,
+    stop: CancellationToken,
+) -> Response {
+    let mut first = Vec::with_capacity(snapshot_json.len() + 32);
+    write_event(&mut first, "snapshot", snapshot_json);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + keepalive, keepalive);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let state = StreamState {
+        first: Some(Bytes::from(first)),
+        subscription,
+        ticks,
+        stop,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(state, |mut state| async move {
+        let chunk = state.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), state))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    // Tells nginx-style proxies not to buffer the stream.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// One `GET /api/events` body in progress.
+struct StreamState {
+    first: Option<Bytes>,
+    subscription: Subscription,
+    ticks: tokio::time::Interval,
+    stop: CancellationToken,
+    done: bool,
+}
+
+impl StreamState {
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if self.done {
+            return None;
+        }
+        if let Some(first) = self.first.take() {
+            return Some(first);
+        }
+        tokio::select! {
+            () = self.stop.cancelled() => None,
+            _ = self.ticks.tick() => Some(Bytes::from_static(KEEPALIVE)),
+            next = self.subscription.next() => match next {
+                Some(batch) => Some(batch),
+                None if self.subscription.lagged() => {
+                    debug!("event subscriber cut off: its buffer was full");
+                    self.done = true;
+                    Some(Bytes::from_static(LAGGED_EVENT))
+                }
+                None => None,
+            },
+        }
+    }
+}

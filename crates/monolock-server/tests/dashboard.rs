@@ -1,0 +1,497 @@
+//! The dashboard (`GET /`) in a real headless Chromium: it follows real
+//! clients live, asks for the admin token, acts on clicks, survives a
+//! dropped stream, and stays fast at 10,000 locks.
+//!
+//! `MONOLOCK_DASHBOARD_SCREENSHOT=docs/dashboard.png` makes the 10,000-lock
+//! test also save a screenshot of the page under load.
+
+mod common;
+#[path = "common/http.rs"]
+mod http;
+#[path = "common/webdriver.rs"]
+mod webdriver;
+
+use std::{
+    net::SocketAddr,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use common::{Peer, TestServer, acquire_bytes};
+use http::HttpServer;
+use monolock_proto::ServerFrame;
+use monolock_server::{
+    AdminToken, EventHub, ServerConfig, ServerHandle,
+    admin::{self, AdminOptions, EffectiveConfig},
+};
+use serde_json::Value;
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use webdriver::Browser;
+
+/// A server whose admin listener shares its event hub.
+struct Lab {
+    server: TestServer,
+    hub: Arc<EventHub>,
+}
+
+impl Lab {
+    async fn start() -> Self {
+        let hub = Arc::new(EventHub::new().expect("hub"));
+        let server =
+            TestServer::start_with(ServerConfig::default().with_observer(hub.clone())).await;
+        Self { server, hub }
+    }
+
+    fn options(&self) -> AdminOptions {
+        let effective = EffectiveConfig {
+            listen: self.server.addr.to_string(),
+            ..EffectiveConfig::default()
+        };
+        AdminOptions::new(self.server.handle.clone(), effective)
+            .with_events(self.hub.clone())
+            .with_commit("test")
+    }
+}
+
+/// The admin listener on a given address, so it can be stopped and started
+/// again where the page expects it.
+struct Admin {
+    stop: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Admin {
+    async fn start(addr: SocketAddr, options: AdminOptions) -> Self {
+        let listener = TcpListener::bind(addr).await.expect("bind admin");
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(admin::serve_with(
+            listener,
+            options,
+            stop.clone().cancelled_owned(),
+        ));
+        Self { stop, task }
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(common::PATIENCE, self.task)
+            .await
+            .expect("admin stops in time")
+            .expect("admin task")
+            .expect("admin result");
+    }
+}
+
+fn selector(name: &str) -> String {
+    format!("#viewport .row[data-lock=\"{name}\"]")
+}
+
+fn row_present(name: &str) -> String {
+    format!(
+        "return document.querySelector('{}') !== null",
+        selector(name).replace('\'', "\\'")
+    )
+}
+
+/// Waits for the confirmation dialog; returns what it says will happen.
+async fn confirmation(browser: &Browser) -> String {
+    let text = browser
+        .wait_for(
+            "the confirmation dialog",
+            "const m = document.getElementById('confirm');
+             return m.classList.contains('open') ? document.getElementById('confirm-text').textContent : null",
+        )
+        .await;
+    text.as_str().expect("text").to_owned()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64
+}
+
+async fn free_addr() -> SocketAddr {
+    let probe = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    probe.local_addr().expect("addr")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
+    let lab = Lab::start().await;
+    let addr = free_addr().await;
+    let admin = Admin::start(addr, lab.options()).await;
+    let browser = Browser::start(1280, 800).await;
+    browser.goto(&format!("http://{addr}/")).await;
+    browser
+        .wait_for("the stream is live", "return window.__monolock.connected")
+        .await;
+
+    // A lock granted to a real client is on the page within 1 s.
+    let (mut holder, token) = lab.server.hold("build/main", 30_000).await;
+    let granted_at = now_ms();
+    browser
+        .wait_for("the new lock", &row_present("build/main"))
+        .await;
+    let shown_at = browser
+        .eval("return window.__monolock.shownAt['build/main']")
+        .await
+        .as_u64()
+        .expect("shown time");
+    let delay = shown_at.saturating_sub(granted_at);
+    println!("grant to row on the page: {delay} ms");
+    assert!(delay < 1000, "the grant took {delay} ms to show");
+    let row = browser
+        .eval(&format!(
+            "return document.querySelector('{}').innerText",
+            selector("build/main")
+        ))
+        .await;
+    let row = row.as_str().expect("row text");
+    assert!(row.contains(&token.to_string()), "{row}");
+    assert!(row.contains(&holder.local_addr().to_string()), "{row}");
+
+    // Waiters show in FIFO order, in the row and in the detail panel.
+    let mut first = lab.server.wait_in_line("build/main", 30_000).await;
+    let mut second = lab.server.wait_in_line("build/main", 30_000).await;
+    browser.click(&selector("build/main")).await;
+    let order = browser
+        .wait_for(
+            "two waiters in the queue panel",
+            "const rows = [...document.querySelectorAll('#queue tbody tr')];
+             return rows.length === 2 ? rows.map(r => r.dataset.waiter) : null",
+        )
+        .await;
+    assert_eq!(
+        order,
+        Value::from(vec![
+            first.local_addr().to_string(),
+            second.local_addr().to_string()
+        ])
+    );
+
+    // A name with control characters is shown escaped, never raw.
+    let (_evil, _) = lab.server.hold("evil\n\u{1b}[2Jname", 30_000).await;
+    let shown = browser
+        .wait_for(
+            "the escaped name",
+            "const cells = [...document.querySelectorAll('#viewport .row .name')];
+             const cell = cells.find(c => c.textContent.startsWith('evil'));
+             return cell ? cell.textContent : null",
+        )
+        .await;
+    assert_eq!(shown, "evil\\n\\u{1b}[2Jname");
+
+    // A released lock disappears.
+    let (other, _) = lab.server.hold("tmp/scratch", 30_000).await;
+    browser
+        .wait_for("the other lock", &row_present("tmp/scratch"))
+        .await;
+    drop(other);
+    browser
+        .wait_for(
+            "the released lock is gone",
+            &row_present("tmp/scratch").replace("!==", "==="),
+        )
+        .await;
+
+    // Force-release: the confirmation says what will happen; the click
+    // ends the real holder's claim with ERROR 0x02.
+    browser
+        .click(&format!("{} button.release", selector("build/main")))
+        .await;
+    let text = confirmation(&browser).await;
+    let text = text.as_str();
+    assert!(text.contains("ERROR 0x02"), "{text}");
+    assert!(text.contains(&holder.local_addr().to_string()), "{text}");
+    assert!(
+        text.contains(&first.local_addr().to_string()),
+        "names the next holder: {text}"
+    );
+    assert!(
+        lab.server.handle.lock("build/main").is_some(),
+        "nothing before the confirmation"
+    );
+    browser.click("#confirm-ok").await;
+    let (code, _) = holder.expect_error_then_close().await;
+    assert_eq!(code, 0x02);
+    let ServerFrame::Acquired { token: next } = first.recv().await else {
+        panic!("the first waiter is promoted");
+    };
+    browser
+        .wait_for(
+            "the new holder",
+            &format!(
+                "return document.querySelector('{}').innerText.includes('{next}')",
+                selector("build/main")
+            ),
+        )
+        .await;
+
+    // Kick: the remaining waiter, named in the confirmation, gets ERROR 0x02.
+    let kicked = second.local_addr().to_string();
+    browser
+        .wait_for(
+            "one waiter left in the panel",
+            "return document.querySelectorAll('#queue tbody tr').length === 1",
+        )
+        .await;
+    browser.click("#queue button.kick").await;
+    let text = confirmation(&browser).await;
+    let text = text.as_str();
+    assert!(
+        text.contains(&kicked) && text.contains("ERROR 0x02"),
+        "{text}"
+    );
+    browser.click("#confirm-ok").await;
+    let (code, _) = second.expect_error_then_close().await;
+    assert_eq!(code, 0x02);
+    browser
+        .wait_for(
+            "the empty queue",
+            "return document.querySelectorAll('#queue tbody tr').length === 0",
+        )
+        .await;
+
+    // The stream drops (the admin listener restarts); meanwhile the table
+    // changes. The page reconnects, takes a new snapshot, and shows it.
+    admin.stop().await;
+    browser
+        .wait_for(
+            "the page notices the drop",
+            "return !window.__monolock.connected",
+        )
+        .await;
+    drop(first);
+    drop(second);
+    let (_late, _) = lab.server.hold("after/restart", 30_000).await;
+    let admin = Admin::start(addr, lab.options()).await;
+    browser
+        .wait_for(
+            "a second snapshot",
+            "return window.__monolock.connected && window.__monolock.snapshots >= 2",
+        )
+        .await;
+    browser
+        .wait_for("the new lock", &row_present("after/restart"))
+        .await;
+    browser
+        .wait_for(
+            "the lock released while disconnected is gone",
+            &row_present("build/main").replace("!==", "==="),
+        )
+        .await;
+
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_asks_for_the_admin_token_once() {
+    let lab = Lab::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("token");
+    std::fs::write(&path, "page-token").expect("write");
+    let token = Arc::new(AdminToken::load(&path).expect("token"));
+    let admin = HttpServer::admin_with(lab.options().with_token(token.clone())).await;
+    let (_holder, _) = lab.server.hold("secret/lock", 30_000).await;
+
+    let browser = Browser::start(1024, 700).await;
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for(
+            "the token prompt",
+            "return document.getElementById('login').classList.contains('open')",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .eval(&row_present("secret/lock").replace("return ", "return !"))
+            .await,
+        Value::Bool(true),
+        "nothing is shown without the token"
+    );
+    browser.type_into("#login-token", "page-token").await;
+    browser.click("#login-ok").await;
+    browser
+        .wait_for("the lock", &row_present("secret/lock"))
+        .await;
+    let stored = browser
+        .eval("return sessionStorage.getItem('monolock-admin-token')")
+        .await;
+    assert_eq!(stored, "page-token");
+
+    // A reload of the page does not ask again.
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for("the lock again", &row_present("secret/lock"))
+        .await;
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('login').classList.contains('open')")
+            .await,
+        Value::Bool(false)
+    );
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop().await;
+}
+
+/// Holds one lock per name through in-memory sessions (no sockets): each
+/// is a real protocol session driven by `serve_stream`. The returned client
+/// ends keep them open.
+async fn hold_in_memory(
+    handle: &ServerHandle,
+    names: impl Iterator<Item = (String, String)>,
+) -> Vec<tokio::io::DuplexStream> {
+    use tokio::io::AsyncWriteExt;
+    let mut clients = Vec::new();
+    for (i, (name, identity)) in names.enumerate() {
+        // Room for the ACQUIRE and the reply: nobody reads this end.
+        let (mut client, server) = tokio::io::duplex(512);
+        let handle = handle.clone();
+        let remote: SocketAddr = format!(
+            "10.{}.{}.{}:{}",
+            (i >> 16) & 0xff,
+            (i >> 8) & 0xff,
+            i & 0xff,
+            40_000 + i % 20_000
+        )
+        .parse()
+        .expect("address");
+        tokio::spawn(async move { handle.serve_stream(server, remote, &identity).await });
+        client
+            .write_all(&acquire_bytes(1, 600_000, name.as_bytes()))
+            .await
+            .expect("ACQUIRE into the pipe");
+        clients.push(client);
+    }
+    clients
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_locks_stay_fast_through_a_virtualised_list() {
+    const LOCKS: usize = 10_000;
+    let lab = Lab::start().await;
+    let admin = HttpServer::admin_with(lab.options()).await;
+    let services = ["billing", "deploy", "etl", "search", "shard", "nightly"];
+    let names = (0..LOCKS).map(|i| {
+        let service = services[i % services.len()];
+        (
+            format!("{service}/{:05}/leader", i),
+            format!("spiffe://prod/{service}/worker-{}", i % 97),
+        )
+    });
+    let sessions = hold_in_memory(&lab.server.handle, names).await;
+    common::eventually("10,000 locks held", || {
+        lab.server.handle.counts().locks == LOCKS
+    })
+    .await;
+
+    // Queues on a few locks, from real clients.
+    let mut waiters: Vec<Peer<tokio::net::TcpStream>> = Vec::new();
+    for (lock, count) in [("billing/00000/leader", 4), ("billing/00006/leader", 2)] {
+        for _ in 0..count {
+            waiters.push(lab.server.wait_in_line(lock, 30_000).await);
+        }
+    }
+
+    let browser = Browser::start(1440, 900).await;
+    let started = std::time::Instant::now();
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for(
+            "10,000 locks on the page",
+            "return document.getElementById('count').textContent === '10000 locks'",
+        )
+        .await;
+    let load = started.elapsed();
+    let figures = browser
+        .eval(
+            "const m = window.__monolock;
+             return {snapshot_ms: m.lastSnapshotMs, render_ms: m.lastRenderMs, rows: m.rows}",
+        )
+        .await;
+    println!(
+        "10,000 locks: page load to all shown {} ms, snapshot applied in {:.1} ms, \
+         render {:.1} ms, {} rows in the DOM",
+        load.as_millis(),
+        figures["snapshot_ms"].as_f64().unwrap_or(f64::NAN),
+        figures["render_ms"].as_f64().unwrap_or(f64::NAN),
+        figures["rows"]
+    );
+    let rows = figures["rows"].as_u64().expect("rows");
+    assert!(
+        rows < 120,
+        "only the rows in view are in the DOM, not {rows} of 10,000"
+    );
+
+    // Scrolling to the end and filtering both work on the whole set.
+    browser
+        .eval("const v = document.getElementById('viewport'); v.scrollTop = v.scrollHeight; return true")
+        .await;
+    browser
+        .wait_for("the last lock", &row_present("shard/09994/leader"))
+        .await;
+    browser.type_into("#filter", "deploy/0000?/*").await;
+    browser
+        .wait_for(
+            "the filtered view",
+            "return document.getElementById('count').textContent === 'showing 2 of 10000'",
+        )
+        .await;
+
+    if let Ok(path) = std::env::var("MONOLOCK_DASHBOARD_SCREENSHOT") {
+        screenshot(&browser, &lab, &path).await;
+    }
+    drop(sessions);
+    drop(waiters);
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop().await;
+}
+
+/// The page under load: churn on a few locks, a queue selected.
+async fn screenshot(browser: &Browser, lab: &Lab, path: &str) {
+    browser.eval("const f = document.getElementById('filter'); f.value = ''; f.dispatchEvent(new Event('input')); return true").await;
+    let stop = CancellationToken::new();
+    let mut churn = Vec::new();
+    for worker in 0..4 {
+        let addr = lab.server.addr;
+        let stop = stop.clone();
+        churn.push(tokio::spawn(async move {
+            let name = format!("billing/{worker:05}/batch");
+            for _ in 0..100_000 {
+                if stop.is_cancelled() {
+                    break;
+                }
+                let mut peer = Peer::connect(addr).await;
+                peer.send(&acquire_bytes(1, 5_000, name.as_bytes())).await;
+                let _ = peer.recv().await;
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+        }));
+    }
+    browser
+        .wait_for(
+            "grants per second",
+            "return parseFloat(document.getElementById('s-grants').textContent) > 5",
+        )
+        .await;
+    browser.click(&selector("billing/00000/leader")).await;
+    browser
+        .wait_for(
+            "the queue panel",
+            "return document.querySelectorAll('#queue tbody tr').length === 4",
+        )
+        .await;
+    std::fs::write(path, browser.screenshot().await).expect("write the screenshot");
+    println!("screenshot written to {path}");
+    stop.cancel();
+    for task in churn {
+        let _ = task.await;
+    }
+}

@@ -1,0 +1,424 @@
+//! The live event stream (`GET /api/events`), admin authentication and
+//! conditional force-release, over real sockets.
+
+mod common;
+#[path = "common/http.rs"]
+mod http;
+#[path = "common/sse.rs"]
+mod sse;
+#[path = "common/wire.rs"]
+mod wire;
+
+use std::{sync::Arc, time::Duration};
+
+use common::{PATIENCE, TestServer, eventually};
+use http::HttpServer;
+use hyper::Method;
+use monolock_proto::ServerFrame;
+use monolock_server::{
+    AdminToken, EventHub, Metrics, Observers, ServerConfig,
+    admin::{AdminOptions, EffectiveConfig},
+};
+use serde_json::Value;
+use sse::SseClient;
+use tokio::time::timeout;
+
+/// A protocol server and its admin listener sharing one event hub.
+struct Lab {
+    server: TestServer,
+    admin: HttpServer,
+    hub: Arc<EventHub>,
+    metrics: Arc<Metrics>,
+}
+
+impl Lab {
+    async fn start() -> Self {
+        Self::start_with(EventHub::new().expect("hub"), None).await
+    }
+
+    async fn start_with(hub: EventHub, token: Option<Arc<AdminToken>>) -> Self {
+        let hub = Arc::new(hub);
+        let mut metrics = Metrics::new();
+        if let Some(token) = &token {
+            metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
+        }
+        let metrics = Arc::new(metrics);
+        let server = TestServer::start_with(
+            ServerConfig::default()
+                .with_observer(Arc::new(Observers(vec![hub.clone(), metrics.clone()]))),
+        )
+        .await;
+        let effective = EffectiveConfig {
+            listen: server.addr.to_string(),
+            ..EffectiveConfig::default()
+        };
+        let mut options =
+            AdminOptions::new(server.handle.clone(), effective).with_events(hub.clone());
+        if let Some(token) = token {
+            options = options.with_token(token);
+        }
+        let admin = HttpServer::admin_with(options).await;
+        Self {
+            server,
+            admin,
+            hub,
+            metrics,
+        }
+    }
+
+    async fn subscribe(&self) -> SseClient {
+        let mut client = SseClient::open(self.admin.addr, None).await;
+        assert_eq!(client.status, 200, "{}", client.head);
+        let first = client.next_event().await;
+        assert_eq!(first.name.as_deref(), Some("snapshot"));
+        client.pending_snapshot = Some(first.json());
+        client
+    }
+
+    async fn stop(self) {
+        self.admin.stop().await;
+        self.server.stop().await;
+    }
+}
+
+fn assert_event(event: &sse::SseEvent, name: &str, lock: &str) -> Value {
+    assert_eq!(event.name.as_deref(), Some(name), "{event:?}");
+    let data = event.json();
+    assert_eq!(data["event"], name, "{data}");
+    assert_eq!(data["lock"], lock, "{data}");
+    assert!(data["time"].as_str().is_some_and(|t| t.ends_with('Z')));
+    data
+}
+
+#[tokio::test]
+async fn a_subscriber_gets_a_snapshot_then_every_change_in_order() {
+    let lab = Lab::start().await;
+    let (holder, token) = lab.server.hold("jobs/a", 30_000).await;
+
+    let mut events = lab.subscribe().await;
+    let snapshot = events.pending_snapshot.take().expect("snapshot");
+    assert_eq!(snapshot["locks"][0]["name"], "jobs/a");
+    assert_eq!(snapshot["locks"][0]["holder"]["token"], token);
+    assert_eq!(
+        snapshot["locks"][0]["holder"]["remote_addr"],
+        holder.local_addr().to_string()
+    );
+
+    // A waiter joins, then leaves without being granted.
+    let leaving = lab.server.wait_in_line("jobs/a", 30_000).await;
+    let queued = assert_event(&events.next_event().await, "queued", "jobs/a");
+    assert_eq!(queued["remote_addr"], leaving.local_addr().to_string());
+    assert!(queued.get("token").is_none());
+    drop(leaving);
+    let dequeued = assert_event(&events.next_event().await, "dequeued", "jobs/a");
+    assert_eq!(dequeued["remote_addr"], queued["remote_addr"]);
+
+    // The holder leaves: released (graceful), then the next waiter's grant.
+    let mut next = lab.server.wait_in_line("jobs/a", 30_000).await;
+    assert_event(&events.next_event().await, "queued", "jobs/a");
+    drop(holder);
+    let released = assert_event(&events.next_event().await, "released", "jobs/a");
+    assert_eq!(released["token"], token);
+    assert_eq!(released["reason"], "graceful");
+    assert!(released["held_ms"].is_u64());
+    let granted = assert_event(&events.next_event().await, "granted", "jobs/a");
+    let ServerFrame::Acquired { token: next_token } = next.recv().await else {
+        panic!("the waiter is promoted");
+    };
+    assert_eq!(granted["token"], next_token);
+    assert_eq!(granted["remote_addr"], next.local_addr().to_string());
+    assert!(granted["wait_ms"].is_u64());
+
+    // An administrator kicks a waiter and force-releases the holder.
+    let kicked = lab.server.wait_in_line("jobs/a", 30_000).await;
+    assert_event(&events.next_event().await, "queued", "jobs/a");
+    let path = format!("/api/locks/jobs%2Fa/waiters/{}", kicked.local_addr());
+    assert_eq!(lab.admin.delete(&path).await.0, 200);
+    assert_event(&events.next_event().await, "kick_waiter", "jobs/a");
+    assert_eq!(lab.admin.post("/api/locks/jobs%2Fa/release").await.0, 200);
+    let forced = assert_event(&events.next_event().await, "released", "jobs/a");
+    assert_eq!(forced["reason"], "force");
+    assert_event(&events.next_event().await, "force_release", "jobs/a");
+    let (code, _) = next.expect_error_then_close().await;
+    assert_eq!(code, 0x02);
+
+    drop(kicked);
+    lab.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_stream_gets_keep_alive_comments() {
+    let hub = EventHub::with_limits(64, Duration::from_millis(50)).expect("hub");
+    let lab = Lab::start_with(hub, None).await;
+    let mut events = lab.subscribe().await;
+    for _ in 0..2 {
+        let comment = events.next().await.expect("a keep-alive");
+        assert_eq!(comment.name, None);
+        assert_eq!(comment.data, "keep-alive");
+    }
+    lab.stop().await;
+}
+
+/// A subscriber that never reads is cut off with a final `lagged` event,
+/// and the grants go on meanwhile: the observer never waits for it. If it
+/// did, the churn below would stop once the subscriber's buffers filled and
+/// the test would time out. A reconnect gets a fresh snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_is_cut_off_without_slowing_grants() {
+    // A small buffer so that the kernel's socket buffers, not this one,
+    // are most of what must fill up.
+    let hub = EventHub::with_limits(2, Duration::from_secs(60)).expect("hub");
+    let lab = Lab::start_with(hub, None).await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+    let stream = socket.connect(lab.admin.addr).await.expect("connect");
+    let mut stalled = SseClient::open_on(stream, None).await;
+    assert_eq!(stalled.status, 200);
+    eventually("the stalled subscriber is registered", || {
+        lab.hub.subscribers() == 1
+    })
+    .await;
+
+    // Churn: grant and release long-named locks from 8 clients at once,
+    // until the stalled subscriber is cut off (bounded in count and time).
+    const MAX_CYCLES: usize = 20_000;
+    let name = |worker: usize| format!("{:0>200}", worker);
+    let churn = async {
+        let mut workers = Vec::new();
+        for worker in 0..8 {
+            let addr = lab.server.addr;
+            let hub = lab.hub.clone();
+            let name = name(worker);
+            workers.push(tokio::spawn(async move {
+                let mut cycles = 0;
+                while hub.lagged() == 0 && cycles < MAX_CYCLES / 8 {
+                    let mut peer = common::Peer::connect(addr).await;
+                    peer.send(&wire::acquire(&name, 30_000)).await;
+                    // The server may not have seen the previous close yet.
+                    let mut reply = peer.recv().await;
+                    if reply == ServerFrame::Waiting {
+                        reply = peer.recv().await;
+                    }
+                    assert!(matches!(reply, ServerFrame::Acquired { .. }), "{reply:?}");
+                    drop(peer);
+                    cycles += 1;
+                }
+                cycles
+            }));
+        }
+        let mut total = 0;
+        for worker in workers {
+            total += worker.await.expect("worker");
+        }
+        total
+    };
+    let cycles = timeout(Duration::from_secs(60), churn)
+        .await
+        .expect("grants go on while a subscriber is stalled");
+    assert_eq!(lab.hub.lagged(), 1, "cut off after {cycles} grant cycles");
+
+    // It can still read what was sent, and the last thing is `lagged`.
+    let rest = stalled.rest(PATIENCE).await;
+    assert!(
+        rest.trim_end().ends_with(
+            "event: lagged\ndata: {\"error\":\"this subscriber fell too far behind and was cut off; reconnect for a fresh snapshot\"}"
+        ),
+        "...{}",
+        &rest[rest.len().saturating_sub(300)..]
+    );
+    eventually("the subscription is gone", || lab.hub.subscribers() == 0).await;
+
+    // A reconnect starts over with a snapshot of the table as it is now.
+    let (_holder, token) = lab.server.hold("after", 30_000).await;
+    let mut again = lab.subscribe().await;
+    let snapshot = again.pending_snapshot.take().expect("snapshot");
+    let locks = snapshot["locks"].as_array().expect("locks");
+    assert_eq!(locks.len(), 1, "{snapshot}");
+    assert_eq!(locks[0]["holder"]["token"], token);
+    lab.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_subscribers_each_see_every_change() {
+    let lab = Lab::start().await;
+    let mut subscribers = Vec::new();
+    for _ in 0..100 {
+        subscribers.push(lab.subscribe().await);
+    }
+    assert_eq!(lab.hub.subscribers(), 100);
+    let (holder, token) = lab.server.hold("shared", 30_000).await;
+    drop(holder);
+    for subscriber in &mut subscribers {
+        let granted = assert_event(&subscriber.next_event().await, "granted", "shared");
+        assert_eq!(granted["token"], token);
+        assert_event(&subscriber.next_event().await, "released", "shared");
+    }
+    drop(subscribers);
+    eventually("every subscription is gone", || lab.hub.subscribers() == 0).await;
+    lab.stop().await;
+}
+
+#[tokio::test]
+async fn open_streams_do_not_hold_up_shutdown() {
+    let lab = Lab::start().await;
+    let mut events = lab.subscribe().await;
+    lab.admin.stop().await;
+    assert_eq!(events.next().await, None, "the stream ends at shutdown");
+    lab.server.stop().await;
+}
+
+#[tokio::test]
+async fn with_a_token_every_admin_request_needs_it_and_refusals_are_counted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("admin-token");
+    std::fs::write(&path, "correct-horse\n").expect("write");
+    let token = Arc::new(AdminToken::load(&path).expect("token"));
+    let lab = Lab::start_with(EventHub::new().expect("hub"), Some(token.clone())).await;
+    let addr = lab.admin.addr;
+
+    for (bearer, expected) in [
+        (None, 401),
+        (Some("wrong"), 401),
+        (Some("correct-hors"), 401),
+        (Some("correct-horse"), 200),
+    ] {
+        for path in ["/api/info", "/api/locks", "/api/locks/x/release?token=1"] {
+            let method = if path.ends_with("token=1") {
+                Method::POST
+            } else {
+                Method::GET
+            };
+            let (status, body) = http::request_as(addr, method, path, bearer).await;
+            let expected = if expected == 200 && path.contains("release") {
+                404
+            } else {
+                expected
+            };
+            assert_eq!(status, expected, "{path} with {bearer:?}: {body}");
+            let json: Value = serde_json::from_str(&body).expect("JSON error");
+            if status == 401 {
+                assert!(json["error"].as_str().expect("error").contains("Bearer"));
+            }
+        }
+    }
+    let refused = SseClient::open(addr, None).await;
+    assert_eq!(refused.status, 401);
+    let mut events = SseClient::open(addr, Some("correct-horse")).await;
+    assert_eq!(events.status, 200);
+    assert_eq!(events.next_event().await.name.as_deref(), Some("snapshot"));
+    // The page's shell carries no data and loads without the token.
+    let (status, page) = http::request_as(addr, Method::GET, "/", None).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("<title>monolock"));
+
+    let exposition = http::Exposition::parse(&lab.metrics.render(&lab.server.handle));
+    assert_eq!(
+        exposition.value("monolock_admin_unauthorized_total"),
+        10.0,
+        "3 paths x 3 refusals + 1 stream"
+    );
+
+    // SIGHUP's reload: the new token works at once, the old one no more.
+    std::fs::write(&path, "battery-staple").expect("write");
+    token.reload().expect("reload");
+    let (status, _) =
+        http::request_as(addr, Method::GET, "/api/info", Some("battery-staple")).await;
+    assert_eq!(status, 200);
+    let (status, _) = http::request_as(addr, Method::GET, "/api/info", Some("correct-horse")).await;
+    assert_eq!(status, 401);
+    lab.stop().await;
+}
+
+#[tokio::test]
+async fn a_conditional_release_never_releases_the_next_holder() {
+    let lab = Lab::start().await;
+    let (mut first, token) = lab.server.hold("deploy", 30_000).await;
+    let mut second = lab.server.wait_in_line("deploy", 30_000).await;
+
+    let (status, body) = lab
+        .admin
+        .post(&format!("/api/locks/deploy/release?token={}", token + 1))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    let conflict: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(conflict["holder"]["token"], token);
+    assert!(
+        conflict["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nothing released")),
+        "{body}"
+    );
+    assert_eq!(
+        lab.server.handle.lock("deploy").expect("held").holder.token,
+        token
+    );
+
+    let path = format!("/api/locks/deploy/release?token={token}");
+    let (status, body) = lab.admin.post(&path).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(first.expect_error_then_close().await.0, 0x02);
+    let ServerFrame::Acquired { token: next } = second.recv().await else {
+        panic!("the waiter is promoted");
+    };
+    // The same command again: 409, and the new holder keeps the lock.
+    let (status, body) = lab.admin.post(&path).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(
+        lab.server.handle.lock("deploy").expect("held").holder.token,
+        next
+    );
+    assert!(
+        second
+            .recv_within(Duration::from_millis(50))
+            .await
+            .is_none()
+    );
+    lab.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_query_parameters_are_a_json_error_and_change_nothing() {
+    let lab = Lab::start().await;
+    let (_holder, token) = lab.server.hold("keep", 30_000).await;
+    for (method, path) in [
+        (Method::POST, "/api/locks/keep/release?token=abc"),
+        (Method::POST, "/api/locks/keep/release?token=-1"),
+        (Method::POST, "/api/locks/keep/release?tokn=1"),
+        (Method::GET, "/api/locks?mtach=*"),
+        (Method::GET, "/api/events?since=3"),
+    ] {
+        let (status, body) = http::request(lab.admin.addr, method, path).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        let json: Value = serde_json::from_str(&body).expect("a JSON error");
+        assert!(
+            json["error"].as_str().is_some_and(|e| !e.is_empty()),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        lab.server.handle.lock("keep").expect("held").holder.token,
+        token
+    );
+    lab.stop().await;
+}
+
+#[tokio::test]
+async fn a_snapshot_of_a_thousand_locks_then_every_release() {
+    let lab = Lab::start().await;
+    let mut holders = Vec::new();
+    for i in 0..1000 {
+        holders.push(lab.server.hold(&format!("bulk/{i:04}"), 30_000).await.0);
+    }
+    let mut events = lab.subscribe().await;
+    let snapshot = events.pending_snapshot.take().expect("snapshot");
+    assert_eq!(snapshot["locks"].as_array().map(Vec::len), Some(1000));
+    drop(holders);
+    let mut released = 0;
+    while released < 1000 {
+        let event = events.next_event().await;
+        if event.name.as_deref() == Some("released") {
+            released += 1;
+        }
+    }
+    lab.stop().await;
+}

@@ -1,0 +1,238 @@
+//! `monolock events`: follows `GET /api/events` in a terminal, one line per
+//! event, like `kubectl get -w`: the locks held now first (from the stream's
+//! snapshot), then every change as it happens. `--json` prints the
+//! snapshot and then each event's JSON (the audit log's format) one per
+//! line. A subscriber the server cut off for falling behind reconnects and
+//! starts over from a fresh snapshot.
+
+use std::{io::Write as _, time::Duration};
+
+use http_body_util::BodyExt;
+use hyper::Method;
+use monolock_server::{
+    Glob,
+    admin::{LockInfo, LockList},
+};
+use serde_json::Value;
+
+use crate::admin_cli::{AdminArgs, printable, refusal, send};
+
+/// With no byte for this long (the server sends a keep-alive every 15 s),
+/// the stream is taken for dead.
+const IDLE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Column widths of the event lines (wider values push the line).
+const WIDTHS: [usize; 4] = [24, 13, 24, 21];
+
+/// Follows the stream until it fails or the server closes it.
+pub async fn follow(admin: &AdminArgs, pattern: Option<&str>) -> Result<(), String> {
+    let glob = pattern.map(Glob::new);
+    let matches = |name: &str| glob.as_ref().is_none_or(|glob| glob.matches(name));
+    if !admin.json {
+        print_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"])?;
+    }
+    loop {
+        match stream_once(admin, &matches).await? {
+            End::Lagged => {
+                eprintln!(
+                    "monolock: fell behind the server's event stream; reconnecting for a fresh snapshot"
+                );
+            }
+            End::Closed => return Err("the server closed the event stream".to_owned()),
+        }
+    }
+}
+
+enum End {
+    Lagged,
+    Closed,
+}
+
+async fn stream_once(admin: &AdminArgs, matches: &impl Fn(&str) -> bool) -> Result<End, String> {
+    let (url, response) = send(admin, Method::GET, "/api/events", "text/event-stream").await?;
+    if !response.status().is_success() {
+        return Err(refusal(&url, response).await);
+    }
+    let mut body = response.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = buf.drain(..end + 2).collect();
+            let (name, data) = parse_block(&String::from_utf8_lossy(&block));
+            match name.as_deref() {
+                None => {}
+                Some("lagged") => return Ok(End::Lagged),
+                Some("snapshot") => print_snapshot(admin.json, &data, matches)?,
+                Some(_) => print_event(admin.json, &data, matches)?,
+            }
+        }
+        let frame = match tokio::time::timeout(IDLE_LIMIT, body.frame()).await {
+            Ok(Some(Ok(frame))) => frame,
+            Ok(Some(Err(err))) => return Err(format!("the event stream from {url} failed: {err}")),
+            Ok(None) => return Ok(End::Closed),
+            Err(_) => {
+                return Err(format!(
+                    "nothing from {url} for {}s (not even a keep-alive)",
+                    IDLE_LIMIT.as_secs()
+                ));
+            }
+        };
+        if let Ok(data) = frame.into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+}
+
+/// An SSE block's event name (`None` for a comment) and its data.
+fn parse_block(block: &str) -> (Option<String>, String) {
+    let mut name = None;
+    let mut data = String::new();
+    for line in block.lines() {
+        if let Some(value) = line.strip_prefix("event:") {
+            name = Some(value.trim().to_owned());
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push_str(value.strip_prefix(' ').unwrap_or(value));
+        }
+    }
+    (name, data)
+}
+
+fn print_snapshot(json: bool, data: &str, matches: &impl Fn(&str) -> bool) -> Result<(), String> {
+    let mut list: LockList = serde_json::from_str(data)
+        .map_err(|err| format!("unexpected snapshot from the server: {err}"))?;
+    list.locks.retain(|lock| matches(&lock.name));
+    if json {
+        let mut line = serde_json::json!({ "event": "snapshot" });
+        line["locks"] = serde_json::to_value(&list.locks).unwrap_or_default();
+        return write_out(&line.to_string());
+    }
+    for lock in &list.locks {
+        for line in snapshot_lines(lock) {
+            write_out(&line)?;
+        }
+    }
+    Ok(())
+}
+
+/// A held lock as `held` and `waiting` lines, like events that happened.
+fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
+    let holder = &lock.holder;
+    let mut lines = vec![format_line(&[
+        &holder.since,
+        "held",
+        &printable(&lock.name),
+        &holder.remote_addr,
+        &identity(&holder.identity),
+        &format!("token={} lease={}ms", holder.token, holder.lease_ms),
+    ])];
+    for (position, waiter) in lock.waiters.iter().enumerate() {
+        lines.push(format_line(&[
+            &waiter.queued_at,
+            "waiting",
+            &printable(&lock.name),
+            &waiter.remote_addr,
+            &identity(&waiter.identity),
+            &format!("position={} lease={}ms", position + 1, waiter.lease_ms),
+        ]));
+    }
+    lines
+}
+
+fn print_event(json: bool, data: &str, matches: &impl Fn(&str) -> bool) -> Result<(), String> {
+    let event: Value = serde_json::from_str(data)
+        .map_err(|err| format!("unexpected event from the server: {err}"))?;
+    if !matches(event["lock"].as_str().unwrap_or_default()) {
+        return Ok(());
+    }
+    if json {
+        return write_out(data);
+    }
+    write_out(&event_line(&event))
+}
+
+/// One event as a line: time, event, lock, address, identity, then its
+/// own fields (`token=.. wait=..ms`, `token=.. held=..ms reason=..`).
+fn event_line(event: &Value) -> String {
+    let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
+    let mut detail = Vec::new();
+    if let Some(token) = event["token"].as_u64() {
+        detail.push(format!("token={token}"));
+    }
+    for (key, label) in [("wait_ms", "wait"), ("held_ms", "held")] {
+        if let Some(ms) = event[key].as_u64() {
+            detail.push(format!("{label}={ms}ms"));
+        }
+    }
+    if let Some(reason) = event["reason"].as_str() {
+        detail.push(format!("reason={}", printable(reason)));
+    }
+    format_line(&[
+        &text("time"),
+        &printable(&text("event")),
+        &printable(&text("lock")),
+        &text("remote_addr"),
+        &identity(&text("identity")),
+        &detail.join(" "),
+    ])
+}
+
+fn identity(identity: &str) -> String {
+    if identity.is_empty() {
+        "-".to_owned()
+    } else {
+        printable(identity).into_owned()
+    }
+}
+
+fn format_line(cells: &[&str]) -> String {
+    let mut line = String::new();
+    for (i, cell) in cells.iter().enumerate() {
+        line.push_str(cell);
+        if let Some(width) = WIDTHS.get(i) {
+            let pad = width.saturating_sub(cell.chars().count()).max(1) + 1;
+            line.extend(std::iter::repeat_n(' ', pad));
+        } else if i + 1 < cells.len() {
+            line.push_str("  ");
+        }
+    }
+    line.trim_end().to_owned()
+}
+
+fn print_line(cells: &[&str]) -> Result<(), String> {
+    write_out(&format_line(cells))
+}
+
+/// Writes one line and flushes it at once (the output is usually followed
+/// live or piped into `grep --line-buffered`); a closed pipe ends the command.
+fn write_out(line: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|err| format!("cannot write the output: {err}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_one_aligned_line_with_names_escaped() {
+        let event: Value = serde_json::from_str(
+            r#"{"time":"2026-08-08T12:00:00.123Z","event":"released","lock":"evil\n\u001b[2Jname","identity":"","remote_addr":"10.0.0.5:52114","token":7,"held_ms":1500,"reason":"force"}"#,
+        )
+        .expect("JSON");
+        assert_eq!(
+            event_line(&event),
+            "2026-08-08T12:00:00.123Z  released      evil\\n\\u{1b}[2Jname      10.0.0.5:52114        -  token=7 held=1500ms reason=force"
+        );
+    }
+
+    #[test]
+    fn sse_blocks_parse() {
+        assert_eq!(
+            parse_block("event: granted\ndata: {\"a\":1}\n\n"),
+            (Some("granted".to_owned()), "{\"a\":1}".to_owned())
+        );
+        assert_eq!(parse_block(": keep-alive\n\n"), (None, String::new()));
+    }
+}

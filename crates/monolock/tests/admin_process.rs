@@ -1,0 +1,270 @@
+//! The admin surface of the real binary: the token (flags, variable,
+//! SIGHUP), `monolock events`, `monolock info`, `release --token`, escaped
+//! names, and the refusal to serve an open admin port without a token.
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader},
+    process::{Command, Stdio},
+    sync::mpsc,
+};
+
+use common::{MONOLOCK, PATIENCE, ServerProcess, acquire};
+use monolock_proto::ServerFrame;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A server with an admin token file; returns it and the file's directory.
+fn with_token(token: &str, extra: &[&str]) -> (ServerProcess, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("admin-token");
+    std::fs::write(&path, format!("{token}\n")).expect("write token");
+    let path = path.to_str().expect("UTF-8 path").to_owned();
+    let mut args = vec!["--admin-listen", "127.0.0.1:0", "--admin-token-file", &path];
+    args.extend_from_slice(extra);
+    (ServerProcess::start(&args), dir)
+}
+
+fn cli_env(server: &ServerProcess, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    Command::new(MONOLOCK)
+        .args(args)
+        .env(
+            "MONOLOCK_ADMIN_ADDRESS",
+            server.admin.expect("admin").to_string(),
+        )
+        .env_remove("MONOLOCK_ADMIN_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run monolock")
+}
+
+/// `monolock serve --listen 127.0.0.1:0 ARGS...` run to its exit.
+fn serve_exit(args: &[&str]) -> std::process::Output {
+    Command::new(MONOLOCK)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .expect("run monolock serve")
+}
+
+#[test]
+fn an_open_admin_port_without_a_token_is_refused_at_startup() {
+    let output = serve_exit(&["--admin-listen", "0.0.0.0:0"]);
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("monolock: --admin-listen 0.0.0.0:0 is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure"),
+        "{stderr}"
+    );
+
+    let output = serve_exit(&[
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--admin-token-file",
+        "/nonexistent/admin-token",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        "monolock: cannot read the admin token file /nonexistent/admin-token: No such file or directory (os error 2)"
+    );
+}
+
+#[test]
+fn the_cli_sends_the_token_from_a_file_or_the_variable_and_sighup_rotates_it() {
+    let (server, dir) = with_token("first-token", &[]);
+
+    let output = cli_env(&server, &["locks"], &[]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("Authorization: Bearer"), "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+
+    let output = cli_env(
+        &server,
+        &["locks"],
+        &[("MONOLOCK_ADMIN_TOKEN", "first-token")],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "no locks held\n");
+
+    let file = dir.path().join("admin-token");
+    let file = file.to_str().expect("UTF-8");
+    let output = cli_env(&server, &["info", "--admin-token-file", file], &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let info = text(&output.stdout);
+    assert!(info.starts_with("version"), "{info}");
+    assert!(info.contains(env!("CARGO_PKG_VERSION")), "{info}");
+    assert!(info.contains("(commit "), "{info}");
+    assert!(info.contains("admin listen"), "{info}");
+
+    std::fs::write(dir.path().join("admin-token"), "second-token").expect("rotate");
+    server.signal("HUP");
+    server.wait_log("reloaded the admin token");
+    let output = cli_env(
+        &server,
+        &["locks"],
+        &[("MONOLOCK_ADMIN_TOKEN", "first-token")],
+    );
+    assert_eq!(output.status.code(), Some(1), "the old token is refused");
+    let output = cli_env(&server, &["locks", "--admin-token-file", file], &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn release_with_a_token_never_releases_the_next_holder() {
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let (mut holder, reply) = acquire(server.addr, "deploy");
+    let ServerFrame::Acquired { token } = reply else {
+        panic!("{reply:?}")
+    };
+    let (mut next, reply) = acquire(server.addr, "deploy");
+    assert_eq!(reply, ServerFrame::Waiting);
+
+    let token_arg = token.to_string();
+    let release = ["release", "deploy", "--token", &token_arg];
+    let output = server.cli(&release);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(matches!(
+        common::read_frame(&mut holder),
+        ServerFrame::Error { code, .. } if code.0 == 0x02
+    ));
+    let ServerFrame::Acquired { token: next_token } = common::read_frame(&mut next) else {
+        panic!("the waiter is promoted")
+    };
+
+    // The same command again refuses and names the current holder.
+    let output = server.cli(&release);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&format!("is held by token {next_token}"))
+            && stderr.contains("nothing released")
+            && stderr.contains("409"),
+        "{stderr}"
+    );
+    let output = server.cli(&["lock", "deploy", "--json"]);
+    let lock: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(lock["holder"]["token"], next_token);
+
+    let output = server.cli(&["locks", "--match", "nightly/*"]);
+    assert!(output.status.success());
+    assert_eq!(text(&output.stdout), "no held lock matches nightly/*\n");
+}
+
+#[test]
+fn events_follow_every_change_with_names_escaped() {
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let (_held, _) = acquire(server.addr, "before");
+    let mut events = Command::new(MONOLOCK)
+        .args([
+            "events",
+            "--admin",
+            &server.admin.expect("admin").to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run monolock events");
+    let stdout = events.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || {
+        lines
+            .recv_timeout(PATIENCE)
+            .expect("monolock events prints a line")
+    };
+    let header = next_line();
+    assert!(
+        header.starts_with("TIME") && header.contains("DETAIL"),
+        "{header}"
+    );
+    let held = next_line();
+    assert!(
+        held.contains("  held  ") && held.contains("before"),
+        "{held}"
+    );
+
+    // A name with a newline and an escape sequence is one escaped line.
+    let (evil, reply) = acquire(server.addr, "evil\n\u{1b}[2Jname");
+    let ServerFrame::Acquired { token } = reply else {
+        panic!("{reply:?}")
+    };
+    let granted = next_line();
+    assert!(granted.contains(" granted "), "{granted}");
+    assert!(granted.contains("evil\\n\\u{1b}[2Jname"), "{granted}");
+    assert!(granted.contains(&format!("token={token}")), "{granted}");
+    drop(evil);
+    let released = next_line();
+    assert!(released.contains(" released "), "{released}");
+    assert!(released.contains("reason=graceful"), "{released}");
+
+    // The tables escape it too.
+    let (_evil, _) = acquire(server.addr, "evil\tname");
+    let output = server.cli(&["locks"]);
+    assert!(
+        text(&output.stdout).contains("evil\\tname"),
+        "{}",
+        text(&output.stdout)
+    );
+    let output = server.cli(&["lock", "evil\tname"]);
+    assert!(
+        text(&output.stdout).contains("evil\\tname"),
+        "{}",
+        text(&output.stdout)
+    );
+
+    let _ = events.kill();
+    let _ = events.wait();
+}
+
+#[test]
+fn metrics_name_the_build_and_count_refused_admin_requests() {
+    let (server, _dir) = with_token("metrics-token", &["--ops-listen", "127.0.0.1:0"]);
+    let output = cli_env(&server, &["locks"], &[("MONOLOCK_ADMIN_TOKEN", "wrong")]);
+    assert_eq!(output.status.code(), Some(1));
+    let metrics = http_get(server.ops.expect("ops"), "/metrics");
+    let commit = Command::new(MONOLOCK)
+        .arg("--version")
+        .output()
+        .expect("monolock --version");
+    let version = text(&commit.stdout);
+    let commit = version
+        .split("(commit ")
+        .nth(1)
+        .and_then(|rest| rest.split(')').next())
+        .expect("a commit in --version");
+    let series = format!(
+        "monolock_build_info{{version=\"{}\",commit=\"{commit}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(metrics.contains(&series), "{series} not in:\n{metrics}");
+    assert!(
+        metrics.contains("monolock_admin_unauthorized_total 1"),
+        "{metrics}"
+    );
+}
+
+/// A plain HTTP/1.0 GET; the body as text.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    response
+}
