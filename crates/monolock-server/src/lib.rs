@@ -37,7 +37,10 @@
 //! - [`Metrics`]: Prometheus metrics (an [`Observer`]), served by [`ops`]
 //!   with `/healthz` and `/readyz`;
 //! - [`admin`]: the admin HTTP API;
-//! - [`Reloader`]: what SIGHUP does.
+//! - [`Reloader`]: what SIGHUP does;
+//! - [`TokenFloor`]: tokens that survive a restart on a clock that stepped
+//!   back, and [`ServerConfig::startup_grace`]: no grant until a failed
+//!   primary's holders have given up (high availability, docs/ha.md).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -47,6 +50,7 @@ mod audit;
 mod config;
 mod events;
 mod glob;
+mod grace;
 mod leases;
 mod limits;
 mod listen;
@@ -58,12 +62,14 @@ mod session;
 mod table;
 mod tls;
 mod token;
+mod token_floor;
 
 pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
+pub use grace::GraceStatus;
 pub use limits::raise_fd_limit;
 pub use listen::{LISTEN_BACKLOG, bind};
 pub use metrics::{
@@ -74,3 +80,4 @@ pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, r
 pub use table::{HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};
+pub use token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};

@@ -6,6 +6,7 @@ mod admin_cli;
 mod args;
 mod exec;
 mod serve;
+mod systemd;
 
 use std::process::ExitCode;
 
