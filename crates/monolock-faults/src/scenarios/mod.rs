@@ -15,6 +15,9 @@ mod hostile;
 mod partition;
 mod pause;
 mod restart;
+mod vrrp;
+
+pub use vrrp::unavailable as vrrp_unavailable;
 
 use std::{
     collections::BTreeMap, fmt, net::SocketAddr, path::PathBuf, sync::Arc, thread, time::Duration,
@@ -34,7 +37,7 @@ use crate::{
 };
 
 /// Every scenario, in the order the suite runs them.
-pub const ALL: [Scenario; 7] = [
+pub const ALL: [Scenario; 8] = [
     Scenario::HolderKilled,
     Scenario::HolderPaused,
     Scenario::Partition,
@@ -42,6 +45,7 @@ pub const ALL: [Scenario; 7] = [
     Scenario::Failover,
     Scenario::HostileClients,
     Scenario::DescriptorExhaustion,
+    Scenario::VrrpFailover,
 ];
 
 /// One kind of fault.
@@ -62,6 +66,9 @@ pub enum Scenario {
     HostileClients,
     /// 7. The server runs out of file descriptors.
     DescriptorExhaustion,
+    /// 8. keepalived moves a virtual IP between two servers in network
+    /// namespaces (needs root).
+    VrrpFailover,
 }
 
 impl Scenario {
@@ -75,6 +82,7 @@ impl Scenario {
             Self::Failover => "failover",
             Self::HostileClients => "hostile-clients",
             Self::DescriptorExhaustion => "fd-exhaustion",
+            Self::VrrpFailover => vrrp::NAME,
         }
     }
 
@@ -87,7 +95,7 @@ impl Scenario {
     pub const fn needs_server_binary(self) -> bool {
         matches!(
             self,
-            Self::ServerRestart | Self::Failover | Self::DescriptorExhaustion
+            Self::ServerRestart | Self::Failover | Self::DescriptorExhaustion | Self::VrrpFailover
         )
     }
 
@@ -103,6 +111,7 @@ impl Scenario {
             Self::Failover => failover::run(env, rounds, &mut rng, &mut report).await,
             Self::HostileClients => hostile::run(env, rounds, &mut rng, &mut report).await,
             Self::DescriptorExhaustion => exhaustion::run(env, rounds, &mut rng, &mut report).await,
+            Self::VrrpFailover => vrrp::run(env, rounds, &mut rng, &mut report).await,
         };
         if let Err(err) = outcome {
             report.problem(format!("aborted: {err}"));
@@ -381,14 +390,20 @@ impl Lab {
     /// # Errors
     /// Binding the checker failed.
     pub async fn new(env: &Env) -> std::io::Result<Self> {
-        Ok(Self {
-            checker: Checker::start().await?,
+        Ok(Self::with_checker(env, Checker::start().await?))
+    }
+
+    /// A lab around `checker` (one bound where workers in another network
+    /// namespace reach it).
+    pub fn with_checker(env: &Env, checker: Checker) -> Self {
+        Self {
+            checker,
             workers: BTreeMap::new(),
             exits: BTreeMap::new(),
             abortive: std::collections::BTreeSet::new(),
             next: 0,
             worker_bin: env.worker_bin.clone(),
-        })
+        }
     }
 
     /// Starts a worker; returns its name.
@@ -744,6 +759,7 @@ pub const fn ci_rounds(scenario: Scenario) -> u32 {
         Scenario::Failover => 1,
         Scenario::HostileClients => 1,
         Scenario::DescriptorExhaustion => 1,
+        Scenario::VrrpFailover => 1,
     }
 }
 
