@@ -66,8 +66,8 @@ pub enum Scenario {
     HostileClients,
     /// 7. The server runs out of file descriptors.
     DescriptorExhaustion,
-    /// 8. keepalived moves a virtual IP between two servers in network
-    /// namespaces (needs root).
+    /// 8. keepalived moves a virtual IP between two real servers in
+    ///    network namespaces (needs root).
     VrrpFailover,
 }
 
