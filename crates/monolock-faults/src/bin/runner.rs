@@ -26,7 +26,8 @@ struct Args {
     #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
     soak: Option<Duration>,
     /// Only these scenarios (repeatable): holder-killed, holder-paused,
-    /// partition, server-restart, failover, hostile-clients, fd-exhaustion.
+    /// partition, server-restart, failover, hostile-clients, fd-exhaustion,
+    /// vrrp-failover (needs root and keepalived).
     #[arg(long = "scenario", value_name = "NAME")]
     scenarios: Vec<String>,
     /// Seed of the random choices (default: random, printed).
