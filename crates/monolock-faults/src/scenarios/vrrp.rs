@@ -230,6 +230,8 @@ async fn run_case(env: &Env, case: Case, report: &mut Report) -> Result<(), Stri
         // so the report's failure rule does not count it.
         report.cross_server_overlaps -= cross;
     }
+    let mut nodes = nodes;
+    nodes.tidy = report.problems.is_empty();
     drop(nodes);
     drop(net);
     Ok(())
@@ -353,6 +355,9 @@ impl Drop for Net {
 struct Nodes {
     dir: PathBuf,
     keepalived: Vec<std::process::Child>,
+    /// Remove the work directory (configurations, logs) on drop: set once
+    /// the case passed; a failed case keeps it for diagnosis.
+    tidy: bool,
 }
 
 impl Nodes {
@@ -372,6 +377,7 @@ impl Nodes {
         let mut nodes = Self {
             dir,
             keepalived: Vec::new(),
+            tidy: false,
         };
         let shipped = std::fs::read_to_string(Path::new(DEPLOY).join("keepalived.conf"))
             .map_err(|e| format!("{DEPLOY}/keepalived.conf: {e}"))?;
@@ -545,6 +551,9 @@ impl Drop for Nodes {
             if let Some(pid) = self.pid(node) {
                 let _ = Command::new("kill").args(["-KILL", &pid]).status();
             }
+        }
+        if self.tidy {
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
