@@ -87,7 +87,16 @@ impl Checker {
     /// # Errors
     /// The bind error.
     pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST.into()).await
+    }
+
+    /// Binds a free port on `ip` (for workers in another network namespace)
+    /// and starts serving on the current runtime.
+    ///
+    /// # Errors
+    /// The bind error.
+    pub async fn start_on(ip: std::net::IpAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind((ip, 0)).await?;
         let addr = listener.local_addr()?;
         let inner = Arc::new(Inner {
             state: Mutex::new(State::default()),

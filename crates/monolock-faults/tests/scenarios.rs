@@ -86,3 +86,16 @@ fn hostile_clients() {
 fn fd_exhaustion() {
     run(Scenario::DescriptorExhaustion);
 }
+
+/// Needs root and keepalived (CI has both; `.ci/setup.d/keepalived.sh`).
+/// Without them it says so in one line and does not run, except under CI,
+/// where it must run.
+#[test]
+fn vrrp_failover() {
+    if let Some(why) = monolock_faults::scenarios::vrrp_unavailable() {
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+        return;
+    }
+    run(Scenario::VrrpFailover);
+}

@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminToken, EventHub, Glob, HolderSnapshot, LockSnapshot, ServerHandle, ServerTls, TlsListener,
-    WaiterSnapshot, audit::rfc3339, dashboard, live,
+    AdminToken, EventHub, Glob, GraceStatus, HolderSnapshot, LockSnapshot, ServerHandle, ServerTls,
+    TlsListener, WaiterSnapshot, audit::rfc3339, dashboard, live,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -86,6 +86,37 @@ pub struct ServerInfo {
     /// their ACQUIRE).
     #[serde(default)]
     pub connections: usize,
+    /// The startup grace (`--startup-grace`).
+    #[serde(default)]
+    pub startup_grace: GraceInfo,
+    /// The token floor file (`--token-floor`), if any.
+    #[serde(default)]
+    pub token_floor: Option<String>,
+}
+
+/// The startup grace in the API's JSON.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GraceInfo {
+    /// The configured grace in milliseconds (0: none).
+    pub grace_ms: u64,
+    /// True while nothing is granted yet.
+    pub running: bool,
+    /// Milliseconds until grants begin (0 once over).
+    pub remaining_ms: u64,
+    /// Sessions waiting for the grace to end.
+    pub held: usize,
+}
+
+impl From<GraceStatus> for GraceInfo {
+    fn from(status: GraceStatus) -> Self {
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            grace_ms: ms(status.configured),
+            running: status.running,
+            remaining_ms: ms(status.remaining),
+            held: status.held,
+        }
+    }
 }
 
 /// A holder in the API's JSON.
@@ -404,6 +435,12 @@ async fn info_handler(State(state): State<Arc<AdminState>>) -> Json<ServerInfo> 
         sessions: counts.locks + counts.waiters,
         waiters: counts.waiters,
         connections: handle.connections(),
+        startup_grace: handle.startup_grace().into(),
+        token_floor: handle
+            .config()
+            .token_floor
+            .as_ref()
+            .map(|floor| floor.path().display().to_string()),
     })
 }
 

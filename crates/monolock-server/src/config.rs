@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use monolock_proto::LockName;
 
-use crate::{Observer, ServerTls, token::WallClock};
+use crate::{Observer, ServerTls, TokenFloor, token::WallClock};
 
 /// Decides whether an identity may claim a lock (the ACL).
 ///
@@ -44,6 +44,14 @@ pub struct ServerConfig {
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// TLS (or mTLS) on the protocol port; `None` serves plaintext.
     pub tls: Option<Arc<ServerTls>>,
+    /// The token floor file, through which tokens survive a restart on a
+    /// clock that stepped back; `None` keeps tokens in memory only.
+    pub token_floor: Option<Arc<TokenFloor>>,
+    /// How long after start nothing is granted: sessions are accepted,
+    /// queued in FIFO order and answered WAITING. A standby started with a
+    /// grace at least as long as the longest lease in use grants nothing
+    /// before every holder of the failed primary has given up its claim.
+    pub startup_grace: Duration,
 }
 
 impl Default for ServerConfig {
@@ -54,6 +62,8 @@ impl Default for ServerConfig {
             observer: Arc::new(crate::events::NoopObserver),
             authorizer: None,
             tls: None,
+            token_floor: None,
+            startup_grace: Duration::ZERO,
         }
     }
 }
@@ -87,6 +97,20 @@ impl ServerConfig {
         self
     }
 
+    /// Sets [`ServerConfig::token_floor`].
+    #[must_use]
+    pub fn with_token_floor(mut self, floor: Arc<TokenFloor>) -> Self {
+        self.token_floor = Some(floor);
+        self
+    }
+
+    /// Sets [`ServerConfig::startup_grace`].
+    #[must_use]
+    pub fn with_startup_grace(mut self, grace: Duration) -> Self {
+        self.startup_grace = grace;
+        self
+    }
+
     /// Sets [`ServerConfig::tls`].
     #[must_use]
     pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
@@ -101,6 +125,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("io_timeout", &self.io_timeout)
             .field("tls", &self.tls)
             .field("acl", &self.authorizer.is_some())
+            .field("token_floor", &self.token_floor)
+            .field("startup_grace", &self.startup_grace)
             .finish_non_exhaustive()
     }
 }

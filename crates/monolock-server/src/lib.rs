@@ -38,7 +38,10 @@
 //!   with `/healthz` and `/readyz`;
 //! - [`admin`]: the admin HTTP API and the live dashboard, fed by an
 //!   [`EventHub`] (an [`Observer`]) and guarded by an [`AdminToken`];
-//! - [`Reloader`]: what SIGHUP does.
+//! - [`Reloader`]: what SIGHUP does;
+//! - [`TokenFloor`]: tokens that survive a restart on a clock that stepped
+//!   back, and [`ServerConfig::startup_grace`]: no grant until a failed
+//!   primary's holders have given up (high availability, docs/ha.md).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -50,6 +53,7 @@ mod config;
 mod dashboard;
 mod events;
 mod glob;
+mod grace;
 mod https;
 mod leases;
 mod limits;
@@ -63,6 +67,7 @@ mod session;
 mod table;
 mod tls;
 mod token;
+mod token_floor;
 
 pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use admin_auth::{AdminToken, AdminTokenError};
@@ -70,6 +75,7 @@ pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
+pub use grace::GraceStatus;
 pub use https::{HANDSHAKE_TIMEOUT, TlsListener};
 pub use limits::raise_fd_limit;
 pub use listen::{LISTEN_BACKLOG, bind};
@@ -84,3 +90,4 @@ pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, r
 pub use table::{HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};
+pub use token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};

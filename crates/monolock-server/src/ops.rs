@@ -1,7 +1,10 @@
 //! The ops endpoint: `/metrics`, `/healthz`, `/readyz`.
 //!
 //! Health and readiness answer `200 ok` while the server serves and `503`
-//! from the first moment of shutdown. Run this listener a little longer than
+//! from the first moment of shutdown. During the startup grace `/readyz`
+//! answers `200` with `startup grace: N ms left`: the server is ready for
+//! traffic (it accepts and queues; sessions must reach it to be first in
+//! line), it only grants nothing yet. Run this listener a little longer than
 //! the protocol listener ([`OPS_SHUTDOWN_GRACE`]) so that probes and scrapes
 //! see the whole shutdown.
 
@@ -34,7 +37,7 @@ pub fn router(handle: ServerHandle, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(health_handler))
-        .route("/readyz", get(health_handler))
+        .route("/readyz", get(ready_handler))
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found") })
         .with_state(Arc::new(OpsState { handle, metrics }))
 }
@@ -92,4 +95,13 @@ async fn health_handler(State(state): State<Arc<OpsState>>) -> Response {
     } else {
         (StatusCode::OK, "ok").into_response()
     }
+}
+
+async fn ready_handler(State(state): State<Arc<OpsState>>) -> Response {
+    let grace = state.handle.startup_grace();
+    if state.handle.is_shutting_down() || !grace.running {
+        return health_handler(State(state)).await;
+    }
+    let left = grace.remaining.as_millis();
+    (StatusCode::OK, format!("startup grace: {left} ms left")).into_response()
 }

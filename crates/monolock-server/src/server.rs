@@ -23,9 +23,11 @@ use tracing::{debug, info, warn};
 use crate::{
     ServerConfig,
     events::Event,
+    grace::{GraceStatus, StartupGrace},
     session,
     table::{HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
     tls::identity_of_certificate,
+    token::TokenIssuer,
 };
 
 /// First pause after a failed `accept` (e.g. EMFILE); doubles up to the cap.
@@ -37,6 +39,8 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
     pub(crate) table: LockTable,
+    /// Holds grants back for `--startup-grace` after start.
+    pub(crate) grace: StartupGrace,
     pub(crate) shutdown: CancellationToken,
     connections: AtomicUsize,
     started: std::time::Instant,
@@ -67,11 +71,18 @@ pub struct Server {
 impl Server {
     /// A server with this configuration, not yet listening.
     pub fn new(config: ServerConfig) -> Self {
-        let table = LockTable::new(Arc::clone(&config.wall_clock), Arc::clone(&config.observer));
+        let tokens = TokenIssuer::new(&*config.wall_clock, config.token_floor.clone());
+        let table = LockTable::new(
+            Arc::clone(&config.wall_clock),
+            Arc::clone(&config.observer),
+            tokens,
+        );
+        let grace = StartupGrace::new(config.startup_grace, Instant::now());
         Self {
             shared: Arc::new(Shared {
                 config,
                 table,
+                grace,
                 shutdown: CancellationToken::new(),
                 connections: AtomicUsize::new(0),
                 started: std::time::Instant::now(),
@@ -104,6 +115,19 @@ impl Server {
         } else {
             Nodelay::SetEach
         };
+        if let Some(ends) = shared.grace.ends() {
+            info!(
+                grace_ms = shared.config.startup_grace.as_millis() as u64,
+                "startup grace: accepting and queueing, granting nothing yet"
+            );
+            let gate = Arc::clone(&shared);
+            tracker.spawn(async move {
+                tokio::select! {
+                    () = gate.shutdown.cancelled() => {}
+                    () = tokio::time::sleep_until(ends) => gate.grace.open(&gate.table),
+                }
+            });
+        }
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let accepted = tokio::select! {
@@ -275,6 +299,7 @@ impl ServerHandle {
     /// Starts a graceful shutdown: nothing is granted any more, the listener
     /// closes, every session gets ERROR 0x01 and is closed. Idempotent.
     pub fn shutdown(&self) {
+        self.shared.grace.close();
         self.shared.table.close();
         self.shared.shutdown.cancel();
     }
@@ -322,9 +347,17 @@ impl ServerHandle {
         self.shared.table.lock(name)
     }
 
-    /// Locks held and sessions waiting.
+    /// Locks held and sessions waiting (during the startup grace, every
+    /// session waits).
     pub fn counts(&self) -> TableCounts {
-        self.shared.table.counts()
+        let mut counts = self.shared.table.counts();
+        counts.waiters += self.shared.grace.status().held;
+        counts
+    }
+
+    /// Whether the startup grace still holds grants back, and for how long.
+    pub fn startup_grace(&self) -> GraceStatus {
+        self.shared.grace.status()
     }
 
     /// Open connections (with or without a session).

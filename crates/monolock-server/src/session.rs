@@ -291,7 +291,7 @@ struct Session<'a, 'c, S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     async fn run(&mut self) -> End {
         let shared = self.conn.shared;
-        let first_reply = match shared.table.acquire(self.slot) {
+        let first_reply = match shared.grace.admit(self.slot, &shared.table) {
             Acquired::Granted(token) => {
                 self.announced = true;
                 debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, token, "granted");
@@ -440,6 +440,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             End::Protocol(_) => ReleaseReason::ProtocolError,
         };
         debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
+        shared.grace.leave(self.slot);
         let promoted = shared.table.end(self.slot, reason);
         match end {
             // Let the promoted session write its ACQUIRED before this one

@@ -208,12 +208,16 @@ pub struct TableCounts {
 }
 
 impl LockTable {
-    pub(crate) fn new(clock: Arc<dyn WallClock>, observer: Arc<dyn Observer>) -> Self {
+    pub(crate) fn new(
+        clock: Arc<dyn WallClock>,
+        observer: Arc<dyn Observer>,
+        tokens: TokenIssuer,
+    ) -> Self {
         let epoch = Instant::now();
         Self {
             state: Mutex::new(TableState {
                 locks: HashMap::new(),
-                tokens: TokenIssuer::new(),
+                tokens,
                 waiters: 0,
                 closing: false,
             }),

@@ -1,8 +1,26 @@
-//! Fencing tokens: one strictly increasing sequence per process.
+//! Fencing tokens: one strictly increasing sequence per process, starting
+//! above every token an earlier process could have issued.
+//!
+//! The layout is docs/protocol.md's: `max(previous + 1, unix_seconds << 20)`.
+//! A process that restarts in the same second as its predecessor's last
+//! grant would begin that second's sequence again, below the old tokens. So
+//! a process starts one second ahead, at `(t + 1) · 2^20` for its start time
+//! `t` in fractional seconds. An earlier process that issued fewer than 2^20
+//! tokens a second (about a million grants a second: in practice always)
+//! never got past `(t' + 1) · 2^20` by its own time `t'`, so a later start on
+//! a clock that is not behind is above all of its tokens, however quick the
+//! restart (a crash loop included). With a [`TokenFloor`] the start is also
+//! above every token the file has reserved, which holds even when the clock
+//! stepped back.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
-use monolock_proto::token_floor_for_unix_seconds;
+use monolock_proto::{TOKEN_TIME_SHIFT, token_floor_for_unix_seconds};
+
+use crate::token_floor::TokenFloor;
 
 /// The wall clock, read for one thing only: the epoch of new tokens.
 ///
@@ -10,6 +28,14 @@ use monolock_proto::token_floor_for_unix_seconds;
 pub trait WallClock: Send + Sync + 'static {
     /// Seconds since the unix epoch (0 if the clock is before it).
     fn unix_seconds(&self) -> u64;
+
+    /// Time since the unix epoch, as precisely as the clock knows it (zero
+    /// if the clock is before it). Read once, at startup, to place the
+    /// first token; by default the whole seconds of
+    /// [`unix_seconds`](Self::unix_seconds).
+    fn unix_time(&self) -> Duration {
+        Duration::from_secs(self.unix_seconds())
+    }
 }
 
 /// The system's real-time clock.
@@ -22,6 +48,20 @@ impl WallClock for SystemWallClock {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
     }
+
+    fn unix_time(&self) -> Duration {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+    }
+}
+
+/// The first token of a process that starts at `now` (since the unix
+/// epoch): `(now + 1 s) · 2^20`, the fraction of the second included.
+pub(crate) fn start_after_restart(now: Duration) -> u64 {
+    let second = token_floor_for_unix_seconds(now.as_secs().saturating_add(1));
+    let fraction = (u64::from(now.subsec_nanos()) << TOKEN_TIME_SHIFT) / 1_000_000_000;
+    second.saturating_add(fraction)
 }
 
 /// Issues `max(previous + 1, unix_seconds << 20)`.
@@ -30,18 +70,31 @@ impl WallClock for SystemWallClock {
 /// step as the grant it belongs to.
 pub(crate) struct TokenIssuer {
     last: u64,
+    floor: Option<Arc<TokenFloor>>,
 }
 
 impl TokenIssuer {
-    pub(crate) const fn new() -> Self {
-        Self { last: 0 }
+    /// An issuer whose first token is above every token an earlier process
+    /// could have issued (see the module doc).
+    pub(crate) fn new(clock: &dyn WallClock, floor: Option<Arc<TokenFloor>>) -> Self {
+        let start = start_after_restart(clock.unix_time());
+        let start = floor
+            .as_ref()
+            .map_or(start, |floor| floor.start().max(start));
+        Self {
+            last: start.saturating_sub(1),
+            floor,
+        }
     }
 
     /// The next token. Strictly greater than every earlier one, whatever the
-    /// wall clock does.
+    /// wall clock does; with a floor file, below the reservation on disk.
     pub(crate) fn issue(&mut self, clock: &dyn WallClock) -> u64 {
-        let floor = token_floor_for_unix_seconds(clock.unix_seconds());
-        self.last = floor.max(self.last.saturating_add(1));
+        let wanted = token_floor_for_unix_seconds(clock.unix_seconds()).max(self.last + 1);
+        self.last = match &self.floor {
+            None => wanted,
+            Some(floor) => floor.admit(self.last, wanted),
+        };
         self.last
     }
 }
@@ -60,8 +113,9 @@ mod tests {
 
     #[test]
     fn strictly_increasing_when_the_clock_steps_back() {
-        let clock = Fixed(AtomicU64::new(1_800_000_000));
-        let mut issuer = TokenIssuer::new();
+        let clock = Fixed(AtomicU64::new(1_799_999_999));
+        let mut issuer = TokenIssuer::new(&clock, None);
+        clock.0.store(1_800_000_000, Ordering::Relaxed);
         let first = issuer.issue(&clock);
         assert_eq!(first, 1_800_000_000 << 20);
         assert_eq!(issuer.issue(&clock), first + 1);
@@ -69,5 +123,35 @@ mod tests {
         assert_eq!(issuer.issue(&clock), first + 2);
         clock.0.store(1_800_000_001, Ordering::Relaxed);
         assert_eq!(issuer.issue(&clock), 1_800_000_001 << 20);
+    }
+
+    struct Precise(Duration);
+    impl WallClock for Precise {
+        fn unix_seconds(&self) -> u64 {
+            self.0.as_secs()
+        }
+        fn unix_time(&self) -> Duration {
+            self.0
+        }
+    }
+
+    /// The regression: a restart within the second of the old process's
+    /// last grant started that second's sequence again, below it.
+    #[test]
+    fn a_restart_in_the_same_second_issues_above_the_old_process() {
+        let start = Duration::from_secs(1_800_000_000);
+        // A crash loop: each process starts 10 ms after the previous one,
+        // issues 10,000 tokens (a million a second) and dies.
+        let mut highest = 0;
+        for restart in 0..300u32 {
+            let clock = Precise(start + Duration::from_millis(10) * restart);
+            let mut issuer = TokenIssuer::new(&clock, None);
+            let first = issuer.issue(&clock);
+            assert!(first > highest, "restart {restart}: {first} <= {highest}");
+            for _ in 0..10_000 {
+                highest = issuer.issue(&clock);
+            }
+            assert_eq!(first >> 20, clock.0.as_secs() + 1, "the layout is kept");
+        }
     }
 }

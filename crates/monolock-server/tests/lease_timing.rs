@@ -185,7 +185,9 @@ impl WallClock for SteppingClock {
 
 #[tokio::test]
 async fn tokens_increase_when_the_wall_clock_steps_back() {
-    let clock = Arc::new(SteppingClock(AtomicU64::new(1_900_000_000)));
+    // Built one second earlier: a process starts from the second after its
+    // start, so the first grant at 1_900_000_000 is exactly that second's floor.
+    let clock = Arc::new(SteppingClock(AtomicU64::new(1_899_999_999)));
     let server =
         common::TestServer::start_with(ServerConfig::default().with_wall_clock(clock.clone()))
             .await;

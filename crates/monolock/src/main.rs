@@ -9,6 +9,7 @@ mod exec;
 mod manual;
 mod sentinel;
 mod serve;
+mod systemd;
 
 use std::process::ExitCode;
 

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
     AclFileAuthorizer, AdminToken, AuditLog, AuditTarget, EventHub, Metrics, Observer, Observers,
-    Reloader, Server, ServerConfig, ServerTls, TlsFiles,
+    Reloader, Server, ServerConfig, ServerTls, SystemWallClock, TlsFiles, TokenFloor,
     admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE},
 };
@@ -22,6 +22,23 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::args::{EXIT_USAGE, parse_duration, parse_socket_addr};
+
+/// The longest `--startup-grace` accepted: anything longer is a typo (a
+/// grace only needs to cover the longest lease in use).
+const MAX_STARTUP_GRACE: Duration = Duration::from_secs(24 * 3600);
+
+/// Parses `--startup-grace`: a duration from 0 up to a day.
+fn parse_grace(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let grace = humantime::parse_duration(text)
+        .map_err(|err| format!("{err} (expected e.g. 0, 2s, 30s, 1m)"))?;
+    if grace > MAX_STARTUP_GRACE {
+        return Err("longer than a day; a grace needs only cover the longest lease".to_owned());
+    }
+    Ok(grace)
+}
 
 /// Default for `--listen`: loopback, since the plaintext port is
 /// unauthenticated.
@@ -98,6 +115,17 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
     io_timeout: Duration,
 
+    /// Token floor file: reserved token ranges are written here before use, so tokens
+    /// rise across a restart even if the wall clock stepped back; created if missing
+    /// [default: none].
+    #[arg(long, env = "MONOLOCK_TOKEN_FLOOR", value_name = "PATH", value_parser = OsStringValueParser::new())]
+    token_floor: Option<OsString>,
+
+    /// Grant nothing for this long after start (sessions queue and get WAITING); for a
+    /// standby, at least the longest lease in use. 0 = none.
+    #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION")]
+    startup_grace: Duration,
+
     /// Diagnostic log level.
     #[arg(long, env = "MONOLOCK_LOG_LEVEL", default_value = "info", value_enum)]
     log_level: LogLevel,
@@ -152,6 +180,8 @@ struct Settings {
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
     io_timeout: Duration,
+    token_floor: Option<PathBuf>,
+    startup_grace: Duration,
 }
 
 /// A value given as empty (flag or environment variable) means "off".
@@ -227,6 +257,8 @@ impl Settings {
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
             io_timeout: args.io_timeout,
+            token_floor: path(args.token_floor),
+            startup_grace: args.startup_grace,
         })
     }
 }
@@ -237,6 +269,7 @@ struct Loaded {
     acl: Option<Arc<AclFileAuthorizer>>,
     audit: Option<Arc<AuditLog>>,
     admin_token: Option<Arc<AdminToken>>,
+    token_floor: Option<Arc<TokenFloor>>,
 }
 
 fn load(settings: &Settings) -> Result<Loaded, String> {
@@ -264,11 +297,18 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         .map(|path| AdminToken::load(path.clone()).map(Arc::new))
         .transpose()
         .map_err(|err| err.to_string())?;
+    let token_floor = settings
+        .token_floor
+        .as_ref()
+        .map(|path| TokenFloor::open(path.clone(), Arc::new(SystemWallClock)).map(Arc::new))
+        .transpose()
+        .map_err(|err| err.to_string())?;
     Ok(Loaded {
         tls,
         acl,
         audit,
         admin_token,
+        token_floor,
     })
 }
 
@@ -346,6 +386,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         acl,
         audit,
         admin_token,
+        token_floor,
     } = loaded;
     let metrics = settings.ops_listen.map(|_| {
         let mut metrics = Metrics::new().with_build_info(env!("MONOLOCK_GIT_COMMIT"));
@@ -374,7 +415,12 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     if let Some(events) = &events {
         observers.push(events.clone());
     }
-    let mut config = ServerConfig::default().with_io_timeout(settings.io_timeout);
+    let mut config = ServerConfig::default()
+        .with_io_timeout(settings.io_timeout)
+        .with_startup_grace(settings.startup_grace);
+    if let Some(floor) = token_floor {
+        config = config.with_token_floor(floor);
+    }
     if !observers.is_empty() {
         config = config.with_observer(Arc::new(Observers(observers)));
     }
@@ -456,6 +502,8 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         audit_log = effective.audit_log.as_deref().unwrap_or(""),
         "monolock started"
     );
+    // Every listener is bound and served: tell systemd (Type=notify).
+    crate::systemd::notify_ready();
 
     loop {
         tokio::select! {
@@ -585,6 +633,15 @@ mod tests {
     }
 
     #[test]
+    fn a_grace_is_zero_up_to_a_day() {
+        assert_eq!(parse_grace("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_grace("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_grace("24h"), Ok(MAX_STARTUP_GRACE));
+        assert!(parse_grace("25h").is_err());
+        assert!(parse_grace("soon").is_err());
+    }
+
+    #[test]
     fn empty_values_mean_off() {
         let settings = check(&[
             "--ops-listen",
@@ -601,6 +658,13 @@ mod tests {
         assert_eq!(settings.admin_listen, None);
         assert_eq!(settings.tls, None);
         assert_eq!(settings.audit_log, None);
+        assert_eq!(settings.startup_grace, Duration::ZERO);
+        assert_eq!(
+            check(&["--token-floor", ""]).expect("valid").token_floor,
+            None
+        );
+        let grace = check(&["--startup-grace", "2500ms"]).expect("valid");
+        assert_eq!(grace.startup_grace, Duration::from_millis(2500));
     }
 
     #[test]

@@ -36,14 +36,20 @@ impl Lab {
     /// # Errors
     /// Binding the checker failed.
     pub async fn new(env: &Env) -> std::io::Result<Self> {
-        Ok(Self {
-            checker: Checker::start().await?,
+        Ok(Self::with_checker(env, Checker::start().await?))
+    }
+
+    /// A lab around `checker` (one bound where workers in another network
+    /// namespace reach it).
+    pub fn with_checker(env: &Env, checker: Checker) -> Self {
+        Self {
+            checker,
             workers: BTreeMap::new(),
             exits: BTreeMap::new(),
             abortive: BTreeSet::new(),
             next: 0,
             worker_bin: env.worker_bin.clone(),
-        })
+        }
     }
 
     /// Starts a worker; returns its name.

@@ -40,6 +40,9 @@ mod partition;
 mod pause;
 mod report;
 mod restart;
+mod vrrp;
+
+pub use vrrp::unavailable as vrrp_unavailable;
 
 use std::{path::PathBuf, time::Duration};
 
@@ -63,6 +66,7 @@ pub const ALL: &[Scenario] = &[
     Scenario::Failover,
     Scenario::HostileClients,
     Scenario::DescriptorExhaustion,
+    Scenario::VrrpFailover,
 ];
 
 /// One kind of fault.
@@ -83,6 +87,9 @@ pub enum Scenario {
     HostileClients,
     /// 7. The server runs out of file descriptors.
     DescriptorExhaustion,
+    /// 8. keepalived moves a virtual IP between two real servers in
+    ///    network namespaces (needs root).
+    VrrpFailover,
 }
 
 /// What the suite needs to know about a scenario besides how to run it.
@@ -115,6 +122,7 @@ impl Scenario {
             Self::Failover => spec("failover", 1, true),
             Self::HostileClients => spec("hostile-clients", 1, false),
             Self::DescriptorExhaustion => spec("fd-exhaustion", 1, true),
+            Self::VrrpFailover => spec(vrrp::NAME, 1, true),
         }
     }
 
@@ -146,6 +154,7 @@ impl Scenario {
             Self::Failover => failover::run(env, rounds, rng, r).await,
             Self::HostileClients => hostile::run(env, rounds, rng, r).await,
             Self::DescriptorExhaustion => exhaustion::run(env, rounds, rng, r).await,
+            Self::VrrpFailover => vrrp::run(env, rounds, rng, r).await,
         };
         if let Err(err) = outcome {
             report.problem(format!("aborted: {err}"));
