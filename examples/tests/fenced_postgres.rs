@@ -248,61 +248,52 @@ fn reset(lab: &Lab) {
 #[test]
 fn bad_input_is_one_clear_line() {
     let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
-    let cases: [(&str, Command, i32, &str); 8] = [
-        (
-            "rust: no DATABASE_URL",
-            rust_job(None),
-            64,
-            "fenced-postgres: no database to write to: set DATABASE_URL",
-        ),
-        (
-            "rust: unreachable database",
-            rust_job(Some(&unreachable)),
-            69,
-            "cannot connect to the database",
-        ),
-        (
-            "rust: invalid DATABASE_URL",
-            rust_job(Some("postgres://[nonsense")),
-            64,
-            "invalid DATABASE_URL",
-        ),
-        (
-            "psql: no DATABASE_URL",
-            script_job(None),
-            2,
-            "set DATABASE_URL",
-        ),
-        (
-            "psql: unreachable database",
-            script_job(Some(&unreachable)),
-            2,
-            "connection to server at \"127.0.0.1\"",
-        ),
-        (
-            "python: no DATABASE_URL",
-            python_job(None),
-            64,
-            "fenced_postgres.py: no database to write to: set DATABASE_URL",
-        ),
-        (
-            "python: unreachable database",
-            python_job(Some(&unreachable)),
-            69,
-            "fenced_postgres.py: cannot connect to the database",
-        ),
-        (
-            "python: invalid DATABASE_URL",
-            python_job(Some("postgres://[nonsense")),
-            64,
-            "fenced_postgres.py: invalid DATABASE_URL",
-        ),
+    // The Rust and the Python programs: the same codes and messages.
+    let programs: [(&str, fn(Option<&str>) -> Command); 2] = [
+        ("fenced-postgres", rust_job),
+        ("fenced_postgres.py", python_job),
     ];
+    let mut cases: Vec<(String, Command, i32, String)> = Vec::new();
+    for (program, job) in programs {
+        let message = |text: &str| format!("{program}: {text}");
+        cases.extend([
+            (
+                message("no DATABASE_URL"),
+                job(None),
+                64,
+                message("no database to write to: set DATABASE_URL"),
+            ),
+            (
+                message("unreachable database"),
+                job(Some(&unreachable)),
+                69,
+                message("cannot connect to the database"),
+            ),
+            (
+                message("invalid DATABASE_URL"),
+                job(Some("postgres://[nonsense")),
+                64,
+                message("invalid DATABASE_URL"),
+            ),
+        ]);
+    }
+    cases.push((
+        "psql: no DATABASE_URL".into(),
+        script_job(None),
+        2,
+        "set DATABASE_URL".into(),
+    ));
+    cases.push((
+        "psql: unreachable database".into(),
+        script_job(Some(&unreachable)),
+        2,
+        "connection to server at \"127.0.0.1\"".into(),
+    ));
     for (what, mut command, code, message) in cases {
         let out = command.output().expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
-        assert!(stderr.contains(message), "{what}: {stderr}");
+        assert!(stderr.contains(&message), "{what}: {stderr}");
         assert!(!stderr.contains("panicked"), "{what}: {stderr}");
         assert!(!stderr.contains("backtrace"), "{what}: {stderr}");
         assert!(!stderr.contains("Traceback"), "{what}: {stderr}");
