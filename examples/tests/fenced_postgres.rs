@@ -244,12 +244,15 @@ fn reset(lab: &Lab) {
     lab.query("UPDATE job_state SET token = 0");
 }
 
+/// A program of the recipe run with this `DATABASE_URL` (none: unset).
+type JobWithUrl = fn(Option<&str>) -> Command;
+
 /// Bad input: one clear line, a non-zero exit, no panic.
 #[test]
 fn bad_input_is_one_clear_line() {
     let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
     // The Rust and the Python programs: the same codes and messages.
-    let programs: [(&str, fn(Option<&str>) -> Command); 2] = [
+    let programs: [(&str, JobWithUrl); 2] = [
         ("fenced-postgres", rust_job),
         ("fenced_postgres.py", python_job),
     ];
