@@ -63,6 +63,7 @@ fn recipes_show_every_example_file_as_it_is() {
         "examples/sql/schema.sql",
         "examples/sql/fenced-write.sql",
         "examples/fenced-postgres.sh",
+        "examples/fenced_postgres.py",
         "examples/sql/leader-schema.sql",
         "examples/sql/leader-act.sql",
         "examples/cron/nightly-import.crontab",

@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Lab, Proc, number_after, signal, wait_stopped, workspace_binary};
+use common::{Lab, Proc, number_after, python, signal, wait_stopped, workspace_binary};
 use monolock_examples::fence;
 
 const JOB: &str = "nightly-import";
@@ -17,20 +17,25 @@ const JOB: &str = "nightly-import";
 /// machine.
 const LEASE: &str = "2s";
 
-/// What `monolock exec` and the Rust form exit with when the lock was lost.
+/// What `monolock exec`, the Rust and the Python forms exit with when the
+/// lock was lost.
 const EXIT_LOST: i32 = 79;
 
 /// The psql job that `monolock exec` runs.
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fenced-postgres.sh");
 
-/// The forms of the recipe. A third, the Python client with psycopg, slots
-/// in here (its spawn in [`Form::job`]) once that client has landed.
+/// The Python form, run with the interpreter of [`python::interpreter`].
+const PYTHON_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/fenced_postgres.py");
+
+/// The forms of the recipe.
 #[derive(Clone, Copy, Debug)]
 enum Form {
     /// `monolock exec` running `fenced-postgres.sh`, which writes with psql.
     ExecPsql,
     /// The `fenced-postgres` program: the Rust client and tokio-postgres.
     Rust,
+    /// `fenced_postgres.py`: the Python client and psycopg.
+    Python,
 }
 
 impl Form {
@@ -46,6 +51,11 @@ impl Form {
             Form::Rust => {
                 let mut command = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"));
                 command.args(["--job", JOB, "--lease", LEASE]);
+                command
+            }
+            Form::Python => {
+                let mut command = python::command();
+                command.args([PYTHON_SCRIPT, "--job", JOB, "--lease", LEASE]);
                 command
             }
         };
@@ -114,7 +124,12 @@ fn rust_client_paused_holder_is_fenced_off() {
     paused_holder_is_fenced_off(Form::Rust);
 }
 
-/// Tokens are u64: the column and both forms' SQL must order and store
+#[test]
+fn python_client_paused_holder_is_fenced_off() {
+    paused_holder_is_fenced_off(Form::Python);
+}
+
+/// Tokens are u64: the column and every form's SQL must order and store
 /// tokens across the whole range, 2^63 and above included (a `bigint`
 /// column fails there).
 #[test]
@@ -143,6 +158,24 @@ fn tokens_are_fenced_across_the_whole_u64_range() {
     let out = psql_write(&lab, 1 << 63);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("fenced off"));
+    assert_eq!(stored(&lab), u64::MAX.to_string());
+
+    // The Python form's statement, through its `write`.
+    reset(&lab);
+    let mut tokens: Vec<String> = boundary.iter().map(u64::to_string).collect();
+    tokens.push((1u64 << 63).to_string());
+    let out = python_writes(&lab, &tokens);
+    assert!(out.status.success(), "{out:?}");
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let expected: Vec<String> = boundary
+        .iter()
+        .map(|token| format!("{token} True {token}"))
+        .chain([format!("{} False {}", 1u64 << 63, u64::MAX)])
+        .collect();
+    assert_eq!(lines, expected, "{out:?}");
     assert_eq!(stored(&lab), u64::MAX.to_string());
 }
 
@@ -183,6 +216,26 @@ fn psql_write(lab: &Lab, token: u64) -> std::process::Output {
         .expect("run the script")
 }
 
+/// Runs the Python form's `write` once per token, in order, and prints for
+/// each: the token, whether it was written, the token the row then holds.
+fn python_writes(lab: &Lab, tokens: &[String]) -> std::process::Output {
+    const WRITES: &str = "\
+import sys
+import fenced_postgres as recipe
+db = recipe.connect(sys.argv[1])
+for token in sys.argv[2:]:
+    written = recipe.write(db, 'nightly-import', int(token), 'boundary')
+    stored = db.execute(\"SELECT token::text FROM job_state WHERE job = 'nightly-import'\").fetchone()[0]
+    print(token, written, stored)
+";
+    python::command()
+        .env("PYTHONPATH", python::path(&[env!("CARGO_MANIFEST_DIR")]))
+        .args(["-c", WRITES, &lab.postgres.url()])
+        .args(tokens)
+        .output()
+        .expect("run the Python writes")
+}
+
 fn stored(lab: &Lab) -> String {
     lab.query("SELECT token::text FROM job_state WHERE job = 'nightly-import'")[0].get(0)
 }
@@ -191,49 +244,63 @@ fn reset(lab: &Lab) {
     lab.query("UPDATE job_state SET token = 0");
 }
 
+/// A program of the recipe run with this `DATABASE_URL` (none: unset).
+type JobWithUrl = fn(Option<&str>) -> Command;
+
 /// Bad input: one clear line, a non-zero exit, no panic.
 #[test]
 fn bad_input_is_one_clear_line() {
     let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
-    let cases: [(&str, Command, i32, &str); 5] = [
-        (
-            "rust: no DATABASE_URL",
-            rust_job(None),
-            64,
-            "fenced-postgres: no database to write to: set DATABASE_URL",
-        ),
-        (
-            "rust: unreachable database",
-            rust_job(Some(&unreachable)),
-            69,
-            "cannot connect to the database",
-        ),
-        (
-            "rust: invalid DATABASE_URL",
-            rust_job(Some("postgres://[nonsense")),
-            64,
-            "invalid DATABASE_URL",
-        ),
-        (
-            "psql: no DATABASE_URL",
-            script_job(None),
-            2,
-            "set DATABASE_URL",
-        ),
-        (
-            "psql: unreachable database",
-            script_job(Some(&unreachable)),
-            2,
-            "connection to server at \"127.0.0.1\"",
-        ),
+    // The Rust and the Python programs: the same codes and messages.
+    let programs: [(&str, JobWithUrl); 2] = [
+        ("fenced-postgres", rust_job),
+        ("fenced_postgres.py", python_job),
     ];
+    let mut cases: Vec<(String, Command, i32, String)> = Vec::new();
+    for (program, job) in programs {
+        let message = |text: &str| format!("{program}: {text}");
+        cases.extend([
+            (
+                message("no DATABASE_URL"),
+                job(None),
+                64,
+                message("no database to write to: set DATABASE_URL"),
+            ),
+            (
+                message("unreachable database"),
+                job(Some(&unreachable)),
+                69,
+                message("cannot connect to the database"),
+            ),
+            (
+                message("invalid DATABASE_URL"),
+                job(Some("postgres://[nonsense")),
+                64,
+                message("invalid DATABASE_URL"),
+            ),
+        ]);
+    }
+    cases.push((
+        "psql: no DATABASE_URL".into(),
+        script_job(None),
+        2,
+        "set DATABASE_URL".into(),
+    ));
+    cases.push((
+        "psql: unreachable database".into(),
+        script_job(Some(&unreachable)),
+        2,
+        "connection to server at \"127.0.0.1\"".into(),
+    ));
     for (what, mut command, code, message) in cases {
         let out = command.output().expect("run");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(code), "{what}: {stderr}");
-        assert!(stderr.contains(message), "{what}: {stderr}");
+        assert!(stderr.contains(&message), "{what}: {stderr}");
         assert!(!stderr.contains("panicked"), "{what}: {stderr}");
         assert!(!stderr.contains("backtrace"), "{what}: {stderr}");
+        assert!(!stderr.contains("Traceback"), "{what}: {stderr}");
+        assert!(!stderr.contains("[nonsense"), "{what}: {stderr}");
     }
 }
 
@@ -253,6 +320,18 @@ fn script_job(url: Option<&str>) -> Command {
     let mut command = Command::new(SCRIPT);
     command
         .env("MONOLOCK_TOKEN", "1")
+        .env_remove("DATABASE_URL")
+        .env_remove("PAUSE_BEFORE_WRITE");
+    if let Some(url) = url {
+        command.env("DATABASE_URL", url);
+    }
+    command
+}
+
+fn python_job(url: Option<&str>) -> Command {
+    let mut command = python::command();
+    command
+        .args([PYTHON_SCRIPT, "--server", "127.0.0.1:1", "--lease", "1s"])
         .env_remove("DATABASE_URL")
         .env_remove("PAUSE_BEFORE_WRITE");
     if let Some(url) = url {

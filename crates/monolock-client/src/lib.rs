@@ -49,17 +49,21 @@
 //! and writing. The token can: it strictly increases with every grant, so
 //! the resource refuses a write carrying a token older than one it has
 //! seen. Store it next to the data and make every guarded write
-//! conditional on it:
+//! conditional on it. Tokens are u64: in PostgreSQL, which has no unsigned
+//! 64-bit type, keep them in a `numeric(20,0)` column and pass them as
+//! decimal text (a `bigint` stops at 2^63 - 1, and `token as i64` turns
+//! larger tokens negative), as `examples/sql/fenced-write.sql` does:
 //!
 //! ```sql
+//! -- fence_token numeric(20,0) NOT NULL DEFAULT 0
 //! UPDATE invoices
-//!    SET status = 'sent', fence_token = $1
-//!  WHERE id = $2 AND fence_token <= $1;
+//!    SET status = 'sent', fence_token = $1::text::numeric
+//!  WHERE id = $2 AND fence_token <= $1::text::numeric;
 //! -- 0 rows updated: a newer holder has written; stop.
 //! ```
 //!
 //! ```no_run
-//! # async fn db_execute(_sql: &str, _args: (u64, i64)) -> Result<u64, std::io::Error> { Ok(1) }
+//! # async fn db_execute(_sql: &str, _args: (String, i64)) -> Result<u64, std::io::Error> { Ok(1) }
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use monolock_client::Client;
@@ -67,9 +71,9 @@
 //! let client = Client::new("127.0.0.1:7070");
 //! let lock = client.acquire("invoices/send", Duration::from_secs(2)).await?;
 //! let updated = db_execute(
-//!     "UPDATE invoices SET status = 'sent', fence_token = $1 \
-//!      WHERE id = $2 AND fence_token <= $1",
-//!     (lock.token(), 42),
+//!     "UPDATE invoices SET status = 'sent', fence_token = $1::text::numeric \
+//!      WHERE id = $2 AND fence_token <= $1::text::numeric",
+//!     (lock.token().to_string(), 42),
 //! )
 //! .await?;
 //! if updated == 0 {

@@ -83,17 +83,18 @@ async fn a_silent_server_is_abandoned_before_it_could_expire_the_lease() {
     let server = TestServer::start().await;
     let proxy = Proxy::start(server.addr).await;
     let name = "silent";
-    let lease = Duration::from_secs(1);
+    let lease = LEASE;
     let guard = proxy.client().acquire(name, lease).await.unwrap();
     // Once a heartbeat has been confirmed (the deadline moved on from the
-    // ACQUIRE's), cut the line.
+    // ACQUIRE's), let one more reply through and then cut the line: the
+    // last frame the server saw is the one that reply confirmed.
     let first_deadline = guard.deadline();
     eventually("a confirmed heartbeat", || {
         guard.deadline() > first_deadline
     })
     .await;
     assert!(guard.is_held());
-    proxy.go_silent();
+    proxy.go_silent_after_next_reply();
     let reason = within("the loss", guard.lost()).await;
     let lost_at = Instant::now();
     assert!(
@@ -101,15 +102,33 @@ async fn a_silent_server_is_abandoned_before_it_could_expire_the_lease() {
         "{reason:?}"
     );
     assert!(!guard.is_held());
-    // `S` is the send instant of the last confirmed frame; the server
-    // cannot expire the session before `S + lease`.
-    let last_confirmed_send = guard.deadline() - lease * 4 / 5;
-    let silent_for = lost_at - last_confirmed_send;
+    // `S`, the send instant of the last confirmed frame, bounded from
+    // outside the client: the client sent that frame just before the proxy
+    // read it at `forwarded` (loopback), and the server received it after.
+    // So the server cannot expire the session before `forwarded + lease`,
+    // and the client, giving up at `S + 0.8 x lease`, must do so close to
+    // `forwarded + 0.8 x lease`: at most 0.05 x lease before it (the
+    // frame's delivery on loopback), at most 0.1 x lease after it (timer
+    // and scheduling lateness).
+    let forwarded = proxy
+        .last_forwarded_upstream()
+        .expect("the proxy forwarded the client's frames");
+    let silent_for = lost_at - forwarded;
     assert!(
-        silent_for < lease,
-        "gave up {silent_for:?} after the last confirmed send: too late"
+        silent_for < lease * 9 / 10,
+        "gave up {silent_for:?} after the server last heard of the lock: too late"
     );
-    assert!(silent_for >= lease * 4 / 5, "gave up early: {silent_for:?}");
+    assert!(
+        silent_for >= lease * 3 / 4,
+        "gave up {silent_for:?} after the server last heard of the lock: too early"
+    );
+    // The deadline the client worked out is no later than 0.8 x lease
+    // after the frame reached the proxy: a larger factor fails here.
+    let deadline_after = guard.deadline().saturating_duration_since(forwarded);
+    assert!(
+        deadline_after <= lease * 4 / 5,
+        "the client's deadline is {deadline_after:?} after the server last heard of the lock"
+    );
     // The server still shows the session as holder: the client gave up
     // first, as the contract demands.
     assert!(server.lock(name).is_some());

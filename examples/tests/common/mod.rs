@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod postgres;
+pub mod python;
 
 use std::{
     io::{BufRead, BufReader, Read},

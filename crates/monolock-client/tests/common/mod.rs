@@ -114,6 +114,10 @@ pub struct Proxy {
 struct ProxyState {
     upstream: Mutex<SocketAddr>,
     silent: AtomicBool,
+    /// Go silent right before forwarding the next chunk from the server.
+    silent_after_reply: AtomicBool,
+    /// When the last chunk from a client was read and forwarded.
+    last_upstream: Mutex<Option<Instant>>,
     /// Bytes forwarded from the server to clients.
     downstream_bytes: AtomicUsize,
 }
@@ -125,6 +129,8 @@ impl Proxy {
         let state = Arc::new(ProxyState {
             upstream: Mutex::new(upstream),
             silent: AtomicBool::new(false),
+            silent_after_reply: AtomicBool::new(false),
+            last_upstream: Mutex::new(None),
             downstream_bytes: AtomicUsize::new(0),
         });
         let task = tokio::spawn({
@@ -156,6 +162,19 @@ impl Proxy {
         self.state.silent.store(true, Ordering::SeqCst);
     }
 
+    /// Forwards the next chunk from the server (a reply), then goes
+    /// silent: the server sees no later frame of the client, so the last
+    /// one it saw is the one that reply confirmed.
+    pub fn go_silent_after_next_reply(&self) {
+        self.state.silent_after_reply.store(true, Ordering::SeqCst);
+    }
+
+    /// When the proxy last read a chunk from a client and forwarded it: the
+    /// client sent it before, the server received it after.
+    pub fn last_forwarded_upstream(&self) -> Option<Instant> {
+        *self.state.last_upstream.lock().expect("lock")
+    }
+
     /// New connections go to `upstream` from now on.
     pub fn set_upstream(&self, upstream: SocketAddr) {
         *self.state.upstream.lock().expect("lock") = upstream;
@@ -185,8 +204,14 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if state.silent.load(Ordering::SeqCst) {
+        let read_at = Instant::now();
+        if downstream && state.silent_after_reply.swap(false, Ordering::SeqCst) {
+            state.silent.store(true, Ordering::SeqCst);
+        } else if state.silent.load(Ordering::SeqCst) {
             continue;
+        }
+        if !downstream {
+            *state.last_upstream.lock().expect("lock") = Some(read_at);
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
