@@ -60,7 +60,10 @@ mod tls;
 mod token;
 
 pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
-pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
+pub use audit::{
+    AUDIT_BLOCK_MAX, AUDIT_QUEUE_CAPACITY, AUDIT_STOP_TIMEOUT, AuditError, AuditLog, AuditOptions,
+    AuditOverflow, AuditTarget, rfc3339,
+};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;

@@ -30,7 +30,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{Event, Observer, ReleaseReason, ServerHandle};
+use crate::{AuditLog, Event, Observer, ReleaseReason, ServerHandle};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -201,9 +201,60 @@ impl Metrics {
     /// (see [`AuditLog::write_errors_counter`](crate::AuditLog::write_errors_counter)).
     #[must_use]
     pub fn with_audit_write_errors(mut self, errors: Arc<AtomicU64>) -> Self {
-        self.registry
-            .register_collector(Box::new(AuditWriteErrors(errors)));
+        self.read_at_scrape(
+            "monolock_audit_write_errors",
+            "Audit lines lost to failed writes.",
+            MetricType::Counter,
+            move || errors.load(Ordering::Relaxed),
+        );
         self
+    }
+
+    /// Also exposes the audit log's figures, read at scrape time:
+    /// `monolock_audit_write_errors_total`,
+    /// `monolock_audit_dropped_lines_total` (dropped because its queue was
+    /// full; each run is marked by a `gap` line in the log),
+    /// `monolock_audit_queued_lines` and `monolock_audit_queue_capacity`.
+    #[must_use]
+    pub fn with_audit_log(self, audit: Arc<AuditLog>) -> Self {
+        let mut this = self.with_audit_write_errors(audit.write_errors_counter());
+        let capacity = u64::try_from(audit.options().capacity).unwrap_or(u64::MAX);
+        let dropped = Arc::clone(&audit);
+        this.read_at_scrape(
+            "monolock_audit_dropped_lines",
+            "Audit lines dropped because the queue to a stalled or slow sink was full.",
+            MetricType::Counter,
+            move || dropped.dropped_lines(),
+        );
+        this.read_at_scrape(
+            "monolock_audit_queued_lines",
+            "Audit lines queued for the writer.",
+            MetricType::Gauge,
+            move || u64::try_from(audit.queued_lines()).unwrap_or(u64::MAX),
+        );
+        this.read_at_scrape(
+            "monolock_audit_queue_capacity",
+            "Audit lines the queue holds before the overflow policy applies.",
+            MetricType::Gauge,
+            move || capacity,
+        );
+        this
+    }
+
+    /// Registers a counter or gauge whose value lives elsewhere.
+    fn read_at_scrape(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        kind: MetricType,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        self.registry.register_collector(Box::new(ReadAtScrape {
+            name,
+            help,
+            kind,
+            read: Box::new(read),
+        }));
     }
 
     /// The exposition: gauges read from `handle` now, then every metric.
@@ -375,19 +426,31 @@ fn float(value: f64) -> String {
     }
 }
 
-#[derive(Debug)]
-struct AuditWriteErrors(Arc<AtomicU64>);
+/// A counter or a gauge read from elsewhere at scrape time.
+struct ReadAtScrape {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
 
-impl Collector for AuditWriteErrors {
+impl std::fmt::Debug for ReadAtScrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAtScrape")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for ReadAtScrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counter = ConstCounter::new(self.0.load(Ordering::Relaxed));
-        let metric = encoder.encode_descriptor(
-            "monolock_audit_write_errors",
-            "Audit lines lost to failed writes.",
-            None,
-            counter.metric_type(),
-        )?;
-        counter.encode(metric)
+        let value = (self.read)();
+        let metric = encoder.encode_descriptor(self.name, self.help, None, self.kind)?;
+        if self.kind == MetricType::Counter {
+            ConstCounter::new(value).encode(metric)
+        } else {
+            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)
+        }
     }
 }
 

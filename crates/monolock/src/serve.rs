@@ -8,8 +8,8 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AclFileAuthorizer, AuditLog, AuditTarget, Metrics, Observer, Observers, Reloader, Server,
-    ServerConfig, ServerTls, TlsFiles,
+    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AuditLog, AuditOptions, AuditOverflow, AuditTarget,
+    Metrics, Observer, Observers, Reloader, Server, ServerConfig, ServerTls, TlsFiles,
     admin::{self, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE},
 };
@@ -75,6 +75,21 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_AUDIT_LOG", value_name = "PATH|-")]
     audit_log: Option<String>,
 
+    /// When the audit queue is full (the sink is stalled or slow): drop lines, count them
+    /// and mark them with a gap line, or block each grant up to 250ms first.
+    #[arg(
+        long,
+        env = "MONOLOCK_AUDIT_OVERFLOW",
+        default_value = "drop",
+        value_enum,
+        value_name = "POLICY"
+    )]
+    audit_overflow: AuditOverflowArg,
+
+    /// Audit lines queued for the writer at most (bounds the memory of a stalled sink).
+    #[arg(long, env = "MONOLOCK_AUDIT_QUEUE", default_value_t = AUDIT_QUEUE_CAPACITY as u32, value_parser = clap::value_parser!(u32).range(1..=16_777_216), value_name = "LINES")]
+    audit_queue: u32,
+
     /// Bound on the TLS handshake and first ACQUIRE after accept, on a started frame and
     /// on every write.
     #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
@@ -87,6 +102,21 @@ pub struct ServeArgs {
     /// Diagnostic log format (always to stderr).
     #[arg(long, env = "MONOLOCK_LOG_FORMAT", default_value = "text", value_enum)]
     log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AuditOverflowArg {
+    Drop,
+    Block,
+}
+
+impl From<AuditOverflowArg> for AuditOverflow {
+    fn from(arg: AuditOverflowArg) -> Self {
+        match arg {
+            AuditOverflowArg::Drop => Self::Drop,
+            AuditOverflowArg::Block => Self::Block,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -130,6 +160,7 @@ struct Settings {
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
+    audit_options: AuditOptions,
     io_timeout: Duration,
 }
 
@@ -179,6 +210,11 @@ impl Settings {
             tls,
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
+            audit_options: AuditOptions {
+                capacity: args.audit_queue as usize,
+                overflow: args.audit_overflow.into(),
+                ..AuditOptions::default()
+            },
             io_timeout: args.io_timeout,
         })
     }
@@ -207,7 +243,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
     let audit = settings
         .audit_log
         .clone()
-        .map(|target| AuditLog::open(target).map(Arc::new))
+        .map(|target| AuditLog::open_with(target, settings.audit_options).map(Arc::new))
         .transpose()
         .map_err(|err| err.to_string())?;
     Ok(Loaded { tls, acl, audit })
@@ -286,7 +322,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     let metrics = settings.ops_listen.map(|_| {
         let metrics = Metrics::new();
         Arc::new(match &audit {
-            Some(audit) => metrics.with_audit_write_errors(audit.write_errors_counter()),
+            Some(audit) => metrics.with_audit_log(audit.clone()),
             None => metrics,
         })
     });
@@ -362,6 +398,10 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         "monolock started"
     );
 
+    // A reload runs in its own task, so the loop goes on serving signals
+    // (SIGTERM above all) whatever a reload waits on; SIGHUPs that arrive
+    // while one runs are folded into it.
+    let mut reloading: Option<JoinHandle<()>> = None;
     loop {
         tokio::select! {
             result = &mut running => {
@@ -370,11 +410,18 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
             _ = sigterm.recv() => { info!("SIGTERM: shutting down"); break; }
             _ = sigint.recv() => { info!("SIGINT: shutting down"); break; }
             _ = sighup.recv() => {
-                info!("SIGHUP: reloading");
-                let report = reloader.reload().await;
-                if !report.is_ok() {
-                    warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+                if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
+                    warn!("SIGHUP: a reload is still running; this one is folded into it");
+                    continue;
                 }
+                info!("SIGHUP: reloading");
+                let reloader = reloader.clone();
+                reloading = Some(tokio::spawn(async move {
+                    let report = reloader.reload().await;
+                    if !report.is_ok() {
+                        warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+                    }
+                }));
             }
         }
     }
