@@ -28,7 +28,10 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
-use crate::{Glob, HolderSnapshot, LockSnapshot, ServerHandle, WaiterSnapshot, audit::rfc3339};
+use crate::{
+    AdminRefused, Ending, Glob, HolderSnapshot, LockSnapshot, ServerHandle, WaiterSnapshot,
+    audit::rfc3339,
+};
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
 /// Addresses and paths are as given at startup; `None` means off.
@@ -275,11 +278,12 @@ async fn release_handler(
 ) -> ApiResult<HolderInfo> {
     let Path(name) = name.map_err(bad_path)?;
     match state.handle.force_release(&name) {
-        Some(holder) => {
+        Ok(holder) => {
             info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, "force-released by administrator");
             Ok(Json(HolderInfo::from(&holder)))
         }
-        None => Err(no_holder(&name)),
+        Err(AdminRefused::NotFound) => Err(no_holder(&name)),
+        Err(AdminRefused::AlreadyEnding { ending, .. }) => Err(already_ending(&name, ending)),
     }
 }
 
@@ -295,15 +299,24 @@ async fn kick_handler(
         )
     })?;
     match state.handle.kick_waiter(&name, addr) {
-        Some(waiter) => {
+        Ok(waiter) => {
             info!(lock = %name, remote_addr = %addr, "waiter removed by administrator");
             Ok(Json(WaiterInfo::from(&waiter)))
         }
-        None => Err(ApiError(
+        Err(AdminRefused::NotFound) => Err(ApiError(
             StatusCode::NOT_FOUND,
             format!("lock {name:?} has no waiter at {addr}"),
         )),
+        Err(AdminRefused::AlreadyEnding { ending, .. }) => Err(already_ending(&name, ending)),
     }
+}
+
+/// 409: the session was ending already; the request changed nothing.
+fn already_ending(name: &str, ending: Ending) -> ApiError {
+    ApiError(
+        StatusCode::CONFLICT,
+        format!("lock {name:?}: the session was already ending ({ending}); nothing was done"),
+    )
 }
 
 fn no_holder(name: &str) -> ApiError {

@@ -55,6 +55,7 @@ pub mod ops;
 mod reload;
 mod server;
 mod session;
+mod slot;
 mod table;
 mod tls;
 mod token;
@@ -74,6 +75,6 @@ pub use metrics::{
 };
 pub use reload::{ReloadReport, Reloader};
 pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
-pub use table::{HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
+pub use table::{AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};

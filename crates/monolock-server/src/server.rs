@@ -24,7 +24,8 @@ use crate::{
     ServerConfig,
     events::Event,
     session,
-    table::{HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
+    slot::deadline_after,
+    table::{AdminRefused, HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
     tls::identity_of_certificate,
 };
 
@@ -213,7 +214,7 @@ async fn tls_connection(
     shared: Arc<Shared>,
 ) {
     let accepted_at = opened(&tcp, nodelay, &shared);
-    let deadline = accepted_at + shared.config.io_timeout;
+    let deadline = deadline_after(accepted_at, shared.config.io_timeout);
     let handshake = tokio::select! {
         biased;
         () = shared.shutdown.cancelled() => None,
@@ -290,14 +291,30 @@ impl ServerHandle {
     }
 
     /// Force-releases `name`: its holder gets ERROR 0x02 and is closed, and
-    /// the next waiter is promoted at once. `None` if nobody holds it.
-    pub fn force_release(&self, name: &str) -> Option<HolderSnapshot> {
+    /// the next waiter is promoted at once.
+    ///
+    /// # Errors
+    /// [`AdminRefused::NotFound`] if nobody holds it;
+    /// [`AdminRefused::AlreadyEnding`] if the holder was already ending for
+    /// another reason (its lease ran out a moment before): then nothing is
+    /// done and the holder ends (and is audited) as it was going to.
+    pub fn force_release(
+        &self,
+        name: &str,
+    ) -> Result<HolderSnapshot, AdminRefused<HolderSnapshot>> {
         self.shared.table.force_release(name)
     }
 
     /// Removes the waiter at `remote_addr` from the queue of `name` (it gets
-    /// ERROR 0x02); the others keep their order. `None` if absent.
-    pub fn kick_waiter(&self, name: &str, remote_addr: SocketAddr) -> Option<WaiterSnapshot> {
+    /// ERROR 0x02); the others keep their order.
+    ///
+    /// # Errors
+    /// As [`ServerHandle::force_release`].
+    pub fn kick_waiter(
+        &self,
+        name: &str,
+        remote_addr: SocketAddr,
+    ) -> Result<WaiterSnapshot, AdminRefused<WaiterSnapshot>> {
         self.shared.table.kick_waiter(name, remote_addr)
     }
 

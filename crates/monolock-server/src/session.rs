@@ -28,7 +28,8 @@ use crate::{
     config::ERROR_DRAIN_TIMEOUT,
     events::{Event, ReleaseReason, SessionInfo},
     server::Shared,
-    table::{Acquired, EndNotice, SessionSlot},
+    slot::{EndNotice, SessionSlot, deadline_after},
+    table::Acquired,
 };
 
 /// The per-connection buffer. After ACQUIRE every valid frame is one byte,
@@ -97,7 +98,7 @@ async fn write_bounded<S: AsyncWrite + Unpin>(
         None => bytes,
     };
     Box::pin(async {
-        let io_end = Instant::now() + io_timeout;
+        let io_end = deadline_after(Instant::now(), io_timeout);
         match timeout_at(io_end.min(lease_end), stream.write_all(rest)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(WriteFailed::Closed),
@@ -167,7 +168,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 self.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await;
                 return None;
             }
-            first = timeout_at(accepted_at + shared.config.io_timeout, self.read_acquire()) => first,
+            first = timeout_at(deadline_after(accepted_at, shared.config.io_timeout), self.read_acquire()) => first,
         };
         let (lease, lock) = match first {
             Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
