@@ -75,8 +75,10 @@ impl From<WriteFailed> for End {
     }
 }
 
-/// Writes all of `bytes` within io-timeout, unless the lease (ending at
-/// `lease_end`) runs out first.
+/// Writes all of `bytes` and flushes them within io-timeout, unless the
+/// lease (ending at `lease_end`) runs out first. The flush matters for TLS:
+/// rustls buffers what it encrypts, and a push left there would wait for
+/// the next write; on plain TCP it is a no-op.
 async fn write_bounded<S: AsyncWrite + Unpin>(
     stream: &mut S,
     bytes: &[u8],
@@ -87,19 +89,28 @@ async fn write_bounded<S: AsyncWrite + Unpin>(
     // timer; and the timer of the slow case lives in its own allocation, so
     // it does not make every session's task bigger.
     let first = std::future::poll_fn(|cx| match Pin::new(&mut *stream).poll_write(cx, bytes) {
-        Poll::Pending => Poll::Ready(None),
-        Poll::Ready(written) => Poll::Ready(Some(written)),
+        Poll::Ready(Ok(n)) if n == bytes.len() => match Pin::new(&mut *stream).poll_flush(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Fast::Done),
+            Poll::Ready(Err(_)) => Poll::Ready(Fast::Failed),
+            Poll::Pending => Poll::Ready(Fast::Rest(bytes.len())),
+        },
+        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Poll::Ready(Fast::Failed),
+        Poll::Ready(Ok(n)) => Poll::Ready(Fast::Rest(n)),
+        Poll::Pending => Poll::Ready(Fast::Rest(0)),
     })
     .await;
     let rest = match first {
-        Some(Ok(n)) if n == bytes.len() => return Ok(()),
-        Some(Ok(0)) | Some(Err(_)) => return Err(WriteFailed::Closed),
-        Some(Ok(n)) => &bytes[n..],
-        None => bytes,
+        Fast::Done => return Ok(()),
+        Fast::Failed => return Err(WriteFailed::Closed),
+        Fast::Rest(written) => &bytes[written..],
     };
     Box::pin(async {
         let io_end = deadline_after(Instant::now(), io_timeout);
-        match timeout_at(io_end.min(lease_end), stream.write_all(rest)).await {
+        let write = async {
+            stream.write_all(rest).await?;
+            stream.flush().await
+        };
+        match timeout_at(io_end.min(lease_end), write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(WriteFailed::Closed),
             Err(_) if lease_end < io_end => Err(WriteFailed::Expired),
@@ -107,6 +118,16 @@ async fn write_bounded<S: AsyncWrite + Unpin>(
         }
     })
     .await
+}
+
+/// How far [`write_bounded`]'s first attempt got.
+enum Fast {
+    /// Written and flushed.
+    Done,
+    /// The stream failed or closed.
+    Failed,
+    /// This many bytes were written; the rest, and the flush, wait.
+    Rest(usize),
 }
 
 /// Serves one accepted connection to its end.
