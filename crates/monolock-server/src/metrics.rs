@@ -97,41 +97,41 @@ impl Metrics {
     /// Every metric registered, every labelled series present at 0.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let connections_active = Gauge::default();
-        registry.register(
+        let connections_active = registered(
+            &mut registry,
             "monolock_connections_active",
             "Open protocol connections, with or without a session",
-            connections_active.clone(),
+            Gauge::default(),
         );
-        let locks_held = Gauge::default();
-        registry.register(
+        let locks_held = registered(
+            &mut registry,
             "monolock_locks_held",
             "Locks that have a holder",
-            locks_held.clone(),
+            Gauge::default(),
         );
-        let waiters = Gauge::default();
-        registry.register(
+        let waiters = registered(
+            &mut registry,
             "monolock_waiters",
             "Sessions queued behind a holder",
-            waiters.clone(),
+            Gauge::default(),
         );
-        let acquires = Counter::default();
-        registry.register(
+        let acquires = registered(
+            &mut registry,
             "monolock_acquires",
             "Grants (fencing tokens issued)",
-            acquires.clone(),
+            Counter::default(),
         );
-        let acl_denials = Counter::default();
-        registry.register(
+        let acl_denials = registered(
+            &mut registry,
             "monolock_acl_denials",
             "ACQUIREs refused by the ACL (ERROR 0x18)",
-            acl_denials.clone(),
+            Counter::default(),
         );
-        let releases_family = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let releases_family = registered(
+            &mut registry,
             "monolock_releases",
             "Ends of ownership, by reason",
-            releases_family.clone(),
+            Family::<ReasonLabels, Counter>::default(),
         );
         let releases = ReleaseReason::ALL.map(|reason| {
             releases_family
@@ -140,11 +140,11 @@ impl Metrics {
                 })
                 .clone()
         });
-        let protocol_errors = Family::<CodeLabels, Counter>::default();
-        registry.register(
+        let protocol_errors = registered(
+            &mut registry,
             "monolock_protocol_errors",
             "ERROR frames sent, by code",
-            protocol_errors.clone(),
+            Family::<CodeLabels, Counter>::default(),
         );
         let known_protocol_errors = ErrorCode::ALL.map(|code| {
             protocol_errors
@@ -153,29 +153,29 @@ impl Metrics {
                 })
                 .clone()
         });
-        let accepted = Counter::default();
-        registry.register(
+        let accepted = registered(
+            &mut registry,
             "monolock_connections_accepted",
             "Protocol connections accepted",
-            accepted.clone(),
+            Counter::default(),
         );
-        let accept_errors = Counter::default();
-        registry.register(
+        let accept_errors = registered(
+            &mut registry,
             "monolock_accept_errors",
             "Failed accept calls (e.g. out of file descriptors)",
-            accept_errors.clone(),
+            Counter::default(),
         );
-        let tls_handshake_errors = Counter::default();
-        registry.register(
+        let tls_handshake_errors = registered(
+            &mut registry,
             "monolock_tls_handshake_errors",
             "TLS handshakes that failed or did not complete within io-timeout",
-            tls_handshake_errors.clone(),
+            Counter::default(),
         );
-        let heartbeats = Counter::default();
-        registry.register(
+        let heartbeats = registered(
+            &mut registry,
             "monolock_heartbeats",
             "HEARTBEAT frames received",
-            heartbeats.clone(),
+            Counter::default(),
         );
         registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
@@ -456,6 +456,18 @@ impl Collector for ReadAtScrape {
 
 /// Process figures read from `/proc/self` at scrape time, under the names
 /// the Prometheus client libraries use.
+/// Registers `metric` and returns the handle that updates it (the registry
+/// keeps a clone that reads the same value).
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 #[derive(Debug)]
 struct ProcessCollector {
     ticks_per_second: f64,

@@ -16,7 +16,7 @@ use std::{
 
 use monolock_proto::{
     ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, LockName, Phase, RequestError, ServerFrame,
-    acquired_frame, decode_acquire_header, decode_request, msg,
+    acquired_frame, decode_acquire_header, decode_request, waiting_frame,
 };
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
@@ -483,17 +483,23 @@ enum Reply {
 }
 
 impl Reply {
+    /// The frame, from `monolock-proto`, in a fixed buffer (no allocation):
+    /// the first [`Reply::len`] bytes.
     fn bytes(self) -> [u8; 9] {
         match self {
-            Self::Waiting => [msg::WAITING, 0, 0, 0, 0, 0, 0, 0, 0],
+            Self::Waiting => {
+                let mut bytes = [0; 9];
+                bytes[..1].copy_from_slice(&waiting_frame());
+                bytes
+            }
             Self::Acquired(token) => acquired_frame(token),
         }
     }
 
     fn len(self) -> usize {
         match self {
-            Self::Waiting => 1,
-            Self::Acquired(_) => 9,
+            Self::Waiting => waiting_frame().len(),
+            Self::Acquired(token) => acquired_frame(token).len(),
         }
     }
 }
