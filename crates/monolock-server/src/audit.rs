@@ -526,6 +526,11 @@ impl AuditLog {
         self.queue.dropped_total.load(Ordering::Relaxed)
     }
 
+    /// True once [`AuditLog::close`] has been called.
+    pub fn is_closed(&self) -> bool {
+        self.queue.lock().closed
+    }
+
     /// Lines queued for the writer now.
     pub fn queued_lines(&self) -> usize {
         self.queue.queued()

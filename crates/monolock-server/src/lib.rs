@@ -37,7 +37,8 @@
 //! - [`Metrics`]: Prometheus metrics (an [`Observer`]), served by [`ops`]
 //!   with `/healthz` and `/readyz`;
 //! - [`admin`]: the admin HTTP API;
-//! - [`Reloader`]: what SIGHUP does.
+//! - [`Reloader`]: what SIGHUP does;
+//! - [`Service`]: all of it together, with the shutdown order.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -54,6 +55,7 @@ mod metrics;
 pub mod ops;
 mod reload;
 mod server;
+mod service;
 mod session;
 mod slot;
 mod table;
@@ -75,6 +77,7 @@ pub use metrics::{
 };
 pub use reload::{ReloadReport, Reloader};
 pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
+pub use service::{Listeners, Service};
 pub use table::{AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};

@@ -9,16 +9,14 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
     AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AuditLog, AuditOptions, AuditOverflow, AuditTarget,
-    Metrics, Observer, Observers, Reloader, Server, ServerConfig, ServerTls, TlsFiles,
-    admin::{self, EffectiveConfig},
-    ops::{self, OPS_SHUTDOWN_GRACE},
+    Listeners, Metrics, Reloader, ServerConfig, ServerTls, Service, TlsFiles,
+    admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
     task::JoinHandle,
 };
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::args::{EXIT_USAGE, parse_duration, parse_socket_addr};
@@ -297,13 +295,6 @@ async fn bind_http(what: &str, addr: Option<SocketAddr>) -> anyhow::Result<Optio
     }
 }
 
-fn local_addr(listener: &Option<TcpListener>) -> Option<String> {
-    listener
-        .as_ref()
-        .and_then(|l| l.local_addr().ok())
-        .map(|addr| addr.to_string())
-}
-
 async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -319,24 +310,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     }
 
     let Loaded { tls, acl, audit } = loaded;
-    let metrics = settings.ops_listen.map(|_| {
-        let metrics = Metrics::new();
-        Arc::new(match &audit {
-            Some(audit) => metrics.with_audit_log(audit.clone()),
-            None => metrics,
-        })
-    });
-    let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
-    if let Some(metrics) = &metrics {
-        observers.push(metrics.clone());
-    }
-    if let Some(audit) = &audit {
-        observers.push(audit.clone());
-    }
     let mut config = ServerConfig::default().with_io_timeout(settings.io_timeout);
-    if !observers.is_empty() {
-        config = config.with_observer(Arc::new(Observers(observers)));
-    }
     let mut reloader = Reloader::default();
     if let Some(tls) = &tls {
         config = config.with_tls(tls.clone());
@@ -346,18 +320,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         config = config.with_authorizer(acl.clone());
         reloader = reloader.with_acl(acl.clone());
     }
-    if let Some(audit) = &audit {
-        reloader = reloader.with_audit(audit.clone());
-    }
-
-    let listener = monolock_server::bind(settings.listen)
-        .with_context(|| format!("cannot listen on {}", settings.listen))?;
-    let ops_listener = bind_http("ops", settings.ops_listen).await?;
-    let admin_listener = bind_http("admin", settings.admin_listen).await?;
     let effective = EffectiveConfig {
-        listen: listener.local_addr()?.to_string(),
-        ops_listen: local_addr(&ops_listener),
-        admin_listen: local_addr(&admin_listener),
         tls: tls.is_some(),
         mtls: tls.as_ref().is_some_and(|tls| tls.is_mutual()),
         acl_file: settings
@@ -366,29 +329,27 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
             .map(|path| path.display().to_string()),
         audit_log: settings.audit_log.as_ref().map(ToString::to_string),
         io_timeout_ms: u64::try_from(settings.io_timeout.as_millis()).unwrap_or(u64::MAX),
+        ..EffectiveConfig::default()
     };
+    let mut service = Service::new(config).with_admin_config(effective.clone());
+    if let Some(audit) = &audit {
+        reloader = reloader.with_audit(audit.clone());
+        service = service.with_audit(audit.clone());
+    }
+    if settings.ops_listen.is_some() {
+        let metrics = match &audit {
+            Some(audit) => Metrics::new().with_audit_log(audit.clone()),
+            None => Metrics::new(),
+        };
+        service = service.with_metrics(Arc::new(metrics));
+    }
 
-    let server = Server::new(config);
-    let handle = server.handle();
-    let mut running = tokio::spawn(server.run(listener));
-    let admin_stop = CancellationToken::new();
-    let admin_task = admin_listener.map(|listener| {
-        tokio::spawn(admin::serve(
-            listener,
-            handle.clone(),
-            effective.clone(),
-            admin_stop.clone().cancelled_owned(),
-        ))
-    });
-    let ops_stop = CancellationToken::new();
-    let ops_task = ops_listener.zip(metrics).map(|(listener, metrics)| {
-        tokio::spawn(ops::serve(
-            listener,
-            handle.clone(),
-            metrics,
-            ops_stop.clone().cancelled_owned(),
-        ))
-    });
+    let listeners = Listeners {
+        protocol: monolock_server::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?,
+        ops: bind_http("ops", settings.ops_listen).await?,
+        admin: bind_http("admin", settings.admin_listen).await?,
+    };
     info!(
         version = env!("CARGO_PKG_VERSION"),
         tls = effective.tls,
@@ -398,67 +359,37 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         "monolock started"
     );
 
-    // A reload runs in its own task, so the loop goes on serving signals
-    // (SIGTERM above all) whatever a reload waits on; SIGHUPs that arrive
-    // while one runs are folded into it.
-    let mut reloading: Option<JoinHandle<()>> = None;
-    loop {
-        tokio::select! {
-            result = &mut running => {
-                return result.context("server task failed")?.context("server failed");
-            }
-            _ = sigterm.recv() => { info!("SIGTERM: shutting down"); break; }
-            _ = sigint.recv() => { info!("SIGINT: shutting down"); break; }
-            _ = sighup.recv() => {
-                if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
-                    warn!("SIGHUP: a reload is still running; this one is folded into it");
-                    continue;
-                }
-                info!("SIGHUP: reloading");
-                let reloader = reloader.clone();
-                reloading = Some(tokio::spawn(async move {
-                    let report = reloader.reload().await;
-                    if !report.is_ok() {
-                        warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+    // The signal loop is the service's shutdown future. A reload runs in
+    // its own task, so the loop goes on serving signals (SIGTERM above all)
+    // whatever a reload waits on; SIGHUPs that arrive while one runs are
+    // folded into it.
+    let signals = async move {
+        let mut reloading: Option<JoinHandle<()>> = None;
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => { info!("SIGTERM: shutting down"); return; }
+                _ = sigint.recv() => { info!("SIGINT: shutting down"); return; }
+                _ = sighup.recv() => {
+                    if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
+                        warn!("SIGHUP: a reload is still running; this one is folded into it");
+                        continue;
                     }
-                }));
+                    info!("SIGHUP: reloading");
+                    let reloader = reloader.clone();
+                    reloading = Some(tokio::spawn(async move {
+                        let report = reloader.reload().await;
+                        if !report.is_ok() {
+                            warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+                        }
+                    }));
+                }
             }
         }
-    }
-    // Shutdown order: /healthz turns 503 now; the protocol listener closes
-    // and every session gets ERROR 0x01; then the admin API stops, the audit
-    // log is flushed, and the ops listener stays up a little longer so that
-    // probes and scrapes see the whole shutdown.
-    handle.shutdown();
-    running
+    };
+    service
+        .run(listeners, signals)
         .await
-        .context("server task failed")?
-        .context("server failed")?;
-    admin_stop.cancel();
-    join_http("admin API", admin_task).await;
-    if let Some(audit) = &audit {
-        audit.close().await;
-    }
-    if let Some(ops_task) = ops_task {
-        info!(
-            grace_ms = OPS_SHUTDOWN_GRACE.as_millis() as u64,
-            "protocol listener closed; ops endpoint stays up for the grace period"
-        );
-        tokio::time::sleep(OPS_SHUTDOWN_GRACE).await;
-        ops_stop.cancel();
-        join_http("ops endpoint", Some(ops_task)).await;
-    }
-    info!("shutdown complete");
-    Ok(())
-}
-
-async fn join_http(what: &str, task: Option<JoinHandle<std::io::Result<()>>>) {
-    let Some(task) = task else { return };
-    match task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => warn!(error = %err, "{what} stopped with an error"),
-        Err(err) => warn!(error = %err, "{what} task failed"),
-    }
+        .context("server failed")
 }
 
 #[cfg(test)]
