@@ -534,6 +534,29 @@ mod tests {
         slot
     }
 
+    /// Lock `l` held by port 1 with `waiters` queued behind it (ports 2,
+    /// 3, ...), the events so far taken.
+    fn line(
+        waiters: u16,
+    ) -> (
+        LockTable,
+        Arc<Recorder>,
+        Arc<SessionSlot>,
+        Vec<Arc<SessionSlot>>,
+    ) {
+        let (table, events) = table();
+        let holder = session(&table, "l", 1);
+        table.acquire(&holder);
+        let queued: Vec<_> = (2..2 + waiters)
+            .map(|port| session(&table, "l", port))
+            .collect();
+        for waiter in &queued {
+            assert_eq!(table.acquire(waiter), Acquired::Queued);
+        }
+        events.take();
+        (table, events, holder, queued)
+    }
+
     fn queue(table: &LockTable, name: &str) -> Vec<u16> {
         table
             .lock(name)
@@ -571,15 +594,9 @@ mod tests {
 
     #[test]
     fn a_release_promotes_the_first_waiter_with_a_greater_token() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        let Acquired::Granted(first) = table.acquire(&a) else {
-            panic!()
-        };
-        let (b, c) = (session(&table, "l", 2), session(&table, "l", 3));
-        table.acquire(&b);
-        table.acquire(&c);
-        events.take();
+        let (table, events, a, w) = line(2);
+        let first = a.granted_token().expect("a holds");
+        let b = &w[0];
         assert!(table.end(&a, ReleaseReason::Graceful), "b promoted");
         let second = b.granted_token().expect("b granted");
         assert!(second > first);
@@ -595,13 +612,7 @@ mod tests {
     /// order, and the lock is forgotten with its last session.
     #[test]
     fn waiters_leave_from_anywhere_and_keep_the_order() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let w: Vec<_> = (2..7).map(|port| session(&table, "l", port)).collect();
-        for s in &w {
-            table.acquire(s);
-        }
+        let (table, events, a, w) = line(5);
         for (leaving, left) in [
             (3_usize, vec![2, 4, 5, 6]),
             (6, vec![2, 4, 5]),
@@ -620,7 +631,6 @@ mod tests {
         assert_eq!(
             events.take(),
             [
-                "granted 1",
                 "left 3",
                 "left 6",
                 "left 2",
@@ -635,14 +645,9 @@ mod tests {
 
     #[test]
     fn a_silent_waiter_is_skipped_and_told_it_expired() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let (b, c) = (session(&table, "l", 2), session(&table, "l", 3));
-        table.acquire(&b);
-        table.acquire(&c);
+        let (table, events, a, w) = line(2);
+        let b = &w[0];
         b.set_deadline_nanos(0);
-        events.take();
         assert!(table.end(&a, ReleaseReason::Graceful));
         assert_eq!(b.granted_token(), None);
         assert_eq!(b.end_notice(), Some(EndNotice::Expired));
@@ -658,32 +663,24 @@ mod tests {
     /// no grant audited to an expired session.
     #[test]
     fn an_expired_waiter_is_never_granted_even_after_a_late_heartbeat() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let b = session(&table, "l", 2);
-        table.acquire(&b);
+        let (table, events, a, w) = line(1);
+        let b = &w[0];
         b.end_from_outside(EndNotice::Expired); // the wheel
-        table.touch(&b, Instant::now()); // the late heartbeat
-        events.take();
+        table.touch(b, Instant::now()); // the late heartbeat
         assert!(!table.end(&a, ReleaseReason::Graceful));
         assert_eq!(b.granted_token(), None);
         assert_eq!(b.end_notice(), Some(EndNotice::Expired));
         assert_eq!(table.counts(), TableCounts::default());
         assert_eq!(events.take(), ["released 1 graceful", "left 2"]);
         // Its task ends it later: nothing more happens.
-        assert!(!table.end(&b, ReleaseReason::Expired));
+        assert!(!table.end(b, ReleaseReason::Expired));
         assert!(events.take().is_empty());
     }
 
     #[test]
     fn force_release_ends_the_holder_and_promotes() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let b = session(&table, "l", 2);
-        table.acquire(&b);
-        events.take();
+        let (table, events, a, w) = line(1);
+        let b = &w[0];
         let released = table.force_release("l").expect("forced");
         assert_eq!(released.remote_addr.port(), 1);
         assert_eq!(a.end_notice(), Some(EndNotice::Forced));
@@ -702,12 +699,7 @@ mod tests {
     /// does nothing and says so; the holder ends as expired.
     #[test]
     fn force_release_after_expiry_reports_it_and_changes_nothing() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let b = session(&table, "l", 2);
-        table.acquire(&b);
-        events.take();
+        let (table, events, a, _w) = line(1);
         a.end_from_outside(EndNotice::Expired); // the wheel
         match table.force_release("l") {
             Err(AdminRefused::AlreadyEnding { session, ending }) => {
@@ -726,14 +718,7 @@ mod tests {
 
     #[test]
     fn kick_removes_one_waiter_unless_it_is_already_ending() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let w: Vec<_> = (2..5).map(|port| session(&table, "l", port)).collect();
-        for s in &w {
-            table.acquire(s);
-        }
-        events.take();
+        let (table, events, _a, w) = line(3);
         let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
         let kicked = table.kick_waiter("l", addr(3)).expect("kicked");
         assert_eq!(kicked.remote_addr.port(), 3);
@@ -755,20 +740,16 @@ mod tests {
 
     #[test]
     fn close_ends_everyone_and_grants_nothing_more() {
-        let (table, events) = table();
-        let a = session(&table, "l", 1);
-        table.acquire(&a);
-        let b = session(&table, "l", 2);
-        table.acquire(&b);
+        let (table, events, a, w) = line(1);
+        let b = &w[0];
         table.close();
-        for s in [&a, &b] {
+        for s in [&a, b] {
             assert_eq!(s.end_notice(), Some(EndNotice::Shutdown));
         }
         assert_eq!(
             table.acquire(&session(&table, "m", 3)),
             Acquired::ShuttingDown
         );
-        events.take();
         assert!(!table.end(&a, ReleaseReason::Shutdown), "nobody promoted");
         assert_eq!(b.granted_token(), None);
         assert!(matches!(

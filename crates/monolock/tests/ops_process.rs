@@ -532,22 +532,27 @@ fn churn(server: &ServerProcess, held: Option<TcpStream>, cycles: usize) -> TcpS
     grant()
 }
 
+/// A server whose `--audit-log -` nobody reads, past the point where its
+/// audit writer is blocked and its queue (64 lines) full; and the lock it
+/// holds for the test.
+fn stalled(ops: bool) -> (ServerProcess, TcpStream) {
+    let mut args = vec!["--audit-log", "-", "--audit-queue", "64"];
+    if ops {
+        args.extend(["--ops-listen", "127.0.0.1:0"]);
+    }
+    let server = ServerProcess::start(&args);
+    // The pipe (64 KiB) and the writer's batch fill up: the writer blocks.
+    let held = churn(&server, None, 1_000);
+    server.wait_log("audit log queue full");
+    (server, held)
+}
+
 /// A log shipper that stopped reading: `--audit-log -` into a pipe nobody
 /// reads. Grants go on, memory stays bounded (every line past the queue is
 /// dropped and counted, none is kept), and SIGTERM still finishes.
 #[test]
 fn a_stalled_audit_reader_bounds_memory_and_shutdown() {
-    let mut server = ServerProcess::start(&[
-        "--audit-log",
-        "-",
-        "--audit-queue",
-        "64",
-        "--ops-listen",
-        "127.0.0.1:0",
-    ]);
-    // The pipe (64 KiB) and the writer's batch fill up: the writer blocks.
-    let held = churn(&server, None, 1_000);
-    server.wait_log("audit log queue full");
+    let (mut server, held) = stalled(true);
     let before = scrape(&server);
     let dropped = metric(&before, "monolock_audit_dropped_lines_total");
     assert!(dropped > 0, "{before}");
@@ -578,9 +583,7 @@ fn a_stalled_audit_reader_bounds_memory_and_shutdown() {
 /// next SIGTERM.
 #[test]
 fn sighup_then_sigterm_with_a_stalled_audit_reader() {
-    let mut server = ServerProcess::start(&["--audit-log", "-", "--audit-queue", "64"]);
-    let held = churn(&server, None, 1_000);
-    server.wait_log("audit log queue full");
+    let (mut server, held) = stalled(false);
     server.signal("HUP");
     server.wait_log("SIGHUP: reloading");
     let held = churn(&server, Some(held), 10);
@@ -594,16 +597,7 @@ fn sighup_then_sigterm_with_a_stalled_audit_reader() {
 /// dropped lines were, with their count, and the lines after it flow.
 #[test]
 fn a_gap_line_marks_what_a_stalled_reader_missed() {
-    let mut server = ServerProcess::start(&[
-        "--audit-log",
-        "-",
-        "--audit-queue",
-        "64",
-        "--ops-listen",
-        "127.0.0.1:0",
-    ]);
-    let held = churn(&server, None, 1_000);
-    server.wait_log("audit log queue full");
+    let (mut server, held) = stalled(true);
     let dropped = metric(&scrape(&server), "monolock_audit_dropped_lines_total");
     assert!(dropped > 0);
 
