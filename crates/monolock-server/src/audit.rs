@@ -305,6 +305,8 @@ struct Queue {
     /// Events waiting for room ([`AuditOverflow::Block`]) wait here.
     room: Condvar,
     options: AuditOptions,
+    /// [`AUDIT_BLOCK_MAX`] (longer in tests, to show what wakes a wait).
+    block_max: Duration,
     dropped_total: AtomicU64,
 }
 
@@ -370,7 +372,7 @@ impl Queue {
             state.blocked += 1;
             let (guard, _) = self
                 .room
-                .wait_timeout_while(state, AUDIT_BLOCK_MAX, |state| {
+                .wait_timeout_while(state, self.block_max, |state| {
                     state.records >= self.options.capacity && !state.closed
                 })
                 .unwrap_or_else(PoisonError::into_inner);
@@ -478,6 +480,7 @@ impl AuditLog {
                 capacity: options.capacity.max(1),
                 ..options
             },
+            block_max: AUDIT_BLOCK_MAX,
             dropped_total: AtomicU64::new(0),
         });
         let write_errors = Arc::new(AtomicU64::new(0));
@@ -763,5 +766,138 @@ impl Writer {
         let file = open_append(path)?;
         self.sink = Sink::File(file);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The queue's overflow rules, without a writer thread: nothing takes
+    //! from the queue unless the test does, as with a stalled sink.
+
+    use std::{net::SocketAddr, time::Instant};
+
+    use monolock_proto::Lease;
+
+    use super::*;
+
+    fn queue(capacity: usize, overflow: AuditOverflow) -> Arc<Queue> {
+        queue_blocking_for(capacity, overflow, AUDIT_BLOCK_MAX)
+    }
+
+    fn queue_blocking_for(
+        capacity: usize,
+        overflow: AuditOverflow,
+        block_max: Duration,
+    ) -> Arc<Queue> {
+        Arc::new(Queue {
+            state: Mutex::new(QueueState::default()),
+            work: Condvar::new(),
+            room: Condvar::new(),
+            options: AuditOptions {
+                capacity,
+                overflow,
+                stop_timeout: AUDIT_STOP_TIMEOUT,
+            },
+            block_max,
+            dropped_total: AtomicU64::new(0),
+        })
+    }
+
+    fn record() -> Record {
+        let info = SessionInfo {
+            lock: LockName::new("audit").expect("valid name"),
+            lease: Lease::from_millis(1_000).expect("valid lease"),
+            remote_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            identity: Arc::from(""),
+            queued_at: SystemTime::now(),
+        };
+        Record::new(&info, Kind::Denied)
+    }
+
+    fn records(msgs: &VecDeque<Msg>) -> usize {
+        msgs.iter()
+            .filter(|msg| matches!(msg, Msg::Record(_)))
+            .count()
+    }
+
+    #[test]
+    fn a_full_queue_drops_counts_and_marks_the_gap_after_what_it_held() {
+        let queue = queue(2, AuditOverflow::Drop);
+        for _ in 0..5 {
+            queue.record(record());
+        }
+        assert_eq!(queue.queued(), 2);
+        assert_eq!(queue.dropped_total.load(Ordering::Relaxed), 3);
+        let (msgs, gap) = queue.take();
+        assert_eq!(records(&msgs), 2);
+        assert_eq!(gap.map(|gap| gap.lost), Some(3));
+        // Room again: nothing more is dropped, and the next gap starts anew.
+        queue.record(record());
+        let (msgs, gap) = queue.take();
+        assert_eq!(records(&msgs), 1);
+        assert!(gap.is_none());
+        let mut line = Vec::new();
+        Gap {
+            lost: 3,
+            since: SystemTime::now(),
+        }
+        .write_json(&mut line);
+        let value: serde_json::Value = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(value["event"], "gap");
+        assert_eq!(value["lost"], 3);
+    }
+
+    /// Under `block`, an event waits for room a bounded time, then drops
+    /// (counted); room made meanwhile lets it in.
+    #[test]
+    fn block_waits_a_bounded_time_for_room() {
+        let queue = queue(1, AuditOverflow::Block);
+        queue.record(record());
+        let started = Instant::now();
+        queue.record(record());
+        assert!(started.elapsed() >= AUDIT_BLOCK_MAX);
+        assert_eq!(queue.dropped_total.load(Ordering::Relaxed), 1);
+        assert_eq!(queue.queued(), 1);
+
+        // A writer that takes while an event waits lets it in (with a wait
+        // bound of an hour, the take is what ends the wait).
+        let queue = queue_blocking_for(1, AuditOverflow::Block, Duration::from_secs(3_600));
+        queue.record(record());
+        let waiting = std::thread::spawn({
+            let queue = Arc::clone(&queue);
+            move || queue.record(record())
+        });
+        while queue.lock().blocked == 0 {
+            std::thread::yield_now();
+        }
+        let (msgs, _) = queue.take();
+        assert_eq!(records(&msgs), 1);
+        waiting.join().expect("recorded");
+        assert_eq!(queue.queued(), 1);
+        assert_eq!(queue.dropped_total.load(Ordering::Relaxed), 0);
+    }
+
+    /// Close frees an event waiting for room at once (it is dropped, as
+    /// every event after close is): with a wait bound of an hour, only the
+    /// close can end the wait within the test.
+    #[test]
+    fn close_frees_a_blocked_event() {
+        let queue = queue_blocking_for(1, AuditOverflow::Block, Duration::from_secs(3_600));
+        queue.record(record());
+        let waiting = std::thread::spawn({
+            let queue = Arc::clone(&queue);
+            move || queue.record(record())
+        });
+        while queue.lock().blocked == 0 {
+            std::thread::yield_now();
+        }
+        let (done, _wait) = oneshot::channel();
+        queue.control(Msg::Close(done)).expect("open");
+        waiting.join().expect("returned");
+        assert_eq!(queue.queued(), 1);
+        assert!(matches!(
+            queue.control(Msg::Flush(oneshot::channel().0)),
+            Err(AuditError::Stopped)
+        ));
     }
 }
