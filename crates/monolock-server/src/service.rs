@@ -108,6 +108,8 @@ impl Service {
     }
 
     /// A handle to the server, to inspect and control it while it runs.
+    /// Take it after [`Service::with_metrics`] and [`Service::with_audit`]:
+    /// they add observers, so they build the server anew.
     pub fn handle(&mut self) -> ServerHandle {
         self.server().handle()
     }
