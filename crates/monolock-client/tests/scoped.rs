@@ -153,7 +153,7 @@ async fn run_locked_retrying_never_reruns_the_work() {
             let handle = server.handle.clone();
             move |lock| async move {
                 runs.fetch_add(1, Ordering::SeqCst);
-                handle.force_release("once");
+                handle.force_release("once").expect("held");
                 lock.cancelled().await;
             }
         })

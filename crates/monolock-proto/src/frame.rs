@@ -153,12 +153,22 @@ pub const fn acquired_frame(token: u64) -> [u8; 9] {
     ]
 }
 
+/// The one byte of a WAITING frame, built without allocating (the
+/// counterpart of [`acquired_frame`]).
+///
+/// ```
+/// assert_eq!(monolock_proto::waiting_frame(), [0x11]);
+/// ```
+pub const fn waiting_frame() -> [u8; 1] {
+    [msg::WAITING]
+}
+
 impl ServerFrame {
     /// Appends the frame's bytes to `out`. An ERROR reason longer than
     /// [`MAX_ERROR_REASON_LEN`] bytes is cut at a character boundary.
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Self::Waiting => out.push(msg::WAITING),
+            Self::Waiting => out.extend_from_slice(&waiting_frame()),
             Self::Acquired { token } => out.extend_from_slice(&acquired_frame(*token)),
             Self::Error { code, reason } => {
                 let mut end = reason.len().min(MAX_ERROR_REASON_LEN);

@@ -32,7 +32,7 @@ pub use error_code::{ErrorClass, ErrorCode};
 pub use frame::{
     ACQUIRE_HEADER_LEN, AcquireHeader, ClientFrame, DecodeError, Lease, MAX_ERROR_REASON_LEN,
     PROTOCOL_VERSION, Phase, RequestError, ServerFrame, acquired_frame, decode_acquire_header,
-    decode_request, decode_response, msg,
+    decode_request, decode_response, msg, waiting_frame,
 };
 pub use name::{LockName, MAX_NAME_LEN, NameError};
 pub use token::{TOKEN_TIME_SHIFT, token_floor_for_unix_seconds, token_unix_seconds};

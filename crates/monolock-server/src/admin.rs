@@ -37,8 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminToken, EventHub, Glob, GraceStatus, HolderSnapshot, LockSnapshot, ServerHandle, ServerTls,
-    TlsListener, WaiterSnapshot, audit::rfc3339, dashboard, live,
+    AdminRefused, AdminToken, Ending, EventHub, Glob, GraceStatus, HolderSnapshot, LockSnapshot,
+    ServerHandle, ServerTls, TlsListener, WaiterSnapshot, audit::rfc3339, dashboard, live,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -537,16 +537,19 @@ async fn release_handler(
     let handle = &state.options.handle;
     let released = match query.token {
         Some(token) => handle.force_release_token(&name, token),
-        None => handle.force_release(&name).ok_or(None),
+        None => handle.force_release(&name),
     };
     match released {
         Ok(holder) => {
             info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, "force-released by administrator");
             Ok(Json(HolderInfo::from(&holder)))
         }
-        Err(None) => Err(no_holder(&name).into_response()),
-        Err(Some(holder)) => {
-            let holder = HolderInfo::from(&holder);
+        Err(AdminRefused::NotFound) => Err(no_holder(&name).into_response()),
+        Err(AdminRefused::AlreadyEnding { ending, .. }) => {
+            Err(already_ending(&name, ending).into_response())
+        }
+        Err(AdminRefused::OtherToken { current }) => {
+            let holder = HolderInfo::from(&current);
             let body = ConflictBody {
                 error: format!(
                     "lock {name:?} is held by token {} ({}), not token {}; nothing released",
@@ -573,15 +576,28 @@ async fn kick_handler(
         )
     })?;
     match state.options.handle.kick_waiter(&name, addr) {
-        Some(waiter) => {
+        Ok(waiter) => {
             info!(lock = %name, remote_addr = %addr, "waiter removed by administrator");
             Ok(Json(WaiterInfo::from(&waiter)))
         }
-        None => Err(ApiError(
+        Err(AdminRefused::NotFound) => Err(ApiError(
             StatusCode::NOT_FOUND,
             format!("lock {name:?} has no waiter at {addr}"),
         )),
+        Err(AdminRefused::AlreadyEnding { ending, .. }) => Err(already_ending(&name, ending)),
+        Err(AdminRefused::OtherToken { .. }) => Err(ApiError(
+            StatusCode::CONFLICT,
+            format!("lock {name:?}: the waiter at {addr} is another session; nothing was done"),
+        )),
     }
+}
+
+/// 409: the session was ending already; the request changed nothing.
+fn already_ending(name: &str, ending: Ending) -> ApiError {
+    ApiError(
+        StatusCode::CONFLICT,
+        format!("lock {name:?}: the session was already ending ({ending}); nothing was done"),
+    )
 }
 
 fn no_holder(name: &str) -> ApiError {

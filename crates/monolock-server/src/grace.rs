@@ -25,7 +25,10 @@ use std::{
 use tokio::time::Instant;
 use tracing::info;
 
-use crate::table::{Acquired, EndNotice, LockTable, SessionSlot};
+use crate::{
+    slot::{EndNotice, SessionSlot},
+    table::{Acquired, LockTable},
+};
 
 /// The startup grace as `/readyz` and `/api/info` show it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,7 +139,9 @@ impl StartupGrace {
                     slot.notify.notify_one();
                 }
                 Acquired::Queued => {}
-                Acquired::ShuttingDown => slot.end_from_outside(EndNotice::Shutdown),
+                Acquired::ShuttingDown => {
+                    slot.end_from_outside(EndNotice::Shutdown);
+                }
             }
         }
         self.open.store(true, Ordering::Release);

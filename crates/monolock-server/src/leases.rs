@@ -21,18 +21,15 @@
 //! the slot's end, so only the runtime timer's millisecond rounding is
 //! added.
 
-use std::{
-    sync::{
-        Arc, Mutex, MutexGuard, PoisonError,
-        atomic::{AtomicBool, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc, Mutex, MutexGuard, PoisonError,
+    atomic::{AtomicBool, Ordering},
 };
 
 use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::table::{EndNotice, SessionSlot};
+use crate::slot::{EndNotice, Epoch, NOT_FILED, SessionSlot};
 
 /// Width of one slot, in nanoseconds (1 ms).
 const TICK_NANOS: u64 = 1_000_000;
@@ -40,13 +37,11 @@ const TICK_NANOS: u64 = 1_000_000;
 /// looked at once; longer leases are filed at the far end and looked at
 /// again every 16.4 s.
 const SLOTS: u64 = 16_384;
-/// `SessionSlot::wheel_pos` of a session not in the wheel.
-pub(crate) const NOT_FILED: u64 = u64::MAX;
 
 /// The wheel of every session's lease deadline.
 pub(crate) struct LeaseWheel {
     /// Deadlines are nanoseconds since this instant (the table's epoch).
-    epoch: Instant,
+    epoch: Epoch,
     state: Mutex<WheelState>,
     /// Woken when a session is filed earlier than the driver's next look.
     wake: Notify,
@@ -70,7 +65,7 @@ struct WheelState {
 }
 
 impl LeaseWheel {
-    pub(crate) fn new(epoch: Instant) -> Self {
+    pub(crate) fn new(epoch: Epoch) -> Self {
         Self {
             epoch,
             state: Mutex::new(WheelState {
@@ -94,10 +89,6 @@ impl LeaseWheel {
         // Nothing panics while the guard is held; the state is consistent
         // between operations either way.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn nanos_since_epoch(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Starts watching `slot`'s deadline (called once, when its session has
@@ -136,7 +127,7 @@ impl LeaseWheel {
     /// Expires every session due by now and files again those whose
     /// deadline moved; returns when to look next, if anything is filed.
     fn advance(&self) -> Option<Instant> {
-        let now = self.nanos_since_epoch(Instant::now());
+        let now = self.epoch.nanos(Instant::now());
         let now_tick = now / TICK_NANOS;
         let mut state = self.lock();
         if state.len == 0 {
@@ -153,7 +144,7 @@ impl LeaseWheel {
         state.next_tick = state.next_tick.max(now_tick + 1);
         let next = state.next_look(now);
         state.sleeping_until = next.unwrap_or(u64::MAX);
-        next.map(|nanos| self.epoch + Duration::from_nanos(nanos))
+        next.map(|nanos| self.epoch.instant(nanos))
     }
 }
 
@@ -283,7 +274,10 @@ async fn sleep_until(at: Option<Instant>) {
 
 #[cfg(test)]
 mod tests {
-    use std::{net::SocketAddr, time::SystemTime};
+    use std::{
+        net::SocketAddr,
+        time::{Duration, SystemTime},
+    };
 
     use monolock_proto::{Lease, LockName};
 
@@ -327,7 +321,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn forgetting_keeps_the_other_positions_right() {
-        let wheel = Arc::new(LeaseWheel::new(Instant::now()));
+        let wheel = Arc::new(LeaseWheel::new(Epoch::at(Instant::now())));
         let same = Duration::from_millis(5);
         let (a, b, c) = (slot(same), slot(same), slot(same));
         for s in [&a, &b, &c] {
@@ -350,7 +344,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn expires_at_the_deadline_never_before_even_past_a_whole_turn() {
         let start = Instant::now();
-        let wheel = Arc::new(LeaseWheel::new(start));
+        let wheel = Arc::new(LeaseWheel::new(Epoch::at(start)));
         // Within the first slot, mid-wheel, and two beyond one turn (16.4 s).
         let deadlines = [
             Duration::from_micros(300),
@@ -378,7 +372,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_moved_deadline_is_followed() {
         let start = Instant::now();
-        let wheel = Arc::new(LeaseWheel::new(start));
+        let wheel = Arc::new(LeaseWheel::new(Epoch::at(start)));
         let s = slot(Duration::from_millis(10));
         wheel.watch(&s);
         let expiry = tokio::spawn(expired_after(Arc::clone(&s), start));
@@ -397,7 +391,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn expiry_does_not_replace_an_earlier_end_notice() {
         let start = Instant::now();
-        let wheel = Arc::new(LeaseWheel::new(start));
+        let wheel = Arc::new(LeaseWheel::new(Epoch::at(start)));
         let s = slot(Duration::from_millis(5));
         wheel.watch(&s);
         s.end_from_outside(EndNotice::Forced);
@@ -417,7 +411,7 @@ mod tests {
         };
         let first = runtime();
         let wheel = first.block_on(async {
-            let wheel = Arc::new(LeaseWheel::new(Instant::now()));
+            let wheel = Arc::new(LeaseWheel::new(Epoch::at(Instant::now())));
             wheel.watch(&slot(Duration::from_secs(3_600)));
             tokio::task::yield_now().await;
             wheel
@@ -433,10 +427,11 @@ mod tests {
         // one must still expire sessions, by its own driver.
         runtime().block_on(async {
             let start = Instant::now();
-            let deadline = start.saturating_duration_since(wheel.epoch) + Duration::from_millis(50);
+            let deadline =
+                start.saturating_duration_since(wheel.epoch.start()) + Duration::from_millis(50);
             let s = slot(deadline);
             wheel.watch(&s);
-            let after = expired_after(s, wheel.epoch).await;
+            let after = expired_after(s, wheel.epoch.start()).await;
             assert!(
                 after >= deadline && after <= deadline + Duration::from_millis(1),
                 "{after:?}"

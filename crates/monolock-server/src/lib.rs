@@ -42,6 +42,7 @@
 //! - [`TokenFloor`]: tokens that survive a restart on a clock that stepped
 //!   back, and [`ServerConfig::startup_grace`]: no grant until a failed
 //!   primary's holders have given up (high availability, docs/ha.md).
+//! - [`Service`]: all of it together, with the shutdown order.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -63,7 +64,9 @@ mod metrics;
 pub mod ops;
 mod reload;
 mod server;
+mod service;
 mod session;
+mod slot;
 mod table;
 mod tls;
 mod token;
@@ -71,7 +74,10 @@ mod token_floor;
 
 pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use admin_auth::{AdminToken, AdminTokenError};
-pub use audit::{AuditError, AuditLog, AuditTarget, rfc3339};
+pub use audit::{
+    AUDIT_BLOCK_MAX, AUDIT_QUEUE_CAPACITY, AUDIT_STOP_TIMEOUT, AuditError, AuditLog, AuditOptions,
+    AuditOverflow, AuditTarget, rfc3339,
+};
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
@@ -87,7 +93,8 @@ pub use metrics::{
 };
 pub use reload::{ReloadReport, Reloader};
 pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
-pub use table::{HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
+pub use service::{Listeners, Service};
+pub use table::{AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};
 pub use token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};

@@ -30,7 +30,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{Event, Observer, ReleaseReason, ServerHandle};
+use crate::{AuditLog, Event, Observer, ReleaseReason, ServerHandle};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -103,41 +103,41 @@ impl Metrics {
     /// Every metric registered, every labelled series present at 0.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let connections_active = Gauge::default();
-        registry.register(
+        let connections_active = registered(
+            &mut registry,
             "monolock_connections_active",
             "Open protocol connections, with or without a session",
-            connections_active.clone(),
+            Gauge::default(),
         );
-        let locks_held = Gauge::default();
-        registry.register(
+        let locks_held = registered(
+            &mut registry,
             "monolock_locks_held",
             "Locks that have a holder",
-            locks_held.clone(),
+            Gauge::default(),
         );
-        let waiters = Gauge::default();
-        registry.register(
+        let waiters = registered(
+            &mut registry,
             "monolock_waiters",
             "Sessions queued behind a holder",
-            waiters.clone(),
+            Gauge::default(),
         );
-        let acquires = Counter::default();
-        registry.register(
+        let acquires = registered(
+            &mut registry,
             "monolock_acquires",
             "Grants (fencing tokens issued)",
-            acquires.clone(),
+            Counter::default(),
         );
-        let acl_denials = Counter::default();
-        registry.register(
+        let acl_denials = registered(
+            &mut registry,
             "monolock_acl_denials",
             "ACQUIREs refused by the ACL (ERROR 0x18)",
-            acl_denials.clone(),
+            Counter::default(),
         );
-        let releases_family = Family::<ReasonLabels, Counter>::default();
-        registry.register(
+        let releases_family = registered(
+            &mut registry,
             "monolock_releases",
             "Ends of ownership, by reason",
-            releases_family.clone(),
+            Family::<ReasonLabels, Counter>::default(),
         );
         let releases = ReleaseReason::ALL.map(|reason| {
             releases_family
@@ -146,11 +146,11 @@ impl Metrics {
                 })
                 .clone()
         });
-        let protocol_errors = Family::<CodeLabels, Counter>::default();
-        registry.register(
+        let protocol_errors = registered(
+            &mut registry,
             "monolock_protocol_errors",
             "ERROR frames sent, by code",
-            protocol_errors.clone(),
+            Family::<CodeLabels, Counter>::default(),
         );
         let known_protocol_errors = ErrorCode::ALL.map(|code| {
             protocol_errors
@@ -159,29 +159,29 @@ impl Metrics {
                 })
                 .clone()
         });
-        let accepted = Counter::default();
-        registry.register(
+        let accepted = registered(
+            &mut registry,
             "monolock_connections_accepted",
             "Protocol connections accepted",
-            accepted.clone(),
+            Counter::default(),
         );
-        let accept_errors = Counter::default();
-        registry.register(
+        let accept_errors = registered(
+            &mut registry,
             "monolock_accept_errors",
             "Failed accept calls (e.g. out of file descriptors)",
-            accept_errors.clone(),
+            Counter::default(),
         );
-        let tls_handshake_errors = Counter::default();
-        registry.register(
+        let tls_handshake_errors = registered(
+            &mut registry,
             "monolock_tls_handshake_errors",
             "TLS handshakes that failed or did not complete within io-timeout",
-            tls_handshake_errors.clone(),
+            Counter::default(),
         );
-        let heartbeats = Counter::default();
-        registry.register(
+        let heartbeats = registered(
+            &mut registry,
             "monolock_heartbeats",
             "HEARTBEAT frames received",
-            heartbeats.clone(),
+            Counter::default(),
         );
         registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
@@ -207,11 +207,12 @@ impl Metrics {
     /// (see [`AuditLog::write_errors_counter`](crate::AuditLog::write_errors_counter)).
     #[must_use]
     pub fn with_audit_write_errors(mut self, errors: Arc<AtomicU64>) -> Self {
-        self.registry.register_collector(Box::new(SharedCounter {
-            name: "monolock_audit_write_errors",
-            help: "Audit lines lost to failed writes.",
-            value: errors,
-        }));
+        self.read_at_scrape(
+            "monolock_audit_write_errors",
+            "Audit lines lost to failed writes.",
+            MetricType::Counter,
+            move || errors.load(Ordering::Relaxed),
+        );
         self
     }
 
@@ -237,12 +238,60 @@ impl Metrics {
     /// (see [`AdminToken::unauthorized_counter`](crate::AdminToken::unauthorized_counter)).
     #[must_use]
     pub fn with_admin_unauthorized(mut self, refused: Arc<AtomicU64>) -> Self {
-        self.registry.register_collector(Box::new(SharedCounter {
-            name: "monolock_admin_unauthorized",
-            help: "Admin requests refused for a missing or wrong bearer token (401).",
-            value: refused,
-        }));
+        self.read_at_scrape(
+            "monolock_admin_unauthorized",
+            "Admin requests refused for a missing or wrong bearer token (401).",
+            MetricType::Counter,
+            move || refused.load(Ordering::Relaxed),
+        );
         self
+    }
+
+    /// Also exposes the audit log's figures, read at scrape time:
+    /// `monolock_audit_write_errors_total`,
+    /// `monolock_audit_dropped_lines_total` (dropped because its queue was
+    /// full; each run is marked by a `gap` line in the log),
+    /// `monolock_audit_queued_lines` and `monolock_audit_queue_capacity`.
+    #[must_use]
+    pub fn with_audit_log(self, audit: Arc<AuditLog>) -> Self {
+        let mut this = self.with_audit_write_errors(audit.write_errors_counter());
+        let capacity = u64::try_from(audit.options().capacity).unwrap_or(u64::MAX);
+        let dropped = Arc::clone(&audit);
+        this.read_at_scrape(
+            "monolock_audit_dropped_lines",
+            "Audit lines dropped because the queue to a stalled or slow sink was full.",
+            MetricType::Counter,
+            move || dropped.dropped_lines(),
+        );
+        this.read_at_scrape(
+            "monolock_audit_queued_lines",
+            "Audit lines queued for the writer.",
+            MetricType::Gauge,
+            move || u64::try_from(audit.queued_lines()).unwrap_or(u64::MAX),
+        );
+        this.read_at_scrape(
+            "monolock_audit_queue_capacity",
+            "Audit lines the queue holds before the overflow policy applies.",
+            MetricType::Gauge,
+            move || capacity,
+        );
+        this
+    }
+
+    /// Registers a counter or gauge whose value lives elsewhere.
+    fn read_at_scrape(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        kind: MetricType,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        self.registry.register_collector(Box::new(ReadAtScrape {
+            name,
+            help,
+            kind,
+            read: Box::new(read),
+        }));
     }
 
     /// The exposition: gauges read from `handle` now, then every metric.
@@ -414,26 +463,48 @@ fn float(value: f64) -> String {
     }
 }
 
-/// A counter kept elsewhere (an `AtomicU64` shared with its owner), read at
-/// scrape time.
-#[derive(Debug)]
-struct SharedCounter {
+/// A counter or a gauge read from elsewhere at scrape time.
+struct ReadAtScrape {
     name: &'static str,
     help: &'static str,
-    value: Arc<AtomicU64>,
+    kind: MetricType,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
 }
 
-impl Collector for SharedCounter {
+impl std::fmt::Debug for ReadAtScrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAtScrape")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for ReadAtScrape {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let counter = ConstCounter::new(self.value.load(Ordering::Relaxed));
-        let metric =
-            encoder.encode_descriptor(self.name, self.help, None, counter.metric_type())?;
-        counter.encode(metric)
+        let value = (self.read)();
+        let metric = encoder.encode_descriptor(self.name, self.help, None, self.kind)?;
+        if self.kind == MetricType::Counter {
+            ConstCounter::new(value).encode(metric)
+        } else {
+            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)
+        }
     }
 }
 
 /// Process figures read from `/proc/self` at scrape time, under the names
 /// the Prometheus client libraries use.
+/// Registers `metric` and returns the handle that updates it (the registry
+/// keeps a clone that reads the same value).
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 #[derive(Debug)]
 struct ProcessCollector {
     ticks_per_second: f64,

@@ -25,7 +25,8 @@ use crate::{
     events::Event,
     grace::{GraceStatus, StartupGrace},
     session,
-    table::{HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
+    slot::deadline_after,
+    table::{AdminRefused, HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
     tls::identity_of_certificate,
     token::TokenIssuer,
 };
@@ -237,7 +238,7 @@ async fn tls_connection(
     shared: Arc<Shared>,
 ) {
     let accepted_at = opened(&tcp, nodelay, &shared);
-    let deadline = accepted_at + shared.config.io_timeout;
+    let deadline = deadline_after(accepted_at, shared.config.io_timeout);
     let handshake = tokio::select! {
         biased;
         () = shared.shutdown.cancelled() => None,
@@ -315,25 +316,45 @@ impl ServerHandle {
     }
 
     /// Force-releases `name`: its holder gets ERROR 0x02 and is closed, and
-    /// the next waiter is promoted at once. `None` if nobody holds it.
-    pub fn force_release(&self, name: &str) -> Option<HolderSnapshot> {
-        self.shared.table.force_release(name, None).ok()
+    /// the next waiter is promoted at once.
+    ///
+    /// # Errors
+    /// [`AdminRefused::NotFound`] if nobody holds it;
+    /// [`AdminRefused::AlreadyEnding`] if the holder was already ending for
+    /// another reason (its lease ran out a moment before): then nothing is
+    /// done and the holder ends (and is audited) as it was going to.
+    pub fn force_release(
+        &self,
+        name: &str,
+    ) -> Result<HolderSnapshot, AdminRefused<HolderSnapshot>> {
+        self.shared.table.force_release(name, None)
     }
 
     /// Force-releases `name` only if its holder has `token`, so a repeated
-    /// command never releases the next holder. `Err(None)` if nobody holds
-    /// it, `Err(Some(holder))` with the current holder otherwise.
+    /// command never releases the next holder.
+    ///
+    /// # Errors
+    /// As [`ServerHandle::force_release`], and
+    /// [`AdminRefused::OtherToken`] with the current holder when its token
+    /// is another.
     pub fn force_release_token(
         &self,
         name: &str,
         token: u64,
-    ) -> Result<HolderSnapshot, Option<HolderSnapshot>> {
+    ) -> Result<HolderSnapshot, AdminRefused<HolderSnapshot>> {
         self.shared.table.force_release(name, Some(token))
     }
 
     /// Removes the waiter at `remote_addr` from the queue of `name` (it gets
-    /// ERROR 0x02); the others keep their order. `None` if absent.
-    pub fn kick_waiter(&self, name: &str, remote_addr: SocketAddr) -> Option<WaiterSnapshot> {
+    /// ERROR 0x02); the others keep their order.
+    ///
+    /// # Errors
+    /// As [`ServerHandle::force_release`].
+    pub fn kick_waiter(
+        &self,
+        name: &str,
+        remote_addr: SocketAddr,
+    ) -> Result<WaiterSnapshot, AdminRefused<WaiterSnapshot>> {
         self.shared.table.kick_waiter(name, remote_addr)
     }
 

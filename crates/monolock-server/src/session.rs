@@ -16,7 +16,7 @@ use std::{
 
 use monolock_proto::{
     ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, LockName, Phase, RequestError, ServerFrame,
-    acquired_frame, decode_acquire_header, decode_request, msg,
+    acquired_frame, decode_acquire_header, decode_request, waiting_frame,
 };
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
@@ -28,7 +28,8 @@ use crate::{
     config::ERROR_DRAIN_TIMEOUT,
     events::{Event, ReleaseReason, SessionInfo},
     server::Shared,
-    table::{Acquired, EndNotice, SessionSlot},
+    slot::{EndNotice, SessionSlot, deadline_after},
+    table::Acquired,
 };
 
 /// The per-connection buffer. After ACQUIRE every valid frame is one byte,
@@ -74,8 +75,10 @@ impl From<WriteFailed> for End {
     }
 }
 
-/// Writes all of `bytes` within io-timeout, unless the lease (ending at
-/// `lease_end`) runs out first.
+/// Writes all of `bytes` and flushes them within io-timeout, unless the
+/// lease (ending at `lease_end`) runs out first. The flush matters for TLS:
+/// rustls buffers what it encrypts, and a push left there would wait for
+/// the next write; on plain TCP it is a no-op.
 async fn write_bounded<S: AsyncWrite + Unpin>(
     stream: &mut S,
     bytes: &[u8],
@@ -86,19 +89,28 @@ async fn write_bounded<S: AsyncWrite + Unpin>(
     // timer; and the timer of the slow case lives in its own allocation, so
     // it does not make every session's task bigger.
     let first = std::future::poll_fn(|cx| match Pin::new(&mut *stream).poll_write(cx, bytes) {
-        Poll::Pending => Poll::Ready(None),
-        Poll::Ready(written) => Poll::Ready(Some(written)),
+        Poll::Ready(Ok(n)) if n == bytes.len() => match Pin::new(&mut *stream).poll_flush(cx) {
+            Poll::Ready(Ok(())) => Poll::Ready(Fast::Done),
+            Poll::Ready(Err(_)) => Poll::Ready(Fast::Failed),
+            Poll::Pending => Poll::Ready(Fast::Rest(bytes.len())),
+        },
+        Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => Poll::Ready(Fast::Failed),
+        Poll::Ready(Ok(n)) => Poll::Ready(Fast::Rest(n)),
+        Poll::Pending => Poll::Ready(Fast::Rest(0)),
     })
     .await;
     let rest = match first {
-        Some(Ok(n)) if n == bytes.len() => return Ok(()),
-        Some(Ok(0)) | Some(Err(_)) => return Err(WriteFailed::Closed),
-        Some(Ok(n)) => &bytes[n..],
-        None => bytes,
+        Fast::Done => return Ok(()),
+        Fast::Failed => return Err(WriteFailed::Closed),
+        Fast::Rest(written) => &bytes[written..],
     };
     Box::pin(async {
-        let io_end = Instant::now() + io_timeout;
-        match timeout_at(io_end.min(lease_end), stream.write_all(rest)).await {
+        let io_end = deadline_after(Instant::now(), io_timeout);
+        let write = async {
+            stream.write_all(rest).await?;
+            stream.flush().await
+        };
+        match timeout_at(io_end.min(lease_end), write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(WriteFailed::Closed),
             Err(_) if lease_end < io_end => Err(WriteFailed::Expired),
@@ -106,6 +118,16 @@ async fn write_bounded<S: AsyncWrite + Unpin>(
         }
     })
     .await
+}
+
+/// How far [`write_bounded`]'s first attempt got.
+enum Fast {
+    /// Written and flushed.
+    Done,
+    /// The stream failed or closed.
+    Failed,
+    /// This many bytes were written; the rest, and the flush, wait.
+    Rest(usize),
 }
 
 /// Serves one accepted connection to its end.
@@ -167,7 +189,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
                 self.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await;
                 return None;
             }
-            first = timeout_at(accepted_at + shared.config.io_timeout, self.read_acquire()) => first,
+            first = timeout_at(deadline_after(accepted_at, shared.config.io_timeout), self.read_acquire()) => first,
         };
         let (lease, lock) = match first {
             Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
@@ -462,17 +484,23 @@ enum Reply {
 }
 
 impl Reply {
+    /// The frame, from `monolock-proto`, in a fixed buffer (no allocation):
+    /// the first [`Reply::len`] bytes.
     fn bytes(self) -> [u8; 9] {
         match self {
-            Self::Waiting => [msg::WAITING, 0, 0, 0, 0, 0, 0, 0, 0],
+            Self::Waiting => {
+                let mut bytes = [0; 9];
+                bytes[..1].copy_from_slice(&waiting_frame());
+                bytes
+            }
             Self::Acquired(token) => acquired_frame(token),
         }
     }
 
     fn len(self) -> usize {
         match self {
-            Self::Waiting => 1,
-            Self::Acquired(_) => 9,
+            Self::Waiting => waiting_frame().len(),
+            Self::Acquired(token) => acquired_frame(token).len(),
         }
     }
 }

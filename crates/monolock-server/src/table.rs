@@ -6,112 +6,30 @@
 //! `std::sync::Mutex` and not tokio's: it is never held across a suspension
 //! point, and the std one is cheaper. Sessions are notified only after the
 //! state they will read has been written (a `Notify` permit is never lost).
+//!
+//! Each queue is keyed by a sequence number taken at ACQUIRE, so it stays
+//! FIFO and a waiter leaves from anywhere in O(log n): 100,000 waiters
+//! leaving one by one must not each scan the queue under this mutex (see
+//! `benches/leave_long_queue.rs`). What a session shares with the table and
+//! the lease wheel lives in `slot.rs`; the wheel decides expiry, the table
+//! only refuses to promote a session that is silent or already ending.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::{BTreeMap, HashMap},
     net::SocketAddr,
-    sync::{
-        Arc, Mutex, MutexGuard, PoisonError,
-        atomic::{AtomicU8, AtomicU64, Ordering},
-    },
-    time::{Duration, SystemTime},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, atomic::Ordering},
+    time::SystemTime,
 };
 
 use monolock_proto::{Lease, LockName};
-use tokio::{sync::Notify, time::Instant};
+use tokio::time::Instant;
 
 use crate::{
-    events::{Event, Observer, ReleaseReason, SessionInfo},
-    leases::{LeaseWheel, NOT_FILED},
+    events::{Event, Observer, ReleaseReason},
+    leases::LeaseWheel,
+    slot::{EndNotice, Epoch, SessionSlot},
     token::{TokenIssuer, WallClock},
 };
-
-/// Stands in for "never" where an `Instant` is needed.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// Why a session was ended from outside its own task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum EndNotice {
-    /// Force-released by an administrator (send ERROR 0x02).
-    Forced = 1,
-    /// Removed from its queue by an administrator (send ERROR 0x02).
-    Kicked = 2,
-    /// Found silent past its lease while at the head of the queue.
-    Expired = 3,
-    /// The server is shutting down (send ERROR 0x01).
-    Shutdown = 4,
-}
-
-/// The part of a session the table and its task share. The task writes
-/// `deadline` on every frame (an atomic store: no lock); the table writes
-/// `token` and `end_notice` and then wakes the task through `notify`.
-pub(crate) struct SessionSlot {
-    pub(crate) info: SessionInfo,
-    queued_at: Instant,
-    /// Monotonic nanoseconds since the table's epoch past which the session
-    /// is silent for longer than its lease.
-    deadline: AtomicU64,
-    /// The token of its grant, 0 while waiting (real tokens are never 0).
-    token: AtomicU64,
-    end_notice: AtomicU8,
-    pub(crate) notify: Notify,
-    /// Where the lease wheel filed this session; only read and written
-    /// under the wheel's lock.
-    pub(crate) wheel_pos: AtomicU64,
-}
-
-impl SessionSlot {
-    pub(crate) fn new(info: SessionInfo, queued_at: Instant) -> Self {
-        Self {
-            info,
-            queued_at,
-            deadline: AtomicU64::new(u64::MAX),
-            token: AtomicU64::new(0),
-            end_notice: AtomicU8::new(0),
-            notify: Notify::new(),
-            wheel_pos: AtomicU64::new(NOT_FILED),
-        }
-    }
-
-    /// The deadline, in nanoseconds since the table's epoch.
-    pub(crate) fn deadline_nanos(&self) -> u64 {
-        self.deadline.load(Ordering::Acquire)
-    }
-
-    #[cfg(test)]
-    pub(crate) fn set_deadline_nanos(&self, nanos: u64) {
-        self.deadline.store(nanos, Ordering::Release);
-    }
-
-    /// The token of this session's grant, if it has been granted.
-    pub(crate) fn granted_token(&self) -> Option<u64> {
-        match self.token.load(Ordering::Acquire) {
-            0 => None,
-            token => Some(token),
-        }
-    }
-
-    pub(crate) fn end_notice(&self) -> Option<EndNotice> {
-        match self.end_notice.load(Ordering::Acquire) {
-            1 => Some(EndNotice::Forced),
-            2 => Some(EndNotice::Kicked),
-            3 => Some(EndNotice::Expired),
-            4 => Some(EndNotice::Shutdown),
-            _ => None,
-        }
-    }
-
-    /// Tells the session's task to end, for the first reason given: a
-    /// later one (say, the lease running out before the task saw a
-    /// force-release) does not change what the client is told.
-    pub(crate) fn end_from_outside(&self, notice: EndNotice) {
-        let _ =
-            self.end_notice
-                .compare_exchange(0, notice as u8, Ordering::Release, Ordering::Relaxed);
-        self.notify.notify_one();
-    }
-}
 
 /// What an ACQUIRE led to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,13 +51,18 @@ struct Holder {
 
 struct LockEntry {
     holder: Holder,
-    waiters: VecDeque<Arc<SessionSlot>>,
+    /// The queue, keyed by each waiter's `queue_seq`: FIFO order, and
+    /// leaving from anywhere in O(log n) (a long queue's waiters leaving
+    /// one by one must not cost O(n) each under the table's lock).
+    waiters: BTreeMap<u64, Arc<SessionSlot>>,
 }
 
 struct TableState {
     locks: HashMap<LockName, LockEntry>,
     tokens: TokenIssuer,
     waiters: usize,
+    /// The next waiter's `queue_seq` (increasing, so FIFO).
+    next_seq: u64,
     /// Set at shutdown: nothing is granted any more.
     closing: bool,
 }
@@ -147,7 +70,7 @@ struct TableState {
 /// The shared lock table.
 pub(crate) struct LockTable {
     state: Mutex<TableState>,
-    epoch: Instant,
+    epoch: Epoch,
     leases: Arc<LeaseWheel>,
     clock: Arc<dyn WallClock>,
     observer: Arc<dyn Observer>,
@@ -198,6 +121,69 @@ pub struct LockSnapshot {
     pub waiters: Vec<WaiterSnapshot>,
 }
 
+/// Why an administrator's force-release or kick did nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AdminRefused<T> {
+    /// No such holder or waiter.
+    #[error("no such session")]
+    NotFound,
+    /// The session was already ending for another reason when the request
+    /// reached it; it ends that way (and is audited so), not by the
+    /// administrator.
+    #[error("the session was already ending: {ending}")]
+    AlreadyEnding {
+        /// The session as it was.
+        session: T,
+        /// How it is ending.
+        ending: Ending,
+    },
+    /// A conditional force-release named a token that is not the holder's:
+    /// the lock was handed on since.
+    #[error("the lock is held under another token")]
+    OtherToken {
+        /// The grant that holds the lock now.
+        current: T,
+    },
+}
+
+/// How a session that an administrator reached too late is ending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Its lease ran out (it is closed without an ERROR frame).
+    LeaseExpired,
+    /// The server is shutting down (ERROR 0x01).
+    ShuttingDown,
+    /// Another administrator's request reached it first (ERROR 0x02).
+    ClosedByAdmin,
+}
+
+impl Ending {
+    /// A short phrase for logs and the admin API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::LeaseExpired => "its lease expired",
+            Self::ShuttingDown => "the server is shutting down",
+            Self::ClosedByAdmin => "an administrator already closed it",
+        }
+    }
+}
+
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<EndNotice> for Ending {
+    fn from(notice: EndNotice) -> Self {
+        match notice {
+            EndNotice::Expired => Self::LeaseExpired,
+            EndNotice::Shutdown => Self::ShuttingDown,
+            EndNotice::Forced | EndNotice::Kicked => Self::ClosedByAdmin,
+        }
+    }
+}
+
 /// Counts for `/api/info` and gauges.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TableCounts {
@@ -213,12 +199,13 @@ impl LockTable {
         observer: Arc<dyn Observer>,
         tokens: TokenIssuer,
     ) -> Self {
-        let epoch = Instant::now();
+        let epoch = Epoch::at(Instant::now());
         Self {
             state: Mutex::new(TableState {
                 locks: HashMap::new(),
                 tokens,
                 waiters: 0,
+                next_seq: 0,
                 closing: false,
             }),
             epoch,
@@ -234,32 +221,20 @@ impl LockTable {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn nanos_since_epoch(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
-    }
-
     /// Records that `slot` was heard from at `now` (no lock taken).
     pub(crate) fn touch(&self, slot: &SessionSlot, now: Instant) {
-        let deadline = self.nanos_since_epoch(now + slot.info.lease.as_duration());
-        slot.deadline.store(deadline, Ordering::Release);
+        slot.touch(self.epoch, now);
     }
 
     /// When `slot`'s lease runs out unless it is heard from again.
     pub(crate) fn lease_end(&self, slot: &SessionSlot) -> Instant {
-        let deadline = Duration::from_nanos(slot.deadline_nanos());
-        self.epoch
-            .checked_add(deadline)
-            .unwrap_or_else(|| Instant::now() + FAR_FUTURE)
+        self.epoch.instant(slot.deadline_nanos())
     }
 
     /// Starts expiring `slot` when it goes silent for its lease (after its
     /// first [`touch`](Self::touch)). Must run inside a tokio runtime.
     pub(crate) fn watch_lease(&self, slot: &Arc<SessionSlot>) {
         self.leases.watch(slot);
-    }
-
-    fn is_silent(&self, slot: &SessionSlot, now: Instant) -> bool {
-        slot.deadline.load(Ordering::Acquire) <= self.nanos_since_epoch(now)
     }
 
     /// Grants the lock to `slot` if it is free, else queues it last.
@@ -270,7 +245,10 @@ impl LockTable {
             return Acquired::ShuttingDown;
         }
         if let Some(entry) = state.locks.get_mut(&slot.info.lock) {
-            entry.waiters.push_back(Arc::clone(slot));
+            let seq = state.next_seq;
+            state.next_seq += 1;
+            slot.queue_seq.store(seq, Ordering::Relaxed);
+            entry.waiters.insert(seq, Arc::clone(slot));
             state.waiters += 1;
             self.observer.observe(&Event::WaiterJoined(&slot.info));
             return Acquired::Queued;
@@ -281,7 +259,7 @@ impl LockTable {
             slot.info.lock.clone(),
             LockEntry {
                 holder,
-                waiters: VecDeque::new(),
+                waiters: BTreeMap::new(),
             },
         );
         Acquired::Granted(token)
@@ -290,7 +268,7 @@ impl LockTable {
     /// Issues a token to `slot` and publishes it (caller holds the lock).
     fn grant(&self, tokens: &mut TokenIssuer, slot: &Arc<SessionSlot>, now: Instant) -> Holder {
         let token = tokens.issue(&*self.clock);
-        slot.token.store(token, Ordering::Release);
+        slot.set_token(token);
         self.observer.observe(&Event::Granted {
             session: &slot.info,
             token,
@@ -320,8 +298,13 @@ impl LockTable {
             self.released(&entry.holder, now, reason);
             return self.promote(state, slot.info.lock.clone(), now);
         }
-        if let Some(pos) = entry.waiters.iter().position(|w| Arc::ptr_eq(w, slot)) {
-            entry.waiters.remove(pos);
+        let seq = slot.queue_seq.load(Ordering::Relaxed);
+        if entry
+            .waiters
+            .get(&seq)
+            .is_some_and(|waiter| Arc::ptr_eq(waiter, slot))
+        {
+            entry.waiters.remove(&seq);
             state.waiters -= 1;
             self.observer.observe(&Event::WaiterLeft(&slot.info));
         }
@@ -338,19 +321,22 @@ impl LockTable {
     }
 
     /// The holder of `name` is gone: hand the lock to the first waiter that
-    /// is still alive, or forget the lock. Waiters found silent past their
-    /// lease are dropped here, so an expired waiter never gets the lock.
-    /// Hands `name` to its first live waiter; true when there was one.
+    /// is still alive, or forget the lock; true when there was one. Waiters
+    /// found silent past their lease are dropped here, and so are those
+    /// already told to end (the wheel expired them, and a heartbeat that
+    /// landed before their task acted must not revive them): an expired
+    /// waiter never gets the lock.
     fn promote(&self, state: &mut TableState, name: LockName, now: Instant) -> bool {
         let closing = state.closing;
         let Some(entry) = state.locks.get_mut(&name) else {
             return false;
         };
-        while let Some(next) = entry.waiters.pop_front() {
+        while let Some((_, next)) = entry.waiters.pop_first() {
             state.waiters -= 1;
-            if closing || self.is_silent(&next, now) {
+            let ending = next.end_notice().is_some();
+            if closing || ending || next.is_silent(self.epoch, now) {
                 self.observer.observe(&Event::WaiterLeft(&next.info));
-                if !closing {
+                if !closing && !ending {
                     next.end_from_outside(EndNotice::Expired);
                 }
                 continue;
@@ -365,19 +351,30 @@ impl LockTable {
 
     /// Force-releases the holder of `name` (only if its token is `expected`,
     /// when given); the next waiter is promoted at once. Returns the released
-    /// holder; `Err(None)` if nobody holds it, `Err(Some(holder))` if the
-    /// holder has another token.
+    /// holder, or why nothing was done: nobody holds it, the holder has
+    /// another token, or the holder was already ending for another reason
+    /// (its lease ran out, the server is shutting down) and ends that way.
     pub(crate) fn force_release(
         &self,
         name: &str,
         expected: Option<u64>,
-    ) -> Result<HolderSnapshot, Option<HolderSnapshot>> {
+    ) -> Result<HolderSnapshot, AdminRefused<HolderSnapshot>> {
         let mut state = self.lock_state();
         let state = &mut *state;
-        let entry = state.locks.get_mut(name).ok_or(None)?;
+        let entry = state.locks.get_mut(name).ok_or(AdminRefused::NotFound)?;
         let snapshot = holder_snapshot(&entry.holder);
         if expected.is_some_and(|token| token != entry.holder.token) {
-            return Err(Some(snapshot));
+            return Err(AdminRefused::OtherToken { current: snapshot });
+        }
+        // The first end notice wins, whoever sets it (the wheel sets
+        // Expired without the table's lock): only if it is ours is the
+        // holder released here, audited as forced and told ERROR 0x02.
+        let ending = entry.holder.slot.end_from_outside(EndNotice::Forced);
+        if ending != EndNotice::Forced {
+            return Err(AdminRefused::AlreadyEnding {
+                session: snapshot,
+                ending: ending.into(),
+            });
         }
         let now = Instant::now();
         self.released(&entry.holder, now, ReleaseReason::Force);
@@ -385,31 +382,39 @@ impl LockTable {
             session: &entry.holder.slot.info,
             token: entry.holder.token,
         });
-        entry.holder.slot.end_from_outside(EndNotice::Forced);
         let name = entry.holder.slot.info.lock.clone();
         self.promote(state, name, now);
         Ok(snapshot)
     }
 
     /// Removes the waiter at `remote_addr` from the queue of `name`; the
-    /// others keep their order. Returns the removed waiter.
+    /// others keep their order. Returns the removed waiter, or why nothing
+    /// was done (as [`force_release`](Self::force_release)).
     pub(crate) fn kick_waiter(
         &self,
         name: &str,
         remote_addr: SocketAddr,
-    ) -> Option<WaiterSnapshot> {
+    ) -> Result<WaiterSnapshot, AdminRefused<WaiterSnapshot>> {
         let mut state = self.lock_state();
         let state = &mut *state;
-        let entry = state.locks.get_mut(name)?;
-        let pos = entry
+        let entry = state.locks.get_mut(name).ok_or(AdminRefused::NotFound)?;
+        // A linear search, but only on the admin path.
+        let (&seq, waiter) = entry
             .waiters
             .iter()
-            .position(|w| w.info.remote_addr == remote_addr)?;
-        let waiter = entry.waiters.remove(pos)?;
+            .find(|(_, w)| w.info.remote_addr == remote_addr)
+            .ok_or(AdminRefused::NotFound)?;
+        let ending = waiter.end_from_outside(EndNotice::Kicked);
+        if ending != EndNotice::Kicked {
+            return Err(AdminRefused::AlreadyEnding {
+                session: waiter_snapshot(waiter),
+                ending: ending.into(),
+            });
+        }
+        let waiter = entry.waiters.remove(&seq).ok_or(AdminRefused::NotFound)?;
         state.waiters -= 1;
         self.observer.observe(&Event::KickWaiter(&waiter.info));
-        waiter.end_from_outside(EndNotice::Kicked);
-        Some(waiter_snapshot(&waiter))
+        Ok(waiter_snapshot(&waiter))
     }
 
     /// Stops all future grants (from now on a release promotes nobody and an
@@ -419,7 +424,7 @@ impl LockTable {
         state.closing = true;
         for entry in state.locks.values() {
             entry.holder.slot.end_from_outside(EndNotice::Shutdown);
-            for waiter in &entry.waiters {
+            for waiter in entry.waiters.values() {
                 waiter.end_from_outside(EndNotice::Shutdown);
             }
         }
@@ -482,6 +487,323 @@ fn lock_snapshot(name: &LockName, entry: &LockEntry) -> LockSnapshot {
     LockSnapshot {
         name: name.clone(),
         holder: holder_snapshot(&entry.holder),
-        waiters: entry.waiters.iter().map(|w| waiter_snapshot(w)).collect(),
+        waiters: entry.waiters.values().map(|w| waiter_snapshot(w)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The table's rules, synchronously: no runtime, no sockets. Sessions
+    //! are slots whose deadlines the tests set; what the table tells a
+    //! session is its token and its end notice.
+
+    use std::{net::SocketAddr, sync::Mutex, time::Duration};
+
+    use monolock_proto::{Lease, LockName};
+
+    use super::*;
+    use crate::{events::SessionInfo, token::SystemWallClock};
+
+    /// Ownership events as `kind port`, in order.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Observer for Recorder {
+        fn observe(&self, event: &Event<'_>) {
+            let line = match event {
+                Event::Granted { session, .. } => format!("granted {}", session.remote_addr.port()),
+                Event::Released {
+                    session, reason, ..
+                } => format!(
+                    "released {} {}",
+                    session.remote_addr.port(),
+                    reason.as_str()
+                ),
+                Event::ForceRelease { session, .. } => {
+                    format!("force_release {}", session.remote_addr.port())
+                }
+                Event::KickWaiter(session) => format!("kick_waiter {}", session.remote_addr.port()),
+                Event::WaiterLeft(session) => format!("left {}", session.remote_addr.port()),
+                _ => return,
+            };
+            self.0.lock().expect("recorder").push(line);
+        }
+    }
+
+    impl Recorder {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.0.lock().expect("recorder"))
+        }
+    }
+
+    fn table() -> (LockTable, Arc<Recorder>) {
+        let recorder = Arc::new(Recorder::default());
+        let table = LockTable::new(
+            Arc::new(SystemWallClock),
+            recorder.clone(),
+            TokenIssuer::new(&SystemWallClock, None),
+        );
+        (table, recorder)
+    }
+
+    /// A live session on `lock` at `port` (its lease runs an hour from now).
+    fn session(table: &LockTable, lock: &str, port: u16) -> Arc<SessionSlot> {
+        let info = SessionInfo {
+            lock: LockName::new(lock).expect("valid name"),
+            lease: Lease::from_duration(Duration::from_secs(3_600)).expect("valid lease"),
+            remote_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            identity: Arc::from(""),
+            queued_at: SystemTime::now(),
+        };
+        let now = Instant::now();
+        let slot = Arc::new(SessionSlot::new(info, now));
+        table.touch(&slot, now);
+        slot
+    }
+
+    /// Lock `l` held by port 1 with `waiters` queued behind it (ports 2,
+    /// 3, ...), the events so far taken.
+    fn line(
+        waiters: u16,
+    ) -> (
+        LockTable,
+        Arc<Recorder>,
+        Arc<SessionSlot>,
+        Vec<Arc<SessionSlot>>,
+    ) {
+        let (table, events) = table();
+        let holder = session(&table, "l", 1);
+        table.acquire(&holder);
+        let queued: Vec<_> = (2..2 + waiters)
+            .map(|port| session(&table, "l", port))
+            .collect();
+        for waiter in &queued {
+            assert_eq!(table.acquire(waiter), Acquired::Queued);
+        }
+        events.take();
+        (table, events, holder, queued)
+    }
+
+    fn queue(table: &LockTable, name: &str) -> Vec<u16> {
+        table
+            .lock(name)
+            .map(|lock| lock.waiters.iter().map(|w| w.remote_addr.port()).collect())
+            .unwrap_or_default()
+    }
+
+    fn holder(table: &LockTable, name: &str) -> Option<u16> {
+        table.lock(name).map(|lock| lock.holder.remote_addr.port())
+    }
+
+    #[test]
+    fn the_first_is_granted_the_rest_queue_in_order() {
+        let (table, events) = table();
+        let a = session(&table, "l", 1);
+        let Acquired::Granted(token) = table.acquire(&a) else {
+            panic!("a free lock is granted")
+        };
+        assert_eq!(a.granted_token(), Some(token));
+        let waiters: Vec<_> = (2..6).map(|port| session(&table, "l", port)).collect();
+        for w in &waiters {
+            assert_eq!(table.acquire(w), Acquired::Queued);
+            assert_eq!(w.granted_token(), None);
+        }
+        assert_eq!(queue(&table, "l"), [2, 3, 4, 5]);
+        assert_eq!(
+            table.counts(),
+            TableCounts {
+                locks: 1,
+                waiters: 4
+            }
+        );
+        assert_eq!(events.take(), ["granted 1"]);
+    }
+
+    #[test]
+    fn a_release_promotes_the_first_waiter_with_a_greater_token() {
+        let (table, events, a, w) = line(2);
+        let first = a.granted_token().expect("a holds");
+        let b = &w[0];
+        assert!(table.end(&a, ReleaseReason::Graceful), "b promoted");
+        let second = b.granted_token().expect("b granted");
+        assert!(second > first);
+        assert_eq!(holder(&table, "l"), Some(2));
+        assert_eq!(queue(&table, "l"), [3]);
+        assert_eq!(events.take(), ["released 1 graceful", "granted 2"]);
+        // Ending twice is a no-op.
+        assert!(!table.end(&a, ReleaseReason::Graceful));
+        assert!(events.take().is_empty());
+    }
+
+    /// Leaving from the middle, the back and the front keeps the others'
+    /// order, and the lock is forgotten with its last session.
+    #[test]
+    fn waiters_leave_from_anywhere_and_keep_the_order() {
+        let (table, events, a, w) = line(5);
+        for (leaving, left) in [
+            (3_usize, vec![2, 4, 5, 6]),
+            (6, vec![2, 4, 5]),
+            (2, vec![4, 5]),
+        ] {
+            let s = &w[leaving - 2];
+            assert!(!table.end(s, ReleaseReason::Graceful));
+            assert_eq!(queue(&table, "l"), left);
+        }
+        assert_eq!(table.counts().waiters, 2);
+        assert!(table.end(&a, ReleaseReason::Graceful));
+        assert_eq!(holder(&table, "l"), Some(4));
+        table.end(&w[2], ReleaseReason::Graceful);
+        table.end(&w[3], ReleaseReason::Graceful);
+        assert_eq!(table.counts(), TableCounts::default());
+        assert_eq!(
+            events.take(),
+            [
+                "left 3",
+                "left 6",
+                "left 2",
+                "released 1 graceful",
+                "granted 4",
+                "released 4 graceful",
+                "granted 5",
+                "released 5 graceful"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_silent_waiter_is_skipped_and_told_it_expired() {
+        let (table, events, a, w) = line(2);
+        let b = &w[0];
+        b.set_deadline_nanos(0);
+        assert!(table.end(&a, ReleaseReason::Graceful));
+        assert_eq!(b.granted_token(), None);
+        assert_eq!(b.end_notice(), Some(EndNotice::Expired));
+        assert_eq!(holder(&table, "l"), Some(3));
+        assert_eq!(
+            events.take(),
+            ["released 1 graceful", "left 2", "granted 3"]
+        );
+    }
+
+    /// The wheel expired the waiter; before its task acted, a heartbeat
+    /// moved its deadline on. It is still never granted: no token burned,
+    /// no grant audited to an expired session.
+    #[test]
+    fn an_expired_waiter_is_never_granted_even_after_a_late_heartbeat() {
+        let (table, events, a, w) = line(1);
+        let b = &w[0];
+        b.end_from_outside(EndNotice::Expired); // the wheel
+        table.touch(b, Instant::now()); // the late heartbeat
+        assert!(!table.end(&a, ReleaseReason::Graceful));
+        assert_eq!(b.granted_token(), None);
+        assert_eq!(b.end_notice(), Some(EndNotice::Expired));
+        assert_eq!(table.counts(), TableCounts::default());
+        assert_eq!(events.take(), ["released 1 graceful", "left 2"]);
+        // Its task ends it later: nothing more happens.
+        assert!(!table.end(b, ReleaseReason::Expired));
+        assert!(events.take().is_empty());
+    }
+
+    #[test]
+    fn force_release_ends_the_holder_and_promotes() {
+        let (table, events, a, w) = line(1);
+        let b = &w[0];
+        let released = table.force_release("l", None).expect("forced");
+        assert_eq!(released.remote_addr.port(), 1);
+        assert_eq!(a.end_notice(), Some(EndNotice::Forced));
+        assert!(b.granted_token().is_some());
+        assert_eq!(
+            events.take(),
+            ["released 1 force", "force_release 1", "granted 2"]
+        );
+        // The forced session's own end is then a no-op.
+        assert!(!table.end(&a, ReleaseReason::Force));
+        assert_eq!(
+            table.force_release("none", None),
+            Err(AdminRefused::NotFound)
+        );
+        assert!(events.take().is_empty());
+    }
+
+    /// A conditional force-release names the grant: another token changes
+    /// nothing and names the current holder, so repeating the command never
+    /// releases the next holder.
+    #[test]
+    fn force_release_with_a_token_releases_only_that_grant() {
+        let (table, events, a, _w) = line(1);
+        let token = a.granted_token().expect("granted");
+        match table.force_release("l", Some(token + 1)) {
+            Err(AdminRefused::OtherToken { current }) => assert_eq!(current.token, token),
+            other => panic!("expected OtherToken, got {other:?}"),
+        }
+        assert_eq!(a.end_notice(), None);
+        assert!(events.take().is_empty());
+        let released = table.force_release("l", Some(token)).expect("forced");
+        assert_eq!(released.token, token);
+        assert_eq!(a.end_notice(), Some(EndNotice::Forced));
+    }
+
+    /// A force-release that reaches a holder the wheel has just expired
+    /// does nothing and says so; the holder ends as expired.
+    #[test]
+    fn force_release_after_expiry_reports_it_and_changes_nothing() {
+        let (table, events, a, _w) = line(1);
+        a.end_from_outside(EndNotice::Expired); // the wheel
+        match table.force_release("l", None) {
+            Err(AdminRefused::AlreadyEnding { session, ending }) => {
+                assert_eq!(session.remote_addr.port(), 1);
+                assert_eq!(ending, Ending::LeaseExpired);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(a.end_notice(), Some(EndNotice::Expired));
+        assert_eq!(holder(&table, "l"), Some(1));
+        assert!(events.take().is_empty(), "nothing audited as forced");
+        // Its task ends it as expired, and b is promoted then.
+        assert!(table.end(&a, ReleaseReason::Expired));
+        assert_eq!(events.take(), ["released 1 expired", "granted 2"]);
+    }
+
+    #[test]
+    fn kick_removes_one_waiter_unless_it_is_already_ending() {
+        let (table, events, _a, w) = line(3);
+        let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let kicked = table.kick_waiter("l", addr(3)).expect("kicked");
+        assert_eq!(kicked.remote_addr.port(), 3);
+        assert_eq!(w[1].end_notice(), Some(EndNotice::Kicked));
+        assert_eq!(queue(&table, "l"), [2, 4]);
+        assert_eq!(table.kick_waiter("l", addr(3)), Err(AdminRefused::NotFound));
+        // The wheel got to 4 first.
+        w[2].end_from_outside(EndNotice::Expired);
+        assert!(matches!(
+            table.kick_waiter("l", addr(4)),
+            Err(AdminRefused::AlreadyEnding {
+                ending: Ending::LeaseExpired,
+                ..
+            })
+        ));
+        assert_eq!(queue(&table, "l"), [2, 4]);
+        assert_eq!(events.take(), ["kick_waiter 3"]);
+    }
+
+    #[test]
+    fn close_ends_everyone_and_grants_nothing_more() {
+        let (table, events, a, w) = line(1);
+        let b = &w[0];
+        table.close();
+        for s in [&a, b] {
+            assert_eq!(s.end_notice(), Some(EndNotice::Shutdown));
+        }
+        assert_eq!(
+            table.acquire(&session(&table, "m", 3)),
+            Acquired::ShuttingDown
+        );
+        assert!(!table.end(&a, ReleaseReason::Shutdown), "nobody promoted");
+        assert_eq!(b.granted_token(), None);
+        assert!(matches!(
+            table.force_release("l", None),
+            Err(AdminRefused::NotFound)
+        ));
+        assert_eq!(events.take(), ["released 1 shutdown", "left 2"]);
     }
 }

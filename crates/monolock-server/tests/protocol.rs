@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use common::{TestServer, acquire_bytes};
 use monolock_proto::{ServerFrame, msg};
-use monolock_server::ServerConfig;
+use monolock_server::{AdminRefused, ServerConfig};
 use tokio::time::Instant;
 
 const LEASE_MS: u32 = 10_000;
@@ -407,11 +407,9 @@ async fn admin_force_release_and_kick() {
         .expect("kicked");
     assert_eq!(kicked.remote_addr, second.local_addr());
     assert_eq!(second.expect_error_then_close().await.0, 0x02);
-    assert!(
-        server
-            .handle
-            .kick_waiter("adm", second.local_addr())
-            .is_none()
+    assert_eq!(
+        server.handle.kick_waiter("adm", second.local_addr()),
+        Err(AdminRefused::NotFound)
     );
 
     let released = server.handle.force_release("adm").expect("released");
@@ -424,7 +422,10 @@ async fn admin_force_release_and_kick() {
     assert_eq!(server.handle.lock("adm").expect("held").holder.token, next);
     drop(first);
     assert!(matches!(third.recv().await, ServerFrame::Acquired { .. }));
-    assert!(server.handle.force_release("nobody").is_none());
+    assert_eq!(
+        server.handle.force_release("nobody"),
+        Err(AdminRefused::NotFound)
+    );
     server.stop().await;
 }
 

@@ -8,17 +8,15 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AclFileAuthorizer, AdminToken, AuditLog, AuditTarget, EventHub, Metrics, Observer, Observers,
-    Reloader, Server, ServerConfig, ServerTls, SystemWallClock, TlsFiles, TokenFloor,
-    admin::{self, AdminOptions, EffectiveConfig},
-    ops::{self, OPS_SHUTDOWN_GRACE},
+    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AuditLog, AuditOptions, AuditOverflow,
+    AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls, Service,
+    SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
     signal::unix::{SignalKind, signal},
     task::JoinHandle,
 };
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::args::{EXIT_USAGE, parse_duration, parse_socket_addr};
@@ -110,6 +108,21 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_AUDIT_LOG", value_name = "PATH|-")]
     audit_log: Option<String>,
 
+    /// When the audit queue is full (the sink is stalled or slow): drop lines, count them
+    /// and mark them with a gap line, or block each grant up to 250ms first.
+    #[arg(
+        long,
+        env = "MONOLOCK_AUDIT_OVERFLOW",
+        default_value = "drop",
+        value_enum,
+        value_name = "POLICY"
+    )]
+    audit_overflow: AuditOverflowArg,
+
+    /// Audit lines queued for the writer at most (bounds the memory of a stalled sink).
+    #[arg(long, env = "MONOLOCK_AUDIT_QUEUE", default_value_t = AUDIT_QUEUE_CAPACITY as u32, value_parser = clap::value_parser!(u32).range(1..=16_777_216), value_name = "LINES")]
+    audit_queue: u32,
+
     /// Bound on the TLS handshake and first ACQUIRE after accept, on a started frame and
     /// on every write.
     #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
@@ -133,6 +146,21 @@ pub struct ServeArgs {
     /// Diagnostic log format (always to stderr).
     #[arg(long, env = "MONOLOCK_LOG_FORMAT", default_value = "text", value_enum)]
     log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum AuditOverflowArg {
+    Drop,
+    Block,
+}
+
+impl From<AuditOverflowArg> for AuditOverflow {
+    fn from(arg: AuditOverflowArg) -> Self {
+        match arg {
+            AuditOverflowArg::Drop => Self::Drop,
+            AuditOverflowArg::Block => Self::Block,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -179,6 +207,7 @@ struct Settings {
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
+    audit_options: AuditOptions,
     io_timeout: Duration,
     token_floor: Option<PathBuf>,
     startup_grace: Duration,
@@ -256,6 +285,11 @@ impl Settings {
             tls,
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
+            audit_options: AuditOptions {
+                capacity: args.audit_queue as usize,
+                overflow: args.audit_overflow.into(),
+                ..AuditOptions::default()
+            },
             io_timeout: args.io_timeout,
             token_floor: path(args.token_floor),
             startup_grace: args.startup_grace,
@@ -288,7 +322,7 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
     let audit = settings
         .audit_log
         .clone()
-        .map(|target| AuditLog::open(target).map(Arc::new))
+        .map(|target| AuditLog::open_with(target, settings.audit_options).map(Arc::new))
         .transpose()
         .map_err(|err| err.to_string())?;
     let admin_token = settings
@@ -360,13 +394,6 @@ async fn bind_http(what: &str, addr: Option<SocketAddr>) -> anyhow::Result<Optio
     }
 }
 
-fn local_addr(listener: &Option<TcpListener>) -> Option<String> {
-    listener
-        .as_ref()
-        .and_then(|l| l.local_addr().ok())
-        .map(|addr| addr.to_string())
-}
-
 async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
     let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -388,41 +415,11 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         admin_token,
         token_floor,
     } = loaded;
-    let metrics = settings.ops_listen.map(|_| {
-        let mut metrics = Metrics::new().with_build_info(env!("MONOLOCK_GIT_COMMIT"));
-        if let Some(audit) = &audit {
-            metrics = metrics.with_audit_write_errors(audit.write_errors_counter());
-        }
-        if let Some(token) = &admin_token {
-            metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
-        }
-        Arc::new(metrics)
-    });
-    // The live event stream exists only with the admin listener.
-    let events = match settings.admin_listen {
-        Some(_) => Some(Arc::new(
-            EventHub::new().context("starting the event stream")?,
-        )),
-        None => None,
-    };
-    let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
-    if let Some(metrics) = &metrics {
-        observers.push(metrics.clone());
-    }
-    if let Some(audit) = &audit {
-        observers.push(audit.clone());
-    }
-    if let Some(events) = &events {
-        observers.push(events.clone());
-    }
     let mut config = ServerConfig::default()
         .with_io_timeout(settings.io_timeout)
         .with_startup_grace(settings.startup_grace);
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
-    }
-    if !observers.is_empty() {
-        config = config.with_observer(Arc::new(Observers(observers)));
     }
     let mut reloader = Reloader::default();
     if let Some(tls) = &tls {
@@ -433,21 +430,10 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         config = config.with_authorizer(acl.clone());
         reloader = reloader.with_acl(acl.clone());
     }
-    if let Some(audit) = &audit {
-        reloader = reloader.with_audit(audit.clone());
-    }
     if let Some(token) = &admin_token {
         reloader = reloader.with_admin_token(token.clone());
     }
-
-    let listener = monolock_server::bind(settings.listen)
-        .with_context(|| format!("cannot listen on {}", settings.listen))?;
-    let ops_listener = bind_http("ops", settings.ops_listen).await?;
-    let admin_listener = bind_http("admin", settings.admin_listen).await?;
     let effective = EffectiveConfig {
-        listen: listener.local_addr()?.to_string(),
-        ops_listen: local_addr(&ops_listener),
-        admin_listen: local_addr(&admin_listener),
         tls: tls.is_some(),
         mtls: tls.as_ref().is_some_and(|tls| tls.is_mutual()),
         acl_file: settings
@@ -456,44 +442,49 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
             .map(|path| path.display().to_string()),
         audit_log: settings.audit_log.as_ref().map(ToString::to_string),
         io_timeout_ms: u64::try_from(settings.io_timeout.as_millis()).unwrap_or(u64::MAX),
+        ..EffectiveConfig::default()
     };
-
-    let server = Server::new(config);
-    let handle = server.handle();
-    let mut running = tokio::spawn(server.run(listener));
-    let admin_stop = CancellationToken::new();
-    let admin_task = admin_listener.map(|listener| {
-        let mut options = AdminOptions::new(handle.clone(), effective.clone())
-            .with_commit(env!("MONOLOCK_GIT_COMMIT"));
-        if let Some(events) = &events {
-            options = options.with_events(events.clone());
+    let commit = env!("MONOLOCK_GIT_COMMIT");
+    let mut service = Service::new(config)
+        .with_admin_config(effective.clone())
+        .with_commit(commit);
+    if let Some(audit) = &audit {
+        reloader = reloader.with_audit(audit.clone());
+        service = service.with_audit(audit.clone());
+    }
+    if settings.ops_listen.is_some() {
+        let mut metrics = Metrics::new().with_build_info(commit);
+        if let Some(audit) = &audit {
+            metrics = metrics.with_audit_log(audit.clone());
         }
         if let Some(token) = &admin_token {
-            options = options.with_token(token.clone());
+            metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
         }
-        if let Some(tls) = tls.as_ref().filter(|_| settings.admin_tls) {
-            options = options.with_tls(tls.clone());
+        service = service.with_metrics(Arc::new(metrics));
+    }
+    // The live event stream exists only with the admin listener.
+    if settings.admin_listen.is_some() {
+        let events = EventHub::new().context("starting the event stream")?;
+        service = service.with_events(Arc::new(events));
+    }
+    if let Some(token) = &admin_token {
+        service = service.with_admin_token(token.clone());
+    }
+    if let Some(tls) = &tls {
+        if settings.admin_tls {
+            service = service.with_admin_tls(tls.clone());
         }
-        tokio::spawn(admin::serve_with(
-            listener,
-            options,
-            admin_stop.clone().cancelled_owned(),
-        ))
-    });
-    let ops_stop = CancellationToken::new();
-    let ops_task = ops_listener.zip(metrics).map(|(listener, metrics)| {
-        let stop = ops_stop.clone().cancelled_owned();
-        match tls.as_ref().filter(|_| settings.ops_tls) {
-            Some(tls) => tokio::spawn(ops::serve_tls(
-                listener,
-                tls.clone(),
-                handle.clone(),
-                metrics,
-                stop,
-            )),
-            None => tokio::spawn(ops::serve(listener, handle.clone(), metrics, stop)),
+        if settings.ops_tls {
+            service = service.with_ops_tls(tls.clone());
         }
-    });
+    }
+
+    let listeners = Listeners {
+        protocol: monolock_server::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?,
+        ops: bind_http("ops", settings.ops_listen).await?,
+        admin: bind_http("admin", settings.admin_listen).await?,
+    };
     info!(
         version = env!("CARGO_PKG_VERSION"),
         tls = effective.tls,
@@ -505,56 +496,37 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Every listener is bound and served: tell systemd (Type=notify).
     crate::systemd::notify_ready();
 
-    loop {
-        tokio::select! {
-            result = &mut running => {
-                return result.context("server task failed")?.context("server failed");
-            }
-            _ = sigterm.recv() => { info!("SIGTERM: shutting down"); break; }
-            _ = sigint.recv() => { info!("SIGINT: shutting down"); break; }
-            _ = sighup.recv() => {
-                info!("SIGHUP: reloading");
-                let report = reloader.reload().await;
-                if !report.is_ok() {
-                    warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+    // The signal loop is the service's shutdown future. A reload runs in
+    // its own task, so the loop goes on serving signals (SIGTERM above all)
+    // whatever a reload waits on; SIGHUPs that arrive while one runs are
+    // folded into it.
+    let signals = async move {
+        let mut reloading: Option<JoinHandle<()>> = None;
+        loop {
+            tokio::select! {
+                _ = sigterm.recv() => { info!("SIGTERM: shutting down"); return; }
+                _ = sigint.recv() => { info!("SIGINT: shutting down"); return; }
+                _ = sighup.recv() => {
+                    if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
+                        warn!("SIGHUP: a reload is still running; this one is folded into it");
+                        continue;
+                    }
+                    info!("SIGHUP: reloading");
+                    let reloader = reloader.clone();
+                    reloading = Some(tokio::spawn(async move {
+                        let report = reloader.reload().await;
+                        if !report.is_ok() {
+                            warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
+                        }
+                    }));
                 }
             }
         }
-    }
-    // Shutdown order: /healthz turns 503 now; the protocol listener closes
-    // and every session gets ERROR 0x01; then the admin API stops, the audit
-    // log is flushed, and the ops listener stays up a little longer so that
-    // probes and scrapes see the whole shutdown.
-    handle.shutdown();
-    running
+    };
+    service
+        .run(listeners, signals)
         .await
-        .context("server task failed")?
-        .context("server failed")?;
-    admin_stop.cancel();
-    join_http("admin API", admin_task).await;
-    if let Some(audit) = &audit {
-        audit.close().await;
-    }
-    if let Some(ops_task) = ops_task {
-        info!(
-            grace_ms = OPS_SHUTDOWN_GRACE.as_millis() as u64,
-            "protocol listener closed; ops endpoint stays up for the grace period"
-        );
-        tokio::time::sleep(OPS_SHUTDOWN_GRACE).await;
-        ops_stop.cancel();
-        join_http("ops endpoint", Some(ops_task)).await;
-    }
-    info!("shutdown complete");
-    Ok(())
-}
-
-async fn join_http(what: &str, task: Option<JoinHandle<std::io::Result<()>>>) {
-    let Some(task) = task else { return };
-    match task.await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => warn!(error = %err, "{what} stopped with an error"),
-        Err(err) => warn!(error = %err, "{what} task failed"),
-    }
+        .context("server failed")
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 mod common;
 
 use std::{
-    io::Read,
+    io::{Read, Write},
     net::{SocketAddr, TcpStream},
     path::Path,
     process::Command,
@@ -17,7 +17,7 @@ use common::{MONOLOCK, PATIENCE, ServerProcess, acquire, read_frame};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
-use monolock_proto::{ErrorCode, ServerFrame};
+use monolock_proto::{ClientFrame, ErrorCode, Lease, LockName, ServerFrame, decode_response};
 use monolock_testkit::pki::Ca;
 use serde_json::Value;
 
@@ -88,6 +88,12 @@ fn serve_help_lists_every_flag_with_its_env_and_default() {
         ),
         ("--acl-file", "MONOLOCK_ACL_FILE", "[default: none"),
         ("--audit-log", "MONOLOCK_AUDIT_LOG", "[default: off]"),
+        (
+            "--audit-overflow",
+            "MONOLOCK_AUDIT_OVERFLOW",
+            "[default: drop]",
+        ),
+        ("--audit-queue", "MONOLOCK_AUDIT_QUEUE", "[default: 65536]"),
         ("--io-timeout", "MONOLOCK_IO_TIMEOUT", "[default: 5s]"),
         ("--log-level", "MONOLOCK_LOG_LEVEL", "[default: info]"),
         ("--log-format", "MONOLOCK_LOG_FORMAT", "[default: text]"),
@@ -464,4 +470,171 @@ fn sighup_reopens_the_audit_file_for_logrotate() {
     };
     assert_eq!(events(&rotated), ["granted before", "released before"]);
     assert_eq!(events(&audit), ["granted after", "released after"]);
+}
+
+/// One value of the exposition, by its full series name.
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+}
+
+fn scrape(server: &ServerProcess) -> String {
+    let (status, body) = http_get(server.ops.expect("ops"), "/metrics").expect("scrape");
+    assert_eq!(status, 200);
+    body
+}
+
+/// The process's resident memory, from /proc.
+fn rss_kib(server: &ServerProcess) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
+        .expect("/proc status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// `cycles` grant/release cycles on one lock, ending with the lock held by
+/// the returned stream: its grant proves every earlier release happened,
+/// so each cycle made exactly two audit events.
+fn churn(server: &ServerProcess, held: Option<TcpStream>, cycles: usize) -> TcpStream {
+    drop(held);
+    let grant = || {
+        let mut stream = TcpStream::connect(server.addr).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let acquire = ClientFrame::acquire(
+            Lease::from_millis(30_000).expect("lease"),
+            LockName::new("stall").expect("name"),
+        );
+        stream.write_all(&acquire.to_bytes()).expect("send");
+        // WAITING then the pushed ACQUIRED may arrive in one read.
+        let mut buf = Vec::new();
+        loop {
+            while let Some((frame, used)) = decode_response(&buf).expect("valid frame") {
+                match frame {
+                    ServerFrame::Acquired { .. } => return stream,
+                    ServerFrame::Waiting => buf.drain(..used),
+                    other => panic!("{other:?}"),
+                };
+            }
+            let mut chunk = [0u8; 64];
+            let n = stream.read(&mut chunk).expect("read");
+            assert!(n > 0, "closed before the grant");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    for _ in 0..cycles {
+        drop(grant());
+    }
+    grant()
+}
+
+/// A server whose `--audit-log -` nobody reads, past the point where its
+/// audit writer is blocked and its queue (64 lines) full; and the lock it
+/// holds for the test.
+fn stalled(ops: bool) -> (ServerProcess, TcpStream) {
+    let mut args = vec!["--audit-log", "-", "--audit-queue", "64"];
+    if ops {
+        args.extend(["--ops-listen", "127.0.0.1:0"]);
+    }
+    let server = ServerProcess::start(&args);
+    // The pipe (64 KiB) and the writer's batch fill up: the writer blocks.
+    let held = churn(&server, None, 1_000);
+    server.wait_log("audit log queue full");
+    (server, held)
+}
+
+/// A log shipper that stopped reading: `--audit-log -` into a pipe nobody
+/// reads. Grants go on, memory stays bounded (every line past the queue is
+/// dropped and counted, none is kept), and SIGTERM still finishes.
+#[test]
+fn a_stalled_audit_reader_bounds_memory_and_shutdown() {
+    let (mut server, held) = stalled(true);
+    let before = scrape(&server);
+    let dropped = metric(&before, "monolock_audit_dropped_lines_total");
+    assert!(dropped > 0, "{before}");
+    let rss = rss_kib(&server);
+
+    let cycles = 2_000;
+    let held = churn(&server, Some(held), cycles);
+    let after = scrape(&server);
+    assert_eq!(
+        metric(&after, "monolock_audit_dropped_lines_total") - dropped,
+        2 * cycles as u64 + 2,
+        "every line of a stalled sink is dropped and counted, none queued"
+    );
+    assert!(metric(&after, "monolock_audit_queued_lines") <= 64);
+    let grown = rss_kib(&server).saturating_sub(rss);
+    assert!(
+        grown < 2_048,
+        "RSS grew by {grown} KiB over {cycles} cycles"
+    );
+
+    drop(held);
+    server.signal("TERM");
+    server.wait_log("audit log did not drain before shutdown");
+    assert_eq!(server.wait_exit().code(), Some(0));
+}
+
+/// A SIGHUP while the audit sink is stalled neither stops grants nor the
+/// next SIGTERM.
+#[test]
+fn sighup_then_sigterm_with_a_stalled_audit_reader() {
+    let (mut server, held) = stalled(false);
+    server.signal("HUP");
+    server.wait_log("SIGHUP: reloading");
+    let held = churn(&server, Some(held), 10);
+    drop(held);
+    server.signal("TERM");
+    server.wait_log("SIGTERM: shutting down");
+    assert_eq!(server.wait_exit().code(), Some(0));
+}
+
+/// Once a stalled reader reads again, one `gap` line stands where the
+/// dropped lines were, with their count, and the lines after it flow.
+#[test]
+fn a_gap_line_marks_what_a_stalled_reader_missed() {
+    let (mut server, held) = stalled(true);
+    let dropped = metric(&scrape(&server), "monolock_audit_dropped_lines_total");
+    assert!(dropped > 0);
+
+    let stdout = server.stdout.take().expect("stdout");
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+            let Ok(line) = line else { break };
+            let value = serde_json::from_str(&line).expect("audit lines are JSON");
+            if tx.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    let next = || lines.recv_timeout(PATIENCE).expect("an audit line");
+    let gap = loop {
+        let line = next();
+        if line["event"] == "gap" {
+            break line;
+        }
+    };
+    assert_eq!(gap["lost"], dropped, "{gap}");
+    assert!(gap["since"].is_string(), "{gap}");
+    server.wait_log("audit log flowing again");
+    // The sink flows: the next release is written.
+    drop(held);
+    let line = loop {
+        let line = next();
+        if line["event"] == "released" {
+            break line;
+        }
+    };
+    assert_eq!(line["lock"], "stall");
+    assert_eq!(
+        metric(&scrape(&server), "monolock_audit_dropped_lines_total"),
+        dropped
+    );
+    server.signal("TERM");
+    assert_eq!(server.wait_exit().code(), Some(0));
 }

@@ -1,0 +1,317 @@
+//! The whole server as `monolock serve` runs it: the lock server with its
+//! ops endpoint, admin API and audit log, started together and stopped in
+//! one order.
+//!
+//! Shutdown order, each step after the one before has finished:
+//!
+//! 1. `/healthz` and `/readyz` turn 503 and nothing is granted any more;
+//! 2. the protocol listener closes and every session gets ERROR 0x01 and is
+//!    closed;
+//! 3. the admin API stops;
+//! 4. the audit log writes what is queued and closes (bounded in time);
+//! 5. the ops endpoint stays up for its grace period
+//!    ([`OPS_SHUTDOWN_GRACE`]) so probes and scrapes see the whole shutdown,
+//!    then stops.
+
+use std::{future::Future, io, sync::Arc, time::Duration};
+
+use tokio::{net::TcpListener, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::{
+    AdminToken, AuditLog, EventHub, Metrics, Observer, Observers, Server, ServerConfig,
+    ServerHandle, ServerTls,
+    admin::{self, AdminOptions, EffectiveConfig},
+    ops::{self, OPS_SHUTDOWN_GRACE},
+};
+
+/// The listeners a [`Service`] serves, already bound (tests bind port 0).
+#[derive(Debug)]
+pub struct Listeners {
+    /// The lock protocol.
+    pub protocol: TcpListener,
+    /// `/metrics`, `/healthz`, `/readyz`; needs [`Service::with_metrics`].
+    pub ops: Option<TcpListener>,
+    /// The admin API.
+    pub admin: Option<TcpListener>,
+}
+
+/// The lock server with its operations parts, and their shutdown order.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use monolock_server::{Listeners, ServerConfig, Service};
+///
+/// let listeners = Listeners {
+///     protocol: tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+///     ops: None,
+///     admin: None,
+/// };
+/// // Shut down at once; `monolock serve` waits for SIGTERM here.
+/// Service::new(ServerConfig::default()).run(listeners, async {}).await
+/// # }
+/// ```
+pub struct Service {
+    config: ServerConfig,
+    metrics: Option<Arc<Metrics>>,
+    audit: Option<Arc<AuditLog>>,
+    events: Option<Arc<EventHub>>,
+    admin_config: EffectiveConfig,
+    admin_token: Option<Arc<AdminToken>>,
+    admin_tls: Option<Arc<ServerTls>>,
+    ops_tls: Option<Arc<ServerTls>>,
+    commit: String,
+    ops_grace: Duration,
+    server: Option<Server>,
+}
+
+impl Service {
+    /// A service around a server with `config`.
+    pub fn new(config: ServerConfig) -> Self {
+        Self {
+            config,
+            metrics: None,
+            audit: None,
+            events: None,
+            admin_config: EffectiveConfig::default(),
+            admin_token: None,
+            admin_tls: None,
+            ops_tls: None,
+            commit: String::new(),
+            ops_grace: OPS_SHUTDOWN_GRACE,
+            server: None,
+        }
+    }
+
+    /// Counts the server's events into `metrics`, served by the ops
+    /// listener.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self.server = None;
+        self
+    }
+
+    /// Writes ownership events to `audit`, closed at shutdown.
+    #[must_use]
+    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = Some(audit);
+        self.server = None;
+        self
+    }
+
+    /// Feeds the admin API's live event stream (`GET /api/events`) and
+    /// dashboard from `events`.
+    #[must_use]
+    pub fn with_events(mut self, events: Arc<EventHub>) -> Self {
+        self.events = Some(events);
+        self.server = None;
+        self
+    }
+
+    /// Requires `Authorization: Bearer` with `token` on the admin API.
+    #[must_use]
+    pub fn with_admin_token(mut self, token: Arc<AdminToken>) -> Self {
+        self.admin_token = Some(token);
+        self
+    }
+
+    /// Serves the admin API over TLS (mTLS when `tls` verifies clients).
+    #[must_use]
+    pub fn with_admin_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.admin_tls = Some(tls);
+        self
+    }
+
+    /// Serves the ops endpoint over TLS (mTLS when `tls` verifies clients).
+    #[must_use]
+    pub fn with_ops_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.ops_tls = Some(tls);
+        self
+    }
+
+    /// The git commit `/api/info` reports.
+    #[must_use]
+    pub fn with_commit(mut self, commit: impl Into<String>) -> Self {
+        self.commit = commit.into();
+        self
+    }
+
+    /// What `/api/info` reports; its addresses are filled in from the
+    /// listeners.
+    #[must_use]
+    pub fn with_admin_config(mut self, config: EffectiveConfig) -> Self {
+        self.admin_config = config;
+        self
+    }
+
+    /// How long the ops listener outlives the protocol listener
+    /// (default [`OPS_SHUTDOWN_GRACE`]).
+    #[must_use]
+    pub fn with_ops_grace(mut self, grace: Duration) -> Self {
+        self.ops_grace = grace;
+        self
+    }
+
+    /// A handle to the server, to inspect and control it while it runs.
+    /// Take it after [`Service::with_metrics`] and [`Service::with_audit`]:
+    /// they add observers, so they build the server anew.
+    pub fn handle(&mut self) -> ServerHandle {
+        self.server().handle()
+    }
+
+    /// The server, built on first use with every observer.
+    fn server(&mut self) -> &Server {
+        let (config, metrics, audit, events) =
+            (&self.config, &self.metrics, &self.audit, &self.events);
+        self.server.get_or_insert_with(|| {
+            let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+            if let Some(metrics) = metrics {
+                observers.push(metrics.clone());
+            }
+            if let Some(audit) = audit {
+                observers.push(audit.clone());
+            }
+            if let Some(events) = events {
+                observers.push(events.clone());
+            }
+            let mut config = config.clone();
+            if !observers.is_empty() {
+                observers.insert(0, Arc::clone(&config.observer));
+                config = config.with_observer(Arc::new(Observers(observers)));
+            }
+            Server::new(config)
+        })
+    }
+
+    /// Serves until `shutdown` resolves (or the protocol server fails),
+    /// then shuts down in the order of the [module docs](self).
+    ///
+    /// # Errors
+    /// An ops listener without metrics ([`io::ErrorKind::InvalidInput`]);
+    /// a listener's address that cannot be read; what stopped the protocol
+    /// server.
+    pub async fn run(
+        mut self,
+        listeners: Listeners,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> io::Result<()> {
+        let Listeners {
+            protocol,
+            ops,
+            admin,
+        } = listeners;
+        let ops = match (ops, self.metrics.clone()) {
+            (Some(listener), Some(metrics)) => Some((listener, metrics)),
+            (Some(_), None) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an ops listener needs metrics (Service::with_metrics)",
+                ));
+            }
+            (None, _) => None,
+        };
+        let local = |listener: &TcpListener| listener.local_addr().map(|addr| addr.to_string());
+        let mut admin_config = std::mem::take(&mut self.admin_config);
+        admin_config.listen = local(&protocol)?;
+        admin_config.ops_listen = ops.as_ref().map(|(l, _)| local(l)).transpose()?;
+        admin_config.admin_listen = admin.as_ref().map(local).transpose()?;
+
+        let handle = self.handle();
+        let server = self
+            .server
+            .take()
+            .ok_or_else(|| io::Error::other("no server"))?;
+        let mut running = tokio::spawn(server.run(protocol));
+        let admin_stop = CancellationToken::new();
+        let admin_task = admin.map(|listener| {
+            let mut options =
+                AdminOptions::new(handle.clone(), admin_config).with_commit(self.commit.clone());
+            if let Some(events) = &self.events {
+                options = options.with_events(events.clone());
+            }
+            if let Some(token) = &self.admin_token {
+                options = options.with_token(token.clone());
+            }
+            if let Some(tls) = &self.admin_tls {
+                options = options.with_tls(tls.clone());
+            }
+            tokio::spawn(admin::serve_with(
+                listener,
+                options,
+                admin_stop.clone().cancelled_owned(),
+            ))
+        });
+        let ops_stop = CancellationToken::new();
+        let ops_task = ops.map(|(listener, metrics)| {
+            let stop = ops_stop.clone().cancelled_owned();
+            match &self.ops_tls {
+                Some(tls) => tokio::spawn(ops::serve_tls(
+                    listener,
+                    tls.clone(),
+                    handle.clone(),
+                    metrics,
+                    stop,
+                )),
+                None => tokio::spawn(ops::serve(listener, handle.clone(), metrics, stop)),
+            }
+        });
+
+        tokio::select! {
+            result = &mut running => {
+                admin_stop.cancel();
+                ops_stop.cancel();
+                return joined(result);
+            }
+            () = shutdown => {}
+        }
+        // 1 and 2.
+        handle.shutdown();
+        joined(running.await)?;
+        // 3.
+        admin_stop.cancel();
+        join_http("admin API", admin_task).await;
+        // 4.
+        if let Some(audit) = &self.audit {
+            audit.close().await;
+        }
+        // 5.
+        if let Some(ops_task) = ops_task {
+            info!(
+                grace_ms = u64::try_from(self.ops_grace.as_millis()).unwrap_or(u64::MAX),
+                "protocol listener closed; ops endpoint stays up for the grace period"
+            );
+            tokio::time::sleep(self.ops_grace).await;
+            ops_stop.cancel();
+            join_http("ops endpoint", Some(ops_task)).await;
+        }
+        info!("shutdown complete");
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("config", &self.config)
+            .field("metrics", &self.metrics.is_some())
+            .field("audit", &self.audit)
+            .field("ops_grace", &self.ops_grace)
+            .finish_non_exhaustive()
+    }
+}
+
+fn joined(result: Result<io::Result<()>, tokio::task::JoinError>) -> io::Result<()> {
+    result.map_err(|err| io::Error::other(format!("server task failed: {err}")))?
+}
+
+async fn join_http(what: &str, task: Option<JoinHandle<io::Result<()>>>) {
+    let Some(task) = task else { return };
+    match task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => warn!(error = %err, "{what} stopped with an error"),
+        Err(err) => warn!(error = %err, "{what} task failed"),
+    }
+}

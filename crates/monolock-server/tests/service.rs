@@ -1,0 +1,123 @@
+//! The whole service in-process: its listeners and its shutdown order
+//! (readiness 503, ERROR 0x01 to every session, admin stop, audit close,
+//! ops grace), with no child process.
+
+mod common;
+#[path = "common/http.rs"]
+mod http;
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use common::{PATIENCE, Peer, acquire_bytes};
+use http::request;
+use hyper::Method;
+use monolock_proto::ServerFrame;
+use monolock_server::{AuditLog, AuditTarget, Listeners, Metrics, ServerConfig, Service};
+use tokio::{net::TcpListener, sync::oneshot, time::timeout};
+
+async fn bind() -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    (listener, addr)
+}
+
+#[tokio::test]
+async fn shutdown_goes_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let audit = Arc::new(AuditLog::open(AuditTarget::File(path.clone())).expect("audit"));
+    let (protocol, addr) = bind().await;
+    let (ops, ops_addr) = bind().await;
+    let (admin, admin_addr) = bind().await;
+    // A grace far longer than the test, to look at the ops endpoint in it.
+    let mut service = Service::new(ServerConfig::default())
+        .with_metrics(Arc::new(Metrics::new()))
+        .with_audit(audit.clone())
+        .with_ops_grace(Duration::from_secs(3_600));
+    let handle = service.handle();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let listeners = Listeners {
+        protocol,
+        ops: Some(ops),
+        admin: Some(admin),
+    };
+    let running = tokio::spawn(service.run(listeners, async {
+        let _ = stopped.await;
+    }));
+
+    let mut holder = Peer::connect(addr).await;
+    holder.send(&acquire_bytes(1, 10_000, b"order")).await;
+    assert!(matches!(holder.recv().await, ServerFrame::Acquired { .. }));
+    assert_eq!(request(ops_addr, Method::GET, "/readyz").await.0, 200);
+    let (status, info) = request(admin_addr, Method::GET, "/api/info").await;
+    assert_eq!(status, 200);
+    let info: serde_json::Value = serde_json::from_str(&info).expect("JSON");
+    assert_eq!(info["config"]["listen"], addr.to_string());
+    assert_eq!(info["config"]["admin_listen"], admin_addr.to_string());
+
+    stop.send(()).expect("running");
+    // Every session is told, then closed.
+    assert_eq!(holder.expect_error_then_close().await.0, 0x01);
+    assert!(handle.is_shutting_down());
+    // The audit log is closed once the sessions are gone and the admin API
+    // has stopped...
+    common::eventually("the audit log closes", || audit.is_closed()).await;
+    assert!(
+        tokio::net::TcpStream::connect(admin_addr).await.is_err(),
+        "the admin API stopped before the audit log closed"
+    );
+    common::eventually("the shutdown is audited", || {
+        std::fs::read_to_string(&path).is_ok_and(|lines| lines.contains("\"reason\":\"shutdown\""))
+    })
+    .await;
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    // ...while the ops endpoint still answers, not ready, for its grace.
+    assert_eq!(request(ops_addr, Method::GET, "/readyz").await.0, 503);
+    assert!(!running.is_finished());
+    running.abort();
+}
+
+#[tokio::test]
+async fn run_returns_after_the_grace() {
+    let (protocol, addr) = bind().await;
+    let (ops, ops_addr) = bind().await;
+    let service = Service::new(ServerConfig::default())
+        .with_metrics(Arc::new(Metrics::new()))
+        .with_ops_grace(Duration::ZERO);
+    let listeners = Listeners {
+        protocol,
+        ops: Some(ops),
+        admin: None,
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(service.run(listeners, async {
+        let _ = stopped.await;
+    }));
+    let mut holder = Peer::connect(addr).await;
+    holder.send(&acquire_bytes(1, 10_000, b"grace")).await;
+    holder.recv().await;
+    stop.send(()).expect("running");
+    timeout(PATIENCE, running)
+        .await
+        .expect("stops in time")
+        .expect("task")
+        .expect("clean shutdown");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    assert!(tokio::net::TcpStream::connect(ops_addr).await.is_err());
+}
+
+#[tokio::test]
+async fn an_ops_listener_needs_metrics() {
+    let (protocol, _) = bind().await;
+    let (ops, _) = bind().await;
+    let listeners = Listeners {
+        protocol,
+        ops: Some(ops),
+        admin: None,
+    };
+    let err = Service::new(ServerConfig::default())
+        .run(listeners, std::future::pending())
+        .await
+        .expect_err("refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+}
