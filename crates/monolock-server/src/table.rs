@@ -17,7 +17,10 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use monolock_proto::{Lease, LockName};
+use monolock_proto::{
+    Lease, LockName,
+    mutation::{self, Mutation},
+};
 use tokio::{sync::Notify, time::Instant};
 
 use crate::{
@@ -344,7 +347,9 @@ impl LockTable {
         };
         while let Some(next) = entry.waiters.pop_front() {
             state.waiters -= 1;
-            if closing || self.is_silent(&next, now) {
+            let silent =
+                self.is_silent(&next, now) && !mutation::active(Mutation::PromoteExpiredWaiter);
+            if closing || silent {
                 self.observer.observe(&Event::WaiterLeft(&next.info));
                 if !closing {
                     next.end_from_outside(EndNotice::Expired);

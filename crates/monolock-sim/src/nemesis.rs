@@ -1,0 +1,293 @@
+//! The faults, chosen from the seed and injected between steps: delay and
+//! reordering across connections, holds, partitions per direction, resets
+//! of one end or both, client pauses, server restarts (the process, or the
+//! whole machine without a word to its peers), force-release, forced
+//! release exactly at a waiter's lease end, and kicks.
+
+use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
+
+use rand::{Rng, rngs::SmallRng};
+
+use crate::{
+    lab::{Admin, SharedLab},
+    server::SERVER_HOST,
+    stream::{End, Gate},
+};
+
+/// How a fault ends.
+#[derive(Clone, Copy, Debug)]
+enum Heal {
+    Latency(usize),
+    Release(usize),
+    Repair { client: usize, to_server: bool },
+    Resume(usize),
+    Restart { machine: bool },
+}
+
+pub(crate) struct Nemesis {
+    rng: SmallRng,
+    hosts: Vec<String>,
+    gates: Vec<Gate>,
+    locks: Vec<String>,
+    lab: SharedLab,
+    base_latency: Duration,
+    /// Chance of a new fault at each step.
+    rate: f64,
+    heals: Vec<(Duration, Heal)>,
+    /// A link has at most one network fault at a time.
+    link_busy: Vec<bool>,
+    paused: Vec<bool>,
+    server_down: bool,
+    counts: BTreeMap<&'static str, u64>,
+}
+
+/// Faults by name, as weights.
+const MENU: [(&str, u32); 12] = [
+    ("delay", 6),
+    ("hold", 4),
+    ("partition-to-server", 3),
+    ("partition-to-client", 3),
+    ("pause", 5),
+    ("reset-client-end", 2),
+    ("reset-server-end", 2),
+    ("reset-both-ends", 2),
+    ("crash-process", 1),
+    ("crash-machine", 1),
+    ("force-release", 2),
+    ("kick", 2),
+];
+
+fn ms(rng: &mut SmallRng, from: u64, to: u64) -> Duration {
+    Duration::from_millis(rng.random_range(from..=to))
+}
+
+impl Nemesis {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        rng: SmallRng,
+        hosts: Vec<String>,
+        gates: Vec<Gate>,
+        locks: Vec<String>,
+        lab: SharedLab,
+        base_latency: Duration,
+        rate: f64,
+    ) -> Self {
+        let clients = hosts.len();
+        Self {
+            rng,
+            hosts,
+            gates,
+            locks,
+            lab,
+            base_latency,
+            rate,
+            heals: Vec::new(),
+            link_busy: vec![false; clients],
+            paused: vec![false; clients],
+            server_down: false,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    /// Faults injected so far, by name.
+    pub(crate) fn counts(&self) -> &BTreeMap<&'static str, u64> {
+        &self.counts
+    }
+
+    /// Heals what is due at `now` and perhaps injects a new fault.
+    pub(crate) fn step(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration) {
+        let due: Vec<Heal> = {
+            let (due, later) = self.heals.drain(..).partition(|(at, _)| *at <= now);
+            self.heals = later;
+            due.into_iter().map(|(_, heal)| heal).collect()
+        };
+        for heal in due {
+            self.heal(sim, now, heal);
+        }
+        if self.rng.random_bool(self.rate) {
+            self.inject(sim, now);
+        }
+    }
+
+    /// Ends every fault now; none is injected afterwards.
+    pub(crate) fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration) {
+        for (_, heal) in std::mem::take(&mut self.heals) {
+            self.heal(sim, now, heal);
+        }
+    }
+
+    fn heal(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, heal: Heal) {
+        let lab = &self.lab;
+        let note = |what: String| lab.lock().push_trace(now, format_args!("nemesis: {what}"));
+        match heal {
+            Heal::Latency(c) => {
+                sim.set_link_max_message_latency(
+                    self.hosts[c].as_str(),
+                    SERVER_HOST,
+                    self.base_latency,
+                );
+                self.link_busy[c] = false;
+                note(format!("c{c} latency back to normal"));
+            }
+            Heal::Release(c) => {
+                sim.release(self.hosts[c].as_str(), SERVER_HOST);
+                self.link_busy[c] = false;
+                note(format!("c{c} link released"));
+            }
+            Heal::Repair { client, to_server } => {
+                let (from, to) = direction(&self.hosts[client], to_server);
+                sim.repair_oneway(from, to);
+                self.link_busy[client] = false;
+                note(format!("c{client} link repaired {from} -> {to}"));
+            }
+            Heal::Resume(c) => {
+                self.gates[c].resume();
+                self.paused[c] = false;
+                note(format!("c{c} resumes"));
+            }
+            Heal::Restart { machine } => {
+                sim.bounce(SERVER_HOST);
+                if machine {
+                    for (c, host) in self.hosts.iter().enumerate() {
+                        sim.repair(host.as_str(), SERVER_HOST);
+                        self.link_busy[c] = false;
+                    }
+                }
+                self.server_down = false;
+                note("server restarts".into());
+            }
+        }
+    }
+
+    fn pick(&mut self) -> &'static str {
+        let total: u32 = MENU.iter().map(|(_, w)| w).sum();
+        let mut roll = self.rng.random_range(0..total);
+        for (name, weight) in MENU {
+            if roll < weight {
+                return name;
+            }
+            roll -= weight;
+        }
+        MENU[0].0
+    }
+
+    fn inject(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration) {
+        let fault = self.pick();
+        let c = self.rng.random_range(0..self.hosts.len());
+        let host = self.hosts[c].clone();
+        let link_free = !self.link_busy[c] && !self.server_down;
+        let injected = match fault {
+            "delay" if link_free => {
+                let max = ms(&mut self.rng, 20, 1500);
+                sim.set_link_max_message_latency(host.as_str(), SERVER_HOST, max);
+                self.link_busy[c] = true;
+                let until = now + ms(&mut self.rng, 200, 5000);
+                self.heals.push((until, Heal::Latency(c)));
+                Some(format!("c{c} latency up to {max:?}"))
+            }
+            "hold" if link_free => {
+                sim.hold(host.as_str(), SERVER_HOST);
+                self.link_busy[c] = true;
+                let until = now + ms(&mut self.rng, 50, 3000);
+                self.heals.push((until, Heal::Release(c)));
+                Some(format!("c{c} link held"))
+            }
+            "partition-to-server" | "partition-to-client" if link_free => {
+                let to_server = fault == "partition-to-server";
+                let (from, to) = direction(&host, to_server);
+                sim.partition_oneway(from, to);
+                self.link_busy[c] = true;
+                let until = now + ms(&mut self.rng, 100, 3000);
+                self.heals.push((
+                    until,
+                    Heal::Repair {
+                        client: c,
+                        to_server,
+                    },
+                ));
+                Some(format!("partition {from} -> {to}"))
+            }
+            "pause" if !self.paused[c] => {
+                self.gates[c].pause();
+                self.paused[c] = true;
+                let until = now + ms(&mut self.rng, 50, 4000);
+                self.heals.push((until, Heal::Resume(c)));
+                Some(format!("c{c} pauses"))
+            }
+            "reset-client-end" | "reset-server-end" | "reset-both-ends" => self.reset(fault),
+            "crash-process" | "crash-machine" if !self.server_down => {
+                let machine = fault == "crash-machine";
+                if machine {
+                    for (c, host) in self.hosts.iter().enumerate() {
+                        sim.partition(host.as_str(), SERVER_HOST);
+                        self.link_busy[c] = true;
+                    }
+                }
+                sim.crash(SERVER_HOST);
+                self.server_down = true;
+                // Today's token rule needs a restart more than a second
+                // after the last grant.
+                let until = now + ms(&mut self.rng, 1100, 4000);
+                self.heals.push((until, Heal::Restart { machine }));
+                Some(format!("server crashes ({fault})"))
+            }
+            "force-release" => {
+                let lock = self.locks[self.rng.random_range(0..self.locks.len())].clone();
+                let order = if self.rng.random_bool(0.5) {
+                    Admin::ForceRelease(lock.clone())
+                } else {
+                    Admin::ForceReleaseAtLeaseEnd(lock.clone())
+                };
+                self.lab.admin(order.clone()).then(|| format!("{order:?}"))
+            }
+            "kick" => {
+                let lock = self.locks[self.rng.random_range(0..self.locks.len())].clone();
+                let position = self.rng.random_range(0..3);
+                self.lab
+                    .admin(Admin::Kick(lock.clone(), position))
+                    .then(|| format!("kick position {position} of {lock}"))
+            }
+            _ => None,
+        };
+        if let Some(what) = injected {
+            *self.counts.entry(fault).or_default() += 1;
+            self.lab
+                .lock()
+                .push_trace(now, format_args!("nemesis: {what}"));
+        }
+    }
+
+    /// Resets one open connection at one end or both. A holder whose
+    /// connection the server saw reset may believe until its own end sees it
+    /// (a documented exception), so its token is excused.
+    fn reset(&mut self, fault: &str) -> Option<String> {
+        let conns = self.lab.conns();
+        if conns.is_empty() || self.server_down {
+            return None;
+        }
+        let (addr, conn): (SocketAddr, _) = conns[self.rng.random_range(0..conns.len())].clone();
+        if fault != "reset-client-end" {
+            let mut lab = self.lab.lock();
+            if let Some(token) = lab.checker.holder_of(addr) {
+                lab.checker.excuse(token);
+            }
+        }
+        match fault {
+            "reset-client-end" => conn.reset(End::Client),
+            "reset-server-end" => conn.reset(End::Server),
+            _ => {
+                conn.reset(End::Server);
+                conn.reset(End::Client);
+            }
+        }
+        Some(format!("{fault} of {addr}"))
+    }
+}
+
+fn direction(host: &str, to_server: bool) -> (&str, &str) {
+    if to_server {
+        (host, SERVER_HOST)
+    } else {
+        (SERVER_HOST, host)
+    }
+}
