@@ -42,6 +42,7 @@ pub(crate) struct Grant {
     pub(crate) lock: String,
     pub(crate) peer: SocketAddr,
     pub(crate) token: u64,
+    pub(crate) lease: Duration,
     /// Whether the session had been silent for its whole lease.
     pub(crate) silent: bool,
 }
@@ -75,7 +76,7 @@ pub(crate) struct Checker {
     incarnation: u32,
     holders: BTreeMap<String, u64>,
     /// Client address -> the token it holds, in the current process.
-    held_by: BTreeMap<SocketAddr, u64>,
+    held_by: BTreeMap<SocketAddr, (u64, Duration)>,
     queues: BTreeMap<String, VecDeque<SocketAddr>>,
     violation: Option<Violation>,
     tally: Tally,
@@ -134,6 +135,13 @@ impl Checker {
         }
     }
 
+    /// Clients that have not finished.
+    pub(crate) fn unfinished(&self) -> Vec<usize> {
+        (0..self.reported.len())
+            .filter(|c| self.reported[*c] != Duration::MAX)
+            .collect()
+    }
+
     /// Checks every instant that all clients have reported.
     pub(crate) fn settle(&mut self) {
         let upto = self.reported.iter().copied().min().unwrap_or(Duration::MAX);
@@ -190,6 +198,7 @@ impl Checker {
             lock,
             peer,
             token,
+            lease,
             silent,
         } = grant;
         if token <= self.last_token {
@@ -201,7 +210,7 @@ impl Checker {
         }
         self.last_token = self.last_token.max(token);
         self.issued_by.insert(token, self.incarnation);
-        self.held_by.insert(peer, token);
+        self.held_by.insert(peer, (token, lease));
         if let Some(holder) = self.holders.insert(lock.clone(), token) {
             let what = format!("{lock} granted (token {token}) while token {holder} holds it");
             self.fail(at, what);
@@ -239,7 +248,11 @@ impl Checker {
         if self.holders.get(lock) == Some(&token) {
             self.holders.remove(lock);
         }
-        if self.held_by.get(&peer) == Some(&token) {
+        if self
+            .held_by
+            .get(&peer)
+            .is_some_and(|(held, _)| *held == token)
+        {
             self.held_by.remove(&peer);
         }
     }
@@ -262,10 +275,31 @@ impl Checker {
         self.excused.insert(token);
     }
 
+    /// The first waiter of each lock that has one.
+    pub(crate) fn queue_heads(&self) -> Vec<(String, SocketAddr)> {
+        self.queues
+            .iter()
+            .filter_map(|(lock, queue)| queue.front().map(|head| (lock.clone(), *head)))
+            .collect()
+    }
+
+    /// Holders that have someone waiting behind them.
+    pub(crate) fn holders_with_waiters(&self) -> Vec<(SocketAddr, Duration)> {
+        self.held_by
+            .iter()
+            .filter(|(_, (token, _))| {
+                self.holders.iter().any(|(lock, held)| {
+                    held == token && self.queues.get(lock).is_some_and(|q| !q.is_empty())
+                })
+            })
+            .map(|(peer, (_, lease))| (*peer, *lease))
+            .collect()
+    }
+
     /// The token the client at `peer` holds, as the server's current
     /// process sees it.
     pub(crate) fn holder_of(&self, peer: SocketAddr) -> Option<u64> {
-        self.held_by.get(&peer).copied()
+        self.held_by.get(&peer).map(|(token, _)| *token)
     }
 }
 
@@ -281,6 +315,7 @@ mod tests {
                 lock: lock.into(),
                 peer,
                 token,
+                lease: Duration::from_secs(1),
                 silent: false,
             },
         );

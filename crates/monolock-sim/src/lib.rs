@@ -124,7 +124,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     let locks: Vec<String> = (0..rng.random_range(1..=3))
         .map(|l| format!("lock-{l}"))
         .collect();
-    let max_hold = Duration::from_millis(rng.random_range(50..=1500));
+    let max_hold = Duration::from_millis(rng.random_range(50..=3000));
     let base_latency = Duration::from_millis(rng.random_range(1..=20));
     // A new fault every 50 ms to 500 ms on average.
     let rate = 1.0 / rng.random_range(50.0..500.0);
@@ -168,6 +168,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         gates.push(gate);
     }
     let mut nemesis = Nemesis::new(
+        &sim,
         SmallRng::seed_from_u64(rng.random()),
         hosts,
         gates,
@@ -209,8 +210,9 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             break Some(Violation {
                 at: now,
                 what: format!(
-                    "liveness: {:?} after the faults stopped, some clients were never granted again",
-                    options.quiet_limit
+                    "liveness: {:?} after the faults stopped, clients {:?} were never granted again",
+                    options.quiet_limit,
+                    lab.checker.unfinished()
                 ),
             });
         }

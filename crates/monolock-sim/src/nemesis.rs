@@ -11,22 +11,40 @@ use rand::{Rng, rngs::SmallRng};
 use crate::{
     lab::{Admin, SharedLab},
     server::SERVER_HOST,
-    stream::{End, Gate},
+    stream::{Conn, End, Gate},
 };
 
 /// How a fault ends.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone)]
 enum Heal {
+    /// Let what the server end holds back go, then cut the client's way to
+    /// the server.
+    LetRepliesGoThenCut {
+        conn: Conn,
+        client: usize,
+    },
+    LetGo {
+        conn: Conn,
+        end: End,
+    },
+    /// An admin order given later.
+    Order(Admin),
     Latency(usize),
     Release(usize),
-    Repair { client: usize, to_server: bool },
+    Repair {
+        client: usize,
+        to_server: bool,
+    },
     Resume(usize),
-    Restart { machine: bool },
+    Restart {
+        machine: bool,
+    },
 }
 
 pub(crate) struct Nemesis {
     rng: SmallRng,
     hosts: Vec<String>,
+    ips: Vec<std::net::IpAddr>,
     gates: Vec<Gate>,
     locks: Vec<String>,
     lab: SharedLab,
@@ -38,11 +56,14 @@ pub(crate) struct Nemesis {
     link_busy: Vec<bool>,
     paused: Vec<bool>,
     server_down: bool,
+    /// The faults this seed draws from (swarm testing: a seed that leaves
+    /// most faults out explores the rest more deeply).
+    menu: Vec<(&'static str, u32)>,
     counts: BTreeMap<&'static str, u64>,
 }
 
 /// Faults by name, as weights.
-const MENU: [(&str, u32); 12] = [
+const MENU: [(&str, u32); 16] = [
     ("delay", 6),
     ("hold", 4),
     ("partition-to-server", 3),
@@ -55,6 +76,13 @@ const MENU: [(&str, u32); 12] = [
     ("crash-machine", 1),
     ("force-release", 2),
     ("kick", 2),
+    ("hold-one-way", 3),
+    // Aimed at boundaries: a queue head that goes silent and a
+    // force-release exactly when its lease runs out; a holder whose replies
+    // are delayed and whose heartbeats then stop reaching the server.
+    ("stall-queue-head", 2),
+    ("delay-replies-then-cut", 2),
+    ("stall-queue-head-uplink", 2),
 ];
 
 fn ms(rng: &mut SmallRng, from: u64, to: u64) -> Duration {
@@ -64,6 +92,7 @@ fn ms(rng: &mut SmallRng, from: u64, to: u64) -> Duration {
 impl Nemesis {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
+        sim: &turmoil::Sim<'_>,
         rng: SmallRng,
         hosts: Vec<String>,
         gates: Vec<Gate>,
@@ -73,8 +102,16 @@ impl Nemesis {
         rate: f64,
     ) -> Self {
         let clients = hosts.len();
+        let ips = hosts.iter().map(|host| sim.lookup(host.as_str())).collect();
+        let mut rng = rng;
+        let mut menu: Vec<_> = MENU.into_iter().filter(|_| rng.random_bool(0.5)).collect();
+        if menu.is_empty() {
+            menu.push(MENU[rng.random_range(0..MENU.len())]);
+        }
         Self {
+            menu,
             rng,
+            ips,
             hosts,
             gates,
             locks,
@@ -111,15 +148,44 @@ impl Nemesis {
 
     /// Ends every fault now; none is injected afterwards.
     pub(crate) fn heal_all(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration) {
-        for (_, heal) in std::mem::take(&mut self.heals) {
-            self.heal(sim, now, heal);
+        // A heal may start another (a cut after a hold): heal until none is
+        // left.
+        while !self.heals.is_empty() {
+            for (_, heal) in std::mem::take(&mut self.heals) {
+                self.heal(sim, now, heal);
+            }
         }
     }
 
     fn heal(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration, heal: Heal) {
-        let lab = &self.lab;
+        let lab = self.lab.clone();
         let note = |what: String| lab.lock().push_trace(now, format_args!("nemesis: {what}"));
         match heal {
+            Heal::LetRepliesGoThenCut { conn, client } => {
+                conn.hold(End::Server, false);
+                let (from, to) = direction(&self.hosts[client], true);
+                sim.partition_oneway(from, to);
+                let until = now + Duration::from_secs(3);
+                self.heals.push((
+                    until,
+                    Heal::Repair {
+                        client,
+                        to_server: true,
+                    },
+                ));
+                note(format!(
+                    "c{client} replies let go; partition {from} -> {to}"
+                ));
+            }
+            Heal::Order(order) => {
+                if lab.admin(order.clone()) {
+                    note(format!("{order:?}"));
+                }
+            }
+            Heal::LetGo { conn, end } => {
+                conn.hold(end, false);
+                note(format!("{end:?} end's writes let go"));
+            }
             Heal::Latency(c) => {
                 sim.set_link_max_message_latency(
                     self.hosts[c].as_str(),
@@ -160,15 +226,15 @@ impl Nemesis {
     }
 
     fn pick(&mut self) -> &'static str {
-        let total: u32 = MENU.iter().map(|(_, w)| w).sum();
+        let total: u32 = self.menu.iter().map(|(_, w)| w).sum();
         let mut roll = self.rng.random_range(0..total);
-        for (name, weight) in MENU {
+        for &(name, weight) in &self.menu {
             if roll < weight {
                 return name;
             }
             roll -= weight;
         }
-        MENU[0].0
+        self.menu[0].0
     }
 
     fn inject(&mut self, sim: &mut turmoil::Sim<'_>, now: Duration) {
@@ -215,6 +281,26 @@ impl Nemesis {
                 Some(format!("c{c} pauses"))
             }
             "reset-client-end" | "reset-server-end" | "reset-both-ends" => self.reset(fault),
+            "hold-one-way" => {
+                let conns = self.lab.conns();
+                if conns.is_empty() {
+                    None
+                } else {
+                    let (addr, conn) = conns[self.rng.random_range(0..conns.len())].clone();
+                    let end = if self.rng.random_bool(0.5) {
+                        End::Client
+                    } else {
+                        End::Server
+                    };
+                    conn.hold(end, true);
+                    let until = now + ms(&mut self.rng, 50, 3000);
+                    self.heals.push((until, Heal::LetGo { conn, end }));
+                    Some(format!("{end:?} end of {addr} holds its writes"))
+                }
+            }
+            "stall-queue-head" => self.stall_queue_head(now),
+            "delay-replies-then-cut" => self.delay_replies_then_cut(now),
+            "stall-queue-head-uplink" => self.stall_queue_head_uplink(now),
             "crash-process" | "crash-machine" if !self.server_down => {
                 let machine = fault == "crash-machine";
                 if machine {
@@ -255,6 +341,88 @@ impl Nemesis {
                 .lock()
                 .push_trace(now, format_args!("nemesis: {what}"));
         }
+    }
+
+    fn client_of(&self, peer: SocketAddr) -> Option<usize> {
+        self.ips.iter().position(|ip| *ip == peer.ip())
+    }
+
+    /// Pauses the client first in some queue for longer than any lease, and
+    /// has the lock force-released at the very instant that waiter's lease
+    /// runs out: promotion must skip it.
+    fn stall_queue_head(&mut self, now: Duration) -> Option<String> {
+        let heads = self.lab.lock().checker.queue_heads();
+        if heads.is_empty() || self.server_down {
+            return None;
+        }
+        let (lock, peer) = heads[self.rng.random_range(0..heads.len())].clone();
+        let c = self.client_of(peer)?;
+        if self.paused[c] {
+            return None;
+        }
+        self.gates[c].pause();
+        self.paused[c] = true;
+        self.heals
+            .push((now + Duration::from_secs(3), Heal::Resume(c)));
+        self.lab.admin(Admin::ForceReleaseAtLeaseEnd(lock.clone()));
+        Some(format!(
+            "c{c}, first in the queue of {lock}, pauses; force-release at its lease end"
+        ))
+    }
+
+    /// Holds back the server's replies to a holder with waiters behind it,
+    /// then lets them go and cuts the holder's way to the server: the
+    /// holder must not count from the late reply's arrival.
+    fn delay_replies_then_cut(&mut self, now: Duration) -> Option<String> {
+        let holders = self.lab.lock().checker.holders_with_waiters();
+        if holders.is_empty() || self.server_down {
+            return None;
+        }
+        let (peer, lease) = holders[self.rng.random_range(0..holders.len())];
+        let client = self.client_of(peer)?;
+        if self.link_busy[client] {
+            return None;
+        }
+        let conn = self
+            .lab
+            .conns()
+            .into_iter()
+            .find(|(addr, _)| *addr == peer)?
+            .1;
+        conn.hold(End::Server, true);
+        self.link_busy[client] = true;
+        // Longer than the 20 % margin, shorter than the client's deadline.
+        let until = now + lease.mul_f64(self.rng.random_range(0.25..0.5));
+        self.heals
+            .push((until, Heal::LetRepliesGoThenCut { conn, client }));
+        Some(format!("replies to c{client} ({peer}) held back"))
+    }
+
+    /// Stalls what a queue head sends (its heartbeat stays in flight), then
+    /// has the holder force-released: the push that follows must not count
+    /// as the reply to that heartbeat.
+    fn stall_queue_head_uplink(&mut self, now: Duration) -> Option<String> {
+        let heads = self.lab.lock().checker.queue_heads();
+        if heads.is_empty() || self.server_down {
+            return None;
+        }
+        let (lock, peer) = heads[self.rng.random_range(0..heads.len())].clone();
+        let conn = self
+            .lab
+            .conns()
+            .into_iter()
+            .find(|(addr, _)| *addr == peer)?
+            .1;
+        conn.hold(End::Client, true);
+        let end = End::Client;
+        self.heals
+            .push((now + Duration::from_secs(4), Heal::LetGo { conn, end }));
+        let order_at = now + ms(&mut self.rng, 50, 700);
+        self.heals
+            .push((order_at, Heal::Order(Admin::ForceRelease(lock.clone()))));
+        Some(format!(
+            "{peer}, first in the queue of {lock}, stalls its writes"
+        ))
     }
 
     /// Resets one open connection at one end or both. A holder whose

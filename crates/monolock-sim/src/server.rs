@@ -66,6 +66,7 @@ impl Observer for SimObserver {
                         lock: session.lock.as_str().to_owned(),
                         peer,
                         token: *token,
+                        lease,
                         silent,
                     },
                 );

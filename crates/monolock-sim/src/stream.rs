@@ -29,6 +29,9 @@ pub(crate) enum End {
 #[derive(Default)]
 struct ConnState {
     reset: [bool; 2],
+    /// What an end writes is held back (one direction of the link stalls,
+    /// TCP keeps the bytes and delivers them, in order, when it heals).
+    held: [bool; 2],
     wakers: [Option<Waker>; 2],
     open: [bool; 2],
 }
@@ -56,6 +59,22 @@ impl Conn {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+
+    /// Holds back, or lets go, what `end` writes.
+    pub(crate) fn hold(&self, end: End, held: bool) {
+        let waker = {
+            let mut state = locked(&self.0);
+            state.held[index(end)] = held;
+            state.wakers[index(end)].take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn is_held(&self, end: End) -> bool {
+        locked(&self.0).held[index(end)]
     }
 
     /// Whether both ends have been dropped.
@@ -143,6 +162,8 @@ pub(crate) struct SimStream {
     server_view: Option<(SharedLab, SocketAddr)>,
     key: SocketAddr,
     lab: SharedLab,
+    /// Bytes written while this end's direction was held.
+    held_back: Vec<u8>,
 }
 
 impl SimStream {
@@ -163,6 +184,7 @@ impl SimStream {
             server_view: None,
             key: local,
             lab,
+            held_back: Vec::new(),
         }
     }
 
@@ -183,11 +205,12 @@ impl SimStream {
             server_view: Some((lab.clone(), peer)),
             key: peer,
             lab,
+            held_back: Vec::new(),
         }
     }
 
     /// Ready to do I/O: not reset, not paused. `Err` is the reset.
-    fn ready(&mut self, cx: &Context<'_>) -> Poll<io::Result<&mut turmoil::net::TcpStream>> {
+    fn ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<&mut turmoil::net::TcpStream>> {
         if let Err(err) = self.conn.check(self.end, cx) {
             return Poll::Ready(Err(err));
         }
@@ -196,10 +219,20 @@ impl SimStream {
                 return Poll::Pending;
             }
         }
-        match self.inner.as_mut() {
-            Some(inner) => Poll::Ready(Ok(inner)),
-            None => Poll::Ready(Err(io::ErrorKind::NotConnected.into())),
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+        };
+        // Bytes held back go out first, in order, once the hold is over.
+        while !self.held_back.is_empty() && !self.conn.is_held(self.end) {
+            match Pin::new(&mut *inner).poll_write(cx, &self.held_back) {
+                Poll::Ready(Ok(n)) => {
+                    self.held_back.drain(..n);
+                }
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => return Poll::Pending,
+            }
         }
+        Poll::Ready(Ok(inner))
     }
 }
 
@@ -244,7 +277,12 @@ impl AsyncWrite for SimStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut().ready(cx) {
+        let this = self.get_mut();
+        if this.conn.is_held(this.end) {
+            this.held_back.extend_from_slice(buf);
+            return Poll::Ready(Ok(buf.len()));
+        }
+        match this.ready(cx) {
             Poll::Ready(Ok(inner)) => Pin::new(inner).poll_write(cx, buf),
             Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
             Poll::Pending => Poll::Pending,
