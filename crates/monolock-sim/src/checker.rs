@@ -77,7 +77,7 @@ pub(crate) struct Checker {
     holders: BTreeMap<String, u64>,
     /// Client address -> the token it holds, in the current process.
     held_by: BTreeMap<SocketAddr, (u64, Duration)>,
-    queues: BTreeMap<String, VecDeque<SocketAddr>>,
+    queues: BTreeMap<String, VecDeque<(SocketAddr, Duration)>>,
     violation: Option<Violation>,
     tally: Tally,
 }
@@ -221,12 +221,12 @@ impl Checker {
             self.fail(at, what);
         }
         let queue = self.queues.entry(lock.clone()).or_default();
-        match queue.iter().position(|w| *w == peer) {
+        match queue.iter().position(|(w, _)| *w == peer) {
             Some(0) => {
                 queue.pop_front();
             }
             Some(pos) => {
-                let ahead = queue[0];
+                let ahead = queue[0].0;
                 queue.remove(pos);
                 let what = format!(
                     "{lock} granted to {peer}, position {pos} of its queue, while {ahead} waits ahead of it"
@@ -257,16 +257,16 @@ impl Checker {
         }
     }
 
-    pub(crate) fn joined(&mut self, lock: &str, peer: SocketAddr) {
+    pub(crate) fn joined(&mut self, lock: &str, peer: SocketAddr, lease: Duration) {
         self.queues
             .entry(lock.to_owned())
             .or_default()
-            .push_back(peer);
+            .push_back((peer, lease));
     }
 
     pub(crate) fn left(&mut self, lock: &str, peer: SocketAddr) {
         if let Some(queue) = self.queues.get_mut(lock) {
-            queue.retain(|w| *w != peer);
+            queue.retain(|(w, _)| *w != peer);
         }
     }
 
@@ -275,11 +275,15 @@ impl Checker {
         self.excused.insert(token);
     }
 
-    /// The first waiter of each lock that has one.
-    pub(crate) fn queue_heads(&self) -> Vec<(String, SocketAddr)> {
+    /// The first waiter of each lock that has one, with its lease.
+    pub(crate) fn queue_heads(&self) -> Vec<(String, SocketAddr, Duration)> {
         self.queues
             .iter()
-            .filter_map(|(lock, queue)| queue.front().map(|head| (lock.clone(), *head)))
+            .filter_map(|(lock, queue)| {
+                queue
+                    .front()
+                    .map(|(head, lease)| (lock.clone(), *head, *lease))
+            })
             .collect()
     }
 
@@ -365,8 +369,9 @@ mod tests {
         let mut checker = Checker::new(1);
         checker.server_started(1);
         grant(&mut checker, "a", 1, 10);
-        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 2)));
-        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 3)));
+        let lease = Duration::from_secs(1);
+        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 2)), lease);
+        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 3)), lease);
         checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
         grant(&mut checker, "a", 3, 11);
         assert!(

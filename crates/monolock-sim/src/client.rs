@@ -93,7 +93,13 @@ async fn hold(plan: &Plan, lab: &SharedLab, held: &Held, guard: LockGuard, rng: 
     let id = plan.id;
     let guard = Rc::new(guard);
     *held.borrow_mut() = Some(Rc::clone(&guard));
-    let hold_for = Duration::from_millis(rng.random_range(0..=plan.max_hold.as_millis() as u64));
+    // Short holds churn the queues; long ones (several leases) are where
+    // heartbeats and deadlines matter.
+    let hold_for = if rng.random_bool(0.4) {
+        guard.lease().mul_f64(rng.random_range(1.0..5.0))
+    } else {
+        Duration::from_millis(rng.random_range(0..=plan.max_hold.as_millis() as u64))
+    };
     tokio::select! {
         () = tokio::time::sleep(hold_for) => {}
         reason = guard.lost() => lab.trace(format_args!("c{id} lost {}: {reason}", guard.name())),

@@ -35,6 +35,7 @@ use std::{
 
 pub use checker::{Tally, Violation};
 pub use monolock_proto::mutation::Mutation;
+pub use nemesis::{BOUNDARY_FAULTS, FAULTS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
@@ -42,7 +43,13 @@ use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
 /// The wall clock's reading at the start of every simulation (2027-01-15).
 const EPOCH_UNIX_SECONDS: u64 = 1_800_000_000;
 /// The simulation's step, and the network's delivery granularity.
-const TICK: Duration = Duration::from_millis(1);
+///
+/// Hosts run one after the other through each step, each from the step's
+/// start to its end on its own clock; a message delivered within the step
+/// it was sent in could be seen by its receiver at an instant before its
+/// sender's. No message takes less than one step, so none arrives before it
+/// was sent.
+const TICK: Duration = Duration::from_millis(5);
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -54,6 +61,12 @@ pub struct Options {
     pub quiet_limit: Duration,
     /// Known mistakes to switch on (none: the real code).
     pub mutations: Vec<Mutation>,
+    /// Stop at this simulated instant, whatever the state (no liveness
+    /// check): for replaying the first part of a seed.
+    pub until: Option<Duration>,
+    /// The faults to draw from, by name; `None`: a random half of
+    /// [`FAULTS`] per seed (swarm testing).
+    pub faults: Option<Vec<&'static str>>,
 }
 
 impl Default for Options {
@@ -62,6 +75,8 @@ impl Default for Options {
             faulty: Duration::from_secs(20),
             quiet_limit: Duration::from_secs(60),
             mutations: Vec::new(),
+            until: None,
+            faults: None,
         }
     }
 }
@@ -125,9 +140,10 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         .map(|l| format!("lock-{l}"))
         .collect();
     let max_hold = Duration::from_millis(rng.random_range(50..=3000));
-    let base_latency = Duration::from_millis(rng.random_range(1..=20));
+    let base_latency =
+        TICK + Duration::from_millis(rng.random_range(0..=20) * u64::from(rng.random_bool(0.5)));
     // A new fault every 50 ms to 500 ms on average.
-    let rate = 1.0 / rng.random_range(50.0..500.0);
+    let rate = TICK.as_secs_f64() / rng.random_range(0.05..0.5);
     let heal_at = options.faulty;
 
     let lab = SharedLab::new(clients);
@@ -136,7 +152,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_UNIX_SECONDS))
         .tick_duration(TICK)
         .simulation_duration(Duration::from_secs(u64::from(u32::MAX)))
-        .min_message_latency(Duration::ZERO)
+        .min_message_latency(TICK)
         .max_message_latency(base_latency)
         .enable_random_order()
         .build();
@@ -176,6 +192,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         lab.clone(),
         base_latency,
         rate,
+        options.faults.as_deref(),
     );
 
     let mut healed = false;
@@ -203,7 +220,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         if let Some(violation) = lab.checker.violation() {
             break Some(violation.clone());
         }
-        if finished {
+        if finished || options.until.is_some_and(|until| now >= until) {
             break None;
         }
         if now >= heal_at + options.quiet_limit {

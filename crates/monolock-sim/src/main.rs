@@ -12,7 +12,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use monolock_sim::{Mutation, Options, run};
+use monolock_sim::{BOUNDARY_FAULTS, FAULTS, Mutation, Options, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,6 +36,11 @@ struct Args {
     /// deadline-from-receive, promote-expired-waiter (repeatable).
     #[arg(long, value_parser = parse_mutation)]
     mutation: Vec<Mutation>,
+    /// Draw faults only from these (comma-separated names; "boundary" for
+    /// the faults aimed at timing boundaries). Default: a random half of
+    /// all faults per seed.
+    #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
+    faults: Option<Vec<String>>,
     /// Print the whole trace of each seed.
     #[arg(long)]
     trace: bool,
@@ -49,6 +54,17 @@ fn parse_mutation(text: &str) -> Result<Mutation, String> {
         .into_iter()
         .find(|m| m.as_str() == text)
         .ok_or_else(|| format!("unknown mutation {text:?}"))
+}
+
+fn parse_fault(text: &str) -> Result<String, String> {
+    if text == "boundary" || FAULTS.contains(&text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "unknown fault {text:?}; known: boundary, {}",
+            FAULTS.join(", ")
+        ))
+    }
 }
 
 fn main() -> ExitCode {
@@ -66,6 +82,15 @@ fn main() -> ExitCode {
     let options = Options {
         faulty: Duration::from_secs(args.faulty_seconds),
         mutations: args.mutation.clone(),
+        faults: args.faults.as_ref().map(|names| {
+            names
+                .iter()
+                .flat_map(|name| match FAULTS.iter().find(|f| **f == name.as_str()) {
+                    Some(fault) => vec![*fault],
+                    None => BOUNDARY_FAULTS.to_vec(),
+                })
+                .collect()
+        }),
         ..Options::default()
     };
     let seeds = match args.seed {

@@ -29,6 +29,11 @@ enum Heal {
     },
     /// An admin order given later.
     Order(Admin),
+    /// Start holding back what an end writes.
+    Hold {
+        conn: Conn,
+        end: End,
+    },
     Latency(usize),
     Release(usize),
     Repair {
@@ -56,11 +61,35 @@ pub(crate) struct Nemesis {
     link_busy: Vec<bool>,
     paused: Vec<bool>,
     server_down: bool,
+    /// One stalled queue head at a time, so that no other force-release
+    /// ends its scenario early.
+    uplink_stall_until: Duration,
     /// The faults this seed draws from (swarm testing: a seed that leaves
     /// most faults out explores the rest more deeply).
     menu: Vec<(&'static str, u32)>,
     counts: BTreeMap<&'static str, u64>,
 }
+
+/// Every fault, by name.
+pub const FAULTS: [&str; 16] = {
+    let mut names = [""; 16];
+    let mut i = 0;
+    while i < MENU.len() {
+        names[i] = MENU[i].0;
+        i += 1;
+    }
+    names
+};
+
+/// The faults aimed at the protocol's timing boundaries, with the pauses
+/// and one-way holds that bring clients near them.
+pub const BOUNDARY_FAULTS: [&str; 5] = [
+    "pause",
+    "hold-one-way",
+    "stall-queue-head",
+    "delay-replies-then-cut",
+    "stall-queue-head-uplink",
+];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
@@ -100,11 +129,18 @@ impl Nemesis {
         lab: SharedLab,
         base_latency: Duration,
         rate: f64,
+        faults: Option<&[&'static str]>,
     ) -> Self {
         let clients = hosts.len();
         let ips = hosts.iter().map(|host| sim.lookup(host.as_str())).collect();
         let mut rng = rng;
-        let mut menu: Vec<_> = MENU.into_iter().filter(|_| rng.random_bool(0.5)).collect();
+        let mut menu: Vec<_> = match faults {
+            Some(names) => MENU
+                .into_iter()
+                .filter(|(name, _)| names.contains(name))
+                .collect(),
+            None => MENU.into_iter().filter(|_| rng.random_bool(0.5)).collect(),
+        };
         if menu.is_empty() {
             menu.push(MENU[rng.random_range(0..MENU.len())]);
         }
@@ -122,6 +158,7 @@ impl Nemesis {
             link_busy: vec![false; clients],
             paused: vec![false; clients],
             server_down: false,
+            uplink_stall_until: Duration::ZERO,
             counts: BTreeMap::new(),
         }
     }
@@ -181,6 +218,10 @@ impl Nemesis {
                 if lab.admin(order.clone()) {
                     note(format!("{order:?}"));
                 }
+            }
+            Heal::Hold { conn, end } => {
+                conn.hold(end, true);
+                note(format!("{end:?} end holds its writes"));
             }
             Heal::LetGo { conn, end } => {
                 conn.hold(end, false);
@@ -355,7 +396,7 @@ impl Nemesis {
         if heads.is_empty() || self.server_down {
             return None;
         }
-        let (lock, peer) = heads[self.rng.random_range(0..heads.len())].clone();
+        let (lock, peer, _) = heads[self.rng.random_range(0..heads.len())].clone();
         let c = self.client_of(peer)?;
         if self.paused[c] {
             return None;
@@ -406,7 +447,10 @@ impl Nemesis {
         if heads.is_empty() || self.server_down {
             return None;
         }
-        let (lock, peer) = heads[self.rng.random_range(0..heads.len())].clone();
+        if now < self.uplink_stall_until {
+            return None;
+        }
+        let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
         let conn = self
             .lab
             .conns()
@@ -415,11 +459,35 @@ impl Nemesis {
             .1;
         conn.hold(End::Client, true);
         let end = End::Client;
-        self.heals
-            .push((now + Duration::from_secs(4), Heal::LetGo { conn, end }));
-        let order_at = now + ms(&mut self.rng, 50, 700);
+        // Past the waiter's lease, so the server expires it.
+        self.uplink_stall_until = now + lease.mul_f64(1.5);
+        let heal = Heal::LetGo {
+            conn: conn.clone(),
+            end,
+        };
+        self.heals.push((self.uplink_stall_until, heal));
+        // Once its next heartbeat has gone out (a quarter lease at most).
+        let order_at = now + lease.mul_f64(self.rng.random_range(0.3..0.6));
         self.heals
             .push((order_at, Heal::Order(Admin::ForceRelease(lock.clone()))));
+        // Once the push has arrived, the way back stalls too (a partition in
+        // both directions): the session's end does not reach the client.
+        let both_at = order_at + ms(&mut self.rng, 20, 100);
+        let end = End::Server;
+        self.heals.push((
+            both_at,
+            Heal::Hold {
+                conn: conn.clone(),
+                end,
+            },
+        ));
+        self.heals.push((
+            self.uplink_stall_until,
+            Heal::LetGo {
+                conn: conn.clone(),
+                end,
+            },
+        ));
         Some(format!(
             "{peer}, first in the queue of {lock}, stalls its writes"
         ))

@@ -96,8 +96,11 @@ impl Observer for SimObserver {
                     at,
                     format_args!("server queues {} for {}", session.remote_addr, session.lock),
                 );
-                lab.checker
-                    .joined(session.lock.as_str(), session.remote_addr);
+                lab.checker.joined(
+                    session.lock.as_str(),
+                    session.remote_addr,
+                    session.lease.as_duration(),
+                );
             }
             Event::WaiterLeft(session) | Event::KickWaiter(session) => {
                 let mut lab = self.lab.lock();
@@ -139,11 +142,11 @@ pub(crate) async fn process(lab: SharedLab, _durable: Durable) -> turmoil::Resul
                 // A panic in a session task would otherwise pass unseen.
                 let lab = lab.clone();
                 tokio::task::spawn_local(async move {
-                    if let Err(err) = session.await {
-                        if err.is_panic() {
+                    if let Err(err) = session.await
+                        && err.is_panic()
+                    {
                             let at = turmoil::sim_elapsed().unwrap_or_default();
                             lab.lock().fail(at, format!("the server's session for {peer} panicked"));
-                        }
                     }
                 });
             }

@@ -214,10 +214,10 @@ impl SimStream {
         if let Err(err) = self.conn.check(self.end, cx) {
             return Poll::Ready(Err(err));
         }
-        if let Some(gate) = &self.gate {
-            if !gate.is_open(cx) {
-                return Poll::Pending;
-            }
+        if let Some(gate) = &self.gate
+            && !gate.is_open(cx)
+        {
+            return Poll::Pending;
         }
         let Some(inner) = self.inner.as_mut() else {
             return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
@@ -262,10 +262,10 @@ impl AsyncRead for SimStream {
             Poll::Pending => return Poll::Pending,
         };
         let polled = Pin::new(inner).poll_read(cx, buf);
-        if let (Poll::Ready(Ok(())), Some((lab, peer))) = (&polled, &this.server_view) {
-            if buf.filled().len() > before {
-                lab.heard_from(*peer);
-            }
+        if let (Poll::Ready(Ok(())), Some((lab, peer))) = (&polled, &this.server_view)
+            && buf.filled().len() > before
+        {
+            lab.heard_from(*peer);
         }
         polled
     }
