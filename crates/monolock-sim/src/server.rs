@@ -145,8 +145,9 @@ pub(crate) async fn process(lab: SharedLab, _durable: Durable) -> turmoil::Resul
                     if let Err(err) = session.await
                         && err.is_panic()
                     {
-                            let at = turmoil::sim_elapsed().unwrap_or_default();
-                            lab.lock().fail(at, format!("the server's session for {peer} panicked"));
+                        let at = turmoil::sim_elapsed().unwrap_or_default();
+                        let what = format!("the server's session for {peer} panicked");
+                        lab.lock().fail(at, what);
                     }
                 });
             }
