@@ -72,6 +72,11 @@ impl SharedLab {
         self.lock().conns.entry(client_addr).or_default().clone()
     }
 
+    /// The open connection whose client end is `client_addr`, if any.
+    pub(crate) fn open_conn(&self, client_addr: SocketAddr) -> Option<Conn> {
+        self.lock().conns.get(&client_addr).cloned()
+    }
+
     pub(crate) fn forget_conn(&self, client_addr: SocketAddr) {
         self.lock().conns.remove(&client_addr);
     }

@@ -424,12 +424,7 @@ impl Nemesis {
         if self.link_busy[client] {
             return None;
         }
-        let conn = self
-            .lab
-            .conns()
-            .into_iter()
-            .find(|(addr, _)| *addr == peer)?
-            .1;
+        let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Server, true);
         self.link_busy[client] = true;
         // Longer than the 20 % margin, shorter than the client's deadline.
@@ -451,12 +446,7 @@ impl Nemesis {
             return None;
         }
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
-        let conn = self
-            .lab
-            .conns()
-            .into_iter()
-            .find(|(addr, _)| *addr == peer)?
-            .1;
+        let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Client, true);
         let end = End::Client;
         // Past the waiter's lease, so the server expires it.
