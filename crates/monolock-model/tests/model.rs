@@ -6,7 +6,7 @@ fn small() -> Params {
     Params {
         lease: 8,
         second: 8,
-        horizon: 6,
+        horizon: 9,
         pauses: 0,
         restarts: 0,
         acquires: 1,
@@ -34,4 +34,18 @@ fn a_client_that_never_gives_up_is_caught_once_paused() {
     };
     let outcome = check(&params);
     assert!(!outcome.holds(), "exclusion not broken: {outcome:?}");
+}
+
+#[test]
+fn tokens_rise_across_a_restart_at_small_bounds() {
+    let params = Params {
+        lease: 4,
+        second: 4,
+        horizon: 8,
+        restarts: 1,
+        acquires: 2,
+        ..small()
+    };
+    let outcome = check(&params);
+    assert!(outcome.holds(), "{outcome:?}");
 }
