@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use monolock_proto::{ErrorCode, ServerFrame};
+use monolock_proto::{
+    ErrorCode, ServerFrame,
+    mutation::{self, Mutation},
+};
 use tokio::time::Instant;
 
 use crate::{error::ProtocolViolation, schedule::Schedule};
@@ -139,6 +142,10 @@ impl Exchange {
                 }
                 // The push: confirms nothing, a heartbeat in flight stays so.
                 Standing::Waiting => {
+                    if mutation::active(Mutation::PushConfirmsHeartbeat) && self.in_flight.is_some()
+                    {
+                        self.confirm(now, ServerFrame::Acquired { token })?;
+                    }
                     self.standing = Standing::Held(token);
                     Ok(Event::Granted(token))
                 }
@@ -163,7 +170,11 @@ impl Exchange {
         };
         self.schedule
             .observe_rtt(now.saturating_duration_since(sent_at));
-        self.confirmed_send = sent_at;
+        self.confirmed_send = if mutation::active(Mutation::DeadlineFromReceive) {
+            now
+        } else {
+            sent_at
+        };
         self.next_heartbeat = Some(self.schedule.next_send(sent_at, now));
         Ok(())
     }

@@ -25,6 +25,7 @@
 
 mod error_code;
 mod frame;
+pub mod mutation;
 mod name;
 mod token;
 

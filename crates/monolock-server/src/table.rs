@@ -21,7 +21,10 @@ use std::{
     time::SystemTime,
 };
 
-use monolock_proto::{Lease, LockName};
+use monolock_proto::{
+    Lease, LockName,
+    mutation::{self, Mutation},
+};
 use tokio::time::Instant;
 
 use crate::{
@@ -333,8 +336,11 @@ impl LockTable {
         };
         while let Some((_, next)) = entry.waiters.pop_first() {
             state.waiters -= 1;
+            // Skipped: a waiter already told to end, or silent past its
+            // lease (unless the simulation's known mistake is switched on).
             let ending = next.end_notice().is_some();
-            if closing || ending || next.is_silent(self.epoch, now) {
+            let expired = ending || next.is_silent(self.epoch, now);
+            if closing || (expired && !mutation::active(Mutation::PromoteExpiredWaiter)) {
                 self.observer.observe(&Event::WaiterLeft(&next.info));
                 if !closing && !ending {
                     next.end_from_outside(EndNotice::Expired);

@@ -1,0 +1,29 @@
+//! An explicit-state model of the monolock protocol with time in ticks, and
+//! a breadth-first checker that explores every interleaving up to a
+//! horizon.
+//!
+//! Why a checker of our own and not `stateright`: the questions asked here
+//! are quantitative (is `S + f x lease` before `last_seen + lease` on every
+//! path, for which `f` and which clock drift), so time must be a number in
+//! the state and timers must be compared with each other. `stateright`
+//! models timers as unordered nondeterministic events; encoding ticks in
+//! its `Model` trait would leave its actor layer and UI unused, for a large
+//! dependency. Breadth-first search over a hash set of states is a page of
+//! code, and it gives shortest counterexamples.
+//!
+//! The model: one server and two clients on one lock, each client with its
+//! own TCP connection (two FIFO channels, every message delivered within
+//! `max_delay` ticks of being sent), heartbeats on the shipped schedule
+//! (any interval between the floor and a quarter lease, at most one in
+//! flight), client pauses (no I/O while the clock runs), server restarts
+//! (the process: clients see their connections reset; or the machine: they
+//! see nothing) with today's token rule, and client clocks that run slow by
+//! up to `drift`. See docs/safety.md for the mapping to the code.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod check;
+mod model;
+
+pub use check::{Outcome, Stats, check};
+pub use model::{Params, Variant};

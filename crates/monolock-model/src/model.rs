@@ -1,0 +1,566 @@
+//! The protocol as a transition system over integer ticks.
+
+use std::fmt;
+
+/// A known mistake the model can be switched to, to show the checker finds
+/// what the simulation finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The protocol as specified.
+    Correct,
+    /// A push confirms the heartbeat in flight.
+    PushConfirmsHeartbeat,
+    /// The deadline counts from a reply's arrival, not its request's send.
+    DeadlineFromReceive,
+    /// Promotion does not skip a waiter whose lease ran out.
+    PromoteExpiredWaiter,
+}
+
+/// The model's parameters, in ticks and thousandths.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// The lease.
+    pub lease: u32,
+    /// Most ticks a message spends in flight (TCP: in order).
+    pub max_delay: u32,
+    /// The abandon fraction, in thousandths (the protocol: 800).
+    pub fraction: u32,
+    /// How much slower a client's clock may run than the server's, in
+    /// thousandths: its deadline falls `drift` later in real time.
+    pub drift: u32,
+    /// Ticks explored.
+    pub horizon: u32,
+    /// Pauses each client may take (no I/O; its clock runs on).
+    pub pauses: u8,
+    /// Server restarts.
+    pub restarts: u8,
+    /// Acquires each client may make.
+    pub acquires: u8,
+    /// Ticks per wall-clock second, for the token epoch.
+    pub second: u32,
+    /// Correct, or a known mistake.
+    pub variant: Variant,
+}
+
+impl Params {
+    /// The bounds of the figures in RELIABILITY.md: lease 5 ticks, delays
+    /// of at most 1 tick, horizon 10 ticks, one pause per client, one
+    /// acquire each, no restart (restarts are checked separately, see
+    /// docs/safety.md).
+    pub const fn small() -> Self {
+        Self {
+            lease: 5,
+            max_delay: 1,
+            fraction: 800,
+            drift: 0,
+            horizon: 10,
+            pauses: 1,
+            restarts: 0,
+            acquires: 1,
+            second: 5,
+            variant: Variant::Correct,
+        }
+    }
+
+    /// The heartbeat interval's upper end: a quarter lease.
+    pub fn base(&self) -> u32 {
+        (self.lease / 4).max(1)
+    }
+
+    /// The interval's floor (`min(100 ms, base / 4)`; at these scales the
+    /// quarter of base).
+    pub fn floor(&self) -> u32 {
+        (self.base() / 4).max(1)
+    }
+
+    /// Ticks from `S` to the client's deadline, in real time: `f x lease`,
+    /// stretched by the client's slow clock, rounded down (the client acts
+    /// on the tick its clock reaches the deadline).
+    pub fn abandon_after(&self) -> u32 {
+        let scaled =
+            u64::from(self.lease) * u64::from(self.fraction) * (1000 + u64::from(self.drift));
+        u32::try_from(scaled / 1_000_000).unwrap_or(u32::MAX)
+    }
+}
+
+pub(crate) const CLIENTS: usize = 2;
+
+/// Client to server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Up {
+    Acquire,
+    Heartbeat,
+    Close,
+}
+
+/// Server to client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Down {
+    Waiting,
+    Acquired(u32),
+    Closed,
+}
+
+/// A message in flight: the connection it belongs to, when it was sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Msg<T> {
+    pub(crate) conn: u8,
+    pub(crate) sent: u32,
+    pub(crate) body: T,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Phase {
+    Idle,
+    Unanswered,
+    Waiting,
+    Held { token: u32, process: u8 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Client {
+    pub(crate) phase: Phase,
+    pub(crate) conn: u8,
+    /// Send instant of the request in flight.
+    pub(crate) in_flight: Option<u32>,
+    /// `S`.
+    pub(crate) confirmed: u32,
+    pub(crate) last_send: u32,
+    pub(crate) paused: bool,
+    pub(crate) pauses_left: u8,
+    pub(crate) acquires_left: u8,
+    pub(crate) up: Vec<Msg<Up>>,
+    pub(crate) down: Vec<Msg<Down>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Session {
+    pub(crate) conn: u8,
+    pub(crate) last_seen: u32,
+    pub(crate) token: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Server {
+    pub(crate) sessions: [Option<Session>; CLIENTS],
+    pub(crate) queue: Vec<u8>,
+    pub(crate) holder: Option<u8>,
+    pub(crate) last_token: u32,
+    pub(crate) last_grant: u32,
+    pub(crate) process: u8,
+    pub(crate) restarts_left: u8,
+}
+
+/// One state of the whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub(crate) now: u32,
+    pub(crate) server: Server,
+    pub(crate) clients: [Client; CLIENTS],
+    /// Every token issued is above this.
+    pub(crate) max_token: u32,
+    /// A broken rule seen on the way here (tokens, FIFO).
+    pub(crate) broken: Option<&'static str>,
+}
+
+/// What happened, for counterexamples.
+#[derive(Clone, Copy, Debug)]
+pub enum Step {
+    /// The server received the next message from a client.
+    ServerReads(usize),
+    /// A client received the next message from the server.
+    ClientReads(usize),
+    /// A client sent a heartbeat.
+    Heartbeat(usize),
+    /// A client opened a connection and sent ACQUIRE.
+    Acquire(usize),
+    /// A client stopped, or resumed.
+    Pause(usize),
+    /// The server process restarted (machine: without resetting peers).
+    Restart {
+        /// True: the machine, no reset reaches the clients.
+        machine: bool,
+    },
+    /// One tick passed.
+    Tick,
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::ServerReads(c) => write!(f, "server reads from c{c}"),
+            Self::ClientReads(c) => write!(f, "c{c} reads"),
+            Self::Heartbeat(c) => write!(f, "c{c} heartbeats"),
+            Self::Acquire(c) => write!(f, "c{c} acquires"),
+            Self::Pause(c) => write!(f, "c{c} pauses or resumes"),
+            Self::Restart { machine } => write!(f, "server restarts (machine: {machine})"),
+            Self::Tick => write!(f, "tick"),
+        }
+    }
+}
+
+impl State {
+    pub(crate) fn initial(p: &Params) -> Self {
+        let client = Client {
+            phase: Phase::Idle,
+            conn: 0,
+            in_flight: None,
+            confirmed: 0,
+            last_send: 0,
+            paused: false,
+            pauses_left: p.pauses,
+            acquires_left: p.acquires,
+            up: Vec::new(),
+            down: Vec::new(),
+        };
+        Self {
+            now: 0,
+            server: Server {
+                sessions: [None; CLIENTS],
+                queue: Vec::new(),
+                holder: None,
+                last_token: 0,
+                last_grant: 0,
+                process: 0,
+                restarts_left: p.restarts,
+            },
+            clients: [client.clone(), client],
+            max_token: 0,
+            broken: None,
+        }
+    }
+
+    /// Whether client `c` believes it holds the lock now (`is_held()`: the
+    /// clock is read against the deadline, so a paused client believes
+    /// only until its deadline too).
+    pub(crate) fn believes(&self, p: &Params, c: usize) -> Option<(u32, u8)> {
+        let client = &self.clients[c];
+        match client.phase {
+            Phase::Held { token, process } if self.now < client.confirmed + p.abandon_after() => {
+                Some((token, process))
+            }
+            _ => None,
+        }
+    }
+
+    /// The first rule this state breaks, if any.
+    pub(crate) fn violation(&self, p: &Params) -> Option<String> {
+        if let Some(broken) = self.broken {
+            return Some(broken.to_owned());
+        }
+        let (a, b) = (self.believes(p, 0), self.believes(p, 1));
+        match (a, b) {
+            (Some((ta, pa)), Some((tb, pb))) if pa == pb => Some(format!(
+                "both clients believe they hold the lock (tokens {ta} and {tb}) at tick {}",
+                self.now
+            )),
+            _ => None,
+        }
+    }
+
+    /// Every state one step away.
+    pub(crate) fn successors(&self, p: &Params, out: &mut Vec<(Step, State)>) {
+        for c in 0..CLIENTS {
+            if !self.clients[c].up.is_empty() {
+                let mut next = self.clone();
+                next.server_reads(p, c);
+                out.push((Step::ServerReads(c), next));
+            }
+            let client = &self.clients[c];
+            if !client.down.is_empty() && !client.paused {
+                let mut next = self.clone();
+                next.client_reads(p, c);
+                out.push((Step::ClientReads(c), next));
+            }
+            if !client.paused && self.may_heartbeat(p, c) {
+                let mut next = self.clone();
+                next.heartbeat(c);
+                out.push((Step::Heartbeat(c), next));
+            }
+            if !client.paused && client.phase == Phase::Idle && client.acquires_left > 0 {
+                let mut next = self.clone();
+                next.acquire(c);
+                out.push((Step::Acquire(c), next));
+            }
+            if client.paused || client.pauses_left > 0 {
+                let mut next = self.clone();
+                next.toggle_pause(p, c);
+                out.push((Step::Pause(c), next));
+            }
+        }
+        // Today's token rule holds across a restart only more than a second
+        // after the last grant: the model restarts only then.
+        if self.server.restarts_left > 0 && self.now >= self.server.last_grant + p.second {
+            for machine in [false, true] {
+                let mut next = self.clone();
+                next.restart(machine);
+                out.push((Step::Restart { machine }, next));
+            }
+        }
+        if self.may_tick(p) {
+            let mut next = self.clone();
+            next.tick(p);
+            out.push((Step::Tick, next));
+        }
+    }
+
+    fn may_heartbeat(&self, p: &Params, c: usize) -> bool {
+        let client = &self.clients[c];
+        matches!(client.phase, Phase::Waiting | Phase::Held { .. })
+            && client.in_flight.is_none()
+            && self.now >= client.last_send + p.floor()
+    }
+
+    /// Time may pass unless a message is due or a running client owes a
+    /// heartbeat.
+    fn may_tick(&self, p: &Params) -> bool {
+        if self.now >= p.horizon {
+            return false;
+        }
+        self.clients.iter().all(|client| {
+            let up_due = client
+                .up
+                .first()
+                .is_some_and(|m| m.sent + p.max_delay <= self.now);
+            let down_due = !client.paused
+                && client
+                    .down
+                    .first()
+                    .is_some_and(|m| m.sent + p.max_delay <= self.now);
+            let heartbeat_due = !client.paused
+                && matches!(client.phase, Phase::Waiting | Phase::Held { .. })
+                && client.in_flight.is_none()
+                && self.now >= client.last_send + p.base();
+            !up_due && !down_due && !heartbeat_due
+        })
+    }
+
+    fn send_up(&mut self, c: usize, body: Up) {
+        let client = &mut self.clients[c];
+        let conn = client.conn;
+        client.up.push(Msg {
+            conn,
+            sent: self.now,
+            body,
+        });
+    }
+
+    fn send_down(&mut self, c: usize, conn: u8, body: Down) {
+        let now = self.now;
+        self.clients[c].down.push(Msg {
+            conn,
+            sent: now,
+            body,
+        });
+    }
+
+    fn acquire(&mut self, c: usize) {
+        let now = self.now;
+        let client = &mut self.clients[c];
+        client.acquires_left -= 1;
+        client.conn += 1;
+        client.phase = Phase::Unanswered;
+        client.in_flight = Some(now);
+        client.confirmed = now;
+        client.last_send = now;
+        self.send_up(c, Up::Acquire);
+    }
+
+    fn heartbeat(&mut self, c: usize) {
+        let now = self.now;
+        let client = &mut self.clients[c];
+        client.in_flight = Some(now);
+        client.last_send = now;
+        self.send_up(c, Up::Heartbeat);
+    }
+
+    fn toggle_pause(&mut self, p: &Params, c: usize) {
+        let client = &mut self.clients[c];
+        if client.paused {
+            client.paused = false;
+            // On resuming, the deadline is checked before anything else.
+            self.check_deadline(p, c);
+        } else {
+            client.paused = true;
+            client.pauses_left -= 1;
+        }
+    }
+
+    /// The client gives its claim up once its clock reaches the deadline.
+    fn check_deadline(&mut self, p: &Params, c: usize) {
+        let client = &self.clients[c];
+        if client.phase != Phase::Idle && self.now >= client.confirmed + p.abandon_after() {
+            self.abandon(c);
+        }
+    }
+
+    fn abandon(&mut self, c: usize) {
+        self.send_up(c, Up::Close);
+        let client = &mut self.clients[c];
+        client.phase = Phase::Idle;
+        client.in_flight = None;
+        client.down.clear();
+    }
+
+    fn client_reads(&mut self, p: &Params, c: usize) {
+        let msg = self.clients[c].down.remove(0);
+        let now = self.now;
+        let client = &mut self.clients[c];
+        if msg.conn != client.conn || client.phase == Phase::Idle {
+            return;
+        }
+        let confirm = |client: &mut Client| match client.in_flight.take() {
+            Some(sent) => {
+                client.confirmed = if p.variant == Variant::DeadlineFromReceive {
+                    now
+                } else {
+                    sent
+                };
+                true
+            }
+            None => false,
+        };
+        match (msg.body, client.phase) {
+            (Down::Closed, _) => {
+                client.phase = Phase::Idle;
+                client.in_flight = None;
+                client.down.clear();
+            }
+            (Down::Waiting, Phase::Unanswered | Phase::Waiting) => {
+                confirm(client);
+                client.phase = Phase::Waiting;
+            }
+            (Down::Acquired(token), Phase::Unanswered) => {
+                confirm(client);
+                client.phase = Phase::Held {
+                    token,
+                    process: self.server.process,
+                };
+            }
+            (Down::Acquired(token), Phase::Waiting) => {
+                // The push confirms nothing.
+                if p.variant == Variant::PushConfirmsHeartbeat {
+                    confirm(client);
+                }
+                client.phase = Phase::Held {
+                    token,
+                    process: self.server.process,
+                };
+            }
+            (Down::Acquired(_), Phase::Held { .. }) => {
+                confirm(client);
+            }
+            _ => {}
+        }
+        self.check_deadline(p, c);
+    }
+
+    fn server_reads(&mut self, p: &Params, c: usize) {
+        let msg = self.clients[c].up.remove(0);
+        let now = self.now;
+        let live = self.server.sessions[c].filter(|s| s.conn == msg.conn);
+        match (msg.body, live) {
+            (Up::Acquire, None) => {
+                self.server.sessions[c] = Some(Session {
+                    conn: msg.conn,
+                    last_seen: now,
+                    token: None,
+                });
+                if self.server.holder.is_none() {
+                    self.grant(p, c, msg.conn);
+                } else {
+                    self.server.queue.push(c as u8);
+                    self.send_down(c, msg.conn, Down::Waiting);
+                }
+            }
+            (Up::Heartbeat, Some(mut session)) => {
+                session.last_seen = now;
+                self.server.sessions[c] = Some(session);
+                let reply = session.token.map_or(Down::Waiting, Down::Acquired);
+                self.send_down(c, msg.conn, reply);
+            }
+            (Up::Close, Some(_)) => self.end_session(p, c),
+            // Bytes for a connection this process does not know: a reset.
+            (Up::Heartbeat, None) => self.send_down(c, msg.conn, Down::Closed),
+            _ => {}
+        }
+    }
+
+    /// Issues `max(previous + 1, seconds << k)` (here `seconds x 1000`).
+    fn grant(&mut self, p: &Params, c: usize, conn: u8) {
+        let floor = (self.now / p.second) * 1000;
+        let token = floor.max(self.server.last_token + 1);
+        if token <= self.max_token {
+            self.broken = Some("a token not above every earlier one");
+        }
+        self.max_token = self.max_token.max(token);
+        self.server.last_token = token;
+        self.server.last_grant = self.now;
+        self.server.holder = Some(c as u8);
+        if let Some(session) = &mut self.server.sessions[c] {
+            session.token = Some(token);
+        }
+        self.send_down(c, conn, Down::Acquired(token));
+    }
+
+    /// A session ends (close, expiry): a holder's lock goes to the first
+    /// waiter whose lease still runs.
+    fn end_session(&mut self, p: &Params, c: usize) {
+        self.server.sessions[c] = None;
+        self.server.queue.retain(|w| usize::from(*w) != c);
+        if self.server.holder == Some(c as u8) {
+            self.server.holder = None;
+            while !self.server.queue.is_empty() {
+                let next = usize::from(self.server.queue.remove(0));
+                let Some(session) = self.server.sessions[next] else {
+                    continue;
+                };
+                let silent = session.last_seen + p.lease <= self.now;
+                if silent && p.variant != Variant::PromoteExpiredWaiter {
+                    self.server.sessions[next] = None;
+                    self.send_down(next, session.conn, Down::Closed);
+                    continue;
+                }
+                if silent {
+                    self.broken = Some("a waiter silent for its whole lease was granted");
+                }
+                self.grant(p, next, session.conn);
+                break;
+            }
+        }
+    }
+
+    fn restart(&mut self, machine: bool) {
+        for c in 0..CLIENTS {
+            if let Some(session) = self.server.sessions[c].take()
+                && !machine
+            {
+                self.send_down(c, session.conn, Down::Closed);
+            }
+            self.clients[c].up.clear();
+        }
+        self.server.queue.clear();
+        self.server.holder = None;
+        self.server.last_token = 0;
+        self.server.process += 1;
+        self.server.restarts_left -= 1;
+    }
+
+    fn tick(&mut self, p: &Params) {
+        self.now += 1;
+        // The lease wheel: expired at `last_seen + lease`, never earlier.
+        for c in 0..CLIENTS {
+            if let Some(session) = self.server.sessions[c]
+                && session.last_seen + p.lease <= self.now
+            {
+                self.end_session(p, c);
+                self.send_down(c, session.conn, Down::Closed);
+            }
+        }
+        for c in 0..CLIENTS {
+            if !self.clients[c].paused {
+                self.check_deadline(p, c);
+            }
+        }
+    }
+}

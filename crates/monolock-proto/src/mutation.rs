@@ -1,0 +1,85 @@
+//! Known mistakes of the protocol's implementations, reintroduced on purpose
+//! so that the deterministic simulation (`monolock-sim`) can show it finds
+//! them.
+//!
+//! Without the `mutations` feature [`active`] is a constant `false` and the
+//! checks around it compile away. With it (only `monolock-sim` enables it),
+//! a simulation switches mutations on for its own thread with [`set`]; every
+//! other thread, and every thread by default, runs the normal code, so a
+//! workspace build that unifies the feature behaves exactly as before.
+
+/// One reintroduced mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Mutation {
+    /// The client takes a pushed ACQUIRED as the reply to its heartbeat in
+    /// flight, and moves its deadline to that heartbeat's send instant.
+    PushConfirmsHeartbeat = 1,
+    /// The client measures its deadline from the instant a reply arrived
+    /// instead of the send instant of the request it answers.
+    DeadlineFromReceive = 2,
+    /// The server promotes the next waiter without checking that its lease
+    /// is still running.
+    PromoteExpiredWaiter = 4,
+}
+
+impl Mutation {
+    /// Every mutation.
+    pub const ALL: [Self; 3] = [
+        Self::PushConfirmsHeartbeat,
+        Self::DeadlineFromReceive,
+        Self::PromoteExpiredWaiter,
+    ];
+
+    /// Its name on a command line.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::PushConfirmsHeartbeat => "push-confirms-heartbeat",
+            Self::DeadlineFromReceive => "deadline-from-receive",
+            Self::PromoteExpiredWaiter => "promote-expired-waiter",
+        }
+    }
+}
+
+#[cfg(feature = "mutations")]
+thread_local! {
+    static ACTIVE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether `mutation` is switched on for this thread.
+#[inline(always)]
+pub fn active(mutation: Mutation) -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        ACTIVE.with(|active| active.get() & mutation as u8 != 0)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        let _ = mutation;
+        false
+    }
+}
+
+/// Switches exactly `mutations` on for this thread (none: the normal code).
+#[cfg(feature = "mutations")]
+pub fn set(mutations: &[Mutation]) {
+    let bits = mutations.iter().fold(0, |bits, m| bits | *m as u8);
+    ACTIVE.with(|active| active.set(bits));
+}
+
+#[cfg(all(test, feature = "mutations"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn off_by_default_and_per_thread() {
+        assert!(!active(Mutation::PromoteExpiredWaiter));
+        set(&[Mutation::PromoteExpiredWaiter]);
+        assert!(active(Mutation::PromoteExpiredWaiter));
+        assert!(!active(Mutation::DeadlineFromReceive));
+        let other = std::thread::spawn(|| active(Mutation::PromoteExpiredWaiter));
+        assert!(!other.join().unwrap());
+        set(&[]);
+        assert!(!active(Mutation::PromoteExpiredWaiter));
+    }
+}

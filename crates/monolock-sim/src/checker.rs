@@ -1,0 +1,393 @@
+//! The invariants, checked as the simulation runs.
+//!
+//! Beliefs come from the clients: every millisecond each client host reads
+//! `is_held()` on the guard it holds (if any) and reports it with the
+//! simulated instant. Once every client has reported an instant, that
+//! instant is checked: among the holders of one lock whose tokens one and
+//! the same server process issued, at most one may believe, except for the
+//! documented cases (the holder of a force-released lock believes until the
+//! ERROR arrives; the holder of a connection reset on the server's end
+//! believes until its own end sees the reset).
+//!
+//! Grants come from the server's observer, in the order they took effect:
+//! tokens strictly increase across every grant of every server process; a
+//! lock is granted only when it has no holder; a waiter is granted only from
+//! the head of its queue (FIFO among the waiters that stayed); and a session
+//! is never granted once it has been silent for its whole lease.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, VecDeque},
+    net::SocketAddr,
+    time::Duration,
+};
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Simulated time since the start.
+    pub at: Duration,
+    /// What broke, with the clients and tokens involved.
+    pub what: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "at {:.3} s: {}", self.at.as_secs_f64(), self.what)
+    }
+}
+
+/// A grant as the server made it.
+#[derive(Clone, Debug)]
+pub(crate) struct Grant {
+    pub(crate) lock: String,
+    pub(crate) peer: SocketAddr,
+    pub(crate) token: u64,
+    pub(crate) lease: Duration,
+    /// Whether the session had been silent for its whole lease.
+    pub(crate) silent: bool,
+}
+
+struct Belief {
+    client: usize,
+    lock: String,
+    token: u64,
+}
+
+/// Counts for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tally {
+    /// Grants made by the server (all processes).
+    pub grants: u64,
+    /// Instants checked for exclusion.
+    pub instants: u64,
+    /// Instants at which two clients believed in one lock, all excused.
+    pub excused_overlaps: u64,
+    /// Server processes started.
+    pub server_processes: u32,
+}
+
+pub(crate) struct Checker {
+    reported: Vec<Duration>,
+    beliefs: BTreeMap<Duration, Vec<Belief>>,
+    /// Token -> the server process that issued it.
+    issued_by: BTreeMap<u64, u32>,
+    last_token: u64,
+    excused: BTreeSet<u64>,
+    incarnation: u32,
+    holders: BTreeMap<String, u64>,
+    /// Client address -> the token it holds, in the current process.
+    held_by: BTreeMap<SocketAddr, (u64, Duration)>,
+    queues: BTreeMap<String, VecDeque<(SocketAddr, Duration)>>,
+    violation: Option<Violation>,
+    tally: Tally,
+}
+
+impl Checker {
+    pub(crate) fn new(clients: usize) -> Self {
+        Self {
+            reported: vec![Duration::ZERO; clients],
+            beliefs: BTreeMap::new(),
+            issued_by: BTreeMap::new(),
+            last_token: 0,
+            excused: BTreeSet::new(),
+            incarnation: 0,
+            holders: BTreeMap::new(),
+            held_by: BTreeMap::new(),
+            queues: BTreeMap::new(),
+            violation: None,
+            tally: Tally::default(),
+        }
+    }
+
+    pub(crate) fn tally(&self) -> Tally {
+        self.tally
+    }
+
+    pub(crate) fn violation(&self) -> Option<&Violation> {
+        self.violation.as_ref()
+    }
+
+    pub(crate) fn fail(&mut self, at: Duration, what: String) {
+        if self.violation.is_none() {
+            self.violation = Some(Violation { at, what });
+        }
+    }
+
+    /// Client `client` read its guard at `at`: `held` is the lock and token
+    /// if `is_held()` was true.
+    pub(crate) fn probe(&mut self, client: usize, at: Duration, held: Option<(String, u64)>) {
+        if let Some(reported) = self.reported.get_mut(client) {
+            *reported = (*reported).max(at);
+        }
+        if let Some((lock, token)) = held {
+            self.beliefs.entry(at).or_default().push(Belief {
+                client,
+                lock,
+                token,
+            });
+        }
+    }
+
+    /// Client `client` has finished; it believes nothing from now on.
+    pub(crate) fn client_done(&mut self, client: usize) {
+        if let Some(reported) = self.reported.get_mut(client) {
+            *reported = Duration::MAX;
+        }
+    }
+
+    /// Clients that have not finished.
+    pub(crate) fn unfinished(&self) -> Vec<usize> {
+        (0..self.reported.len())
+            .filter(|c| self.reported[*c] != Duration::MAX)
+            .collect()
+    }
+
+    /// Checks every instant that all clients have reported.
+    pub(crate) fn settle(&mut self) {
+        let upto = self.reported.iter().copied().min().unwrap_or(Duration::MAX);
+        while let Some(entry) = self.beliefs.first_entry() {
+            if *entry.key() > upto {
+                break;
+            }
+            let (at, beliefs) = entry.remove_entry();
+            self.tally.instants += 1;
+            self.check_instant(at, &beliefs);
+        }
+    }
+
+    fn check_instant(&mut self, at: Duration, beliefs: &[Belief]) {
+        for (i, a) in beliefs.iter().enumerate() {
+            let Some(&inc_a) = self.issued_by.get(&a.token) else {
+                let what = format!(
+                    "client c{} believes it holds {} under token {}, which no server issued",
+                    a.client, a.lock, a.token
+                );
+                self.fail(at, what);
+                return;
+            };
+            for b in &beliefs[i + 1..] {
+                if a.lock != b.lock || self.issued_by.get(&b.token) != Some(&inc_a) {
+                    continue;
+                }
+                if self.excused.contains(&a.token) || self.excused.contains(&b.token) {
+                    self.tally.excused_overlaps += 1;
+                    continue;
+                }
+                let what = format!(
+                    "two holders of {}: c{} (token {}) and c{} (token {}), both granted by server process {}",
+                    a.lock, a.client, a.token, b.client, b.token, inc_a
+                );
+                self.fail(at, what);
+                return;
+            }
+        }
+    }
+
+    /// A new server process: it knows no sessions.
+    pub(crate) fn server_started(&mut self, incarnation: u32) {
+        self.incarnation = incarnation;
+        self.holders.clear();
+        self.held_by.clear();
+        self.queues.clear();
+        self.tally.server_processes += 1;
+    }
+
+    pub(crate) fn granted(&mut self, at: Duration, grant: Grant) {
+        self.tally.grants += 1;
+        let Grant {
+            lock,
+            peer,
+            token,
+            lease,
+            silent,
+        } = grant;
+        if token <= self.last_token {
+            let what = format!(
+                "token {token} for {lock} is not above the last token issued, {}",
+                self.last_token
+            );
+            self.fail(at, what);
+        }
+        self.last_token = self.last_token.max(token);
+        self.issued_by.insert(token, self.incarnation);
+        self.held_by.insert(peer, (token, lease));
+        if let Some(holder) = self.holders.insert(lock.clone(), token) {
+            let what = format!("{lock} granted (token {token}) while token {holder} holds it");
+            self.fail(at, what);
+        }
+        if silent {
+            let what =
+                format!("{lock} granted (token {token}) to {peer}, silent for its whole lease");
+            self.fail(at, what);
+        }
+        let queue = self.queues.entry(lock.clone()).or_default();
+        match queue.iter().position(|(w, _)| *w == peer) {
+            Some(0) => {
+                queue.pop_front();
+            }
+            Some(pos) => {
+                let ahead = queue[0].0;
+                queue.remove(pos);
+                let what = format!(
+                    "{lock} granted to {peer}, position {pos} of its queue, while {ahead} waits ahead of it"
+                );
+                self.fail(at, what);
+            }
+            None if !queue.is_empty() => {
+                let what = format!(
+                    "{lock} granted to {peer}, not queued, past {} waiters",
+                    queue.len()
+                );
+                self.fail(at, what);
+            }
+            None => {}
+        }
+    }
+
+    pub(crate) fn released(&mut self, lock: &str, peer: SocketAddr, token: u64) {
+        if self.holders.get(lock) == Some(&token) {
+            self.holders.remove(lock);
+        }
+        if self
+            .held_by
+            .get(&peer)
+            .is_some_and(|(held, _)| *held == token)
+        {
+            self.held_by.remove(&peer);
+        }
+    }
+
+    pub(crate) fn joined(&mut self, lock: &str, peer: SocketAddr, lease: Duration) {
+        self.queues
+            .entry(lock.to_owned())
+            .or_default()
+            .push_back((peer, lease));
+    }
+
+    pub(crate) fn left(&mut self, lock: &str, peer: SocketAddr) {
+        if let Some(queue) = self.queues.get_mut(lock) {
+            queue.retain(|(w, _)| *w != peer);
+        }
+    }
+
+    /// The holder of `token` may keep believing for a documented reason.
+    pub(crate) fn excuse(&mut self, token: u64) {
+        self.excused.insert(token);
+    }
+
+    /// The first waiter of each lock that has one, with its lease.
+    pub(crate) fn queue_heads(&self) -> Vec<(String, SocketAddr, Duration)> {
+        self.queues
+            .iter()
+            .filter_map(|(lock, queue)| {
+                queue
+                    .front()
+                    .map(|(head, lease)| (lock.clone(), *head, *lease))
+            })
+            .collect()
+    }
+
+    /// Holders that have someone waiting behind them.
+    pub(crate) fn holders_with_waiters(&self) -> Vec<(SocketAddr, Duration)> {
+        self.held_by
+            .iter()
+            .filter(|(_, (token, _))| {
+                self.holders.iter().any(|(lock, held)| {
+                    held == token && self.queues.get(lock).is_some_and(|q| !q.is_empty())
+                })
+            })
+            .map(|(peer, (_, lease))| (*peer, *lease))
+            .collect()
+    }
+
+    /// The token the client at `peer` holds, as the server's current
+    /// process sees it.
+    pub(crate) fn holder_of(&self, peer: SocketAddr) -> Option<u64> {
+        self.held_by.get(&peer).map(|(token, _)| *token)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(checker: &mut Checker, lock: &str, port: u16, token: u64) {
+        let peer = SocketAddr::from(([10, 0, 0, 1], port));
+        checker.granted(
+            Duration::ZERO,
+            Grant {
+                lock: lock.into(),
+                peer,
+                token,
+                lease: Duration::from_secs(1),
+                silent: false,
+            },
+        );
+    }
+
+    #[test]
+    fn two_believers_of_one_server_process_are_a_violation() {
+        let mut checker = Checker::new(2);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        grant(&mut checker, "a", 2, 11);
+        let at = Duration::from_millis(5);
+        checker.probe(0, at, Some(("a".into(), 10)));
+        checker.probe(1, at, Some(("a".into(), 11)));
+        checker.settle();
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("two holders"))
+        );
+    }
+
+    #[test]
+    fn excused_and_cross_process_overlaps_are_not() {
+        let mut checker = Checker::new(2);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        checker.server_started(2);
+        grant(&mut checker, "a", 2, 20);
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 2)), 20);
+        grant(&mut checker, "a", 3, 21);
+        checker.excuse(20);
+        let at = Duration::from_millis(5);
+        checker.probe(0, at, Some(("a".into(), 10)));
+        checker.probe(1, at, Some(("a".into(), 21)));
+        checker.settle();
+        checker.probe(0, at * 2, Some(("a".into(), 20)));
+        checker.probe(1, at * 2, Some(("a".into(), 21)));
+        checker.settle();
+        assert_eq!(checker.violation(), None);
+        assert_eq!(checker.tally().excused_overlaps, 1);
+    }
+
+    #[test]
+    fn grants_out_of_queue_order_or_with_old_tokens_are_violations() {
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        let lease = Duration::from_secs(1);
+        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 2)), lease);
+        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 3)), lease);
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        grant(&mut checker, "a", 3, 11);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("waits ahead"))
+        );
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        grant(&mut checker, "a", 1, 10);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("not above"))
+        );
+    }
+}

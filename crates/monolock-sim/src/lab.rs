@@ -1,0 +1,136 @@
+//! What the hosts of one simulation share with the loop that drives it:
+//! the trace, the checker, the connections (for fault injection) and the
+//! server's admin channel.
+//!
+//! Every host runs on the simulation's one thread, so the mutex is never
+//! contended; it is held only for a few field updates, never across a call
+//! into the server or the client (the server's observer takes it too).
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    net::SocketAddr,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    time::Duration,
+};
+
+use tokio::{sync::mpsc, time::Instant};
+
+use crate::{checker::Checker, stream::Conn};
+
+/// An order for the server's admin side, run inside the server host.
+#[derive(Clone, Debug)]
+pub(crate) enum Admin {
+    /// Force-release this lock now.
+    ForceRelease(String),
+    /// Force-release this lock at the instant its first waiter's lease runs
+    /// out (the boundary where promotion must skip that waiter).
+    ForceReleaseAtLeaseEnd(String),
+    /// Kick the waiter at this position of this lock's queue.
+    Kick(String, usize),
+}
+
+pub(crate) struct Lab {
+    trace: Vec<String>,
+    pub(crate) checker: Checker,
+    conns: BTreeMap<SocketAddr, Conn>,
+    /// Server end: when bytes last arrived from each client address, in the
+    /// current server incarnation's clock.
+    last_heard: BTreeMap<SocketAddr, Instant>,
+    admin: Option<mpsc::UnboundedSender<Admin>>,
+    incarnation: u32,
+}
+
+/// The lab, shared.
+#[derive(Clone)]
+pub(crate) struct SharedLab(Arc<Mutex<Lab>>);
+
+impl SharedLab {
+    pub(crate) fn new(clients: usize) -> Self {
+        Self(Arc::new(Mutex::new(Lab {
+            trace: Vec::new(),
+            checker: Checker::new(clients),
+            conns: BTreeMap::new(),
+            last_heard: BTreeMap::new(),
+            admin: None,
+            incarnation: 0,
+        })))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Lab> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Appends a line to the trace, stamped with simulated time.
+    pub(crate) fn trace(&self, line: std::fmt::Arguments<'_>) {
+        let at = turmoil::sim_elapsed().unwrap_or_default();
+        self.lock().push_trace(at, line);
+    }
+
+    /// The connection whose client end is `client_addr` (made on first use).
+    pub(crate) fn conn(&self, client_addr: SocketAddr) -> Conn {
+        self.lock().conns.entry(client_addr).or_default().clone()
+    }
+
+    /// The open connection whose client end is `client_addr`, if any.
+    pub(crate) fn open_conn(&self, client_addr: SocketAddr) -> Option<Conn> {
+        self.lock().conns.get(&client_addr).cloned()
+    }
+
+    pub(crate) fn forget_conn(&self, client_addr: SocketAddr) {
+        self.lock().conns.remove(&client_addr);
+    }
+
+    /// Open connections, by client address (deterministic order).
+    pub(crate) fn conns(&self) -> Vec<(SocketAddr, Conn)> {
+        let lab = self.lock();
+        lab.conns
+            .iter()
+            .map(|(addr, conn)| (*addr, conn.clone()))
+            .collect()
+    }
+
+    pub(crate) fn heard_from(&self, peer: SocketAddr) {
+        self.lock().last_heard.insert(peer, Instant::now());
+    }
+
+    pub(crate) fn last_heard(&self, peer: SocketAddr) -> Option<Instant> {
+        self.lock().last_heard.get(&peer).copied()
+    }
+
+    /// A server process starts: a new clock, no sessions. Returns its number.
+    pub(crate) fn server_started(&self, admin: mpsc::UnboundedSender<Admin>) -> u32 {
+        let mut lab = self.lock();
+        lab.incarnation += 1;
+        lab.last_heard.clear();
+        lab.admin = Some(admin);
+        let incarnation = lab.incarnation;
+        lab.checker.server_started(incarnation);
+        incarnation
+    }
+
+    /// Sends an admin order to the running server, if there is one.
+    pub(crate) fn admin(&self, order: Admin) -> bool {
+        self.lock()
+            .admin
+            .as_ref()
+            .is_some_and(|admin| admin.send(order).is_ok())
+    }
+}
+
+impl Lab {
+    pub(crate) fn push_trace(&mut self, at: Duration, line: std::fmt::Arguments<'_>) {
+        let mut text = String::new();
+        let _ = write!(text, "{:>10.3} {line}", at.as_secs_f64());
+        self.trace.push(text);
+    }
+
+    /// Records a broken invariant found outside the checker's own checks.
+    pub(crate) fn fail(&mut self, at: Duration, what: String) {
+        self.checker.fail(at, what);
+    }
+
+    pub(crate) fn take_trace(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.trace)
+    }
+}

@@ -1,0 +1,249 @@
+//! Deterministic simulation of the real monolock server and client.
+//!
+//! One process, one thread, one seed: the real `monolock-server` (its
+//! table, sessions and lease wheel, through [`ServerHandle::serve_stream`])
+//! and several real `monolock-client`s run as hosts of a
+//! [turmoil](https://docs.rs/turmoil) simulation, whose network and clocks
+//! are simulated. A nemesis drawn from the same seed injects faults between
+//! steps (see `nemesis.rs`), and the invariants are checked as the run goes
+//! (see `checker.rs`): at every millisecond, no two clients believe they
+//! hold one lock granted by one server process outside the documented
+//! exceptions; tokens strictly increase, across restarts too; waiters that
+//! stayed are granted in FIFO order; no session silent for its whole lease
+//! is granted; and once the faults stop, every client is granted again
+//! (liveness).
+//!
+//! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
+//! the evidence, and a failing seed is reproduced with
+//! `monolock-sim --seed N`.
+//!
+//! [`ServerHandle::serve_stream`]: monolock_server::ServerHandle::serve_stream
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod checker;
+mod client;
+mod lab;
+mod nemesis;
+mod server;
+mod stream;
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, UNIX_EPOCH},
+};
+
+pub use checker::{Tally, Violation};
+pub use monolock_proto::mutation::Mutation;
+pub use nemesis::{BOUNDARY_FAULTS, FAULTS};
+use rand::{Rng, SeedableRng, rngs::SmallRng};
+
+use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
+
+/// The wall clock's reading at the start of every simulation (2027-01-15).
+const EPOCH_UNIX_SECONDS: u64 = 1_800_000_000;
+/// The simulation's step, and the network's delivery granularity.
+///
+/// Hosts run one after the other through each step, each from the step's
+/// start to its end on its own clock; a message delivered within the step
+/// it was sent in could be seen by its receiver at an instant before its
+/// sender's. No message takes less than one step, so none arrives before it
+/// was sent.
+const TICK: Duration = Duration::from_millis(5);
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Simulated time during which faults are injected.
+    pub faulty: Duration,
+    /// After the faults stop, how long every client may take to be granted
+    /// once more before the run counts as a liveness failure.
+    pub quiet_limit: Duration,
+    /// Known mistakes to switch on (none: the real code).
+    pub mutations: Vec<Mutation>,
+    /// Stop at this simulated instant, whatever the state (no liveness
+    /// check): for replaying the first part of a seed.
+    pub until: Option<Duration>,
+    /// The faults to draw from, by name; `None`: a random half of
+    /// [`FAULTS`] per seed (swarm testing).
+    pub faults: Option<Vec<&'static str>>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            faulty: Duration::from_secs(20),
+            quiet_limit: Duration::from_secs(60),
+            mutations: Vec::new(),
+            until: None,
+            faults: None,
+        }
+    }
+}
+
+/// How one seed went.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// The first invariant broken, if any.
+    pub violation: Option<Violation>,
+    /// Simulated time covered.
+    pub simulated: Duration,
+    /// Counts from the checker.
+    pub tally: Tally,
+    /// Faults injected, by name.
+    pub faults: BTreeMap<&'static str, u64>,
+    /// Clients and locks of this seed.
+    pub clients: usize,
+    /// Locks the clients share.
+    pub locks: usize,
+    /// Every event, stamped with simulated time: equal seeds give equal
+    /// traces.
+    pub trace: Vec<String>,
+}
+
+impl Outcome {
+    /// The command that replays this seed.
+    pub fn replay_command(&self, mutations: &[Mutation]) -> String {
+        let mut command = format!("monolock-sim --seed {}", self.seed);
+        for mutation in mutations {
+            command.push_str(" --mutation ");
+            command.push_str(mutation.as_str());
+        }
+        command
+    }
+}
+
+/// Switches mutations on for this thread while it lives.
+struct MutationsOn;
+
+impl MutationsOn {
+    fn new(mutations: &[Mutation]) -> Self {
+        monolock_proto::mutation::set(mutations);
+        Self
+    }
+}
+
+impl Drop for MutationsOn {
+    fn drop(&mut self) {
+        monolock_proto::mutation::set(&[]);
+    }
+}
+
+/// Runs one seed to its end (or its first violation).
+pub fn run(seed: u64, options: &Options) -> Outcome {
+    let _mutations = MutationsOn::new(&options.mutations);
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let clients = rng.random_range(3..=7);
+    let locks: Vec<String> = (0..rng.random_range(1..=3))
+        .map(|l| format!("lock-{l}"))
+        .collect();
+    let max_hold = Duration::from_millis(rng.random_range(50..=3000));
+    let base_latency =
+        TICK + Duration::from_millis(rng.random_range(0..=20) * u64::from(rng.random_bool(0.5)));
+    // A new fault every 50 ms to 500 ms on average.
+    let rate = TICK.as_secs_f64() / rng.random_range(0.05..0.5);
+    let heal_at = options.faulty;
+
+    let lab = SharedLab::new(clients);
+    let mut sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_UNIX_SECONDS))
+        .tick_duration(TICK)
+        .simulation_duration(Duration::from_secs(u64::from(u32::MAX)))
+        .min_message_latency(TICK)
+        .max_message_latency(base_latency)
+        .enable_random_order()
+        .build();
+
+    let durable = server::Durable;
+    {
+        let lab = lab.clone();
+        sim.host(server::SERVER_HOST, move || {
+            server::process(lab.clone(), durable.clone())
+        });
+    }
+    let mut hosts = Vec::new();
+    let mut gates = Vec::new();
+    for id in 0..clients {
+        let host = format!("c{id}");
+        let gate = Gate::default();
+        let plan = client::Plan {
+            id,
+            seed: rng.random(),
+            locks: locks.clone(),
+            heal_at,
+            max_hold,
+        };
+        sim.client(
+            host.as_str(),
+            client::process(plan, lab.clone(), gate.clone()),
+        );
+        hosts.push(host);
+        gates.push(gate);
+    }
+    let mut nemesis = Nemesis::new(
+        &sim,
+        SmallRng::seed_from_u64(rng.random()),
+        hosts,
+        gates,
+        locks.clone(),
+        lab.clone(),
+        base_latency,
+        rate,
+        options.faults.as_deref(),
+    );
+
+    let mut healed = false;
+    let violation = loop {
+        let now = sim.elapsed();
+        if now < heal_at {
+            nemesis.step(&mut sim, now);
+        } else if !healed {
+            nemesis.heal_all(&mut sim, now);
+            lab.lock()
+                .push_trace(now, format_args!("nemesis: faults stop"));
+            healed = true;
+        }
+        let finished = match sim.step() {
+            Ok(finished) => finished,
+            Err(err) => {
+                break Some(Violation {
+                    at: now,
+                    what: format!("a host failed: {err}"),
+                });
+            }
+        };
+        let mut lab = lab.lock();
+        lab.checker.settle();
+        if let Some(violation) = lab.checker.violation() {
+            break Some(violation.clone());
+        }
+        if finished || options.until.is_some_and(|until| now >= until) {
+            break None;
+        }
+        if now >= heal_at + options.quiet_limit {
+            break Some(Violation {
+                at: now,
+                what: format!(
+                    "liveness: {:?} after the faults stopped, clients {:?} were never granted again",
+                    options.quiet_limit,
+                    lab.checker.unfinished()
+                ),
+            });
+        }
+    };
+    let simulated = sim.elapsed();
+    let mut lab = lab.lock();
+    Outcome {
+        seed,
+        violation,
+        simulated,
+        tally: lab.checker.tally(),
+        faults: nemesis.counts().clone(),
+        clients,
+        locks: locks.len(),
+        trace: lab.take_trace(),
+    }
+}

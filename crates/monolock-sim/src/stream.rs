@@ -1,0 +1,329 @@
+//! One simulated connection as each end sees it: turmoil's TCP stream, plus
+//! the faults turmoil has no knob for (a reset of one end or both, a client
+//! process that stops doing I/O), and on the server end a record of when
+//! bytes last arrived (for the "no grant to a silent session" check).
+
+use std::{
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    task::{Context, Poll, Waker},
+};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::lab::SharedLab;
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Which end of a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum End {
+    Client,
+    Server,
+}
+
+#[derive(Default)]
+struct ConnState {
+    reset: [bool; 2],
+    /// What an end writes is held back (one direction of the link stalls,
+    /// TCP keeps the bytes and delivers them, in order, when it heals).
+    held: [bool; 2],
+    wakers: [Option<Waker>; 2],
+    open: [bool; 2],
+}
+
+/// The faults of one connection, shared by its two ends.
+#[derive(Clone, Default)]
+pub(crate) struct Conn(Arc<Mutex<ConnState>>);
+
+const fn index(end: End) -> usize {
+    match end {
+        End::Client => 0,
+        End::Server => 1,
+    }
+}
+
+impl Conn {
+    /// Resets `end`: its next (or pending) read or write fails with
+    /// `ConnectionReset`, as after an RST.
+    pub(crate) fn reset(&self, end: End) {
+        let waker = {
+            let mut state = locked(&self.0);
+            state.reset[index(end)] = true;
+            state.wakers[index(end)].take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Holds back, or lets go, what `end` writes.
+    pub(crate) fn hold(&self, end: End, held: bool) {
+        let waker = {
+            let mut state = locked(&self.0);
+            state.held[index(end)] = held;
+            state.wakers[index(end)].take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn is_held(&self, end: End) -> bool {
+        locked(&self.0).held[index(end)]
+    }
+
+    /// Whether both ends have been dropped.
+    fn closed(&self) -> bool {
+        let state = locked(&self.0);
+        !state.open[0] && !state.open[1]
+    }
+
+    fn check(&self, end: End, cx: &Context<'_>) -> io::Result<()> {
+        let mut state = locked(&self.0);
+        if state.reset[index(end)] {
+            return Err(io::ErrorKind::ConnectionReset.into());
+        }
+        state.wakers[index(end)] = Some(cx.waker().clone());
+        Ok(())
+    }
+
+    fn set_open(&self, end: End, open: bool) {
+        locked(&self.0).open[index(end)] = open;
+    }
+}
+
+#[derive(Default)]
+struct GateState {
+    paused: bool,
+    wakers: Vec<Waker>,
+    /// Streams dropped while paused: a stopped process sends no FIN, so
+    /// they are closed when it resumes.
+    graveyard: Vec<turmoil::net::TcpStream>,
+}
+
+/// A client process's I/O: while paused, none of its connections reads,
+/// writes or closes. Its clock keeps running, and `is_held` keeps being
+/// read, which is what a process resumed from a pause does first.
+#[derive(Clone, Default)]
+pub(crate) struct Gate(Arc<Mutex<GateState>>);
+
+impl Gate {
+    pub(crate) fn pause(&self) {
+        locked(&self.0).paused = true;
+    }
+
+    pub(crate) fn resume(&self) {
+        let (wakers, graveyard) = {
+            let mut state = locked(&self.0);
+            state.paused = false;
+            (
+                std::mem::take(&mut state.wakers),
+                std::mem::take(&mut state.graveyard),
+            )
+        };
+        drop(graveyard);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn is_open(&self, cx: &Context<'_>) -> bool {
+        let mut state = locked(&self.0);
+        if state.paused {
+            state.wakers.push(cx.waker().clone());
+        }
+        !state.paused
+    }
+
+    /// Keeps `stream` open until the process resumes; gives it back if the
+    /// process is running.
+    fn bury(&self, stream: turmoil::net::TcpStream) -> Option<turmoil::net::TcpStream> {
+        let mut state = locked(&self.0);
+        if state.paused {
+            state.graveyard.push(stream);
+            None
+        } else {
+            Some(stream)
+        }
+    }
+}
+
+/// One end of a simulated connection.
+pub(crate) struct SimStream {
+    inner: Option<turmoil::net::TcpStream>,
+    end: End,
+    conn: Conn,
+    /// The client process's gate (client end only).
+    gate: Option<Gate>,
+    /// The server end records arrivals under the client's address.
+    server_view: Option<(SharedLab, SocketAddr)>,
+    key: SocketAddr,
+    lab: SharedLab,
+    /// Bytes written while this end's direction was held.
+    held_back: Vec<u8>,
+}
+
+impl SimStream {
+    /// The client end of a connection just opened from `local`.
+    pub(crate) fn client(
+        stream: turmoil::net::TcpStream,
+        local: SocketAddr,
+        gate: Gate,
+        lab: SharedLab,
+    ) -> Self {
+        let conn = lab.conn(local);
+        conn.set_open(End::Client, true);
+        Self {
+            inner: Some(stream),
+            end: End::Client,
+            conn,
+            gate: Some(gate),
+            server_view: None,
+            key: local,
+            lab,
+            held_back: Vec::new(),
+        }
+    }
+
+    /// The server end of a connection accepted from `peer`.
+    pub(crate) fn server(
+        stream: turmoil::net::TcpStream,
+        peer: SocketAddr,
+        lab: SharedLab,
+    ) -> Self {
+        let conn = lab.conn(peer);
+        conn.set_open(End::Server, true);
+        lab.heard_from(peer);
+        Self {
+            inner: Some(stream),
+            end: End::Server,
+            conn,
+            gate: None,
+            server_view: Some((lab.clone(), peer)),
+            key: peer,
+            lab,
+            held_back: Vec::new(),
+        }
+    }
+
+    /// Ready to do I/O: not reset, not paused. `Err` is the reset.
+    fn ready(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<&mut turmoil::net::TcpStream>> {
+        if let Err(err) = self.conn.check(self.end, cx) {
+            return Poll::Ready(Err(err));
+        }
+        if let Some(gate) = &self.gate
+            && !gate.is_open(cx)
+        {
+            return Poll::Pending;
+        }
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(Err(io::ErrorKind::NotConnected.into()));
+        };
+        // Bytes held back go out first, in order, once the hold is over.
+        while !self.held_back.is_empty() && !self.conn.is_held(self.end) {
+            match Pin::new(&mut *inner).poll_write(cx, &self.held_back) {
+                Poll::Ready(Ok(n)) => {
+                    self.held_back.drain(..n);
+                }
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(inner))
+    }
+}
+
+impl Drop for SimStream {
+    fn drop(&mut self) {
+        if let (Some(gate), Some(inner)) = (&self.gate, self.inner.take()) {
+            self.inner = gate.bury(inner);
+        }
+        self.conn.set_open(self.end, false);
+        if self.conn.closed() {
+            self.lab.forget_conn(self.key);
+        }
+    }
+}
+
+impl AsyncRead for SimStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let inner = match this.ready(cx) {
+            Poll::Ready(Ok(inner)) => inner,
+            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+            Poll::Pending => return Poll::Pending,
+        };
+        let polled = Pin::new(inner).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some((lab, peer))) = (&polled, &this.server_view)
+            && buf.filled().len() > before
+        {
+            lab.heard_from(*peer);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for SimStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.conn.is_held(this.end) {
+            this.held_back.extend_from_slice(buf);
+            return Poll::Ready(Ok(buf.len()));
+        }
+        match this.ready(cx) {
+            Poll::Ready(Ok(inner)) => Pin::new(inner).poll_write(cx, buf),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().ready(cx) {
+            Poll::Ready(Ok(inner)) => Pin::new(inner).poll_flush(cx),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut().ready(cx) {
+            Poll::Ready(Ok(inner)) => Pin::new(inner).poll_shutdown(cx),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The client's connector: dials the simulated server and wraps the stream.
+#[derive(Clone)]
+pub(crate) struct SimConnector {
+    pub(crate) gate: Gate,
+    pub(crate) lab: SharedLab,
+}
+
+impl monolock_client::Connector for SimConnector {
+    type Stream = SimStream;
+
+    async fn connect(&self, addr: &str) -> io::Result<monolock_client::Connection<SimStream>> {
+        let stream = turmoil::net::TcpStream::connect(addr).await?;
+        let local = stream.local_addr()?;
+        Ok(monolock_client::Connection::new(SimStream::client(
+            stream,
+            local,
+            self.gate.clone(),
+            self.lab.clone(),
+        )))
+    }
+}
