@@ -69,6 +69,13 @@ impl<S: Transport> Connection<S> {
             shutdown: Some(SocketShutdown::new(socket)?),
         })
     }
+
+    /// The stream itself, for a caller that speaks another protocol over
+    /// the connector's transport (the operator commands speak HTTP over
+    /// [`TlsConnector`](crate::TlsConnector)).
+    pub fn into_stream(self) -> S {
+        self.stream
+    }
 }
 
 /// A duplicate of a socket's descriptor, kept to shut the socket down in

@@ -9,6 +9,11 @@
 //!
 //! The admin token, when the server wants one, comes from
 //! `--admin-token-file` or else `$MONOLOCK_ADMIN_TOKEN`.
+//!
+//! An admin listener served with `--admin-tls` is reached over HTTPS with
+//! `--admin-ca` (and, under mTLS, `--admin-cert`/`--admin-key`), through
+//! the client crate's [`TlsConnector`]: the same rustls `ring` setup and
+//! certificate errors as `monolock exec --tls-ca`.
 
 use std::{
     borrow::Cow,
@@ -19,8 +24,9 @@ use std::{
 
 use clap::{Args, Subcommand};
 use http_body_util::{BodyExt, Empty};
-use hyper::{Method, Request, StatusCode, body::Bytes};
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use hyper::{Method, Request, StatusCode, Uri, body::Bytes, client::conn::http1};
+use hyper_util::rt::TokioIo;
+use monolock_client::{Connector as _, TcpConnector, TlsConnector};
 use monolock_server::admin::{ErrorBody, HolderInfo, LockInfo, LockList, ServerInfo, WaiterInfo};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::de::DeserializeOwned;
@@ -42,9 +48,23 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
 /// Where the admin API is and how to print its answers.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// Admin API of the server: HOST:PORT or an http:// URL.
+    /// Admin API of the server: HOST:PORT, or an http:// or https:// URL.
     #[arg(long, env = "MONOLOCK_ADMIN_ADDRESS", default_value = DEFAULT_ADMIN, value_name = "ADDR")]
     pub(crate) admin: String,
+
+    /// Speak HTTPS to the admin API, trusting the CA certificates in this
+    /// PEM file (a HOST:PORT address then means https://).
+    #[arg(long, env = "MONOLOCK_ADMIN_CA", value_name = "FILE")]
+    admin_ca: Option<PathBuf>,
+
+    /// Client certificate chain (PEM, leaf first) for an admin listener
+    /// under mTLS; needs --admin-key and --admin-ca.
+    #[arg(long, env = "MONOLOCK_ADMIN_CERT", value_name = "FILE")]
+    admin_cert: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM); needs --admin-cert.
+    #[arg(long, env = "MONOLOCK_ADMIN_KEY", value_name = "FILE")]
+    admin_key: Option<PathBuf>,
 
     /// File holding the admin bearer token [default: $MONOLOCK_ADMIN_TOKEN, else none].
     #[arg(long, value_name = "PATH")]
@@ -54,6 +74,9 @@ pub struct AdminArgs {
     #[arg(long)]
     pub(crate) json: bool,
 }
+
+/// The CA file and, for mTLS, the client certificate and key files.
+type TlsFiles<'a> = (&'a PathBuf, Option<(&'a PathBuf, &'a PathBuf)>);
 
 /// The variable holding the admin token itself (a file is preferred: a
 /// variable is visible to every process of the same user).
@@ -73,6 +96,53 @@ impl AdminArgs {
         };
         let token = token.trim();
         Ok((!token.is_empty()).then(|| token.to_owned()))
+    }
+
+    /// The admin API's base URL and, for https://, the TLS connector the
+    /// flags describe; a contradiction between them is one line.
+    fn endpoint(&self) -> Result<(String, Option<TlsConnector>), String> {
+        let (url, tls) = self.transport()?;
+        let Some((ca, identity)) = tls else {
+            return Ok((url, None));
+        };
+        let mut builder = TlsConnector::builder().with_ca_file(ca);
+        if let Some((cert, key)) = identity {
+            builder = builder.with_client_cert_files(cert, key);
+        }
+        let tls = builder
+            .build()
+            .map_err(|err| chain(&err as &(dyn std::error::Error + 'static)))?;
+        Ok((url, Some(tls)))
+    }
+
+    /// The base URL and, for HTTPS, the CA and the client identity; a
+    /// contradiction between the address and the TLS flags is one line.
+    fn transport(&self) -> Result<(String, Option<TlsFiles<'_>>), String> {
+        let url = base_url(&self.admin, self.admin_ca.is_some());
+        let https = url.starts_with("https://");
+        let identity = match (&self.admin_cert, &self.admin_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (Some(_), None) => {
+                return Err("--admin-cert needs --admin-key (its private key)".to_owned());
+            }
+            (None, Some(_)) => {
+                return Err("--admin-key needs --admin-cert (its certificate)".to_owned());
+            }
+            (None, None) => None,
+        };
+        match (&self.admin_ca, https) {
+            (Some(ca), true) => Ok((url, Some((ca, identity)))),
+            (None, true) => Err(format!(
+                "the admin address {url} is HTTPS: give --admin-ca (the CA that signed the admin listener's certificate)"
+            )),
+            (Some(_), false) => Err(format!(
+                "--admin-ca needs an https:// admin address or HOST:PORT, not {url}"
+            )),
+            (None, false) if identity.is_some() => {
+                Err("--admin-cert and --admin-key need --admin-ca (TLS is off)".to_owned())
+            }
+            (None, false) => Ok((url, None)),
+        }
     }
 }
 
@@ -129,8 +199,28 @@ pub enum AdminCommand {
     },
 }
 
+impl AdminCommand {
+    fn admin(&self) -> &AdminArgs {
+        match self {
+            Self::Locks { admin, .. }
+            | Self::Lock { admin, .. }
+            | Self::Release { admin, .. }
+            | Self::Kick { admin, .. }
+            | Self::Events { admin, .. }
+            | Self::Info { admin } => admin,
+        }
+    }
+}
+
+/// Exit status for flags that contradict each other.
+const EXIT_USAGE: u8 = 64;
+
 /// Runs one operator command.
 pub fn main(command: AdminCommand) -> ExitCode {
+    if let Err(line) = command.admin().transport() {
+        eprintln!("monolock: {line}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -240,10 +330,14 @@ fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 
-pub(crate) fn base_url(admin: &str) -> String {
+/// `admin` as a base URL: kept if it has a scheme, else `https://` when TLS
+/// was asked for and `http://` otherwise.
+fn base_url(admin: &str, tls: bool) -> String {
     let admin = admin.trim_end_matches('/');
     if admin.contains("://") {
         admin.to_owned()
+    } else if tls {
+        format!("https://{admin}")
     } else {
         format!("http://{admin}")
     }
@@ -257,10 +351,22 @@ pub(crate) async fn send(
     path: &str,
     accept: &str,
 ) -> Result<(String, hyper::Response<hyper::body::Incoming>), String> {
-    let url = format!("{}{path}", base_url(&admin.admin));
+    let (base, tls) = admin.endpoint()?;
+    let url = format!("{base}{path}");
+    let uri: Uri = url
+        .parse()
+        .map_err(|err| format!("invalid admin address {:?}: {err}", admin.admin))?;
+    let authority = match uri.authority() {
+        Some(authority) if authority.port().is_some() => authority.to_string(),
+        Some(authority) => format!("{authority}:{}", if tls.is_some() { 443 } else { 80 }),
+        None => return Err(format!("invalid admin address {:?}: no host", admin.admin)),
+    };
+    // Origin form and a Host header, as an HTTP/1.1 client sends them.
+    let target = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
     let mut request = Request::builder()
         .method(method)
-        .uri(&url)
+        .uri(target)
+        .header(hyper::header::HOST, authority.as_str())
         .header(hyper::header::ACCEPT, accept);
     if let Some(token) = admin.token()? {
         request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
@@ -268,15 +374,37 @@ pub(crate) async fn send(
     let request = request
         .body(Empty::<Bytes>::new())
         .map_err(|err| format!("invalid admin address {:?}: {err}", admin.admin))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    match tokio::time::timeout(REQUEST_TIMEOUT, client.request(request)).await {
+    let exchange = async {
+        let mut sender = match &tls {
+            None => handshake(TcpConnector.connect(&authority).await?.into_stream()).await?,
+            Some(tls) => handshake(tls.connect(&authority).await?.into_stream()).await?,
+        };
+        sender
+            .send_request(request)
+            .await
+            .map_err(|err| Box::new(err) as Box<dyn std::error::Error + Send + Sync>)
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
         Ok(Ok(response)) => Ok((url, response)),
         Ok(Err(err)) => Err(format!(
             "cannot reach the admin API at {url}: {}",
-            chain(&err)
+            chain(err.as_ref())
         )),
         Err(_) => Err(no_answer(&url)),
     }
+}
+
+/// HTTP/1.1 over one connection (plain TCP or TLS); the connection is
+/// driven by its own task for as long as the response body is read.
+async fn handshake<S>(
+    stream: S,
+) -> Result<http1::SendRequest<Empty<Bytes>>, Box<dyn std::error::Error + Send + Sync>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
 }
 
 fn no_answer(url: &str) -> String {
@@ -552,8 +680,12 @@ mod tests {
 
     #[test]
     fn admin_address_forms() {
-        assert_eq!(base_url("127.0.0.1:7071"), "http://127.0.0.1:7071");
-        assert_eq!(base_url("http://ops.example:80/"), "http://ops.example:80");
+        assert_eq!(base_url("127.0.0.1:7071", false), "http://127.0.0.1:7071");
+        assert_eq!(base_url("127.0.0.1:7071", true), "https://127.0.0.1:7071");
+        assert_eq!(
+            base_url("http://ops.example:80/", false),
+            "http://ops.example:80"
+        );
     }
 
     #[test]
