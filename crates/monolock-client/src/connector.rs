@@ -72,7 +72,7 @@ impl<S: Transport> Connection<S> {
 
     /// The stream itself, for a caller that speaks another protocol over
     /// the connector's transport (the operator commands speak HTTP over
-    /// [`TlsConnector`](crate::TlsConnector)).
+    /// the TLS connector).
     pub fn into_stream(self) -> S {
         self.stream
     }

@@ -1,7 +1,16 @@
 //! What live event subscribers cost the protocol path: contention
 //! throughput (clients taking turns on one lock: connect, ACQUIRE, wait for
-//! the grant, close) with no subscriber and with 100 subscribers following
-//! `GET /api/events` over real sockets, in alternating rounds of one run.
+//! the grant, close) and the server process's CPU time per grant, with no
+//! subscriber and with 100 subscribers following `GET /api/events` over
+//! real sockets, in alternating rounds of one run.
+//!
+//! The subscribers run in a child process (this binary again, `subscribe
+//! ADDR COUNT`) pinned to the last CPU, and the server and its contending
+//! clients are pinned to the first, as `monolock-bench` pins its load
+//! generator: what is measured is the server's own work, not the readers'.
+//! The loaded setting runs twice per round, once against a server whose
+//! event hub batches as before this change (5 ms, 16 KiB) and once with the
+//! current defaults, so before and after sit side by side in one run.
 //!
 //! Then what the protocol path itself pays: the time of one
 //! `EventHub::observe` (called inside the lock table's critical section for
@@ -11,7 +20,9 @@
 //! `cargo bench -p monolock-server --bench live_events [-- ROUNDS SECONDS]`
 
 use std::{
+    io::Read as _,
     net::SocketAddr,
+    process::Stdio,
     sync::{
         Arc,
         atomic::{AtomicBool, AtomicU64, Ordering},
@@ -21,11 +32,12 @@ use std::{
 
 use monolock_proto::{ClientFrame, Lease, LockName, ServerFrame, decode_response};
 use monolock_server::{
-    Event, EventHub, Observer, Server, ServerConfig, SessionInfo,
+    Batching, Event, EventHub, KEEPALIVE_INTERVAL, Observer, Server, ServerConfig, ServerHandle,
+    SessionInfo,
     admin::{self, AdminOptions, EffectiveConfig},
 };
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
+    io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream},
 };
 
@@ -34,63 +46,220 @@ const CLIENTS: usize = 16;
 /// Event subscribers in the loaded rounds.
 const SUBSCRIBERS: usize = 100;
 
-#[tokio::main]
-async fn main() {
-    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
-    let rounds: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
-    let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
-    let round = Duration::from_secs(seconds);
+/// The batching before this change: 5 ms windows, 16 KiB batches, 64
+/// batches of buffer per subscriber.
+const BEFORE: Batching = Batching {
+    flush_interval: Duration::from_millis(5),
+    max_batch_bytes: 16 * 1024,
+};
+const BEFORE_BUFFER: usize = 64;
 
-    let hub = Arc::new(EventHub::new().expect("event hub"));
-    let server = Server::new(ServerConfig::default().with_observer(hub.clone()));
-    let handle = server.handle();
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(server.run(listener));
-    let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let admin_addr = admin_listener.local_addr().expect("addr");
-    let options =
-        AdminOptions::new(handle.clone(), EffectiveConfig::default()).with_events(hub.clone());
-    tokio::spawn(admin::serve_with(
-        admin_listener,
-        options,
-        std::future::pending(),
-    ));
+fn main() {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
+    let first = args.next();
+    if first.as_deref() == Some("subscribe") {
+        let admin: SocketAddr = args
+            .next()
+            .and_then(|a| a.parse().ok())
+            .expect("subscribe ADDR COUNT");
+        let count: usize = args
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(SUBSCRIBERS);
+        pin(last_cpu());
+        return runtime().block_on(subscriber_process(admin, count));
+    }
+    let rounds: usize = first.and_then(|a| a.parse().ok()).unwrap_or(3);
+    let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
+    // Pinned before the runtime starts, so every thread inherits it.
+    pin(0);
+    runtime().block_on(bench(rounds, Duration::from_secs(seconds)));
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// The last online CPU (the first is the server's).
+fn last_cpu() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+}
+
+/// Restricts this thread (and every thread it starts later) to `cpu`, with
+/// `taskset` so that the bench needs no unsafe code; without it (or on one
+/// CPU) nothing is pinned and the bench says so.
+fn pin(cpu: usize) {
+    if last_cpu() == 0 {
+        eprintln!("one CPU: nothing pinned");
+        return;
+    }
+    // `taskset -p` on the thread id pins this thread only; threads started
+    // afterwards inherit its mask.
+    let tid = std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
+    let pinned = tid.is_some_and(|tid| {
+        std::process::Command::new("taskset")
+            .args(["-p", "-c", &cpu.to_string(), &tid])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    });
+    if !pinned {
+        eprintln!("taskset failed: nothing pinned to CPU {cpu}");
+    }
+}
+
+/// CPU time (user + system) this process has used so far, from
+/// `/proc/self/stat` (clock ticks, 10 ms each on Linux).
+fn process_cpu() -> Duration {
+    let mut stat = String::new();
+    let read = std::fs::File::open("/proc/self/stat").and_then(|mut f| f.read_to_string(&mut stat));
+    if read.is_err() {
+        return Duration::ZERO;
+    }
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ")".
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+/// One server with its own hub and admin listener.
+struct Lab {
+    hub: Arc<EventHub>,
+    handle: ServerHandle,
+    addr: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Lab {
+    async fn start(hub: EventHub) -> Self {
+        let hub = Arc::new(hub);
+        let server = Server::new(ServerConfig::default().with_observer(hub.clone()));
+        let handle = server.handle();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(server.run(listener));
+        let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let admin = admin_listener.local_addr().expect("addr");
+        let options =
+            AdminOptions::new(handle.clone(), EffectiveConfig::default()).with_events(hub.clone());
+        tokio::spawn(admin::serve_with(
+            admin_listener,
+            options,
+            std::future::pending(),
+        ));
+        Self {
+            hub,
+            handle,
+            addr,
+            admin,
+        }
+    }
+
+    /// Contention with [`SUBSCRIBERS`] subscribers in a child process.
+    async fn loaded(&self, round: Duration) -> (Figures, u64) {
+        let mut child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "subscribe",
+                &self.admin.to_string(),
+                &SUBSCRIBERS.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the subscriber process");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.hub.subscribers() < SUBSCRIBERS {
+            assert!(Instant::now() < deadline, "subscribers did not connect");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let figures = contention(self.addr, round).await;
+        drop(child.stdin.take());
+        let mut line = String::new();
+        let stdout = child.stdout.take().expect("stdout");
+        let _ = BufReader::new(stdout).read_line(&mut line).await;
+        let _ = child.wait().await;
+        (figures, line.trim().parse().unwrap_or(0))
+    }
+}
+
+/// What one contention round measured.
+#[derive(Clone, Copy)]
+struct Figures {
+    grants_per_s: f64,
+    /// The whole bench process's CPU time (server and clients, not the
+    /// subscribers) per grant.
+    cpu_us_per_grant: f64,
+}
+
+async fn bench(rounds: usize, round: Duration) {
+    let before = Lab::start(
+        EventHub::with_batching(BEFORE_BUFFER, KEEPALIVE_INTERVAL, BEFORE).expect("event hub"),
+    )
+    .await;
+    let after = Lab::start(EventHub::new().expect("event hub")).await;
 
     println!(
-        "contention: {CLIENTS} clients taking turns on one lock; {rounds} rounds of {seconds}s per setting, alternating"
+        "contention: {CLIENTS} clients taking turns on one lock, server and clients on CPU 0, \
+         {SUBSCRIBERS} subscribers in another process on CPU {}; {rounds} rounds of {}s per setting, alternating",
+        last_cpu(),
+        round.as_secs()
     );
-    let mut without = Vec::new();
-    let mut with = Vec::new();
+    println!(
+        "round | quiet grants/s  CPU us/grant | before: grants/s  CPU us/grant  MB read | after: grants/s  CPU us/grant  MB read"
+    );
+    let mut rows = Vec::new();
     for r in 0..rounds {
-        let quiet = contention(addr, round).await;
-        without.push(quiet);
-        let subscribers = Subscribers::start(admin_addr, SUBSCRIBERS).await;
-        while hub.subscribers() < SUBSCRIBERS {
-            tokio::task::yield_now().await;
-        }
-        let loaded = contention(addr, round).await;
-        let received = subscribers.stop().await;
-        with.push(loaded);
+        let quiet = contention(before.addr, round).await;
+        let (old, old_bytes) = before.loaded(round).await;
+        let (new, new_bytes) = after.loaded(round).await;
         println!(
-            "round {}: {:>9.0} grants/s without subscribers, {:>9.0} grants/s with {SUBSCRIBERS} (they read {:.1} MB, {} cut off so far)",
+            "{:>5} | {:>14.0} {:>13.1} | {:>16.0} {:>13.1} {:>8.0} | {:>15.0} {:>13.1} {:>8.0}",
             r + 1,
-            quiet,
-            loaded,
-            received as f64 / 1e6,
-            hub.lagged()
+            quiet.grants_per_s,
+            quiet.cpu_us_per_grant,
+            old.grants_per_s,
+            old.cpu_us_per_grant,
+            old_bytes as f64 / 1e6,
+            new.grants_per_s,
+            new.cpu_us_per_grant,
+            new_bytes as f64 / 1e6,
         );
+        rows.push([quiet, old, new]);
     }
-    let median = |v: &mut Vec<f64>| {
+    let median = |pick: &dyn Fn(&[Figures; 3]) -> f64| {
+        let mut v: Vec<f64> = rows.iter().map(pick).collect();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (quiet, loaded) = (median(&mut without), median(&mut with));
-    println!(
-        "median: {quiet:.0} grants/s without, {loaded:.0} grants/s with {SUBSCRIBERS} subscribers: ratio {:.3}",
-        loaded / quiet
-    );
-    handle.shutdown();
+    for (i, what) in ["quiet", "before", "after"].iter().enumerate() {
+        let grants = median(&|row| row[i].grants_per_s);
+        let cpu = median(&|row| row[i].cpu_us_per_grant);
+        let quiet = median(&|row| row[0].grants_per_s);
+        let quiet_cpu = median(&|row| row[0].cpu_us_per_grant);
+        println!(
+            "median {what:>6}: {grants:>7.0} grants/s (ratio {:.3} to quiet), {cpu:.1} us CPU/grant (ratio {:.3}); cut off: before {}, after {}",
+            grants / quiet,
+            cpu / quiet_cpu,
+            before.hub.lagged(),
+            after.hub.lagged(),
+        );
+    }
+    before.handle.shutdown();
+    after.handle.shutdown();
 
     println!("observe: the cost the table's critical section pays per event");
     for round in 0..rounds {
@@ -144,11 +313,13 @@ async fn observe_cost(subscribers: usize) -> f64 {
     elapsed.as_nanos() as f64 / f64::from(OBSERVED)
 }
 
-/// Grants per second over `duration` with [`CLIENTS`] clients taking turns.
-async fn contention(addr: SocketAddr, duration: Duration) -> f64 {
+/// Grants per second over `duration` with [`CLIENTS`] clients taking
+/// turns, and the process's CPU time per grant.
+async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     let grants = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
+    let cpu = process_cpu();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         let (grants, stop) = (grants.clone(), stop.clone());
@@ -176,10 +347,15 @@ async fn contention(addr: SocketAddr, duration: Duration) -> f64 {
     stop.store(true, Ordering::Relaxed);
     let counted = grants.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu);
     for client in clients {
         let _ = client.await;
     }
-    counted as f64 / elapsed.as_secs_f64()
+    let counted = counted.max(1) as f64;
+    Figures {
+        grants_per_s: counted / elapsed.as_secs_f64(),
+        cpu_us_per_grant: cpu.as_secs_f64() * 1e6 / counted,
+    }
 }
 
 /// Reads replies until ACQUIRED (true) or the end of the connection.
@@ -200,48 +376,48 @@ async fn granted(stream: &mut TcpStream) -> bool {
     }
 }
 
-/// Event subscribers reading everything as fast as they can.
-struct Subscribers {
-    tasks: Vec<tokio::task::JoinHandle<u64>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Subscribers {
-    async fn start(admin: SocketAddr, count: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut tasks = Vec::new();
-        for _ in 0..count {
-            let mut stream = TcpStream::connect(admin).await.expect("connect admin");
-            stream
-                .write_all(b"GET /api/events HTTP/1.0\r\nHost: bench\r\n\r\n")
-                .await
-                .expect("request");
-            let stop = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut total = 0u64;
-                let mut chunk = vec![0u8; 64 * 1024];
-                while !stop.load(Ordering::Relaxed) {
-                    match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut chunk))
-                        .await
-                    {
-                        Ok(Ok(0)) | Ok(Err(_)) => break,
-                        Ok(Ok(n)) => total += n as u64,
-                        Err(_) => {}
-                    }
+/// The child process: `count` subscribers reading everything as fast as
+/// they can until stdin closes; then prints the bytes they read.
+async fn subscriber_process(admin: SocketAddr, count: usize) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..count {
+        let mut stream = TcpStream::connect(admin).await.expect("connect admin");
+        stream
+            .write_all(b"GET /api/events HTTP/1.0\r\nHost: bench\r\n\r\n")
+            .await
+            .expect("request");
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut total = 0u64;
+            let mut chunk = vec![0u8; 64 * 1024];
+            while !stop.load(Ordering::Relaxed) {
+                match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut chunk))
+                    .await
+                {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => total += n as u64,
+                    Err(_) => {}
                 }
-                total
-            }));
-        }
-        Self { tasks, stop }
+            }
+            total
+        }));
     }
-
-    /// Closes every subscription; the bytes they read.
-    async fn stop(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut total = 0;
-        for task in self.tasks {
-            total += task.await.unwrap_or(0);
+    // The parent closes stdin to stop; bounded by a minute in any case.
+    let mut stdin = tokio::io::stdin();
+    let mut sink = [0u8; 64];
+    let _ = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(n) = stdin.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
         }
-        total
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.unwrap_or(0);
     }
+    println!("{total}");
 }

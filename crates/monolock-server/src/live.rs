@@ -40,7 +40,7 @@ use axum::{
     http::{HeaderValue, header},
     response::Response,
 };
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -52,16 +52,37 @@ use crate::{Event, Observer, audit::Record};
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The dispatcher gathers events for this long before it sends a batch:
-/// at high churn, one write per subscriber every few milliseconds instead of
-/// one per event, which is most of what many subscribers cost.
-pub const FLUSH_INTERVAL: Duration = Duration::from_millis(5);
+/// at high churn, one write per subscriber every few tens of milliseconds
+/// instead of one per event. Each batch costs the server one task wake-up
+/// and one `write` per subscriber, which is most of what many subscribers
+/// cost; 20 ms is still well under what a person watching a page notices.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 
-/// Batches a subscriber may have queued before it is cut off as `lagged`.
-pub const SUBSCRIBER_BUFFER: usize = 64;
+/// Batches a subscriber may have queued before it is cut off as `lagged`
+/// (at full churn, about [`FLUSH_INTERVAL`] × 16 of slack).
+pub const SUBSCRIBER_BUFFER: usize = 16;
 
 /// A batch is sent once it reaches this size even if more events wait; with
 /// [`SUBSCRIBER_BUFFER`] this bounds a subscriber's memory to about 1 MiB.
-pub const MAX_BATCH_BYTES: usize = 16 * 1024;
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+
+/// How the dispatcher gathers events into batches.
+#[derive(Clone, Copy, Debug)]
+pub struct Batching {
+    /// How long events are gathered after the first one of a batch.
+    pub flush_interval: Duration,
+    /// A batch is sent once it reaches this many bytes.
+    pub max_batch_bytes: usize,
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Self {
+            flush_interval: FLUSH_INTERVAL,
+            max_batch_bytes: MAX_BATCH_BYTES,
+        }
+    }
+}
 
 /// What the dispatcher thread receives.
 enum Msg {
@@ -114,12 +135,25 @@ impl EventHub {
     /// # Errors
     /// The OS refused to start the thread.
     pub fn with_limits(buffer: usize, keepalive: Duration) -> std::io::Result<Self> {
+        Self::with_batching(buffer, keepalive, Batching::default())
+    }
+
+    /// As [`EventHub::with_limits`], with batches gathered as `batching`
+    /// says (the event-stream bench compares settings with it).
+    ///
+    /// # Errors
+    /// The OS refused to start the thread.
+    pub fn with_batching(
+        buffer: usize,
+        keepalive: Duration,
+        batching: Batching,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let lagged = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&lagged);
         std::thread::Builder::new()
             .name("monolock-events".to_owned())
-            .spawn(move || dispatch(&rx, &counter))?;
+            .spawn(move || dispatch(&rx, &counter, batching))?;
         Ok(Self {
             subscribers: Arc::new(AtomicUsize::new(0)),
             lagged,
@@ -213,30 +247,31 @@ impl Drop for Subscription {
 /// The dispatcher thread: drains the channel in order, serialises each
 /// record once, and offers each batch to every subscriber without waiting.
 ///
-/// After the first event of a batch it sleeps for [`FLUSH_INTERVAL`] and
+/// After the first event of a batch it sleeps for the flush interval and
 /// then takes what has queued, rather than waiting on the channel: a waiting
 /// receiver would make every observer (inside the table's critical section)
 /// pay a wake-up syscall per event; a sleeping one costs them a push.
-fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
+fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64, batching: Batching) {
     let mut dispatcher = Dispatcher {
         subscribers: Vec::new(),
-        batch: Vec::with_capacity(MAX_BATCH_BYTES),
+        batch: BytesMut::with_capacity(batching.max_batch_bytes),
         json: Vec::with_capacity(512),
+        max_batch_bytes: batching.max_batch_bytes,
     };
     while let Ok(first) = rx.recv() {
         dispatcher.take(first, lagged);
-        std::thread::sleep(FLUSH_INTERVAL);
+        std::thread::sleep(batching.flush_interval);
         loop {
             match rx.try_recv() {
                 Ok(msg) => dispatcher.take(msg, lagged),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    offer(&mut dispatcher.subscribers, &mut dispatcher.batch, lagged);
+                    dispatcher.offer(lagged);
                     return;
                 }
             }
         }
-        offer(&mut dispatcher.subscribers, &mut dispatcher.batch, lagged);
+        dispatcher.offer(lagged);
     }
     debug!("event hub stopped");
 }
@@ -244,8 +279,10 @@ fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64) {
 /// The dispatcher thread's state.
 struct Dispatcher {
     subscribers: Vec<Subscriber>,
-    batch: Vec<u8>,
+    /// The SSE text gathered so far; sent as one shared [`Bytes`].
+    batch: BytesMut,
     json: Vec<u8>,
+    max_batch_bytes: usize,
 }
 
 impl Dispatcher {
@@ -258,27 +295,34 @@ impl Dispatcher {
                     self.json.pop();
                 }
                 write_event(&mut self.batch, record.event_name(), &self.json);
-                if self.batch.len() >= MAX_BATCH_BYTES {
-                    offer(&mut self.subscribers, &mut self.batch, lagged);
+                if self.batch.len() >= self.max_batch_bytes {
+                    self.offer(lagged);
                 }
             }
             Msg::Subscribe(subscriber) => {
                 // Earlier events go out first: they precede this subscription.
-                offer(&mut self.subscribers, &mut self.batch, lagged);
+                self.offer(lagged);
                 self.subscribers.push(subscriber);
             }
         }
     }
+
+    /// Sends the batch to every subscriber that has room; cuts off those
+    /// that do not and forgets those that left. The batch's buffer itself
+    /// becomes the shared bytes (no copy); each subscriber gets a
+    /// reference to it, never an allocation of its own.
+    fn offer(&mut self, lagged: &AtomicU64) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let bytes = self.batch.split().freeze();
+        self.batch.reserve(self.max_batch_bytes);
+        offer(&mut self.subscribers, &bytes, lagged);
+    }
 }
 
-/// Sends `batch` to every subscriber that has room; cuts off those that do
-/// not and forgets those that left.
-fn offer(subscribers: &mut Vec<Subscriber>, batch: &mut Vec<u8>, lagged: &AtomicU64) {
-    if batch.is_empty() {
-        return;
-    }
-    let bytes = Bytes::copy_from_slice(batch);
-    batch.clear();
+/// Offers `bytes` to every subscriber without waiting.
+fn offer(subscribers: &mut Vec<Subscriber>, bytes: &Bytes, lagged: &AtomicU64) {
     subscribers.retain(|subscriber| match subscriber.tx.try_send(bytes.clone()) {
         Ok(()) => true,
         Err(tokio_mpsc::error::TrySendError::Full(_)) => {
@@ -292,12 +336,12 @@ fn offer(subscribers: &mut Vec<Subscriber>, batch: &mut Vec<u8>, lagged: &Atomic
 
 /// Appends one SSE event. `data` is one line of JSON (serde_json never
 /// writes a raw newline), so one `data:` field carries it.
-fn write_event(out: &mut Vec<u8>, name: &str, data: &[u8]) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\n\n");
+fn write_event(out: &mut impl BufMut, name: &str, data: &[u8]) {
+    out.put_slice(b"event: ");
+    out.put_slice(name.as_bytes());
+    out.put_slice(b"\ndata: ");
+    out.put_slice(data);
+    out.put_slice(b"\n\n");
 }
 
 /// What the stream sends last when a subscriber is cut off.
