@@ -40,19 +40,20 @@ use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream},
 };
+use tokio_util::sync::CancellationToken;
 
 /// Clients contending for the one lock.
 const CLIENTS: usize = 16;
 /// Event subscribers in the loaded rounds.
 const SUBSCRIBERS: usize = 100;
 
-/// The batching before this change: 5 ms windows, 16 KiB batches, 64
-/// batches of buffer per subscriber.
-const BEFORE: Batching = Batching {
-    flush_interval: Duration::from_millis(5),
-    max_batch_bytes: 16 * 1024,
+/// Larger batches, for comparison with the defaults: 20 ms windows, 64 KiB
+/// batches, 16 batches of buffer per subscriber (the same 1 MiB bound).
+const LARGE: Batching = Batching {
+    flush_interval: Duration::from_millis(20),
+    max_batch_bytes: 64 * 1024,
 };
-const BEFORE_BUFFER: usize = 64;
+const LARGE_BUFFER: usize = 16;
 
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -66,14 +67,24 @@ fn main() {
             .next()
             .and_then(|a| a.parse().ok())
             .unwrap_or(SUBSCRIBERS);
-        pin(last_cpu());
+        if let Some(cpu) = args.next().and_then(|a| a.parse().ok()) {
+            pin(cpu);
+        }
         return runtime().block_on(subscriber_process(admin, count));
     }
     let rounds: usize = first.and_then(|a| a.parse().ok()).unwrap_or(3);
     let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
-    // Pinned before the runtime starts, so every thread inherits it.
-    pin(0);
-    runtime().block_on(bench(rounds, Duration::from_secs(seconds)));
+    // Learnt before pinning narrows what this process may use.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let subscriber_cpu = if cpus > 1 {
+        // Pinned before the runtime starts, so every thread inherits it.
+        pin(0);
+        Some(cpus - 1)
+    } else {
+        eprintln!("one CPU: nothing pinned");
+        None
+    };
+    runtime().block_on(bench(rounds, Duration::from_secs(seconds), subscriber_cpu));
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -83,19 +94,10 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// The last online CPU (the first is the server's).
-fn last_cpu() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
-}
-
 /// Restricts this thread (and every thread it starts later) to `cpu`, with
-/// `taskset` so that the bench needs no unsafe code; without it (or on one
-/// CPU) nothing is pinned and the bench says so.
+/// `taskset` so that the bench needs no unsafe code; without it nothing is
+/// pinned and the bench says so.
 fn pin(cpu: usize) {
-    if last_cpu() == 0 {
-        eprintln!("one CPU: nothing pinned");
-        return;
-    }
     // `taskset -p` on the thread id pins this thread only; threads started
     // afterwards inherit its mask.
     let tid = std::fs::read_link("/proc/thread-self")
@@ -141,10 +143,12 @@ struct Lab {
     handle: ServerHandle,
     addr: SocketAddr,
     admin: SocketAddr,
+    /// Where the subscriber process runs, if pinned.
+    subscriber_cpu: Option<usize>,
 }
 
 impl Lab {
-    async fn start(hub: EventHub) -> Self {
+    async fn start(hub: EventHub, subscriber_cpu: Option<usize>) -> Self {
         let hub = Arc::new(hub);
         let server = Server::new(ServerConfig::default().with_observer(hub.clone()));
         let handle = server.handle();
@@ -165,6 +169,26 @@ impl Lab {
             handle,
             addr,
             admin,
+            subscriber_cpu,
+        }
+    }
+
+    /// Contention with [`SUBSCRIBERS`] subscribers as tasks of this process
+    /// (the layout of this bench before: readers and server share the CPU).
+    async fn loaded_here(&self, round: Duration) -> (Figures, u64) {
+        let stop = CancellationToken::new();
+        let subscribers = tokio::spawn(subscribe(self.admin, SUBSCRIBERS, stop.clone()));
+        self.wait_for_subscribers().await;
+        let figures = contention(self.addr, round).await;
+        stop.cancel();
+        (figures, subscribers.await.unwrap_or(0))
+    }
+
+    async fn wait_for_subscribers(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.hub.subscribers() < SUBSCRIBERS {
+            assert!(Instant::now() < deadline, "subscribers did not connect");
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -176,16 +200,13 @@ impl Lab {
                 &self.admin.to_string(),
                 &SUBSCRIBERS.to_string(),
             ])
+            .args(self.subscriber_cpu.map(|cpu| cpu.to_string()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .expect("start the subscriber process");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.hub.subscribers() < SUBSCRIBERS {
-            assert!(Instant::now() < deadline, "subscribers did not connect");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.wait_for_subscribers().await;
         let figures = contention(self.addr, round).await;
         drop(child.stdin.take());
         let mut line = String::new();
@@ -205,59 +226,71 @@ struct Figures {
     cpu_us_per_grant: f64,
 }
 
-async fn bench(rounds: usize, round: Duration) {
-    let before = Lab::start(
-        EventHub::with_batching(BEFORE_BUFFER, KEEPALIVE_INTERVAL, BEFORE).expect("event hub"),
+async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
+    let before = Lab::start(EventHub::new().expect("event hub"), subscriber_cpu).await;
+    let after = Lab::start(
+        EventHub::with_batching(LARGE_BUFFER, KEEPALIVE_INTERVAL, LARGE).expect("event hub"),
+        subscriber_cpu,
     )
     .await;
-    let after = Lab::start(EventHub::new().expect("event hub")).await;
 
     println!(
         "contention: {CLIENTS} clients taking turns on one lock, server and clients on CPU 0, \
          {SUBSCRIBERS} subscribers in another process on CPU {}; {rounds} rounds of {}s per setting, alternating",
-        last_cpu(),
+        subscriber_cpu.map_or_else(|| "any (not pinned)".to_owned(), |cpu| cpu.to_string()),
         round.as_secs()
     );
-    println!(
-        "round | quiet grants/s  CPU us/grant | before: grants/s  CPU us/grant  MB read | after: grants/s  CPU us/grant  MB read"
-    );
+    const SETTINGS: [&str; 4] = [
+        "no subscriber",
+        "100 in-process, 16 KiB batches",
+        "100 in a child, 16 KiB batches",
+        "100 in a child, 64 KiB batches",
+    ];
+    println!("settings: {}", SETTINGS.join(" | "));
     let mut rows = Vec::new();
     for r in 0..rounds {
         let quiet = contention(before.addr, round).await;
-        let (old, old_bytes) = before.loaded(round).await;
-        let (new, new_bytes) = after.loaded(round).await;
-        println!(
-            "{:>5} | {:>14.0} {:>13.1} | {:>16.0} {:>13.1} {:>8.0} | {:>15.0} {:>13.1} {:>8.0}",
-            r + 1,
-            quiet.grants_per_s,
-            quiet.cpu_us_per_grant,
-            old.grants_per_s,
-            old.cpu_us_per_grant,
-            old_bytes as f64 / 1e6,
-            new.grants_per_s,
-            new.cpu_us_per_grant,
-            new_bytes as f64 / 1e6,
-        );
-        rows.push([quiet, old, new]);
+        let (here, here_bytes) = before.loaded_here(round).await;
+        let (child, child_bytes) = before.loaded(round).await;
+        let (big, big_bytes) = after.loaded(round).await;
+        let row = [quiet, here, child, big];
+        let bytes = [0, here_bytes, child_bytes, big_bytes];
+        let cells: Vec<String> = row
+            .iter()
+            .zip(bytes)
+            .map(|(f, b)| {
+                format!(
+                    "{:>6.0}/s {:>5.1} us {:>5.0} MB",
+                    f.grants_per_s,
+                    f.cpu_us_per_grant,
+                    b as f64 / 1e6
+                )
+            })
+            .collect();
+        println!("round {}: {}", r + 1, cells.join(" | "));
+        rows.push(row);
     }
-    let median = |pick: &dyn Fn(&[Figures; 3]) -> f64| {
+    let median = |pick: &dyn Fn(&[Figures; 4]) -> f64| {
         let mut v: Vec<f64> = rows.iter().map(pick).collect();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    for (i, what) in ["quiet", "before", "after"].iter().enumerate() {
+    let quiet = median(&|row| row[0].grants_per_s);
+    let quiet_cpu = median(&|row| row[0].cpu_us_per_grant);
+    for (i, what) in SETTINGS.iter().enumerate() {
         let grants = median(&|row| row[i].grants_per_s);
         let cpu = median(&|row| row[i].cpu_us_per_grant);
-        let quiet = median(&|row| row[0].grants_per_s);
-        let quiet_cpu = median(&|row| row[0].cpu_us_per_grant);
         println!(
-            "median {what:>6}: {grants:>7.0} grants/s (ratio {:.3} to quiet), {cpu:.1} us CPU/grant (ratio {:.3}); cut off: before {}, after {}",
+            "median, {what:<31}: {grants:>6.0} grants/s (ratio {:.3}), {cpu:>5.1} us CPU/grant (ratio {:.3})",
             grants / quiet,
             cpu / quiet_cpu,
-            before.hub.lagged(),
-            after.hub.lagged(),
         );
     }
+    println!(
+        "subscribers cut off: {} (16 KiB), {} (64 KiB)",
+        before.hub.lagged(),
+        after.hub.lagged()
+    );
     before.handle.shutdown();
     after.handle.shutdown();
 
@@ -376,10 +409,28 @@ async fn granted(stream: &mut TcpStream) -> bool {
     }
 }
 
-/// The child process: `count` subscribers reading everything as fast as
-/// they can until stdin closes; then prints the bytes they read.
+/// The child process: [`subscribe`] until stdin closes (bounded by a
+/// minute in any case); then prints the bytes read.
 async fn subscriber_process(admin: SocketAddr, count: usize) {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = CancellationToken::new();
+    let subscribers = tokio::spawn(subscribe(admin, count, stop.clone()));
+    let mut stdin = tokio::io::stdin();
+    let mut sink = [0u8; 64];
+    let _ = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Ok(n) = stdin.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+    stop.cancel();
+    println!("{}", subscribers.await.unwrap_or(0));
+}
+
+/// `count` subscribers reading everything as fast as they can until `stop`;
+/// the bytes they read.
+async fn subscribe(admin: SocketAddr, count: usize, stop: CancellationToken) -> u64 {
     let mut tasks = Vec::new();
     for _ in 0..count {
         let mut stream = TcpStream::connect(admin).await.expect("connect admin");
@@ -391,33 +442,21 @@ async fn subscriber_process(admin: SocketAddr, count: usize) {
         tasks.push(tokio::spawn(async move {
             let mut total = 0u64;
             let mut chunk = vec![0u8; 64 * 1024];
-            while !stop.load(Ordering::Relaxed) {
-                match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut chunk))
-                    .await
-                {
-                    Ok(Ok(0)) | Ok(Err(_)) => break,
-                    Ok(Ok(n)) => total += n as u64,
-                    Err(_) => {}
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    read = stream.read(&mut chunk) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => total += n as u64,
+                    },
                 }
             }
             total
         }));
     }
-    // The parent closes stdin to stop; bounded by a minute in any case.
-    let mut stdin = tokio::io::stdin();
-    let mut sink = [0u8; 64];
-    let _ = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Ok(n) = stdin.read(&mut sink).await {
-            if n == 0 {
-                break;
-            }
-        }
-    })
-    .await;
-    stop.store(true, Ordering::Relaxed);
     let mut total = 0;
     for task in tasks {
         total += task.await.unwrap_or(0);
     }
-    println!("{total}");
+    total
 }

@@ -52,19 +52,19 @@ use crate::{Event, Observer, audit::Record};
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The dispatcher gathers events for this long before it sends a batch:
-/// at high churn, one write per subscriber every few tens of milliseconds
-/// instead of one per event. Each batch costs the server one task wake-up
-/// and one `write` per subscriber, which is most of what many subscribers
-/// cost; 20 ms is still well under what a person watching a page notices.
-pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
+/// at high churn, one write per subscriber every few milliseconds instead of
+/// one per event, which is most of what many subscribers cost.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(5);
 
-/// Batches a subscriber may have queued before it is cut off as `lagged`
-/// (at full churn, about [`FLUSH_INTERVAL`] × 16 of slack).
-pub const SUBSCRIBER_BUFFER: usize = 16;
+/// Batches a subscriber may have queued before it is cut off as `lagged`.
+pub const SUBSCRIBER_BUFFER: usize = 64;
 
 /// A batch is sent once it reaches this size even if more events wait; with
 /// [`SUBSCRIBER_BUFFER`] this bounds a subscriber's memory to about 1 MiB.
-pub const MAX_BATCH_BYTES: usize = 64 * 1024;
+/// Larger batches (64 KiB) save little CPU and cost grant throughput: one
+/// batch written to 100 sockets is a burst the server's other tasks wait
+/// behind (BENCHMARKS.md, live event subscribers).
+pub const MAX_BATCH_BYTES: usize = 16 * 1024;
 
 /// How the dispatcher gathers events into batches.
 #[derive(Clone, Copy, Debug)]
