@@ -4,11 +4,7 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-    sync::mpsc,
-};
+use std::process::{Command, Stdio};
 
 use common::{MONOLOCK, PATIENCE, ServerProcess, acquire};
 use monolock_proto::ServerFrame;
@@ -171,16 +167,7 @@ fn events_follow_every_change_with_names_escaped() {
         .stderr(Stdio::null())
         .spawn()
         .expect("run monolock events");
-    let stdout = events.stdout.take().expect("stdout");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let lines = common::lines_of(&mut events);
     let next_line = || {
         lines
             .recv_timeout(PATIENCE)

@@ -5,10 +5,8 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    sync::mpsc,
+    process::{Command, Output, Stdio},
 };
 
 use common::{MONOLOCK, PATIENCE, ServerProcess};
@@ -91,21 +89,6 @@ impl Lab {
     }
 }
 
-/// A child's stdout, line by line, through a channel.
-fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().expect("stdout");
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    lines
-}
-
 /// Asserts a failed command printed exactly one line containing `says`.
 fn fails_with_one_line(output: &Output, code: i32, says: &str) {
     let stderr = text(&output.stderr);
@@ -128,7 +111,7 @@ fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
         .stderr(Stdio::null())
         .spawn()
         .expect("run monolock events");
-    let event_lines = lines_of(&mut events);
+    let event_lines = common::lines_of(&mut events);
     let next_event = || {
         event_lines
             .recv_timeout(PATIENCE)

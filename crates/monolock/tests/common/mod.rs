@@ -172,3 +172,19 @@ pub fn acquire(addr: SocketAddr, name: &str) -> (TcpStream, ServerFrame) {
     let reply = read_frame(&mut stream);
     (stream, reply)
 }
+
+/// A child's stdout, line by line, through a channel (read by a thread, so
+/// a test can wait for a line with a timeout).
+pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    lines
+}
