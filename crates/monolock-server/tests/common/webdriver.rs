@@ -95,8 +95,21 @@ impl Browser {
         browser
     }
 
-    /// One WebDriver command; returns its `value`.
+    /// One WebDriver command; returns its `value` (a WebDriver error fails
+    /// the test).
     async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+        self.try_call(method, path, body)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// One WebDriver command; its `value`, or the WebDriver error.
+    async fn try_call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, String> {
         let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let request = Request::builder()
@@ -120,9 +133,9 @@ impl Browser {
             .expect("WebDriver answers in time");
         let value = answer["value"].clone();
         if let Some(error) = value.get("error") {
-            panic!("WebDriver {path}: {error}: {}", value["message"]);
+            return Err(format!("WebDriver {path}: {error}: {}", value["message"]));
         }
-        value
+        Ok(value)
     }
 
     fn at(&self, path: &str) -> String {
@@ -183,15 +196,27 @@ impl Browser {
             .to_owned()
     }
 
-    /// A real click on the element matching `selector`.
+    /// A real click on the element matching `selector`. The page redraws
+    /// its rows as events arrive, so an element found a moment ago may be
+    /// replaced before the click lands ("stale element reference"): then
+    /// the element is found again, within the browser's patience.
     pub async fn click(&self, selector: &str) {
-        let element = self.find(selector).await;
-        self.call(
-            Method::POST,
-            &self.at(&format!("/element/{element}/click")),
-            Some(json!({})),
-        )
-        .await;
+        let deadline = Instant::now() + BROWSER_PATIENCE;
+        loop {
+            let element = self.find(selector).await;
+            let clicked = self
+                .try_call(
+                    Method::POST,
+                    &self.at(&format!("/element/{element}/click")),
+                    Some(json!({})),
+                )
+                .await;
+            match clicked {
+                Ok(_) => return,
+                Err(error) if error.contains("stale element") && Instant::now() < deadline => {}
+                Err(error) => panic!("{error}"),
+            }
+        }
     }
 
     /// Types `text` into the element matching `selector`.
