@@ -40,6 +40,12 @@ struct Args {
     /// Acquires per client.
     #[arg(long, default_value_t = Params::small().acquires)]
     acquires: u8,
+    /// Abandon fraction, in thousandths of the lease.
+    #[arg(long, default_value_t = Params::small().fraction)]
+    fraction: u32,
+    /// Client clock drift, in thousandths (its deadline falls this much later).
+    #[arg(long, default_value_t = Params::small().drift)]
+    drift: u32,
     /// Check only this known mistake (the variant's name).
     #[arg(long)]
     mistake: Option<String>,
@@ -100,6 +106,8 @@ fn main() -> ExitCode {
         pauses: args.pauses,
         restarts: args.restarts,
         stalls: args.stalls,
+        fraction: args.fraction,
+        drift: args.drift,
         acquires: args.acquires,
         second: args.lease,
         ..Params::small()
@@ -130,7 +138,15 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         };
     }
-    let shipped = run("protocol as shipped (f = 0.8, no drift)", &base);
+    let shipped = run(
+        &format!(
+            "protocol (f = {}/1000, drift {}/1000: abandon after {} ticks)",
+            base.fraction,
+            base.drift,
+            base.abandon_after()
+        ),
+        &base,
+    );
     if args.only_shipped {
         return if shipped {
             ExitCode::SUCCESS
