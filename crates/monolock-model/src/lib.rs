@@ -11,14 +11,15 @@
 //! dependency. Breadth-first search over a hash set of states is a page of
 //! code, and it gives shortest counterexamples.
 //!
-//! The model: one server and two clients on one lock, each client with its
+//! The model: one server and two or three clients on one lock, each with its
 //! own TCP connection (two FIFO channels, every message delivered within
 //! `max_delay` ticks of being sent), heartbeats on the shipped schedule
 //! (any interval between the floor and a quarter lease, at most one in
 //! flight), client pauses (no I/O while the clock runs), server restarts
 //! (the process: clients see their connections reset; or the machine: they
 //! see nothing) with today's token rule, and client clocks that run slow by
-//! up to `drift`. See docs/safety.md for the mapping to the code.
+//! up to `drift`, and uplinks that may stall for good. See docs/safety.md
+//! for the mapping to the code and for the checker's reductions.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,6 +1,7 @@
 //! The protocol as a transition system over integer ticks.
 
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// A known mistake the model can be switched to, to show the checker finds
 /// what the simulation finds.
@@ -14,6 +15,15 @@ pub enum Variant {
     DeadlineFromReceive,
     /// Promotion does not skip a waiter whose lease ran out.
     PromoteExpiredWaiter,
+}
+
+impl Variant {
+    /// The known mistakes.
+    pub const ALL: [Self; 3] = [
+        Self::PushConfirmsHeartbeat,
+        Self::DeadlineFromReceive,
+        Self::PromoteExpiredWaiter,
+    ];
 }
 
 /// The model's parameters, in ticks and thousandths.
@@ -30,10 +40,15 @@ pub struct Params {
     pub drift: u32,
     /// Ticks explored.
     pub horizon: u32,
+    /// Clients, each on its own connection (2 or 3).
+    pub clients: u8,
     /// Pauses each client may take (no I/O; its clock runs on).
     pub pauses: u8,
     /// Server restarts.
     pub restarts: u8,
+    /// Uplinks that may stall for good (segments dropped: the connection
+    /// lives on in both ends but nothing more reaches the server on it).
+    pub stalls: u8,
     /// Acquires each client may make.
     pub acquires: u8,
     /// Ticks per wall-clock second, for the token epoch.
@@ -54,8 +69,10 @@ impl Params {
             fraction: 800,
             drift: 0,
             horizon: 10,
+            clients: 2,
             pauses: 1,
             restarts: 0,
+            stalls: 0,
             acquires: 1,
             second: 5,
             variant: Variant::Correct,
@@ -74,19 +91,19 @@ impl Params {
     }
 
     /// Ticks from `S` to the client's deadline, in real time: `f x lease`,
-    /// stretched by the client's slow clock, rounded down (the client acts
-    /// on the tick its clock reaches the deadline).
+    /// stretched by the client's slow clock, rounded up: at an integer
+    /// tick `t`, `t < S + x` exactly when `t < S + ceil(x)`, so the client
+    /// believes on every tick it really believes on (rounding down, as an
+    /// earlier version did, ended beliefs early and inflated the margins).
     pub fn abandon_after(&self) -> u32 {
         let scaled =
             u64::from(self.lease) * u64::from(self.fraction) * (1000 + u64::from(self.drift));
-        u32::try_from(scaled / 1_000_000).unwrap_or(u32::MAX)
+        u32::try_from(scaled.div_ceil(1_000_000)).unwrap_or(u32::MAX)
     }
 }
 
-pub(crate) const CLIENTS: usize = 2;
-
 /// Client to server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Up {
     Acquire,
     Heartbeat,
@@ -94,7 +111,7 @@ pub(crate) enum Up {
 }
 
 /// Server to client.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Down {
     Waiting,
     Acquired(u32),
@@ -102,14 +119,14 @@ pub(crate) enum Down {
 }
 
 /// A message in flight: the connection it belongs to, when it was sent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Msg<T> {
     pub(crate) conn: u8,
     pub(crate) sent: u32,
     pub(crate) body: T,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Phase {
     Idle,
     Unanswered,
@@ -117,7 +134,7 @@ pub(crate) enum Phase {
     Held { token: u32, process: u8 },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Client {
     pub(crate) phase: Phase,
     pub(crate) conn: u8,
@@ -127,13 +144,28 @@ pub(crate) struct Client {
     pub(crate) confirmed: u32,
     pub(crate) last_send: u32,
     pub(crate) paused: bool,
+    /// The uplink of this connection is stalled for good.
+    pub(crate) stalled: bool,
     pub(crate) pauses_left: u8,
     pub(crate) acquires_left: u8,
     pub(crate) up: Vec<Msg<Up>>,
     pub(crate) down: Vec<Msg<Down>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+impl Client {
+    /// Back to idle. The send instants mean nothing until the next acquire
+    /// sets them, so they are cleared: states that differ only there are
+    /// one state (a sound reduction, the variables being dead).
+    fn go_idle(&mut self) {
+        self.phase = Phase::Idle;
+        self.in_flight = None;
+        self.confirmed = 0;
+        self.last_send = 0;
+        self.down.clear();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct Session {
     pub(crate) conn: u8,
     pub(crate) last_seen: u32,
@@ -142,7 +174,7 @@ pub(crate) struct Session {
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Server {
-    pub(crate) sessions: [Option<Session>; CLIENTS],
+    pub(crate) sessions: Vec<Option<Session>>,
     pub(crate) queue: Vec<u8>,
     pub(crate) holder: Option<u8>,
     pub(crate) last_token: u32,
@@ -156,9 +188,11 @@ pub(crate) struct Server {
 pub struct State {
     pub(crate) now: u32,
     pub(crate) server: Server,
-    pub(crate) clients: [Client; CLIENTS],
+    pub(crate) clients: Vec<Client>,
     /// Every token issued is above this.
     pub(crate) max_token: u32,
+    /// Stalls still allowed.
+    pub(crate) stalls_left: u8,
     /// A broken rule seen on the way here (tokens, FIFO).
     pub(crate) broken: Option<&'static str>,
 }
@@ -176,6 +210,8 @@ pub enum Step {
     Acquire(usize),
     /// A client stopped, or resumed.
     Pause(usize),
+    /// A client's uplink stalled for good.
+    Stall(usize),
     /// The server process restarted (machine: without resetting peers).
     Restart {
         /// True: the machine, no reset reaches the clients.
@@ -193,6 +229,7 @@ impl fmt::Display for Step {
             Self::Heartbeat(c) => write!(f, "c{c} heartbeats"),
             Self::Acquire(c) => write!(f, "c{c} acquires"),
             Self::Pause(c) => write!(f, "c{c} pauses or resumes"),
+            Self::Stall(c) => write!(f, "c{c}'s uplink stalls"),
             Self::Restart { machine } => write!(f, "server restarts (machine: {machine})"),
             Self::Tick => write!(f, "tick"),
         }
@@ -208,6 +245,7 @@ impl State {
             confirmed: 0,
             last_send: 0,
             paused: false,
+            stalled: false,
             pauses_left: p.pauses,
             acquires_left: p.acquires,
             up: Vec::new(),
@@ -216,7 +254,7 @@ impl State {
         Self {
             now: 0,
             server: Server {
-                sessions: [None; CLIENTS],
+                sessions: vec![None; usize::from(p.clients)],
                 queue: Vec::new(),
                 holder: None,
                 last_token: 0,
@@ -224,8 +262,9 @@ impl State {
                 process: 0,
                 restarts_left: p.restarts,
             },
-            clients: [client.clone(), client],
+            clients: vec![client; usize::from(p.clients)],
             max_token: 0,
+            stalls_left: p.stalls,
             broken: None,
         }
     }
@@ -248,20 +287,70 @@ impl State {
         if let Some(broken) = self.broken {
             return Some(broken.to_owned());
         }
-        let (a, b) = (self.believes(p, 0), self.believes(p, 1));
-        match (a, b) {
-            (Some((ta, pa)), Some((tb, pb))) if pa == pb => Some(format!(
-                "both clients believe they hold the lock (tokens {ta} and {tb}) at tick {}",
-                self.now
-            )),
-            _ => None,
+        let believers: Vec<(u32, u8)> = (0..self.clients.len())
+            .filter_map(|c| self.believes(p, c))
+            .collect();
+        for (i, (ta, pa)) in believers.iter().enumerate() {
+            for (tb, pb) in &believers[i + 1..] {
+                if pa == pb {
+                    return Some(format!(
+                        "two clients believe they hold the lock (tokens {ta} and {tb}) at tick {}",
+                        self.now
+                    ));
+                }
+            }
         }
+        None
+    }
+
+    /// A 64-bit fingerprint of the state up to a renaming of the clients.
+    ///
+    /// Clients are identical processes, and nothing the server does
+    /// depends on their numbers except through the queue and the holder,
+    /// which are renamed with them; the rules are symmetric too. So the
+    /// clients are sorted (each with its server session) and the queue and
+    /// holder renamed before hashing: states that differ only by a
+    /// renaming share one fingerprint, and the search visits one of them.
+    pub(crate) fn fingerprint(&self) -> u64 {
+        let n = self.clients.len();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| {
+            (&self.clients[a], &self.server.sessions[a])
+                .cmp(&(&self.clients[b], &self.server.sessions[b]))
+        });
+        let mut rename = [0u8; 8];
+        for (new, &old) in order.iter().enumerate() {
+            rename[old] = new as u8;
+        }
+        let mut h = DefaultHasher::new();
+        self.now.hash(&mut h);
+        self.max_token.hash(&mut h);
+        self.stalls_left.hash(&mut h);
+        self.broken.hash(&mut h);
+        let server = &self.server;
+        (
+            server.last_token,
+            server.last_grant,
+            server.process,
+            server.restarts_left,
+        )
+            .hash(&mut h);
+        server.holder.map(|c| rename[usize::from(c)]).hash(&mut h);
+        server.queue.len().hash(&mut h);
+        for w in &server.queue {
+            rename[usize::from(*w)].hash(&mut h);
+        }
+        for &old in &order {
+            self.clients[old].hash(&mut h);
+            server.sessions[old].hash(&mut h);
+        }
+        h.finish()
     }
 
     /// Every state one step away.
     pub(crate) fn successors(&self, p: &Params, out: &mut Vec<(Step, State)>) {
-        for c in 0..CLIENTS {
-            if !self.clients[c].up.is_empty() {
+        for c in 0..self.clients.len() {
+            if !self.clients[c].up.is_empty() && !self.clients[c].stalled {
                 let mut next = self.clone();
                 next.server_reads(p, c);
                 out.push((Step::ServerReads(c), next));
@@ -286,6 +375,13 @@ impl State {
                 let mut next = self.clone();
                 next.toggle_pause(p, c);
                 out.push((Step::Pause(c), next));
+            }
+            if self.stalls_left > 0 && client.phase != Phase::Idle && !client.stalled {
+                let mut next = self.clone();
+                next.stalls_left -= 1;
+                next.clients[c].stalled = true;
+                next.clients[c].up.clear();
+                out.push((Step::Stall(c), next));
             }
         }
         // Today's token rule holds across a restart only more than a second
@@ -337,6 +433,9 @@ impl State {
 
     fn send_up(&mut self, c: usize, body: Up) {
         let client = &mut self.clients[c];
+        if client.stalled {
+            return;
+        }
         let conn = client.conn;
         client.up.push(Msg {
             conn,
@@ -359,6 +458,9 @@ impl State {
         let client = &mut self.clients[c];
         client.acquires_left -= 1;
         client.conn += 1;
+        // A new connection: the stalled one's bytes never arrive.
+        client.stalled = false;
+        client.up.clear();
         client.phase = Phase::Unanswered;
         client.in_flight = Some(now);
         client.confirmed = now;
@@ -397,9 +499,7 @@ impl State {
     fn abandon(&mut self, c: usize) {
         self.send_up(c, Up::Close);
         let client = &mut self.clients[c];
-        client.phase = Phase::Idle;
-        client.in_flight = None;
-        client.down.clear();
+        client.go_idle();
     }
 
     fn client_reads(&mut self, p: &Params, c: usize) {
@@ -421,11 +521,7 @@ impl State {
             None => false,
         };
         match (msg.body, client.phase) {
-            (Down::Closed, _) => {
-                client.phase = Phase::Idle;
-                client.in_flight = None;
-                client.down.clear();
-            }
+            (Down::Closed, _) => client.go_idle(),
             (Down::Waiting, Phase::Unanswered | Phase::Waiting) => {
                 confirm(client);
                 client.phase = Phase::Waiting;
@@ -531,7 +627,7 @@ impl State {
     }
 
     fn restart(&mut self, machine: bool) {
-        for c in 0..CLIENTS {
+        for c in 0..self.clients.len() {
             if let Some(session) = self.server.sessions[c].take()
                 && !machine
             {
@@ -549,7 +645,7 @@ impl State {
     fn tick(&mut self, p: &Params) {
         self.now += 1;
         // The lease wheel: expired at `last_seen + lease`, never earlier.
-        for c in 0..CLIENTS {
+        for c in 0..self.clients.len() {
             if let Some(session) = self.server.sessions[c]
                 && session.last_seen + p.lease <= self.now
             {
@@ -557,7 +653,7 @@ impl State {
                 self.send_down(c, session.conn, Down::Closed);
             }
         }
-        for c in 0..CLIENTS {
+        for c in 0..self.clients.len() {
             if !self.clients[c].paused {
                 self.check_deadline(p, c);
             }
