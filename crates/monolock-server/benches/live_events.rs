@@ -5,12 +5,15 @@
 //! real sockets, in alternating rounds of one run.
 //!
 //! The subscribers run in a child process (this binary again, `subscribe
-//! ADDR COUNT`) pinned to the last CPU, and the server and its contending
-//! clients are pinned to the first, as `monolock-bench` pins its load
-//! generator: what is measured is the server's own work, not the readers'.
-//! The loaded setting runs twice per round, once against a server whose
-//! event hub batches as before this change (5 ms, 16 KiB) and once with the
-//! current defaults, so before and after sit side by side in one run.
+//! ADDR COUNT CPU PATH`) pinned to the last CPU, and the server and its
+//! contending clients are pinned to the first, as `monolock-bench` pins its
+//! load generator: what is measured is the server's own work, not the
+//! readers'. Each round runs every setting once, in this order: no
+//! subscriber; no subscriber again (the two quiet figures are the noise
+//! band any difference must leave to count); 100 subscribers with the
+//! defaults; 100 with larger batches (20 ms, 64 KiB); 100 in the server's
+//! own process; 100 following `?match=` a pattern the contended lock does
+//! not match (filtered on the server).
 //!
 //! Then what the protocol path itself pays: the time of one
 //! `EventHub::observe` (called inside the lock table's critical section for
@@ -55,6 +58,11 @@ const LARGE: Batching = Batching {
 };
 const LARGE_BUFFER: usize = 16;
 
+/// Every event of every lock.
+const ALL_EVENTS: &str = "/api/events";
+/// Events of locks the contended one is not: the server filters them all.
+const OTHER_EVENTS: &str = "/api/events?match=other%2F*";
+
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let first = args.next();
@@ -70,7 +78,8 @@ fn main() {
         if let Some(cpu) = args.next().and_then(|a| a.parse().ok()) {
             pin(cpu);
         }
-        return runtime().block_on(subscriber_process(admin, count));
+        let path = args.next().unwrap_or_else(|| ALL_EVENTS.to_owned());
+        return runtime().block_on(subscriber_process(admin, count, path));
     }
     let rounds: usize = first.and_then(|a| a.parse().ok()).unwrap_or(3);
     let seconds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(3);
@@ -137,6 +146,27 @@ fn process_cpu() -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
+/// Busy time of all CPUs so far: the first line of `/proc/stat` (clock
+/// ticks of 10 ms) less idle and iowait.
+fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat.lines().next().map_or(Vec::new(), |line| {
+        line.split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect()
+    });
+    // user nice system idle iowait irq softirq steal (guest is within user)
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    Duration::from_millis(busy * 10)
+}
+
 /// One server with its own hub and admin listener.
 struct Lab {
     hub: Arc<EventHub>,
@@ -177,7 +207,12 @@ impl Lab {
     /// (the layout of this bench before: readers and server share the CPU).
     async fn loaded_here(&self, round: Duration) -> (Figures, u64) {
         let stop = CancellationToken::new();
-        let subscribers = tokio::spawn(subscribe(self.admin, SUBSCRIBERS, stop.clone()));
+        let subscribers = tokio::spawn(subscribe(
+            self.admin,
+            SUBSCRIBERS,
+            ALL_EVENTS.to_owned(),
+            stop.clone(),
+        ));
         self.wait_for_subscribers().await;
         let figures = contention(self.addr, round).await;
         stop.cancel();
@@ -192,15 +227,20 @@ impl Lab {
         }
     }
 
-    /// Contention with [`SUBSCRIBERS`] subscribers in a child process.
-    async fn loaded(&self, round: Duration) -> (Figures, u64) {
+    /// Contention with [`SUBSCRIBERS`] subscribers to `path` in a child
+    /// process.
+    async fn loaded(&self, round: Duration, path: &str) -> (Figures, u64) {
+        let cpu = self
+            .subscriber_cpu
+            .map_or_else(|| "any".to_owned(), |cpu| cpu.to_string());
         let mut child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
             .args([
                 "subscribe",
                 &self.admin.to_string(),
                 &SUBSCRIBERS.to_string(),
+                &cpu,
+                path,
             ])
-            .args(self.subscriber_cpu.map(|cpu| cpu.to_string()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -224,11 +264,14 @@ struct Figures {
     /// The whole bench process's CPU time (server and clients, not the
     /// subscribers) per grant.
     cpu_us_per_grant: f64,
+    /// Every CPU's busy time per grant (`/proc/stat`): the above, the
+    /// subscribers, and the kernel's work on behalf of either.
+    machine_us_per_grant: f64,
 }
 
 async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
-    let before = Lab::start(EventHub::new().expect("event hub"), subscriber_cpu).await;
-    let after = Lab::start(
+    let current = Lab::start(EventHub::new().expect("event hub"), subscriber_cpu).await;
+    let larger = Lab::start(
         EventHub::with_batching(LARGE_BUFFER, KEEPALIVE_INTERVAL, LARGE).expect("event hub"),
         subscriber_cpu,
     )
@@ -240,59 +283,77 @@ async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
         subscriber_cpu.map_or_else(|| "any (not pinned)".to_owned(), |cpu| cpu.to_string()),
         round.as_secs()
     );
-    const SETTINGS: [&str; 4] = [
+    const SETTINGS: [&str; 6] = [
         "no subscriber",
-        "100 in-process, 16 KiB batches",
-        "100 in a child, 16 KiB batches",
-        "100 in a child, 64 KiB batches",
+        "no subscriber, again",
+        "100 in a child, defaults",
+        "100 in a child, 20 ms/64 KiB",
+        "100 in-process, defaults",
+        "100 in a child, ?match= other",
     ];
     println!("settings: {}", SETTINGS.join(" | "));
+    println!(
+        "each cell: grants/s, bench process CPU us/grant, whole machine CPU us/grant, MB read"
+    );
     let mut rows = Vec::new();
     for r in 0..rounds {
-        let quiet = contention(before.addr, round).await;
-        let (here, here_bytes) = before.loaded_here(round).await;
-        let (child, child_bytes) = before.loaded(round).await;
-        let (big, big_bytes) = after.loaded(round).await;
-        let row = [quiet, here, child, big];
-        let bytes = [0, here_bytes, child_bytes, big_bytes];
+        let quiet = (contention(current.addr, round).await, 0);
+        let again = (contention(current.addr, round).await, 0);
+        let child = current.loaded(round, ALL_EVENTS).await;
+        let large = larger.loaded(round, ALL_EVENTS).await;
+        let here = current.loaded_here(round).await;
+        let filtered = current.loaded(round, OTHER_EVENTS).await;
+        let row = [quiet, again, child, large, here, filtered];
         let cells: Vec<String> = row
             .iter()
-            .zip(bytes)
-            .map(|(f, b)| {
+            .map(|(f, bytes)| {
                 format!(
-                    "{:>6.0}/s {:>5.1} us {:>5.0} MB",
+                    "{:>6.0}/s {:>5.1} {:>5.1} us {:>5.0} MB",
                     f.grants_per_s,
                     f.cpu_us_per_grant,
-                    b as f64 / 1e6
+                    f.machine_us_per_grant,
+                    *bytes as f64 / 1e6
                 )
             })
             .collect();
         println!("round {}: {}", r + 1, cells.join(" | "));
-        rows.push(row);
+        rows.push(row.map(|(figures, _)| figures));
     }
-    let median = |pick: &dyn Fn(&[Figures; 4]) -> f64| {
+    let median = |pick: &dyn Fn(&[Figures; 6]) -> f64| {
         let mut v: Vec<f64> = rows.iter().map(pick).collect();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     let quiet = median(&|row| row[0].grants_per_s);
     let quiet_cpu = median(&|row| row[0].cpu_us_per_grant);
+    let quiet_machine = median(&|row| row[0].machine_us_per_grant);
     for (i, what) in SETTINGS.iter().enumerate() {
         let grants = median(&|row| row[i].grants_per_s);
         let cpu = median(&|row| row[i].cpu_us_per_grant);
+        let machine = median(&|row| row[i].machine_us_per_grant);
         println!(
-            "median, {what:<31}: {grants:>6.0} grants/s (ratio {:.3}), {cpu:>5.1} us CPU/grant (ratio {:.3})",
+            "median, {what:<29}: {grants:>6.0} grants/s (ratio {:.3}), {cpu:>5.1} us CPU/grant (ratio {:.3}), machine {machine:>5.1} us (ratio {:.3})",
             grants / quiet,
             cpu / quiet_cpu,
+            machine / quiet_machine,
         );
     }
+    // Each round's loaded figure against the same round's first quiet one,
+    // beside the second quiet one: the noise band.
+    for (i, what) in SETTINGS.iter().enumerate().skip(1) {
+        let ratios: Vec<String> = rows
+            .iter()
+            .map(|row| format!("{:.3}", row[i].grants_per_s / row[0].grants_per_s))
+            .collect();
+        println!("per round, {what:<29}: {}", ratios.join(" "));
+    }
     println!(
-        "subscribers cut off: {} (16 KiB), {} (64 KiB)",
-        before.hub.lagged(),
-        after.hub.lagged()
+        "subscribers cut off: {} (defaults), {} (20 ms/64 KiB)",
+        current.hub.lagged(),
+        larger.hub.lagged()
     );
-    before.handle.shutdown();
-    after.handle.shutdown();
+    current.handle.shutdown();
+    larger.handle.shutdown();
 
     println!("observe: the cost the table's critical section pays per event");
     for round in 0..rounds {
@@ -353,6 +414,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let cpu = process_cpu();
+    let machine = machine_busy();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         let (grants, stop) = (grants.clone(), stop.clone());
@@ -381,6 +443,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     let counted = grants.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
     let cpu = process_cpu().saturating_sub(cpu);
+    let machine = machine_busy().saturating_sub(machine);
     for client in clients {
         let _ = client.await;
     }
@@ -388,6 +451,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     Figures {
         grants_per_s: counted / elapsed.as_secs_f64(),
         cpu_us_per_grant: cpu.as_secs_f64() * 1e6 / counted,
+        machine_us_per_grant: machine.as_secs_f64() * 1e6 / counted,
     }
 }
 
@@ -411,9 +475,9 @@ async fn granted(stream: &mut TcpStream) -> bool {
 
 /// The child process: [`subscribe`] until stdin closes (bounded by a
 /// minute in any case); then prints the bytes read.
-async fn subscriber_process(admin: SocketAddr, count: usize) {
+async fn subscriber_process(admin: SocketAddr, count: usize, path: String) {
     let stop = CancellationToken::new();
-    let subscribers = tokio::spawn(subscribe(admin, count, stop.clone()));
+    let subscribers = tokio::spawn(subscribe(admin, count, path, stop.clone()));
     let mut stdin = tokio::io::stdin();
     let mut sink = [0u8; 64];
     let _ = tokio::time::timeout(Duration::from_secs(60), async {
@@ -428,16 +492,14 @@ async fn subscriber_process(admin: SocketAddr, count: usize) {
     println!("{}", subscribers.await.unwrap_or(0));
 }
 
-/// `count` subscribers reading everything as fast as they can until `stop`;
-/// the bytes they read.
-async fn subscribe(admin: SocketAddr, count: usize, stop: CancellationToken) -> u64 {
+/// `count` subscribers to `path` reading everything as fast as they can
+/// until `stop`; the bytes they read.
+async fn subscribe(admin: SocketAddr, count: usize, path: String, stop: CancellationToken) -> u64 {
+    let request = format!("GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n");
     let mut tasks = Vec::new();
     for _ in 0..count {
         let mut stream = TcpStream::connect(admin).await.expect("connect admin");
-        stream
-            .write_all(b"GET /api/events HTTP/1.0\r\nHost: bench\r\n\r\n")
-            .await
-            .expect("request");
+        stream.write_all(request.as_bytes()).await.expect("request");
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
             let mut total = 0u64;

@@ -3,7 +3,7 @@
 //! | endpoint | meaning |
 //! |---|---|
 //! | `GET /` | the live dashboard (one embedded page) |
-//! | `GET /api/events` | Server-Sent Events: a snapshot, then every change (see [`crate::EventHub`]) |
+//! | `GET /api/events[?match=GLOB]` | Server-Sent Events: a snapshot, then every change (see [`crate::EventHub`]) |
 //! | `GET /api/info` | version, uptime, effective config, counts |
 //! | `GET /api/locks[?match=GLOB]` | every lock with its holder and FIFO queue |
 //! | `GET /api/locks/{name}` | one lock (404 if nobody holds it) |
@@ -444,9 +444,11 @@ async fn info_handler(State(state): State<Arc<AdminState>>) -> Json<ServerInfo> 
     })
 }
 
+/// `/api/locks` and `/api/events` take `match` alone; any other parameter
+/// is refused rather than ignored.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct LocksQuery {
+struct MatchQuery {
     #[serde(rename = "match")]
     pattern: Option<String>,
 }
@@ -469,7 +471,7 @@ fn lock_list(locks: &[LockSnapshot]) -> LockList {
 
 async fn locks_handler(
     State(state): State<Arc<AdminState>>,
-    query: Result<Query<LocksQuery>, QueryRejection>,
+    query: Result<Query<MatchQuery>, QueryRejection>,
 ) -> ApiResult<LockList> {
     let Query(query) = query.map_err(bad_query)?;
     let locks = matching_locks(&state.options.handle, query.pattern.as_deref());
@@ -480,17 +482,18 @@ async fn locks_handler(
 /// between the two (see [`crate::EventHub`] on applying events).
 async fn events_handler(
     State(state): State<Arc<AdminState>>,
-    query: Result<Query<EventsQuery>, QueryRejection>,
+    query: Result<Query<MatchQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(_) = query.map_err(bad_query)?;
+    let Query(query) = query.map_err(bad_query)?;
     let Some(hub) = &state.options.events else {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
             "this server does not stream events".to_owned(),
         ));
     };
-    let subscription = hub.subscribe();
-    let snapshot = lock_list(&matching_locks(&state.options.handle, None));
+    let pattern = query.pattern.as_deref();
+    let subscription = hub.subscribe_matching(pattern.map(Glob::new));
+    let snapshot = lock_list(&matching_locks(&state.options.handle, pattern));
     let json = serde_json::to_vec(&snapshot).map_err(|err| {
         ApiError(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -504,11 +507,6 @@ async fn events_handler(
         state.stop.clone(),
     ))
 }
-
-/// `/api/events` takes no parameters; any is refused rather than ignored.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EventsQuery {}
 
 async fn lock_handler(
     State(state): State<Arc<AdminState>>,

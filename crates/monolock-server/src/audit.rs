@@ -178,6 +178,11 @@ impl Record {
         Some(Self::new(session, kind))
     }
 
+    /// The lock this record is about.
+    pub(crate) fn lock(&self) -> &str {
+        self.lock.as_str()
+    }
+
     /// The audit log's `event` name of this record.
     pub(crate) fn event_name(&self) -> &'static str {
         match self.kind {

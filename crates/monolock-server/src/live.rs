@@ -7,12 +7,18 @@
 //! without being granted), and a keep-alive comment every
 //! [`KEEPALIVE_INTERVAL`].
 //!
+//! `GET /api/events?match=GLOB` narrows both the snapshot and the events to
+//! the locks the pattern matches (the glob of `/api/locks?match=`), on the
+//! server, so a terminal following one lock is not sent every other lock's
+//! traffic.
+//!
 //! Why the work is split as it is: ownership events reach observers while
 //! the lock table is locked, so [`EventHub::observe`] does as little as the
 //! audit log does: with no subscriber, one atomic load; with subscribers,
 //! one copy into an unbounded channel. One dispatcher thread serialises each
-//! event once, gathers events for [`FLUSH_INTERVAL`], and offers the batch to every
-//! subscriber's bounded buffer with `try_send`, never waiting. A subscriber
+//! event once, gathers events for [`FLUSH_INTERVAL`] into one batch per
+//! distinct filter, and offers each batch to its subscribers' bounded
+//! buffers with `try_send`, never waiting. A subscriber
 //! whose buffer is full (a stalled browser tab, a paused terminal) is cut
 //! off: its stream ends with a `lagged` event, and a reconnect gets a fresh
 //! snapshot. Neither many subscribers nor a stalled one slow a grant.
@@ -45,7 +51,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::{Event, Observer, audit::Record};
+use crate::{Event, Glob, Observer, audit::Record};
 
 /// How often an idle stream sends a `: keep-alive` comment, so proxies and
 /// load balancers do not close it and a dead peer is noticed.
@@ -61,9 +67,9 @@ pub const SUBSCRIBER_BUFFER: usize = 64;
 
 /// A batch is sent once it reaches this size even if more events wait; with
 /// [`SUBSCRIBER_BUFFER`] this bounds a subscriber's memory to about 1 MiB.
-/// Larger batches (64 KiB) save little CPU and cost grant throughput: one
-/// batch written to 100 sockets is a burst the server's other tasks wait
-/// behind (BENCHMARKS.md, live event subscribers).
+/// Larger batches (64 KiB every 20 ms) made no difference to grant
+/// throughput with 100 subscribers (BENCHMARKS.md, live event subscribers)
+/// and add latency and burst size.
 pub const MAX_BATCH_BYTES: usize = 16 * 1024;
 
 /// How the dispatcher gathers events into batches.
@@ -94,6 +100,8 @@ enum Msg {
 struct Subscriber {
     tx: tokio_mpsc::Sender<Bytes>,
     lagged: Arc<AtomicBool>,
+    /// Only events of locks this matches; `None`: every event.
+    filter: Option<Glob>,
 }
 
 /// Fans the server's events out to live subscribers. Plug it in as an
@@ -180,6 +188,14 @@ impl EventHub {
 
     /// Starts receiving every event observed from now on.
     pub fn subscribe(&self) -> Subscription {
+        self.subscribe_matching(None)
+    }
+
+    /// Starts receiving the events observed from now on whose lock `filter`
+    /// matches (every event if `None`). Subscribers with the same pattern
+    /// share one batch: the filter costs once per pattern, not per
+    /// subscriber.
+    pub fn subscribe_matching(&self, filter: Option<Glob>) -> Subscription {
         let (tx, rx) = tokio_mpsc::channel(self.buffer);
         let lagged = Arc::new(AtomicBool::new(false));
         // Counted before the dispatcher knows it, so no event observed after
@@ -188,6 +204,7 @@ impl EventHub {
         self.send(Msg::Subscribe(Subscriber {
             tx,
             lagged: Arc::clone(&lagged),
+            filter,
         }));
         Subscription {
             rx,
@@ -245,7 +262,7 @@ impl Drop for Subscription {
 }
 
 /// The dispatcher thread: drains the channel in order, serialises each
-/// record once, and offers each batch to every subscriber without waiting.
+/// record once, and offers each batch to its subscribers without waiting.
 ///
 /// After the first event of a batch it sleeps for the flush interval and
 /// then takes what has queued, rather than waiting on the channel: a waiting
@@ -253,8 +270,7 @@ impl Drop for Subscription {
 /// pay a wake-up syscall per event; a sleeping one costs them a push.
 fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64, batching: Batching) {
     let mut dispatcher = Dispatcher {
-        subscribers: Vec::new(),
-        batch: BytesMut::with_capacity(batching.max_batch_bytes),
+        groups: Vec::new(),
         json: Vec::with_capacity(512),
         max_batch_bytes: batching.max_batch_bytes,
     };
@@ -266,23 +282,30 @@ fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64, batching: Batching) {
                 Ok(msg) => dispatcher.take(msg, lagged),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    dispatcher.offer(lagged);
+                    dispatcher.offer_all(lagged);
                     return;
                 }
             }
         }
-        dispatcher.offer(lagged);
+        dispatcher.offer_all(lagged);
     }
     debug!("event hub stopped");
 }
 
 /// The dispatcher thread's state.
 struct Dispatcher {
-    subscribers: Vec<Subscriber>,
-    /// The SSE text gathered so far; sent as one shared [`Bytes`].
-    batch: BytesMut,
+    /// One per distinct filter with subscribers; usually one or two.
+    groups: Vec<Group>,
     json: Vec<u8>,
     max_batch_bytes: usize,
+}
+
+/// The subscribers that share a filter, and the batch gathered for them.
+struct Group {
+    filter: Option<Glob>,
+    /// The SSE text gathered so far; sent as one shared [`Bytes`].
+    batch: BytesMut,
+    subscribers: Vec<Subscriber>,
 }
 
 impl Dispatcher {
@@ -294,19 +317,58 @@ impl Dispatcher {
                 if self.json.last() == Some(&b'\n') {
                     self.json.pop();
                 }
-                write_event(&mut self.batch, record.event_name(), &self.json);
-                if self.batch.len() >= self.max_batch_bytes {
-                    self.offer(lagged);
+                for group in &mut self.groups {
+                    if !group
+                        .filter
+                        .as_ref()
+                        .is_none_or(|f| f.matches(record.lock()))
+                    {
+                        continue;
+                    }
+                    if group.batch.is_empty() {
+                        // Room for a whole batch at once, not grown by doubling.
+                        group.batch.reserve(self.max_batch_bytes);
+                    }
+                    write_event(&mut group.batch, record.event_name(), &self.json);
+                    if group.batch.len() >= self.max_batch_bytes {
+                        group.offer(lagged);
+                    }
                 }
             }
             Msg::Subscribe(subscriber) => {
                 // Earlier events go out first: they precede this subscription.
-                self.offer(lagged);
-                self.subscribers.push(subscriber);
+                self.offer_all(lagged);
+                match self
+                    .groups
+                    .iter_mut()
+                    .find(|group| group.filter == subscriber.filter)
+                {
+                    Some(group) => group.subscribers.push(subscriber),
+                    None => self.groups.push(Group {
+                        filter: subscriber.filter.clone(),
+                        batch: BytesMut::new(),
+                        subscribers: vec![subscriber],
+                    }),
+                }
             }
         }
     }
 
+    /// Sends every group's batch and forgets subscribers that left and
+    /// groups nobody follows any more (a group whose pattern matches no
+    /// event would otherwise keep its departed subscribers forever).
+    fn offer_all(&mut self, lagged: &AtomicU64) {
+        for group in &mut self.groups {
+            group.offer(lagged);
+            group
+                .subscribers
+                .retain(|subscriber| !subscriber.tx.is_closed());
+        }
+        self.groups.retain(|group| !group.subscribers.is_empty());
+    }
+}
+
+impl Group {
     /// Sends the batch to every subscriber that has room; cuts off those
     /// that do not and forgets those that left. The batch's buffer itself
     /// becomes the shared bytes (no copy); each subscriber gets a
@@ -316,22 +378,17 @@ impl Dispatcher {
             return;
         }
         let bytes = self.batch.split().freeze();
-        self.batch.reserve(self.max_batch_bytes);
-        offer(&mut self.subscribers, &bytes, lagged);
+        self.subscribers
+            .retain(|subscriber| match subscriber.tx.try_send(bytes.clone()) {
+                Ok(()) => true,
+                Err(tokio_mpsc::error::TrySendError::Full(_)) => {
+                    subscriber.lagged.store(true, Ordering::Release);
+                    lagged.fetch_add(1, Ordering::Relaxed);
+                    false
+                }
+                Err(tokio_mpsc::error::TrySendError::Closed(_)) => false,
+            });
     }
-}
-
-/// Offers `bytes` to every subscriber without waiting.
-fn offer(subscribers: &mut Vec<Subscriber>, bytes: &Bytes, lagged: &AtomicU64) {
-    subscribers.retain(|subscriber| match subscriber.tx.try_send(bytes.clone()) {
-        Ok(()) => true,
-        Err(tokio_mpsc::error::TrySendError::Full(_)) => {
-            subscriber.lagged.store(true, Ordering::Release);
-            lagged.fetch_add(1, Ordering::Relaxed);
-            false
-        }
-        Err(tokio_mpsc::error::TrySendError::Closed(_)) => false,
-    });
 }
 
 /// Appends one SSE event. `data` is one line of JSON (serde_json never

@@ -67,7 +67,11 @@ impl Lab {
     }
 
     async fn subscribe(&self) -> SseClient {
-        let mut client = SseClient::open(self.admin.addr, None).await;
+        self.subscribe_to("/api/events").await
+    }
+
+    async fn subscribe_to(&self, path: &str) -> SseClient {
+        let mut client = SseClient::open_path(self.admin.addr, path, None).await;
         assert_eq!(client.status, 200, "{}", client.head);
         let first = client.next_event().await;
         assert_eq!(first.name.as_deref(), Some("snapshot"));
@@ -172,7 +176,7 @@ async fn a_stalled_subscriber_is_cut_off_without_slowing_grants() {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("SO_RCVBUF");
     let stream = socket.connect(lab.admin.addr).await.expect("connect");
-    let mut stalled = SseClient::open_on(stream, None).await;
+    let mut stalled = SseClient::open_on(stream, "/api/events", None).await;
     assert_eq!(stalled.status, 200);
     eventually("the stalled subscriber is registered", || {
         lab.hub.subscribers() == 1
@@ -255,6 +259,58 @@ async fn a_hundred_subscribers_each_see_every_change() {
     }
     drop(subscribers);
     eventually("every subscription is gone", || lab.hub.subscribers() == 0).await;
+    lab.stop().await;
+}
+
+/// `?match=` filters on the server: the snapshot and the events name only
+/// matching locks, subscribers with different patterns each get theirs,
+/// and an unfiltered one still gets everything.
+#[tokio::test]
+async fn match_narrows_the_snapshot_and_the_events_on_the_server() {
+    let lab = Lab::start().await;
+    let (_held_a, token_a) = lab.server.hold("deploy/web", 30_000).await;
+    let (_held_b, _) = lab.server.hold("nightly/import", 30_000).await;
+
+    let mut deploys = lab.subscribe_to("/api/events?match=deploy%2F*").await;
+    let mut nightly = lab.subscribe_to("/api/events?match=nightly/*").await;
+    let mut everything = lab.subscribe().await;
+    let snapshot = deploys.pending_snapshot.take().expect("snapshot");
+    let locks = snapshot["locks"].as_array().expect("locks");
+    assert_eq!(locks.len(), 1, "{snapshot}");
+    assert_eq!(locks[0]["name"], "deploy/web");
+    assert_eq!(locks[0]["holder"]["token"], token_a);
+    let snapshot = nightly.pending_snapshot.take().expect("snapshot");
+    assert_eq!(snapshot["locks"][0]["name"], "nightly/import", "{snapshot}");
+    let snapshot = everything.pending_snapshot.take().expect("snapshot");
+    assert_eq!(snapshot["locks"].as_array().map(Vec::len), Some(2));
+
+    // Other locks' changes first, then one that matches: the filtered
+    // stream's next event is the matching one.
+    for name in ["other/1", "nightly/2", "other/3"] {
+        drop(lab.server.hold(name, 30_000).await.0);
+    }
+    let (held, token) = lab.server.hold("deploy/api", 30_000).await;
+    let granted = assert_event(&deploys.next_event().await, "granted", "deploy/api");
+    assert_eq!(granted["token"], token);
+    drop(held);
+    assert_event(&deploys.next_event().await, "released", "deploy/api");
+
+    assert_event(&nightly.next_event().await, "granted", "nightly/2");
+    assert_event(&nightly.next_event().await, "released", "nightly/2");
+    // Closes are noticed asynchronously, so across locks only the set is
+    // certain, not the order.
+    let mut seen = Vec::new();
+    for _ in 0..8 {
+        let event = everything.next_event().await.json();
+        seen.push(format!("{} {}", event["event"], event["lock"]).replace('"', ""));
+    }
+    seen.sort();
+    let mut expected: Vec<String> = ["other/1", "nightly/2", "other/3", "deploy/api"]
+        .iter()
+        .flat_map(|lock| [format!("granted {lock}"), format!("released {lock}")])
+        .collect();
+    expected.sort();
+    assert_eq!(seen, expected);
     lab.stop().await;
 }
 
@@ -386,6 +442,7 @@ async fn malformed_query_parameters_are_a_json_error_and_change_nothing() {
         (Method::POST, "/api/locks/keep/release?tokn=1"),
         (Method::GET, "/api/locks?mtach=*"),
         (Method::GET, "/api/events?since=3"),
+        (Method::GET, "/api/events?match=*&match=x"),
     ] {
         let (status, body) = http::request(lab.admin.addr, method, path).await;
         assert_eq!(status, 400, "{path}: {body}");

@@ -326,7 +326,7 @@ async fn run(command: AdminCommand) -> Result<String, String> {
     }
 }
 
-fn encode(text: &str) -> String {
+pub(crate) fn encode(text: &str) -> String {
     utf8_percent_encode(text, SEGMENT).to_string()
 }
 

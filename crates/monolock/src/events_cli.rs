@@ -15,7 +15,7 @@ use monolock_server::{
 };
 use serde_json::Value;
 
-use crate::admin_cli::{AdminArgs, printable, refusal, send};
+use crate::admin_cli::{AdminArgs, encode, printable, refusal, send};
 
 /// With no byte for this long (the server sends a keep-alive every 15 s),
 /// the stream is taken for dead.
@@ -25,14 +25,22 @@ const IDLE_LIMIT: Duration = Duration::from_secs(60);
 const WIDTHS: [usize; 4] = [24, 13, 24, 21];
 
 /// Follows the stream until it fails or the server closes it.
+///
+/// The server filters by `pattern` (`?match=`), so other locks' traffic
+/// never crosses the network; the same glob is applied here too, so the
+/// output is the same against a server that streams everything.
 pub async fn follow(admin: &AdminArgs, pattern: Option<&str>) -> Result<(), String> {
     let glob = pattern.map(Glob::new);
     let matches = |name: &str| glob.as_ref().is_none_or(|glob| glob.matches(name));
+    let path = match pattern {
+        Some(pattern) => format!("/api/events?match={}", encode(pattern)),
+        None => "/api/events".to_owned(),
+    };
     if !admin.json {
         print_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"])?;
     }
     loop {
-        match stream_once(admin, &matches).await? {
+        match stream_once(admin, &path, &matches).await? {
             End::Lagged => {
                 eprintln!(
                     "monolock: fell behind the server's event stream; reconnecting for a fresh snapshot"
@@ -48,8 +56,12 @@ enum End {
     Closed,
 }
 
-async fn stream_once(admin: &AdminArgs, matches: &impl Fn(&str) -> bool) -> Result<End, String> {
-    let (url, response) = send(admin, Method::GET, "/api/events", "text/event-stream").await?;
+async fn stream_once(
+    admin: &AdminArgs,
+    path: &str,
+    matches: &impl Fn(&str) -> bool,
+) -> Result<End, String> {
+    let (url, response) = send(admin, Method::GET, path, "text/event-stream").await?;
     if !response.status().is_success() {
         return Err(refusal(&url, response).await);
     }

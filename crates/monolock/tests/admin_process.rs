@@ -217,6 +217,49 @@ fn events_follow_every_change_with_names_escaped() {
     let _ = events.wait();
 }
 
+/// `--match` goes to the server as `?match=` (a pattern with `*`, `/`, a
+/// space and `&` survives the query string) and only matching locks print.
+#[test]
+fn events_match_prints_only_matching_locks() {
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let (_held, _) = acquire(server.addr, "deploy/a b&c");
+    let (_other, _) = acquire(server.addr, "nightly/import");
+    let mut events = Command::new(MONOLOCK)
+        .args([
+            "events",
+            "--match",
+            "deploy/* b&?",
+            "--admin",
+            &server.admin.expect("admin").to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run monolock events");
+    let lines = common::lines_of(&mut events);
+    let next_line = || {
+        lines
+            .recv_timeout(PATIENCE)
+            .expect("monolock events prints a line")
+    };
+    assert!(next_line().starts_with("TIME"));
+    let held = next_line();
+    assert!(held.contains("deploy/a b&c"), "{held}");
+    drop(acquire(server.addr, "nightly/other"));
+    let (_web, reply) = acquire(server.addr, "deploy/web b&x");
+    let ServerFrame::Acquired { token } = reply else {
+        panic!("{reply:?}")
+    };
+    let granted = next_line();
+    assert!(
+        granted.contains(" granted ") && granted.contains("deploy/web b&x"),
+        "{granted}"
+    );
+    assert!(granted.contains(&format!("token={token}")), "{granted}");
+    let _ = events.kill();
+    let _ = events.wait();
+}
+
 #[test]
 fn metrics_name_the_build_and_count_refused_admin_requests() {
     let (server, _dir) = with_token("metrics-token", &["--ops-listen", "127.0.0.1:0"]);

@@ -38,20 +38,24 @@ pub struct SseClient {
 }
 
 impl SseClient {
-    /// Connects and reads the response head.
+    /// Connects, asks for `/api/events` and reads the response head.
     pub async fn open(addr: SocketAddr, bearer: Option<&str>) -> Self {
-        let stream = TcpStream::connect(addr).await.expect("connect");
-        Self::open_on(stream, bearer).await
+        Self::open_path(addr, "/api/events", bearer).await
     }
 
-    /// Sends the request on `stream` (already connected) and reads the head.
-    pub async fn open_on(mut stream: TcpStream, bearer: Option<&str>) -> Self {
+    /// Connects, asks for `path` and reads the response head.
+    pub async fn open_path(addr: SocketAddr, path: &str, bearer: Option<&str>) -> Self {
+        let stream = TcpStream::connect(addr).await.expect("connect");
+        Self::open_on(stream, path, bearer).await
+    }
+
+    /// Asks for `path` on `stream` (already connected) and reads the head.
+    pub async fn open_on(mut stream: TcpStream, path: &str, bearer: Option<&str>) -> Self {
         let auth = bearer
             .map(|token| format!("Authorization: Bearer {token}\r\n"))
             .unwrap_or_default();
-        let request = format!(
-            "GET /api/events HTTP/1.0\r\nHost: test\r\nAccept: text/event-stream\r\n{auth}\r\n"
-        );
+        let request =
+            format!("GET {path} HTTP/1.0\r\nHost: test\r\nAccept: text/event-stream\r\n{auth}\r\n");
         stream
             .write_all(request.as_bytes())
             .await
