@@ -4,9 +4,9 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{MONOLOCK, PATIENCE, ServerProcess, acquire};
+use common::{Follower, MONOLOCK, PATIENCE, ServerProcess, acquire};
 use monolock_proto::ServerFrame;
 
 fn text(bytes: &[u8]) -> String {
@@ -157,22 +157,12 @@ fn release_with_a_token_never_releases_the_next_holder() {
 fn events_follow_every_change_with_names_escaped() {
     let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
     let (_held, _) = acquire(server.addr, "before");
-    let mut events = Command::new(MONOLOCK)
-        .args([
-            "events",
-            "--admin",
-            &server.admin.expect("admin").to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run monolock events");
-    let lines = common::lines_of(&mut events);
-    let next_line = || {
-        lines
-            .recv_timeout(PATIENCE)
-            .expect("monolock events prints a line")
-    };
+    let events = Follower::spawn(Command::new(MONOLOCK).args([
+        "events",
+        "--admin",
+        &server.admin.expect("admin").to_string(),
+    ]));
+    let next_line = || events.next_line();
     let header = next_line();
     assert!(
         header.starts_with("TIME") && header.contains("DETAIL"),
@@ -212,9 +202,6 @@ fn events_follow_every_change_with_names_escaped() {
         "{}",
         text(&output.stdout)
     );
-
-    let _ = events.kill();
-    let _ = events.wait();
 }
 
 /// `--match` goes to the server as `?match=` (a pattern with `*`, `/`, a
@@ -224,24 +211,14 @@ fn events_match_prints_only_matching_locks() {
     let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
     let (_held, _) = acquire(server.addr, "deploy/a b&c");
     let (_other, _) = acquire(server.addr, "nightly/import");
-    let mut events = Command::new(MONOLOCK)
-        .args([
-            "events",
-            "--match",
-            "deploy/* b&?",
-            "--admin",
-            &server.admin.expect("admin").to_string(),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run monolock events");
-    let lines = common::lines_of(&mut events);
-    let next_line = || {
-        lines
-            .recv_timeout(PATIENCE)
-            .expect("monolock events prints a line")
-    };
+    let events = Follower::spawn(Command::new(MONOLOCK).args([
+        "events",
+        "--match",
+        "deploy/* b&?",
+        "--admin",
+        &server.admin.expect("admin").to_string(),
+    ]));
+    let next_line = || events.next_line();
     assert!(next_line().starts_with("TIME"));
     let held = next_line();
     assert!(held.contains("deploy/a b&c"), "{held}");
@@ -256,8 +233,6 @@ fn events_match_prints_only_matching_locks() {
         "{granted}"
     );
     assert!(granted.contains(&format!("token={token}")), "{granted}");
-    let _ = events.kill();
-    let _ = events.wait();
 }
 
 #[test]

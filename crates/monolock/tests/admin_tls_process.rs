@@ -9,7 +9,7 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
-use common::{MONOLOCK, PATIENCE, ServerProcess};
+use common::{Follower, MONOLOCK, ServerProcess};
 use monolock_testkit::pki::{Ca, Files, TlsDir};
 
 /// The identity in the operator's client certificate.
@@ -105,18 +105,8 @@ fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
 
     // `events` follows the stream over mTLS (HOST:PORT means https://
     // once --admin-ca is given).
-    let mut events = lab
-        .command(&["events"], &[])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("run monolock events");
-    let event_lines = common::lines_of(&mut events);
-    let next_event = || {
-        event_lines
-            .recv_timeout(PATIENCE)
-            .expect("monolock events prints a line")
-    };
+    let events = Follower::spawn(&mut lab.command(&["events"], &[]));
+    let next_event = || events.next_line();
     let header = next_event();
     assert!(header.starts_with("TIME"), "{header}");
 
@@ -203,8 +193,6 @@ fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
 
     let _ = holder.kill();
     let _ = holder.wait();
-    let _ = events.kill();
-    let _ = events.wait();
 }
 
 #[test]

@@ -188,3 +188,37 @@ pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
     });
     lines
 }
+
+/// A command that prints lines as things happen (`monolock events`),
+/// followed line by line; killed when dropped.
+pub struct Follower {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Follower {
+    /// Starts `command` with its stdout piped and stderr discarded.
+    pub fn spawn(command: &mut std::process::Command) -> Self {
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the command");
+        let lines = lines_of(&mut child);
+        Self { child, lines }
+    }
+
+    /// The next line, within [`PATIENCE`].
+    pub fn next_line(&self) -> String {
+        self.lines
+            .recv_timeout(PATIENCE)
+            .expect("the command prints a line")
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
