@@ -386,12 +386,22 @@ pub(crate) async fn send(
     };
     match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
         Ok(Ok(response)) => Ok((url, response)),
+        Ok(Err(err)) if is_not_http(err.as_ref()) => Err(format!(
+            "{authority} did not answer in HTTP: is it the lock protocol's port (--listen) \
+             rather than the admin listener (--admin-listen), or an HTTPS listener (give --admin-ca)?"
+        )),
         Ok(Err(err)) => Err(format!(
             "cannot reach the admin API at {url}: {}",
             chain(err.as_ref())
         )),
         Err(_) => Err(no_answer(&url)),
     }
+}
+
+/// True if the peer answered, but not in HTTP (hyper could not parse it).
+fn is_not_http(err: &(dyn std::error::Error + 'static)) -> bool {
+    err.downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_parse)
 }
 
 /// HTTP/1.1 over one connection (plain TCP or TLS); the connection is

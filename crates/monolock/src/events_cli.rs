@@ -36,11 +36,10 @@ pub async fn follow(admin: &AdminArgs, pattern: Option<&str>) -> Result<(), Stri
         Some(pattern) => format!("/api/events?match={}", encode(pattern)),
         None => "/api/events".to_owned(),
     };
-    if !admin.json {
-        print_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"])?;
-    }
+    // Printed once the first stream is open, so a failure is one line.
+    let mut header_due = !admin.json;
     loop {
-        match stream_once(admin, &path, &matches).await? {
+        match stream_once(admin, &path, &matches, &mut header_due).await? {
             End::Lagged => {
                 eprintln!(
                     "monolock: fell behind the server's event stream; reconnecting for a fresh snapshot"
@@ -60,10 +59,14 @@ async fn stream_once(
     admin: &AdminArgs,
     path: &str,
     matches: &impl Fn(&str) -> bool,
+    header_due: &mut bool,
 ) -> Result<End, String> {
     let (url, response) = send(admin, Method::GET, path, "text/event-stream").await?;
     if !response.status().is_success() {
         return Err(refusal(&url, response).await);
+    }
+    if std::mem::take(header_due) {
+        print_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"])?;
     }
     let mut body = response.into_body();
     let mut buf: Vec<u8> = Vec::new();

@@ -235,6 +235,26 @@ fn events_match_prints_only_matching_locks() {
     assert!(granted.contains(&format!("token={token}")), "{granted}");
 }
 
+/// The lock protocol's port given where the admin API is expected: one
+/// line that says which port is which, and no table header first.
+#[test]
+fn the_protocol_port_as_the_admin_address_is_named_as_such() {
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let protocol = server.addr.to_string();
+    for command in ["locks", "events", "info"] {
+        let output = server.cli(&[command, "--admin", &protocol]);
+        assert_eq!(output.status.code(), Some(1), "{command}: {output:?}");
+        assert_eq!(text(&output.stdout), "", "{command}");
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{command}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{protocol} did not answer in HTTP"))
+                && stderr.contains("--admin-listen"),
+            "{command}: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn metrics_name_the_build_and_count_refused_admin_requests() {
     let (server, _dir) = with_token("metrics-token", &["--ops-listen", "127.0.0.1:0"]);

@@ -182,7 +182,8 @@ fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
         .expect("run monolock");
     fails_with_one_line(&output, 1, "admin API at https://");
 
-    // Plain HTTP against the HTTPS listener gets no answer it can use.
+    // Plain HTTP against the HTTPS listener: one line that points at
+    // --admin-ca.
     let output = Command::new(MONOLOCK)
         .args(["locks", "--admin", &lab.admin()])
         .env_remove("MONOLOCK_ADMIN_TOKEN")
@@ -190,6 +191,9 @@ fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
         .output()
         .expect("run monolock");
     assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("--admin-ca"), "{stderr}");
 
     let _ = holder.kill();
     let _ = holder.wait();
