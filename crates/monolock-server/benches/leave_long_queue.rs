@@ -14,8 +14,9 @@
 //! cargo bench -p monolock-server --bench leave_long_queue [-- WAITERS]
 //! ```
 
+mod common;
+
 use std::{
-    net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
@@ -23,9 +24,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use monolock_proto::{ClientFrame, Lease, LockName, msg};
-use monolock_server::{Server, ServerConfig, ServerHandle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+use common::{acquire_bytes, open, until_acquired};
+use monolock_proto::msg;
+use monolock_server::{Server, ServerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const PHASES: [&str; 3] = ["idle", "joining", "leaving"];
 /// Waiters joined or dropped between yields, so the probes interleave.
@@ -37,50 +39,7 @@ fn main() {
         .skip(1)
         .find_map(|arg| arg.parse().ok())
         .unwrap_or(100_000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    runtime.block_on(run(waiters));
-}
-
-fn acquire_bytes(name: &str) -> Vec<u8> {
-    ClientFrame::acquire(
-        Lease::from_duration(LEASE).expect("lease"),
-        LockName::new(name).expect("name"),
-    )
-    .to_bytes()
-}
-
-/// Opens an in-memory session served by `handle`; returns the client end.
-fn open(handle: &ServerHandle, port: u16) -> DuplexStream {
-    let (client, server) = tokio::io::duplex(256);
-    let handle = handle.clone();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    tokio::spawn(async move { handle.serve_stream(server, addr, "").await });
-    client
-}
-
-/// Reads until an ACQUIRED frame (9 bytes) has arrived.
-async fn until_acquired(stream: &mut DuplexStream) {
-    let mut buf = [0u8; 64];
-    let mut pending = Vec::new();
-    loop {
-        let n = stream.read(&mut buf).await.expect("read");
-        assert!(n > 0, "closed");
-        pending.extend_from_slice(&buf[..n]);
-        while let Some(&first) = pending.first() {
-            match first {
-                msg::WAITING => {
-                    pending.remove(0);
-                }
-                msg::ACQUIRED if pending.len() >= 9 => return,
-                msg::ACQUIRED => break,
-                other => panic!("unexpected frame type {other:#x}"),
-            }
-        }
-    }
+    common::runtime().block_on(run(waiters));
 }
 
 #[derive(Default)]
@@ -99,7 +58,7 @@ async fn run(waiters: usize) {
 
     // The heartbeat probe: a holder of its own lock.
     let mut held = open(&handle, 1);
-    held.write_all(&acquire_bytes("probe/heartbeat"))
+    held.write_all(&acquire_bytes("probe/heartbeat", LEASE))
         .await
         .expect("send");
     until_acquired(&mut held).await;
@@ -123,21 +82,13 @@ async fn run(waiters: usize) {
         let (handle, phase, stop, samples) =
             (handle.clone(), phase.clone(), stop.clone(), samples.clone());
         async move {
-            let frame = acquire_bytes("probe/grant");
+            let frame = acquire_bytes("probe/grant", LEASE);
             let mut tick = tokio::time::interval(Duration::from_millis(1));
             while !stop.load(Ordering::Relaxed) {
                 tick.tick().await;
-                let start = Instant::now();
-                let mut session = open(&handle, 2);
-                session.write_all(&frame).await.expect("acquire");
-                until_acquired(&mut session).await;
+                let took = common::grant_cycle(&handle, &frame).await;
                 let at = phase.load(Ordering::Relaxed);
-                samples.lock().expect("samples").grant[at].push(start.elapsed());
-                drop(session);
-                // Released before the next round (else it would queue).
-                while handle.lock("probe/grant").is_some() {
-                    tokio::task::yield_now().await;
-                }
+                samples.lock().expect("samples").grant[at].push(took);
             }
         }
     });
@@ -147,12 +98,12 @@ async fn run(waiters: usize) {
     // The long queue's holder, then the waiters.
     let mut holder = open(&handle, 3);
     holder
-        .write_all(&acquire_bytes("long"))
+        .write_all(&acquire_bytes("long", LEASE))
         .await
         .expect("send");
     until_acquired(&mut holder).await;
     phase.store(1, Ordering::Relaxed);
-    let frame = acquire_bytes("long");
+    let frame = acquire_bytes("long", LEASE);
     let join_start = Instant::now();
     let mut clients = Vec::with_capacity(waiters);
     for i in 0..waiters {
