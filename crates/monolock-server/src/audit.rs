@@ -888,19 +888,26 @@ mod tests {
         // A writer that takes while an event waits lets it in (with a wait
         // bound of an hour, the take is what ends the wait).
         let queue = queue_blocking_for(1, AuditOverflow::Block, Duration::from_secs(3_600));
-        queue.record(record());
-        let waiting = std::thread::spawn({
-            let queue = Arc::clone(&queue);
-            move || queue.record(record())
-        });
-        while queue.lock().blocked == 0 {
-            std::thread::yield_now();
-        }
+        let waiting = full_with_a_blocked_writer(&queue);
         let (msgs, _) = queue.take();
         assert_eq!(records(&msgs), 1);
         waiting.join().expect("recorded");
         assert_eq!(queue.queued(), 1);
         assert_eq!(queue.dropped_total.load(Ordering::Relaxed), 0);
+    }
+
+    /// Fills `queue` (of capacity 1) and starts a thread whose event waits
+    /// for room; returns once it waits.
+    fn full_with_a_blocked_writer(queue: &Arc<Queue>) -> std::thread::JoinHandle<()> {
+        queue.record(record());
+        let waiting = std::thread::spawn({
+            let queue = Arc::clone(queue);
+            move || queue.record(record())
+        });
+        while queue.lock().blocked == 0 {
+            std::thread::yield_now();
+        }
+        waiting
     }
 
     /// Close frees an event waiting for room at once (it is dropped, as
@@ -909,14 +916,7 @@ mod tests {
     #[test]
     fn close_frees_a_blocked_event() {
         let queue = queue_blocking_for(1, AuditOverflow::Block, Duration::from_secs(3_600));
-        queue.record(record());
-        let waiting = std::thread::spawn({
-            let queue = Arc::clone(&queue);
-            move || queue.record(record())
-        });
-        while queue.lock().blocked == 0 {
-            std::thread::yield_now();
-        }
+        let waiting = full_with_a_blocked_writer(&queue);
         let (done, _wait) = oneshot::channel();
         queue.control(Msg::Close(done)).expect("open");
         waiting.join().expect("returned");

@@ -86,8 +86,8 @@ pub use https::{HANDSHAKE_TIMEOUT, TlsListener};
 pub use limits::raise_fd_limit;
 pub use listen::{LISTEN_BACKLOG, bind};
 pub use live::{
-    Batching, EventHub, FLUSH_INTERVAL, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, SUBSCRIBER_BUFFER,
-    Subscription,
+    Batching, EventHub, FLUSH_INTERVAL, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, MAX_PENDING_EVENTS,
+    SUBSCRIBER_BUFFER, Subscription,
 };
 pub use metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,

@@ -15,7 +15,7 @@
 //! Why the work is split as it is: ownership events reach observers while
 //! the lock table is locked, so [`EventHub::observe`] does as little as the
 //! audit log does: with no subscriber, one atomic load; with subscribers,
-//! one copy into an unbounded channel. One dispatcher thread serialises each
+//! one copy into a channel (bounded by a count, [`MAX_PENDING_EVENTS`]). One dispatcher thread serialises each
 //! event once, gathers events for [`FLUSH_INTERVAL`] into one batch per
 //! distinct filter, and offers each batch to its subscribers' bounded
 //! buffers with `try_send`, never waiting. A subscriber
@@ -58,19 +58,26 @@ use crate::{Event, Glob, Observer, audit::Record};
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The dispatcher gathers events for this long before it sends a batch:
-/// at high churn, one write per subscriber every few milliseconds instead of
-/// one per event, which is most of what many subscribers cost.
-pub const FLUSH_INTERVAL: Duration = Duration::from_millis(5);
+/// at high churn, one write per subscriber per interval instead of one per
+/// event, which is most of what many subscribers cost. 20 ms is below what
+/// a person watching the page can tell apart; 5 ms batches cost up to 5%
+/// of contention throughput with 100 subscribers in some runs, 20 ms ones
+/// never measurably (BENCHMARKS.md, live event subscribers).
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Events observed but not yet taken by the dispatcher, at most. Beyond
+/// this (a dispatcher starved of CPU, or slowed by many costly `match`
+/// patterns) events are dropped and every subscriber is cut off as
+/// `lagged`, rather than the queue growing without bound; each reconnects
+/// for a fresh snapshot. About 100 bytes an event: a few MiB.
+pub const MAX_PENDING_EVENTS: usize = 65_536;
 
 /// Batches a subscriber may have queued before it is cut off as `lagged`.
-pub const SUBSCRIBER_BUFFER: usize = 64;
+pub const SUBSCRIBER_BUFFER: usize = 16;
 
 /// A batch is sent once it reaches this size even if more events wait; with
 /// [`SUBSCRIBER_BUFFER`] this bounds a subscriber's memory to about 1 MiB.
-/// Larger batches (64 KiB every 20 ms) made no difference to grant
-/// throughput with 100 subscribers (BENCHMARKS.md, live event subscribers)
-/// and add latency and burst size.
-pub const MAX_BATCH_BYTES: usize = 16 * 1024;
+pub const MAX_BATCH_BYTES: usize = 64 * 1024;
 
 /// How the dispatcher gathers events into batches.
 #[derive(Clone, Copy, Debug)]
@@ -114,8 +121,19 @@ pub struct EventHub {
     lagged: Arc<AtomicU64>,
     /// `Sync` since Rust 1.72: observers on many threads push without a lock.
     tx: mpsc::Sender<Msg>,
+    backlog: Arc<Backlog>,
+    max_pending: usize,
     buffer: usize,
     keepalive: Duration,
+}
+
+/// The channel's fill, counted on both sides, so that it stays bounded.
+#[derive(Default)]
+struct Backlog {
+    /// Events sent and not yet taken by the dispatcher.
+    pending: AtomicUsize,
+    /// Set when an event was dropped because `pending` was at its limit.
+    overflowed: AtomicBool,
 }
 
 impl std::fmt::Debug for EventHub {
@@ -159,16 +177,28 @@ impl EventHub {
         let (tx, rx) = mpsc::channel();
         let lagged = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&lagged);
+        let backlog = Arc::new(Backlog::default());
+        let dispatcher_backlog = Arc::clone(&backlog);
         std::thread::Builder::new()
             .name("monolock-events".to_owned())
-            .spawn(move || dispatch(&rx, &counter, batching))?;
+            .spawn(move || dispatch(&rx, &counter, &dispatcher_backlog, batching))?;
         Ok(Self {
             subscribers: Arc::new(AtomicUsize::new(0)),
             lagged,
             tx,
+            backlog,
+            max_pending: MAX_PENDING_EVENTS,
             buffer: buffer.max(1),
             keepalive,
         })
+    }
+
+    /// This hub with at most `limit` events (at least 1) waiting for the
+    /// dispatcher (default [`MAX_PENDING_EVENTS`]).
+    #[must_use]
+    pub fn with_pending_limit(mut self, limit: usize) -> Self {
+        self.max_pending = limit.max(1);
+        self
     }
 
     /// Subscriptions open now.
@@ -220,14 +250,22 @@ impl EventHub {
 }
 
 impl Observer for EventHub {
-    /// One atomic load without subscribers; else one channel push.
+    /// One atomic load without subscribers; else a count and one channel
+    /// push, or, with [`MAX_PENDING_EVENTS`] already waiting, a dropped
+    /// event that cuts every subscriber off.
     fn observe(&self, event: &Event<'_>) {
         if self.subscribers.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(record) = Record::of_event(event) {
-            self.send(Msg::Record(record));
+        let Some(record) = Record::of_event(event) else {
+            return;
+        };
+        if self.backlog.pending.fetch_add(1, Ordering::AcqRel) >= self.max_pending {
+            self.backlog.pending.fetch_sub(1, Ordering::AcqRel);
+            self.backlog.overflowed.store(true, Ordering::Release);
+            return;
         }
+        self.send(Msg::Record(record));
     }
 }
 
@@ -268,24 +306,34 @@ impl Drop for Subscription {
 /// then takes what has queued, rather than waiting on the channel: a waiting
 /// receiver would make every observer (inside the table's critical section)
 /// pay a wake-up syscall per event; a sleeping one costs them a push.
-fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64, batching: Batching) {
+fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64, backlog: &Backlog, batching: Batching) {
     let mut dispatcher = Dispatcher {
         groups: Vec::new(),
         json: Vec::with_capacity(512),
         max_batch_bytes: batching.max_batch_bytes,
     };
+    let take = |dispatcher: &mut Dispatcher, msg: Msg| {
+        if matches!(msg, Msg::Record(_)) {
+            backlog.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+        dispatcher.take(msg, lagged);
+    };
     while let Ok(first) = rx.recv() {
-        dispatcher.take(first, lagged);
+        take(&mut dispatcher, first);
         std::thread::sleep(batching.flush_interval);
         loop {
             match rx.try_recv() {
-                Ok(msg) => dispatcher.take(msg, lagged),
+                Ok(msg) => take(&mut dispatcher, msg),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     dispatcher.offer_all(lagged);
                     return;
                 }
             }
+        }
+        if backlog.overflowed.swap(false, Ordering::AcqRel) {
+            // Events were lost: no subscriber's picture can be trusted.
+            dispatcher.cut_off_all(lagged);
         }
         dispatcher.offer_all(lagged);
     }
@@ -351,6 +399,14 @@ impl Dispatcher {
                     }),
                 }
             }
+        }
+    }
+
+    /// Ends every subscription as `lagged`, sending nothing more.
+    fn cut_off_all(&mut self, lagged: &AtomicU64) {
+        for subscriber in self.groups.drain(..).flat_map(|group| group.subscribers) {
+            subscriber.lagged.store(true, Ordering::Release);
+            lagged.fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -15,8 +15,9 @@ use common::{PATIENCE, TestServer, eventually};
 use http::HttpServer;
 use hyper::Method;
 use monolock_proto::ServerFrame;
+use monolock_proto::{Lease, LockName};
 use monolock_server::{
-    AdminToken, EventHub, Metrics, Observers, ServerConfig,
+    AdminToken, Batching, Event, EventHub, Metrics, Observer, Observers, ServerConfig, SessionInfo,
     admin::{AdminOptions, EffectiveConfig},
 };
 use serde_json::Value;
@@ -239,6 +240,52 @@ async fn a_stalled_subscriber_is_cut_off_without_slowing_grants() {
     let locks = snapshot["locks"].as_array().expect("locks");
     assert_eq!(locks.len(), 1, "{snapshot}");
     assert_eq!(locks[0]["holder"]["token"], token);
+    lab.stop().await;
+}
+
+/// Events the dispatcher has not taken yet are bounded: past the limit an
+/// event is dropped and every subscriber is cut off as `lagged` (its
+/// picture would be wrong), and a new subscription works again. The
+/// dispatcher sleeps a whole second after the first event of a batch, so
+/// the 1,000 events observed meanwhile are certain to pass the limit of 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
+    let batching = Batching {
+        flush_interval: Duration::from_secs(1),
+        ..Batching::default()
+    };
+    let hub = EventHub::with_batching(64, Duration::from_secs(60), batching)
+        .expect("hub")
+        .with_pending_limit(100);
+    let lab = Lab::start_with(hub, None).await;
+    let mut first = lab.subscribe().await;
+    let mut second = lab.subscribe_to("/api/events?match=x*").await;
+
+    let session = SessionInfo {
+        lock: LockName::new("flood").expect("name"),
+        lease: Lease::from_millis(10_000).expect("lease"),
+        remote_addr: "127.0.0.1:9".parse().expect("address"),
+        identity: Arc::from(""),
+        queued_at: std::time::SystemTime::now(),
+    };
+    for token in 0..1_000 {
+        lab.hub.observe(&Event::Granted {
+            session: &session,
+            token,
+            wait: Duration::ZERO,
+        });
+    }
+    for subscriber in [&mut first, &mut second] {
+        let last = subscriber.until("lagged").await;
+        assert!(last.data.contains("reconnect"), "{last:?}");
+        assert_eq!(subscriber.next().await, None, "the stream ends");
+    }
+    assert_eq!(lab.hub.lagged(), 2);
+
+    let mut again = lab.subscribe().await;
+    let (_holder, token) = lab.server.hold("after", 30_000).await;
+    let granted = assert_event(&again.next_event().await, "granted", "after");
+    assert_eq!(granted["token"], token);
     lab.stop().await;
 }
 
