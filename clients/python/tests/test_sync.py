@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import monolock
 from monolock import LockLost, LossReason, NotAcquired
-from monolock._reactor import Reactor
+from monolock._reactor import Reactor, Session
 from support import (
     PATIENCE,
     REPO,
@@ -269,6 +269,36 @@ class StalledDriver(unittest.TestCase):
             reactor.join(PATIENCE)
 
 
+class LostOnHandOff(Reactor):
+    """A reactor that, on being handed a queued claim, has the server shut
+    down and serves the claim until it ends before `add` returns: the
+    claim is lost between the first reply and the waiter's first look."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        super().__init__(dedicated=True)
+
+    def add(self, session: Session) -> None:
+        self.server.signal(signal.SIGTERM)
+        super().add(session)
+        assert session.closed_event.wait(PATIENCE), "the reactor did not end the claim"
+
+
+class HandOff(unittest.TestCase):
+    def test_a_waiter_lost_while_handed_to_the_reactor_raises_lock_lost(self) -> None:
+        with Server() as server:
+            client = monolock.Client(server.addr)
+            holder = client.lock("handoff", lease=5.0)
+            client._reactor_factory = lambda: LostOnHandOff(server)
+            with self.assertRaises(LockLost) as caught:
+                client.lock("handoff", lease=5.0)
+            self.assertIs(caught.exception.reason, LossReason.SHUTDOWN)
+            loss = holder.wait_lost(PATIENCE)
+            assert loss is not None
+            self.assertIs(loss.reason, LossReason.SHUTDOWN)
+            self.assertEqual(server.proc.wait(PATIENCE), 0)
+
+
 #: Holds a lock, says so, then answers each stdin line with is_held().
 PAUSED_CHILD = """
 import sys, monolock
@@ -326,7 +356,7 @@ class SyncServerFaults(unittest.TestCase):
             thread.join(PATIENCE)
             self.assertEqual(len(waiter_error), 1)
             err = waiter_error[0]
-            assert isinstance(err, LockLost)
+            assert isinstance(err, LockLost), repr(err)
             self.assertIs(err.reason, LossReason.SHUTDOWN)
             self.assertEqual(server.proc.wait(PATIENCE), 0)
 

@@ -197,9 +197,13 @@ class Client(Endpoints):
             shutdown_socket(sock)
             sock.close()
             return None
+        # Read before the reactor thread shares the claim: from `add` on it
+        # may end the claim at any moment (a queued claim that ends before
+        # its grant has no token).
+        first_status = claim.status
         session = Session(claim, sock, (self._reactor_factory or shared_reactor)())
         session.reactor.add(session)
-        if claim.status is Status.WAITING:
+        if first_status is Status.WAITING:
             until = None if wait is None else start + int(wait * 1e9)
             try:
                 status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
