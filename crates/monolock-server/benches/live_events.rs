@@ -1,19 +1,21 @@
 //! What live event subscribers cost the protocol path: contention
 //! throughput (clients taking turns on one lock: connect, ACQUIRE, wait for
-//! the grant, close) and the server process's CPU time per grant, with no
-//! subscriber and with 100 subscribers following `GET /api/events` over
-//! real sockets, in alternating rounds of one run.
+//! the grant, close) and CPU time per grant, with no subscriber and with
+//! 100 subscribers following `GET /api/events` over real sockets, in
+//! alternating rounds of one run.
 //!
-//! The subscribers run in a child process (this binary again, `subscribe
-//! ADDR COUNT CPU PATH`) pinned to the last CPU, and the server and its
-//! contending clients are pinned to the first, as `monolock-bench` pins its
-//! load generator: what is measured is the server's own work, not the
-//! readers'. Each round runs every setting once, in this order: no
-//! subscriber; no subscriber again (the two quiet figures are the noise
+//! The server and its contending clients are pinned to the first CPU, which
+//! they saturate; the subscribers run in a child process (this binary
+//! again, `subscribe ADDR COUNT CPU PATH`) pinned to the last. The admin
+//! API runs on its own thread, as `monolock serve` runs it
+//! (`admin::spawn`); each round runs every setting once, in this order:
+//! no subscriber; no subscriber again (the two quiet figures are the noise
 //! band any difference must leave to count); 100 subscribers with the
-//! defaults; 100 with smaller batches (5 ms, 16 KiB); 100 in the server's
-//! own process; 100 following `?match=` a pattern the contended lock does
-//! not match (filtered on the server).
+//! admin thread and the event dispatcher on the last CPU (a machine with a
+//! core to spare); the same following `?match=` a pattern the contended
+//! lock does not match (filtered on the server); 100 with the admin thread
+//! and dispatcher on the first CPU (one core for everything: the worst
+//! case); the same with smaller batches (5 ms, 16 KiB).
 //!
 //! Then what the protocol path itself pays: the time of one
 //! `EventHub::observe` (called inside the lock table's critical section for
@@ -98,6 +100,7 @@ fn main() {
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
+        .thread_name(PROTOCOL_THREADS)
         .enable_all()
         .build()
         .expect("runtime")
@@ -124,26 +127,38 @@ fn pin(cpu: usize) {
     }
 }
 
-/// CPU time (user + system) this process has used so far, from
-/// `/proc/self/stat` (clock ticks, 10 ms each on Linux).
-fn process_cpu() -> Duration {
-    let mut stat = String::new();
-    let read = std::fs::File::open("/proc/self/stat").and_then(|mut f| f.read_to_string(&mut stat));
-    if read.is_err() {
+/// The name of this bench's runtime threads, which run the protocol path
+/// (the server's sessions and its contending clients) and nothing else.
+const PROTOCOL_THREADS: &str = "bench-protocol";
+
+/// CPU time (user + system) the protocol threads have used so far, summed
+/// from `/proc/self/task/*/stat` (clock ticks, 10 ms each on Linux): not
+/// the admin thread's or the event dispatcher's.
+fn protocol_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return Duration::ZERO;
-    }
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
     };
-    // utime and stime are fields 14 and 15 of the line, 12 and 13 after ")".
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+    let ticks: u64 = tasks
+        .flatten()
+        .filter_map(|task| {
+            let mut stat = String::new();
+            std::fs::File::open(task.path().join("stat"))
+                .and_then(|mut f| f.read_to_string(&mut stat))
+                .ok()?;
+            // The name is in parentheses and may hold spaces; the kernel
+            // keeps its first 15 bytes.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let (_, name) = head.split_once('(')?;
+            if !PROTOCOL_THREADS.starts_with(name) {
+                return None;
+            }
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the line, 12 and 13 after ")".
+            let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            Some(tick(11)? + tick(12)?)
+        })
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 /// Busy time of all CPUs so far: the first line of `/proc/stat` (clock
@@ -167,7 +182,8 @@ fn machine_busy() -> Duration {
     Duration::from_millis(busy * 10)
 }
 
-/// One server with its own hub and admin listener.
+/// One server with its own hub and admin listener, served as `monolock
+/// serve` serves them: the admin API on its own thread (`admin::spawn`).
 struct Lab {
     hub: Arc<EventHub>,
     handle: ServerHandle,
@@ -178,22 +194,40 @@ struct Lab {
 }
 
 impl Lab {
-    async fn start(hub: EventHub, subscriber_cpu: Option<usize>) -> Self {
-        let hub = Arc::new(hub);
-        let server = Server::new(ServerConfig::default().with_observer(hub.clone()));
-        let handle = server.handle();
+    /// Starts a server on this runtime (CPU 0) with `hub`, made by
+    /// `make_hub`, and the admin API. Both the event dispatcher's thread and
+    /// the admin thread are started from a thread pinned to `admin_cpu`, so
+    /// they inherit it: on CPU 1 the protocol path keeps CPU 0 to itself
+    /// (as on a machine with a core to spare); on CPU 0 all share one core.
+    async fn start(
+        make_hub: fn() -> EventHub,
+        admin_cpu: Option<usize>,
+        subscriber_cpu: Option<usize>,
+    ) -> Self {
+        let runtime = tokio::runtime::Handle::current();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        tokio::spawn(server.run(listener));
         let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let admin = admin_listener.local_addr().expect("addr");
-        let options =
-            AdminOptions::new(handle.clone(), EffectiveConfig::default()).with_events(hub.clone());
-        tokio::spawn(admin::serve_with(
-            admin_listener,
-            options,
-            std::future::pending(),
-        ));
+        let (hub, server) = std::thread::spawn(move || {
+            if let Some(cpu) = admin_cpu {
+                pin(cpu);
+            }
+            let _entered = runtime.enter();
+            let hub = Arc::new(make_hub());
+            let server = Server::new(ServerConfig::default().with_observer(hub.clone()));
+            let options = AdminOptions::new(server.handle(), EffectiveConfig::default())
+                .with_events(hub.clone());
+            let thread = admin::spawn(admin_listener, options, std::future::pending())
+                .expect("admin thread");
+            // Runs until the process ends.
+            std::mem::forget(thread);
+            (hub, server)
+        })
+        .join()
+        .expect("starter thread");
+        let handle = server.handle();
+        tokio::spawn(server.run(listener));
         Self {
             hub,
             handle,
@@ -201,22 +235,6 @@ impl Lab {
             admin,
             subscriber_cpu,
         }
-    }
-
-    /// Contention with [`SUBSCRIBERS`] subscribers as tasks of this process
-    /// (the layout of this bench before: readers and server share the CPU).
-    async fn loaded_here(&self, round: Duration) -> (Figures, u64) {
-        let stop = CancellationToken::new();
-        let subscribers = tokio::spawn(subscribe(
-            self.admin,
-            SUBSCRIBERS,
-            ALL_EVENTS.to_owned(),
-            stop.clone(),
-        ));
-        self.wait_for_subscribers().await;
-        let figures = contention(self.addr, round).await;
-        stop.cancel();
-        (figures, subscribers.await.unwrap_or(0))
     }
 
     async fn wait_for_subscribers(&self) {
@@ -229,7 +247,7 @@ impl Lab {
 
     /// Contention with [`SUBSCRIBERS`] subscribers to `path` in a child
     /// process.
-    async fn loaded(&self, round: Duration, path: &str) -> (Figures, u64) {
+    async fn loaded(&self, round: Duration, path: &str) -> Figures {
         let cpu = self
             .subscriber_cpu
             .map_or_else(|| "any".to_owned(), |cpu| cpu.to_string());
@@ -247,13 +265,14 @@ impl Lab {
             .spawn()
             .expect("start the subscriber process");
         self.wait_for_subscribers().await;
-        let figures = contention(self.addr, round).await;
+        let mut figures = contention(self.addr, round).await;
         drop(child.stdin.take());
         let mut line = String::new();
         let stdout = child.stdout.take().expect("stdout");
         let _ = BufReader::new(stdout).read_line(&mut line).await;
         let _ = child.wait().await;
-        (figures, line.trim().parse().unwrap_or(0))
+        figures.bytes_read = line.trim().parse().unwrap_or(0);
+        figures
     }
 }
 
@@ -261,21 +280,29 @@ impl Lab {
 #[derive(Clone, Copy)]
 struct Figures {
     grants_per_s: f64,
-    /// The whole bench process's CPU time (server and clients, not the
-    /// subscribers) per grant.
+    /// The protocol threads' CPU time (server sessions and clients; not the
+    /// admin thread, the event dispatcher or the subscribers) per grant.
     cpu_us_per_grant: f64,
     /// Every CPU's busy time per grant (`/proc/stat`): the above, the
     /// subscribers, and the kernel's work on behalf of either.
     machine_us_per_grant: f64,
+    /// What the subscribers read.
+    bytes_read: u64,
+}
+
+fn default_hub() -> EventHub {
+    EventHub::new().expect("event hub")
+}
+
+fn small_batch_hub() -> EventHub {
+    EventHub::with_batching(SMALL_BUFFER, KEEPALIVE_INTERVAL, SMALL).expect("event hub")
 }
 
 async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
-    let current = Lab::start(EventHub::new().expect("event hub"), subscriber_cpu).await;
-    let smaller = Lab::start(
-        EventHub::with_batching(SMALL_BUFFER, KEEPALIVE_INTERVAL, SMALL).expect("event hub"),
-        subscriber_cpu,
-    )
-    .await;
+    // The admin thread beside the subscribers, or on the protocol's core.
+    let apart = Lab::start(default_hub, subscriber_cpu, subscriber_cpu).await;
+    let shared = Lab::start(default_hub, None, subscriber_cpu).await;
+    let smaller = Lab::start(small_batch_hub, None, subscriber_cpu).await;
 
     println!(
         "contention: {CLIENTS} clients taking turns on one lock, server and clients on CPU 0, \
@@ -286,38 +313,39 @@ async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
     const SETTINGS: [&str; 6] = [
         "no subscriber",
         "no subscriber, again",
-        "100 in a child, defaults",
-        "100 in a child, 5 ms/16 KiB",
-        "100 in-process, defaults",
-        "100 in a child, ?match= other",
+        "100, admin thread on CPU 1",
+        "100 ?match= other, admin on 1",
+        "100, admin thread on CPU 0",
+        "100, admin on 0, 5 ms/16 KiB",
     ];
     println!("settings: {}", SETTINGS.join(" | "));
     println!(
-        "each cell: grants/s, bench process CPU us/grant, whole machine CPU us/grant, MB read"
+        "each cell: grants/s, protocol threads' CPU us/grant, whole machine CPU us/grant, MB read"
     );
     let mut rows = Vec::new();
     for r in 0..rounds {
-        let quiet = (contention(current.addr, round).await, 0);
-        let again = (contention(current.addr, round).await, 0);
-        let child = current.loaded(round, ALL_EVENTS).await;
-        let large = smaller.loaded(round, ALL_EVENTS).await;
-        let here = current.loaded_here(round).await;
-        let filtered = current.loaded(round, OTHER_EVENTS).await;
-        let row = [quiet, again, child, large, here, filtered];
+        let row = [
+            contention(apart.addr, round).await,
+            contention(apart.addr, round).await,
+            apart.loaded(round, ALL_EVENTS).await,
+            apart.loaded(round, OTHER_EVENTS).await,
+            shared.loaded(round, ALL_EVENTS).await,
+            smaller.loaded(round, ALL_EVENTS).await,
+        ];
         let cells: Vec<String> = row
             .iter()
-            .map(|(f, bytes)| {
+            .map(|f| {
                 format!(
                     "{:>6.0}/s {:>5.1} {:>5.1} us {:>5.0} MB",
                     f.grants_per_s,
                     f.cpu_us_per_grant,
                     f.machine_us_per_grant,
-                    *bytes as f64 / 1e6
+                    f.bytes_read as f64 / 1e6
                 )
             })
             .collect();
         println!("round {}: {}", r + 1, cells.join(" | "));
-        rows.push(row.map(|(figures, _)| figures));
+        rows.push(row);
     }
     let median = |pick: &dyn Fn(&[Figures; 6]) -> f64| {
         let mut v: Vec<f64> = rows.iter().map(pick).collect();
@@ -332,7 +360,7 @@ async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
         let cpu = median(&|row| row[i].cpu_us_per_grant);
         let machine = median(&|row| row[i].machine_us_per_grant);
         println!(
-            "median, {what:<29}: {grants:>6.0} grants/s (ratio {:.3}), {cpu:>5.1} us CPU/grant (ratio {:.3}), machine {machine:>5.1} us (ratio {:.3})",
+            "median, {what:<29}: {grants:>6.0} grants/s (ratio {:.3}), protocol {cpu:>5.1} us CPU/grant (ratio {:.3}), machine {machine:>5.1} us (ratio {:.3})",
             grants / quiet,
             cpu / quiet_cpu,
             machine / quiet_machine,
@@ -348,12 +376,14 @@ async fn bench(rounds: usize, round: Duration, subscriber_cpu: Option<usize>) {
         println!("per round, {what:<29}: {}", ratios.join(" "));
     }
     println!(
-        "subscribers cut off: {} (defaults), {} (5 ms/16 KiB)",
-        current.hub.lagged(),
+        "subscribers cut off: {} (admin on CPU 1), {} (admin on CPU 0), {} (5 ms/16 KiB)",
+        apart.hub.lagged(),
+        shared.hub.lagged(),
         smaller.hub.lagged()
     );
-    current.handle.shutdown();
-    smaller.handle.shutdown();
+    for lab in [&apart, &shared, &smaller] {
+        lab.handle.shutdown();
+    }
 
     println!("observe: the cost the table's critical section pays per event");
     for round in 0..rounds {
@@ -413,7 +443,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     let grants = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let cpu = process_cpu();
+    let cpu = protocol_cpu();
     let machine = machine_busy();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
@@ -442,7 +472,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     stop.store(true, Ordering::Relaxed);
     let counted = grants.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
-    let cpu = process_cpu().saturating_sub(cpu);
+    let cpu = protocol_cpu().saturating_sub(cpu);
     let machine = machine_busy().saturating_sub(machine);
     for client in clients {
         let _ = client.await;
@@ -452,6 +482,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
         grants_per_s: counted / elapsed.as_secs_f64(),
         cpu_us_per_grant: cpu.as_secs_f64() * 1e6 / counted,
         machine_us_per_grant: machine.as_secs_f64() * 1e6 / counted,
+        bytes_read: 0,
     }
 }
 

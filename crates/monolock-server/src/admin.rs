@@ -379,6 +379,79 @@ pub async fn serve_with(
     }
 }
 
+/// The admin listener served on a thread of its own; see [`spawn`].
+#[derive(Debug)]
+#[must_use = "join it to learn when the admin API has stopped"]
+pub struct AdminThread {
+    done: tokio::sync::oneshot::Receiver<io::Result<()>>,
+}
+
+impl AdminThread {
+    /// Waits until the admin API has stopped (after its `shutdown`).
+    ///
+    /// # Errors
+    /// The I/O error that stopped it, or the thread's failure.
+    pub async fn join(self) -> io::Result<()> {
+        self.done
+            .await
+            .map_err(|_| io::Error::other("the admin API thread ended without a result"))?
+    }
+}
+
+/// Serves the admin listener as [`serve_with`] does, on a thread of its
+/// own (`monolock-admin`) with a single-threaded runtime, until `shutdown`
+/// resolves.
+///
+/// Why a thread of its own: what the admin listener does at scale (event
+/// streams to a hundred dashboards, snapshots of a large table, TLS
+/// handshakes) never takes a worker of the protocol's runtime, where it
+/// would queue grants behind its writes; on a machine with a core to spare
+/// the OS runs it beside the protocol path rather than on it. The ops
+/// endpoint stays on the protocol's runtime, so health checks answer for
+/// the protocol path itself.
+///
+/// # Errors
+/// The listener cannot be moved, or the OS refused to start the thread.
+///
+/// # Example
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// use monolock_server::{Server, ServerConfig, admin::{self, AdminOptions, EffectiveConfig}};
+///
+/// let server = Server::new(ServerConfig::default());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let options = AdminOptions::new(server.handle(), EffectiveConfig::default());
+/// let stop = tokio_util::sync::CancellationToken::new();
+/// let thread = admin::spawn(listener, options, stop.clone().cancelled_owned())?;
+/// stop.cancel();
+/// thread.join().await
+/// # }
+/// ```
+pub fn spawn(
+    listener: TcpListener,
+    options: AdminOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<AdminThread> {
+    // Taken off this runtime's reactor, registered with the thread's own.
+    let listener = listener.into_std()?;
+    let (tx, done) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("monolock-admin".to_owned())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .and_then(|runtime| {
+                    runtime.block_on(async move {
+                        serve_with(TcpListener::from_std(listener)?, options, shutdown).await
+                    })
+                });
+            let _ = tx.send(result);
+        })?;
+    Ok(AdminThread { done })
+}
+
 async fn authenticate(
     State(token): State<Arc<AdminToken>>,
     request: Request,

@@ -360,11 +360,8 @@ impl Dispatcher {
     fn take(&mut self, msg: Msg, lagged: &AtomicU64) {
         match msg {
             Msg::Record(record) => {
-                self.json.clear();
-                record.write_json(&mut self.json);
-                if self.json.last() == Some(&b'\n') {
-                    self.json.pop();
-                }
+                // Serialised once, and only if some group wants it.
+                let mut serialised = false;
                 for group in &mut self.groups {
                     if !group
                         .filter
@@ -372,6 +369,14 @@ impl Dispatcher {
                         .is_none_or(|f| f.matches(record.lock()))
                     {
                         continue;
+                    }
+                    if !serialised {
+                        self.json.clear();
+                        record.write_json(&mut self.json);
+                        if self.json.last() == Some(&b'\n') {
+                            self.json.pop();
+                        }
+                        serialised = true;
                     }
                     if group.batch.is_empty() {
                         // Room for a whole batch at once, not grown by doubling.

@@ -7,7 +7,8 @@
 //! 1. `/healthz` and `/readyz` turn 503 and nothing is granted any more;
 //! 2. the protocol listener closes and every session gets ERROR 0x01 and is
 //!    closed;
-//! 3. the admin API stops;
+//! 3. the admin API stops (it runs on a thread of its own: see
+//!    [`admin::spawn`]);
 //! 4. the audit log writes what is queued and closes (bounded in time);
 //! 5. the ops endpoint stays up for its grace period
 //!    ([`OPS_SHUTDOWN_GRACE`]) so probes and scrapes see the whole shutdown,
@@ -224,7 +225,6 @@ impl Service {
             .server
             .take()
             .ok_or_else(|| io::Error::other("no server"))?;
-        let mut running = tokio::spawn(server.run(protocol));
         let admin_stop = CancellationToken::new();
         let admin_task = admin.map(|listener| {
             let mut options =
@@ -238,12 +238,10 @@ impl Service {
             if let Some(tls) = &self.admin_tls {
                 options = options.with_tls(tls.clone());
             }
-            tokio::spawn(admin::serve_with(
-                listener,
-                options,
-                admin_stop.clone().cancelled_owned(),
-            ))
+            admin::spawn(listener, options, admin_stop.clone().cancelled_owned())
         });
+        let admin_task = admin_task.transpose()?;
+        let mut running = tokio::spawn(server.run(protocol));
         let ops_stop = CancellationToken::new();
         let ops_task = ops.map(|(listener, metrics)| {
             let stop = ops_stop.clone().cancelled_owned();
@@ -272,7 +270,11 @@ impl Service {
         joined(running.await)?;
         // 3.
         admin_stop.cancel();
-        join_http("admin API", admin_task).await;
+        if let Some(admin) = admin_task
+            && let Err(err) = admin.join().await
+        {
+            warn!(error = %err, "admin API stopped with an error");
+        }
         // 4.
         if let Some(audit) = &self.audit {
             audit.close().await;

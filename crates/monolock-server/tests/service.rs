@@ -121,3 +121,58 @@ async fn an_ops_listener_needs_metrics() {
         .expect_err("refused");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
 }
+
+/// `GET path` over a blocking socket, on a thread of its own: the whole
+/// response.
+fn get_on_a_thread(addr: SocketAddr, path: &'static str) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").expect("request");
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        let _ = tx.send(response);
+    });
+    rx
+}
+
+/// The admin API runs on a thread of its own: it answers while every
+/// worker of the protocol's runtime is busy (here the only one, held by
+/// this test), and its work never takes one of them.
+#[tokio::test(flavor = "current_thread")]
+async fn the_admin_api_answers_while_the_protocol_runtime_is_busy() {
+    let (protocol, addr) = bind().await;
+    let (admin, admin_addr) = bind().await;
+    let listeners = Listeners {
+        protocol,
+        ops: None,
+        admin: Some(admin),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(Service::new(ServerConfig::default()).run(listeners, async {
+        let _ = stopped.await;
+    }));
+    let mut holder = Peer::connect(addr).await;
+    holder
+        .send(&acquire_bytes(1, 10_000, b"busy/runtime"))
+        .await;
+    assert!(matches!(holder.recv().await, ServerFrame::Acquired { .. }));
+
+    let response = get_on_a_thread(admin_addr, "/api/locks");
+    // Holds the runtime's only thread: nothing scheduled on it can run
+    // until the answer has come.
+    let response = response
+        .recv_timeout(PATIENCE)
+        .expect("the admin API answered");
+    assert!(response.starts_with("HTTP/1.0 200"), "{response}");
+    assert!(response.contains("\"busy/runtime\""), "{response}");
+
+    stop.send(()).expect("running");
+    timeout(PATIENCE, running)
+        .await
+        .expect("stops in time")
+        .expect("task")
+        .expect("clean shutdown");
+}
