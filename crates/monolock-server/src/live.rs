@@ -15,9 +15,11 @@
 //! Why the work is split as it is: ownership events reach observers while
 //! the lock table is locked, so [`EventHub::observe`] does as little as the
 //! audit log does: with no subscriber, one atomic load; with subscribers,
-//! one copy into a channel (bounded by a count, [`MAX_PENDING_EVENTS`]). One dispatcher thread serialises each
-//! event once, gathers events for [`FLUSH_INTERVAL`] into one batch per
-//! distinct filter, and offers each batch to its subscribers' bounded
+//! one push onto an inbox (bounded, [`MAX_PENDING_EVENTS`]) that the
+//! dispatcher thread swaps for an empty one once per batch, so producer and
+//! dispatcher share no cache line per event. The dispatcher serialises
+//! each event once, gathers events for [`FLUSH_INTERVAL`] into one batch
+//! per distinct filter, and offers each batch to its subscribers' bounded
 //! buffers with `try_send`, never waiting. A subscriber
 //! whose buffer is full (a stalled browser tab, a paused terminal) is cut
 //! off: its stream ends with a `lagged` event, and a reconnect gets a fresh
@@ -34,9 +36,8 @@
 use std::{
     convert::Infallible,
     sync::{
-        Arc,
+        Arc, Condvar, Mutex, MutexGuard,
         atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
-        mpsc,
     },
     time::Duration,
 };
@@ -71,6 +72,10 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// `lagged`, rather than the queue growing without bound; each reconnects
 /// for a fresh snapshot. About 100 bytes an event: a few MiB.
 pub const MAX_PENDING_EVENTS: usize = 65_536;
+
+/// Messages' room the dispatcher keeps between batches (a batch at 50,000
+/// grants a second holds a few thousand).
+const KEPT_INBOX_CAPACITY: usize = 4096;
 
 /// Batches a subscriber may have queued before it is cut off as `lagged`.
 pub const SUBSCRIBER_BUFFER: usize = 16;
@@ -119,21 +124,68 @@ pub struct EventHub {
     subscribers: Arc<AtomicUsize>,
     /// Subscribers cut off so far.
     lagged: Arc<AtomicU64>,
-    /// `Sync` since Rust 1.72: observers on many threads push without a lock.
-    tx: mpsc::Sender<Msg>,
-    backlog: Arc<Backlog>,
+    mailbox: Arc<Mailbox>,
     max_pending: usize,
     buffer: usize,
     keepalive: Duration,
 }
 
-/// The channel's fill, counted on both sides, so that it stays bounded.
+/// What observers hand the dispatcher thread. Observers are called inside
+/// the lock table's critical section, so they rarely contend for the
+/// mutex; the dispatcher takes it once per batch.
 #[derive(Default)]
-struct Backlog {
-    /// Events sent and not yet taken by the dispatcher.
-    pending: AtomicUsize,
-    /// Set when an event was dropped because `pending` was at its limit.
-    overflowed: AtomicBool,
+struct Mailbox {
+    inbox: Mutex<Inbox>,
+    /// Wakes the dispatcher when it waits for a first message.
+    arrived: Condvar,
+}
+
+#[derive(Default)]
+struct Inbox {
+    /// In the order observed: records and subscriptions.
+    msgs: Vec<Msg>,
+    /// Records in `msgs` (bounded by the hub's pending limit).
+    records: usize,
+    /// Set when a record was dropped because `records` was at its limit.
+    overflowed: bool,
+    /// The dispatcher waits on `arrived` (a push must wake it).
+    idle: bool,
+    /// The hub is gone: the dispatcher sends what it has and ends.
+    closed: bool,
+}
+
+impl Mailbox {
+    fn inbox(&self) -> MutexGuard<'_, Inbox> {
+        // A panic while holding it leaves a Vec and counters: still usable.
+        self.inbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Appends `msg`; wakes the dispatcher only if it waits (once per batch).
+    fn push(&self, msg: Msg, max_records: usize) {
+        let mut inbox = self.inbox();
+        if matches!(msg, Msg::Record(_)) {
+            if inbox.records >= max_records {
+                inbox.overflowed = true;
+                return;
+            }
+            inbox.records += 1;
+        }
+        inbox.msgs.push(msg);
+        let wake = std::mem::take(&mut inbox.idle);
+        drop(inbox);
+        if wake {
+            self.arrived.notify_one();
+        }
+    }
+}
+
+impl Drop for EventHub {
+    fn drop(&mut self) {
+        self.mailbox.inbox().closed = true;
+        self.mailbox.arrived.notify_one();
+    }
 }
 
 impl std::fmt::Debug for EventHub {
@@ -174,19 +226,17 @@ impl EventHub {
         keepalive: Duration,
         batching: Batching,
     ) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel();
         let lagged = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&lagged);
-        let backlog = Arc::new(Backlog::default());
-        let dispatcher_backlog = Arc::clone(&backlog);
+        let mailbox = Arc::new(Mailbox::default());
+        let dispatcher_mailbox = Arc::clone(&mailbox);
         std::thread::Builder::new()
             .name("monolock-events".to_owned())
-            .spawn(move || dispatch(&rx, &counter, &dispatcher_backlog, batching))?;
+            .spawn(move || dispatch(&dispatcher_mailbox, &counter, batching))?;
         Ok(Self {
             subscribers: Arc::new(AtomicUsize::new(0)),
             lagged,
-            tx,
-            backlog,
+            mailbox,
             max_pending: MAX_PENDING_EVENTS,
             buffer: buffer.max(1),
             keepalive,
@@ -231,41 +281,33 @@ impl EventHub {
         // Counted before the dispatcher knows it, so no event observed after
         // this call is skipped by the fast path.
         self.subscribers.fetch_add(1, Ordering::AcqRel);
-        self.send(Msg::Subscribe(Subscriber {
-            tx,
-            lagged: Arc::clone(&lagged),
-            filter,
-        }));
+        self.mailbox.push(
+            Msg::Subscribe(Subscriber {
+                tx,
+                lagged: Arc::clone(&lagged),
+                filter,
+            }),
+            self.max_pending,
+        );
         Subscription {
             rx,
             lagged,
             count: Arc::clone(&self.subscribers),
         }
     }
-
-    fn send(&self, msg: Msg) {
-        // Fails only if the dispatcher thread is gone; then nobody listens.
-        let _ = self.tx.send(msg);
-    }
 }
 
 impl Observer for EventHub {
-    /// One atomic load without subscribers; else a count and one channel
-    /// push, or, with [`MAX_PENDING_EVENTS`] already waiting, a dropped
-    /// event that cuts every subscriber off.
+    /// One atomic load without subscribers; else one push onto the inbox,
+    /// or, with [`MAX_PENDING_EVENTS`] already waiting, a dropped event
+    /// that cuts every subscriber off.
     fn observe(&self, event: &Event<'_>) {
         if self.subscribers.load(Ordering::Acquire) == 0 {
             return;
         }
-        let Some(record) = Record::of_event(event) else {
-            return;
-        };
-        if self.backlog.pending.fetch_add(1, Ordering::AcqRel) >= self.max_pending {
-            self.backlog.pending.fetch_sub(1, Ordering::AcqRel);
-            self.backlog.overflowed.store(true, Ordering::Release);
-            return;
+        if let Some(record) = Record::of_event(event) {
+            self.mailbox.push(Msg::Record(record), self.max_pending);
         }
-        self.send(Msg::Record(record));
     }
 }
 
@@ -299,43 +341,54 @@ impl Drop for Subscription {
     }
 }
 
-/// The dispatcher thread: drains the channel in order, serialises each
-/// record once, and offers each batch to its subscribers without waiting.
+/// The dispatcher thread: takes the inbox in order, serialises each record
+/// once, and offers each batch to its subscribers without waiting.
 ///
-/// After the first event of a batch it sleeps for the flush interval and
-/// then takes what has queued, rather than waiting on the channel: a waiting
-/// receiver would make every observer (inside the table's critical section)
-/// pay a wake-up syscall per event; a sleeping one costs them a push.
-fn dispatch(rx: &mpsc::Receiver<Msg>, lagged: &AtomicU64, backlog: &Backlog, batching: Batching) {
+/// After the first message of a batch it sleeps for the flush interval and
+/// then swaps the inbox for an empty one, rather than taking messages one
+/// at a time: observers (inside the table's critical section) then pay a
+/// push onto memory nobody else touches, not a wake-up or a shared counter
+/// per event.
+fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
     let mut dispatcher = Dispatcher {
         groups: Vec::new(),
         json: Vec::with_capacity(512),
         max_batch_bytes: batching.max_batch_bytes,
     };
-    let take = |dispatcher: &mut Dispatcher, msg: Msg| {
-        if matches!(msg, Msg::Record(_)) {
-            backlog.pending.fetch_sub(1, Ordering::AcqRel);
+    let mut taken = Vec::new();
+    loop {
+        let mut inbox = mailbox.inbox();
+        while inbox.msgs.is_empty() && !inbox.closed {
+            inbox.idle = true;
+            inbox = mailbox
+                .arrived
+                .wait(inbox)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
-        dispatcher.take(msg, lagged);
-    };
-    while let Ok(first) = rx.recv() {
-        take(&mut dispatcher, first);
-        std::thread::sleep(batching.flush_interval);
-        loop {
-            match rx.try_recv() {
-                Ok(msg) => take(&mut dispatcher, msg),
-                Err(mpsc::TryRecvError::Empty) => break,
-                Err(mpsc::TryRecvError::Disconnected) => {
-                    dispatcher.offer_all(lagged);
-                    return;
-                }
-            }
+        let closed = inbox.closed;
+        drop(inbox);
+        if !closed {
+            std::thread::sleep(batching.flush_interval);
         }
-        if backlog.overflowed.swap(false, Ordering::AcqRel) {
+        let overflowed = {
+            let mut inbox = mailbox.inbox();
+            std::mem::swap(&mut inbox.msgs, &mut taken);
+            inbox.records = 0;
+            std::mem::take(&mut inbox.overflowed)
+        };
+        for msg in taken.drain(..) {
+            dispatcher.take(msg, lagged);
+        }
+        // A burst's worth of room is not kept for good.
+        taken.shrink_to(KEPT_INBOX_CAPACITY);
+        if overflowed {
             // Events were lost: no subscriber's picture can be trusted.
             dispatcher.cut_off_all(lagged);
         }
         dispatcher.offer_all(lagged);
+        if closed {
+            break;
+        }
     }
     debug!("event hub stopped");
 }
