@@ -61,9 +61,9 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 /// The dispatcher gathers events for this long before it sends a batch:
 /// at high churn, one write per subscriber per interval instead of one per
 /// event, which is most of what many subscribers cost. 20 ms is below what
-/// a person watching the page can tell apart; 5 ms batches cost up to 5%
-/// of contention throughput with 100 subscribers in some runs, 20 ms ones
-/// never measurably (BENCHMARKS.md, live event subscribers).
+/// a person watching the page can tell apart; where the admin thread must
+/// share the protocol path's only core, 5 ms batches cost that path about
+/// half as much again as 20 ms ones (BENCHMARKS.md, live event subscribers).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Events observed but not yet taken by the dispatcher, at most. Beyond
