@@ -17,7 +17,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
-    sync::{Arc, Mutex, MutexGuard, PoisonError, atomic::Ordering},
+    sync::{Arc, atomic::Ordering},
     time::SystemTime,
 };
 
@@ -25,6 +25,7 @@ use monolock_proto::{
     Lease, LockName,
     mutation::{self, Mutation},
 };
+use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::{
@@ -69,6 +70,10 @@ struct TableState {
     /// Set at shutdown: nothing is granted any more.
     closing: bool,
 }
+
+/// Locks a snapshot copies per turn under the table's mutex (about 0.1 ms
+/// at 100,000 locks held).
+const SNAPSHOT_CHUNK: usize = 256;
 
 /// The shared lock table.
 pub(crate) struct LockTable {
@@ -219,9 +224,9 @@ impl LockTable {
     }
 
     fn lock_state(&self) -> MutexGuard<'_, TableState> {
-        // No code panics while holding the guard; if one ever did, the state
-        // is still consistent between operations, so keep serving.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        // parking_lot's mutex does not poison: no code panics while holding
+        // the guard, and the state is consistent between operations anyway.
+        self.state.lock()
     }
 
     /// Records that `slot` was heard from at `now` (no lock taken).
@@ -437,16 +442,36 @@ impl LockTable {
     }
 
     /// Every lock whose name `filter` accepts, sorted by name.
+    ///
+    /// Taken in chunks of [`SNAPSHOT_CHUNK`] locks, each under the mutex
+    /// once, handed fairly to any session waiting for it in between: one
+    /// pass over 100,000 locks would hold every grant up for as long as the
+    /// whole copy takes (tens of milliseconds; BENCHMARKS.md, snapshots of
+    /// a large table). Each lock is copied whole and consistent; the list
+    /// as a whole may mix moments, as the event stream allows (its events
+    /// apply idempotently over any snapshot taken after they subscribed).
     pub(crate) fn snapshot(&self, filter: impl Fn(&str) -> bool) -> Vec<LockSnapshot> {
-        let state = self.lock_state();
-        let mut locks: Vec<LockSnapshot> = state
-            .locks
-            .iter()
-            .filter(|(name, _)| filter(name.as_str()))
-            .map(|(name, entry)| lock_snapshot(name, entry))
-            .collect();
-        drop(state);
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut names: Vec<LockName> = {
+            let state = self.lock_state();
+            state
+                .locks
+                .keys()
+                .filter(|name| filter(name.as_str()))
+                .cloned()
+                .collect()
+        };
+        names.sort_unstable();
+        let mut locks = Vec::with_capacity(names.len());
+        for chunk in names.chunks(SNAPSHOT_CHUNK) {
+            let state = self.lock_state();
+            locks.extend(chunk.iter().filter_map(|name| {
+                state
+                    .locks
+                    .get(name)
+                    .map(|entry| lock_snapshot(name, entry))
+            }));
+            MutexGuard::unlock_fair(state);
+        }
         locks
     }
 
@@ -599,6 +624,42 @@ mod tests {
 
     fn holder(table: &LockTable, name: &str) -> Option<u16> {
         table.lock(name).map(|lock| lock.holder.remote_addr.port())
+    }
+
+    #[test]
+    fn a_snapshot_of_many_chunks_is_whole_sorted_and_filtered() {
+        let (table, _) = table();
+        let count = 3 * SNAPSHOT_CHUNK + 7;
+        // Granted in an order unlike the names' (a stride coprime to count).
+        let mut slots = Vec::new();
+        for i in 0..count {
+            let n = (i * 7) % count;
+            let slot = session(&table, &format!("job-{n:05}"), 1);
+            table.acquire(&slot);
+            slots.push(slot);
+        }
+        let waiters: Vec<_> = [2, 3].map(|port| session(&table, "job-00300", port)).into();
+        for waiter in &waiters {
+            assert_eq!(table.acquire(waiter), Acquired::Queued);
+        }
+        let all = table.snapshot(|_| true);
+        let names: Vec<String> = all.iter().map(|l| l.name.as_str().to_owned()).collect();
+        let expected: Vec<String> = (0..count).map(|n| format!("job-{n:05}")).collect();
+        assert_eq!(names, expected);
+        let queued = all
+            .iter()
+            .find(|l| l.name.as_str() == "job-00300")
+            .expect("job-00300");
+        let ports: Vec<u16> = queued
+            .waiters
+            .iter()
+            .map(|w| w.remote_addr.port())
+            .collect();
+        assert_eq!(ports, [2, 3]);
+        let some = table.snapshot(|name| name.ends_with('5'));
+        assert_eq!(some.len(), (0..count).filter(|n| n % 10 == 5).count());
+        assert!(some.iter().all(|l| l.name.as_str().ends_with('5')));
+        assert!(some.windows(2).all(|w| w[0].name < w[1].name));
     }
 
     #[test]
