@@ -12,7 +12,8 @@
 //!
 //! Lock names are percent-encoded in paths (`nightly%2Fimport`). Times are
 //! RFC 3339 in UTC. Errors are `{"error": "..."}` with a fitting status;
-//! unknown or malformed query parameters are a 400 and change nothing.
+//! unknown or malformed query parameters (and a `match` pattern over
+//! [`MAX_MATCH_BYTES`]) are a 400 and change nothing.
 //!
 //! With an [`AdminToken`], every request but the page's static shell needs
 //! `Authorization: Bearer <token>` (401 otherwise); without one, bind the
@@ -526,6 +527,28 @@ struct MatchQuery {
     pattern: Option<String>,
 }
 
+/// The longest `?match=` pattern, in bytes. Lock names are at most 255
+/// bytes, so no longer pattern is useful, and matching costs the pattern's
+/// length for every name (every event, on a stream).
+pub const MAX_MATCH_BYTES: usize = 1024;
+
+impl MatchQuery {
+    /// The pattern, checked.
+    fn pattern(&self) -> Result<Option<&str>, ApiError> {
+        match self.pattern.as_deref() {
+            Some(pattern) if pattern.len() > MAX_MATCH_BYTES => Err(ApiError(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the match pattern is {} bytes long: at most {MAX_MATCH_BYTES} \
+                     (lock names are at most 255 bytes)",
+                    pattern.len()
+                ),
+            )),
+            pattern => Ok(pattern),
+        }
+    }
+}
+
 fn matching_locks(handle: &ServerHandle, pattern: Option<&str>) -> Vec<LockSnapshot> {
     match pattern {
         Some(pattern) => {
@@ -547,7 +570,7 @@ async fn locks_handler(
     query: Result<Query<MatchQuery>, QueryRejection>,
 ) -> ApiResult<LockList> {
     let Query(query) = query.map_err(bad_query)?;
-    let locks = matching_locks(&state.options.handle, query.pattern.as_deref());
+    let locks = matching_locks(&state.options.handle, query.pattern()?);
     Ok(Json(lock_list(&locks)))
 }
 
@@ -564,7 +587,7 @@ async fn events_handler(
             "this server does not stream events".to_owned(),
         ));
     };
-    let pattern = query.pattern.as_deref();
+    let pattern = query.pattern()?;
     let subscription = hub.subscribe_matching(pattern.map(Glob::new));
     let snapshot = lock_list(&matching_locks(&state.options.handle, pattern));
     let json = serde_json::to_vec(&snapshot).map_err(|err| {

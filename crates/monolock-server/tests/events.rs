@@ -18,7 +18,7 @@ use monolock_proto::ServerFrame;
 use monolock_proto::{Lease, LockName};
 use monolock_server::{
     AdminToken, Batching, Event, EventHub, Metrics, Observer, Observers, ServerConfig, SessionInfo,
-    admin::{AdminOptions, EffectiveConfig},
+    admin::{self, AdminOptions, EffectiveConfig},
 };
 use serde_json::Value;
 use sse::SseClient;
@@ -483,6 +483,17 @@ async fn a_conditional_release_never_releases_the_next_holder() {
 async fn malformed_query_parameters_are_a_json_error_and_change_nothing() {
     let lab = Lab::start().await;
     let (_holder, token) = lab.server.hold("keep", 30_000).await;
+    let longest = "*".repeat(admin::MAX_MATCH_BYTES);
+    let too_long_events = format!("/api/events?match={longest}k");
+    let too_long_locks = format!("/api/locks?match={longest}k");
+    let (status, body) = http::request(
+        lab.admin.addr,
+        Method::GET,
+        &format!("/api/locks?match={longest}"),
+    )
+    .await;
+    assert_eq!(status, 200, "the longest pattern is served: {body}");
+    assert!(body.contains("\"keep\""), "{body}");
     for (method, path) in [
         (Method::POST, "/api/locks/keep/release?token=abc"),
         (Method::POST, "/api/locks/keep/release?token=-1"),
@@ -490,6 +501,8 @@ async fn malformed_query_parameters_are_a_json_error_and_change_nothing() {
         (Method::GET, "/api/locks?mtach=*"),
         (Method::GET, "/api/events?since=3"),
         (Method::GET, "/api/events?match=*&match=x"),
+        (Method::GET, too_long_events.as_str()),
+        (Method::GET, too_long_locks.as_str()),
     ] {
         let (status, body) = http::request(lab.admin.addr, method, path).await;
         assert_eq!(status, 400, "{path}: {body}");
