@@ -1,18 +1,6 @@
 //! The whole server as `monolock serve` runs it: the lock server with its
 //! ops endpoint, admin API and audit log, started together and stopped in
-//! one order.
-//!
-//! Shutdown order, each step after the one before has finished:
-//!
-//! 1. `/healthz` and `/readyz` turn 503 and nothing is granted any more;
-//! 2. the protocol listener closes and every session gets ERROR 0x01 and is
-//!    closed;
-//! 3. the admin API stops (it runs on a thread of its own: see
-//!    [`admin::spawn`]);
-//! 4. the audit log writes what is queued and closes (bounded in time);
-//! 5. the ops endpoint stays up for its grace period
-//!    ([`OPS_SHUTDOWN_GRACE`]) so probes and scrapes see the whole shutdown,
-//!    then stops.
+//! one order (see [`Service`]).
 
 use std::{future::Future, io, sync::Arc, time::Duration};
 
@@ -39,6 +27,18 @@ pub struct Listeners {
 }
 
 /// The lock server with its operations parts, and their shutdown order.
+///
+/// Shutdown order, each step after the one before has finished:
+///
+/// 1. `/healthz` and `/readyz` turn 503 and nothing is granted any more;
+/// 2. the protocol listener closes and every session gets ERROR 0x01 and is
+///    closed;
+/// 3. the admin API stops (it runs on a thread of its own: see
+///    [`admin::spawn`]);
+/// 4. the audit log writes what is queued and closes (bounded in time);
+/// 5. the ops endpoint stays up for its grace period
+///    ([`OPS_SHUTDOWN_GRACE`]) so probes and scrapes see the whole shutdown,
+///    then stops.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -188,7 +188,7 @@ impl Service {
     }
 
     /// Serves until `shutdown` resolves (or the protocol server fails),
-    /// then shuts down in the order of the [module docs](self).
+    /// then shuts down in the order given on [`Service`].
     ///
     /// # Errors
     /// An ops listener without metrics ([`io::ErrorKind::InvalidInput`]);
