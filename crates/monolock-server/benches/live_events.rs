@@ -1,28 +1,37 @@
 //! What live event subscribers cost the protocol path: contention
 //! throughput (clients taking turns on one lock: connect, ACQUIRE, wait for
 //! the grant, close) and CPU time per grant, with no subscriber and with
-//! 100 subscribers following `GET /api/events` over real sockets, in
-//! alternating rounds of one run.
+//! 100 subscribers following `GET /api/events` over real sockets.
 //!
-//! The server and its contending clients are pinned to the first CPU, which
-//! they saturate; the subscribers run in a child process (this binary
-//! again, `subscribe ADDR COUNT CPU PATH`) pinned to the last. The admin
-//! API runs on its own thread, as `monolock serve` runs it
-//! (`admin::spawn`); each round runs every setting once, in this order:
-//! no subscriber; no subscriber again (the two quiet figures are the noise
-//! band any difference must leave to count); 100 subscribers with the
-//! admin thread and the event dispatcher on the last CPU (a machine with a
-//! core to spare); the same following `?match=` a pattern the contended
-//! lock does not match (filtered on the server); 100 with the admin thread
-//! and dispatcher on the first CPU (one core for everything: the worst
-//! case); the same with smaller batches (5 ms, 16 KiB).
+//! The server's runtime and its contending clients are pinned to the first
+//! CPU, which they saturate; the subscribers run in child processes (this
+//! binary again, `subscribe ADDR COUNT CPU PATH SECONDS`) pinned to the
+//! last. Every setting has its own server, whose admin API runs on its own
+//! thread as `monolock serve` runs it (`admin::spawn`):
+//!
+//! - no subscriber (the noise control);
+//! - no subscriber, the last CPU busy with loopback traffic unrelated to
+//!   monolock (a child `neighbour CPU`: what a busy neighbour core costs);
+//! - 100 subscribers, the admin thread and the event dispatcher on the last
+//!   CPU (a machine with a core to spare);
+//! - the same following `?match=` a pattern the contended lock does not
+//!   match (filtered on the server);
+//! - 100 subscribers, the admin thread and dispatcher on the first CPU (one
+//!   core for everything: the worst case);
+//! - the same with smaller batches (5 ms, 16 KiB).
+//!
+//! In each round every setting runs one slice beside one slice of a quiet
+//! server (which goes first alternates), and each figure is a ratio within
+//! such a pair, so that the machine's drift cancels; every subscriber stays
+//! connected for the whole run (idle while its server is).
 //!
 //! Then what the protocol path itself pays: the time of one
 //! `EventHub::observe` (called inside the lock table's critical section for
 //! every grant and release) with no subscriber and with 100 subscribers
 //! draining their streams.
 //!
-//! `cargo bench -p monolock-server --bench live_events [-- ROUNDS SECONDS]`
+//! `cargo bench -p monolock-server --bench live_events [-- ROUNDS SLICE_MS]`
+//! (default 20 rounds of 1000 ms slices)
 
 use std::{
     io::Read as _,
