@@ -266,7 +266,7 @@ impl Lab {
         let cpu = self
             .subscriber_cpu
             .map_or_else(|| "any".to_owned(), |cpu| cpu.to_string());
-        let child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
+        let mut child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
             .args([
                 "subscribe",
                 &self.admin.to_string(),
@@ -280,18 +280,22 @@ impl Lab {
             .kill_on_drop(true)
             .spawn()
             .expect("start the subscriber process");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.hub.subscribers() < SUBSCRIBERS {
-            assert!(Instant::now() < deadline, "subscribers did not connect");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        Readers { child }
+        // The child says "ready" once every stream has its response started,
+        // which the server sends only after it has registered the
+        // subscription.
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line)).await;
+        assert_eq!(line.trim(), "ready", "the subscribers did not connect");
+        assert_eq!(self.hub.subscribers(), SUBSCRIBERS);
+        Readers { child, stdout }
     }
 }
 
 /// The subscriber process of one setting.
 struct Readers {
     child: tokio::process::Child,
+    stdout: BufReader<tokio::process::ChildStdout>,
 }
 
 impl Readers {
@@ -299,8 +303,7 @@ impl Readers {
     async fn finish(mut self) -> u64 {
         drop(self.child.stdin.take());
         let mut line = String::new();
-        let stdout = self.child.stdout.take().expect("stdout");
-        let _ = BufReader::new(stdout).read_line(&mut line).await;
+        let _ = self.stdout.read_line(&mut line).await;
         let _ = self.child.wait().await;
         line.trim().parse().unwrap_or(0)
     }
@@ -725,7 +728,14 @@ async fn granted(stream: &mut TcpStream) -> bool {
 /// case; then prints the bytes read.
 async fn subscriber_process(admin: SocketAddr, count: usize, path: String, bound: Duration) {
     let stop = CancellationToken::new();
-    let subscribers = tokio::spawn(subscribe(admin, count, path, stop.clone()));
+    let (ready, mut started) = tokio::sync::mpsc::channel(count.max(1));
+    let subscribers = tokio::spawn(subscribe(admin, count, path, ready, stop.clone()));
+    for _ in 0..count {
+        if started.recv().await.is_none() {
+            break;
+        }
+    }
+    println!("ready");
     let mut stdin = tokio::io::stdin();
     let mut sink = [0u8; 64];
     let _ = tokio::time::timeout(bound, async {
@@ -741,29 +751,45 @@ async fn subscriber_process(admin: SocketAddr, count: usize, path: String, bound
 }
 
 /// `count` subscribers to `path` reading everything as fast as they can
-/// until `stop`; the bytes they read.
-async fn subscribe(admin: SocketAddr, count: usize, path: String, stop: CancellationToken) -> u64 {
+/// until `stop`; each sends on `ready` once its first bytes came (the
+/// server has subscribed it); the bytes they read.
+async fn subscribe(
+    admin: SocketAddr,
+    count: usize,
+    path: String,
+    ready: tokio::sync::mpsc::Sender<()>,
+    stop: CancellationToken,
+) -> u64 {
     let request = format!("GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n");
     let mut tasks = Vec::new();
     for _ in 0..count {
         let mut stream = TcpStream::connect(admin).await.expect("connect admin");
         stream.write_all(request.as_bytes()).await.expect("request");
         let stop = stop.clone();
+        let ready = ready.clone();
         tasks.push(tokio::spawn(async move {
             let mut total = 0u64;
             let mut chunk = vec![0u8; 64 * 1024];
+            let mut ready = Some(ready);
             loop {
                 tokio::select! {
                     () = stop.cancelled() => break,
                     read = stream.read(&mut chunk) => match read {
                         Ok(0) | Err(_) => break,
-                        Ok(n) => total += n as u64,
+                        Ok(n) => {
+                            total += n as u64;
+                            if let Some(ready) = ready.take() {
+                                let _ = ready.send(()).await;
+                            }
+                        }
                     },
                 }
             }
             total
         }));
     }
+    // Only the streams hold it now: a stream that ends unheard ends the wait.
+    drop(ready);
     let mut total = 0;
     for task in tasks {
         total += task.await.unwrap_or(0);

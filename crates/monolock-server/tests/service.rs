@@ -21,6 +21,15 @@ async fn bind() -> (TcpListener, SocketAddr) {
     (listener, addr)
 }
 
+/// Waits for `Service::run` to return, and checks it returned Ok.
+async fn stops_cleanly(running: tokio::task::JoinHandle<std::io::Result<()>>) {
+    timeout(PATIENCE, running)
+        .await
+        .expect("stops in time")
+        .expect("task")
+        .expect("clean shutdown");
+}
+
 #[tokio::test]
 async fn shutdown_goes_in_order() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -97,11 +106,7 @@ async fn run_returns_after_the_grace() {
     holder.send(&acquire_bytes(1, 10_000, b"grace")).await;
     holder.recv().await;
     stop.send(()).expect("running");
-    timeout(PATIENCE, running)
-        .await
-        .expect("stops in time")
-        .expect("task")
-        .expect("clean shutdown");
+    stops_cleanly(running).await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     assert!(tokio::net::TcpStream::connect(ops_addr).await.is_err());
 }
@@ -170,9 +175,5 @@ async fn the_admin_api_answers_while_the_protocol_runtime_is_busy() {
     assert!(response.contains("\"busy/runtime\""), "{response}");
 
     stop.send(()).expect("running");
-    timeout(PATIENCE, running)
-        .await
-        .expect("stops in time")
-        .expect("task")
-        .expect("clean shutdown");
+    stops_cleanly(running).await;
 }
