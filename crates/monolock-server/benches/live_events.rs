@@ -11,7 +11,12 @@
 //!
 //! - no subscriber (the noise control);
 //! - no subscriber, the last CPU busy with loopback traffic unrelated to
-//!   monolock (a child `neighbour CPU`: what a busy neighbour core costs);
+//!   monolock (a child `neighbour CPU pump`: what a busy neighbour core
+//!   costs);
+//! - no subscriber, the last CPU carrying the subscribers' traffic without
+//!   monolock (a child `neighbour CPU stand-in`: a loopback server writing
+//!   64 KiB every 20 ms to each of 100 connections of the same subscriber
+//!   child process, about the bytes the real subscribers read);
 //! - 100 subscribers, the admin thread and the event dispatcher on the last
 //!   CPU (a machine with a core to spare);
 //! - the same following `?match=` a pattern the contended lock does not
@@ -31,7 +36,12 @@
 //! draining their streams.
 //!
 //! `cargo bench -p monolock-server --bench live_events [-- ROUNDS SLICE_MS]`
-//! (default 20 rounds of 1000 ms slices)
+//! (default 20 rounds of 1000 ms slices).
+//!
+//! `cargo bench -p monolock-server --bench live_events -- profile [ROUNDS
+//! SECONDS]` (default 3 rounds of 10 s) instead attributes CPU 0's time
+//! per grant with `perf record` (see [`profile`]): no subscriber, CPU 1
+//! busy, 100 subscribers.
 
 use std::{
     io::Read as _,
@@ -78,10 +88,14 @@ fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let first = args.next();
     if first.as_deref() == Some("neighbour") {
-        if let Some(cpu) = args.next().and_then(|a| a.parse().ok()) {
+        let cpu = args.next();
+        if let Some(cpu) = cpu.as_deref().and_then(|a| a.parse().ok()) {
             pin(cpu);
         }
-        return runtime().block_on(neighbour_process());
+        return match args.next().as_deref() {
+            Some("stand-in") => runtime().block_on(stand_in_process(cpu.unwrap_or_default())),
+            _ => runtime().block_on(neighbour_process()),
+        };
     }
     if first.as_deref() == Some("subscribe") {
         let admin: SocketAddr = args
@@ -102,8 +116,10 @@ fn main() {
             .map_or(Duration::from_secs(60), Duration::from_secs);
         return runtime().block_on(subscriber_process(admin, count, path, bound));
     }
-    let rounds: usize = first.and_then(|a| a.parse().ok()).unwrap_or(20);
-    let slice_ms: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1000);
+    let profiling = first.as_deref() == Some("profile");
+    let first = if profiling { args.next() } else { first };
+    let rounds: Option<usize> = first.and_then(|a| a.parse().ok());
+    let length: Option<u64> = args.next().and_then(|a| a.parse().ok());
     // Learnt before pinning narrows what this process may use.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let subscriber_cpu = if cpus > 1 {
@@ -114,9 +130,20 @@ fn main() {
         eprintln!("one CPU: nothing pinned");
         None
     };
+    if profiling {
+        let Some(other_cpu) = subscriber_cpu else {
+            eprintln!("profile: needs two CPUs (one for the protocol path, one for the rest)");
+            std::process::exit(2);
+        };
+        return runtime().block_on(profile::run(
+            rounds.unwrap_or(3).max(1),
+            Duration::from_secs(length.unwrap_or(10).clamp(1, 600)),
+            other_cpu,
+        ));
+    }
     runtime().block_on(bench(
-        rounds.max(1),
-        Duration::from_millis(slice_ms.max(100)),
+        rounds.unwrap_or(20).max(1),
+        Duration::from_millis(length.unwrap_or(1000).max(100)),
         subscriber_cpu,
     ));
 }
@@ -262,44 +289,56 @@ impl Lab {
 
     /// Starts [`SUBSCRIBERS`] subscribers to `path` in a child process, for
     /// at most `bound`, and returns once the server counts them all.
-    async fn subscribe(&self, path: &str, bound: Duration) -> Readers {
+    async fn subscribe(&self, path: &str, bound: Duration) -> Helper {
         let cpu = self
             .subscriber_cpu
             .map_or_else(|| "any".to_owned(), |cpu| cpu.to_string());
-        let mut child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
-            .args([
+        // The child says "ready" once every stream has its response started,
+        // which the server sends only after it has registered the
+        // subscription.
+        let readers = Helper::start(
+            &[
                 "subscribe",
                 &self.admin.to_string(),
                 &SUBSCRIBERS.to_string(),
                 &cpu,
                 path,
                 &bound.as_secs().to_string(),
-            ])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the subscriber process");
-        // The child says "ready" once every stream has its response started,
-        // which the server sends only after it has registered the
-        // subscription.
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        let _ = tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line)).await;
-        assert_eq!(line.trim(), "ready", "the subscribers did not connect");
+            ],
+            "the subscribers",
+        )
+        .await;
         assert_eq!(self.hub.subscribers(), SUBSCRIBERS);
-        Readers { child, stdout }
+        readers
     }
 }
 
-/// The subscriber process of one setting.
-struct Readers {
+/// A child process of this binary (subscribers or a neighbour): it prints
+/// "ready" once started, runs until its stdin closes, then prints what its
+/// readers read.
+struct Helper {
     child: tokio::process::Child,
     stdout: BufReader<tokio::process::ChildStdout>,
 }
 
-impl Readers {
-    /// Ends the subscribers; what they read.
+impl Helper {
+    /// Starts this binary with `args`; returns once it is ready.
+    async fn start(args: &[&str], what: &str) -> Self {
+        let mut child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|err| panic!("start {what}: {err}"));
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        let _ = tokio::time::timeout(Duration::from_secs(60), stdout.read_line(&mut line)).await;
+        assert_eq!(line.trim(), "ready", "{what} did not start");
+        Self { child, stdout }
+    }
+
+    /// Ends it; what its readers read (0 if it does not say).
     async fn finish(mut self) -> u64 {
         drop(self.child.stdin.take());
         let mut line = String::new();
@@ -334,42 +373,120 @@ impl Setting {
     /// One contention slice on this setting's server, beside its neighbour.
     async fn slice(&self, slice: Duration, cpu: Option<usize>) -> Figures {
         let neighbour = match self.neighbour {
-            true => Some(Neighbour::start(cpu).await),
-            false => None,
+            Some(traffic) => Some(neighbour(cpu, traffic).await),
+            None => None,
         };
         let figures = contention(self.lab.addr, slice).await;
         if let Some(neighbour) = neighbour {
-            neighbour.stop().await;
+            let read = neighbour.finish().await;
+            self.neighbour_bytes.fetch_add(read, Ordering::Relaxed);
         }
         figures
     }
 }
 
-/// A child process pumping loopback TCP as fast as it can on `cpu`.
-struct Neighbour {
-    child: tokio::process::Child,
+/// What a neighbour process sends over loopback.
+#[derive(Clone, Copy)]
+enum Traffic {
+    /// One connection, as fast as it goes.
+    Pump,
+    /// The subscribers' traffic without monolock: [`STAND_IN_BATCH`] bytes
+    /// every flush interval to each of [`SUBSCRIBERS`] connections, read by
+    /// the same subscriber child process as the real subscribers.
+    StandIn,
 }
 
-impl Neighbour {
-    /// Returns once the traffic flows.
-    async fn start(cpu: Option<usize>) -> Self {
-        let cpu = cpu.map_or_else(|| "any".to_owned(), |cpu| cpu.to_string());
-        let mut child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
-            .args(["neighbour", &cpu])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start the neighbour process");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line).await;
-        Self { child }
-    }
+/// Bytes per stand-in connection per flush interval: about what each real
+/// subscriber gets in the subscriber settings (some 500 bytes a grant at
+/// 6,000–7,000 grants a second, in 20 ms batches).
+const STAND_IN_BATCH: usize = 64 * 1024;
 
-    async fn stop(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait().await;
+/// A child process sending loopback traffic unrelated to monolock on
+/// `cpu`; returns once the traffic flows.
+async fn neighbour(cpu: Option<usize>, traffic: Traffic) -> Helper {
+    let cpu = cpu.map_or_else(|| "any".to_owned(), |cpu| cpu.to_string());
+    let kind = match traffic {
+        Traffic::Pump => "pump",
+        Traffic::StandIn => "stand-in",
+    };
+    Helper::start(&["neighbour", &cpu, kind], "the neighbour").await
+}
+
+/// Waits until stdin closes, a minute at most.
+async fn stdin_closed() {
+    let mut stdin = tokio::io::stdin();
+    let mut sink = [0u8; 64];
+    let _ = tokio::time::timeout(Duration::from_secs(60), async {
+        while matches!(stdin.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+}
+
+/// The stand-in: a loopback server writing [`STAND_IN_BATCH`] bytes every
+/// [`FLUSH_INTERVAL`](monolock_server::FLUSH_INTERVAL) to each connection of
+/// a subscriber child process (pinned to `cpu`, as this process is), until
+/// stdin closes; then prints what the child read.
+async fn stand_in_process(cpu: String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (batches, _) =
+        tokio::sync::broadcast::channel::<bytes::Bytes>(monolock_server::SUBSCRIBER_BUFFER);
+    let accept = {
+        let batches = batches.clone();
+        async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut next = batches.subscribe();
+                tokio::spawn(async move {
+                    let mut request = [0u8; 1024];
+                    let _ = stream.read(&mut request).await;
+                    let head = b"HTTP/1.0 200 OK\r\ncontent-type: text/event-stream\r\n\r\n";
+                    if stream.write_all(head).await.is_err() {
+                        return;
+                    }
+                    loop {
+                        match next.recv().await {
+                            Ok(batch) => {
+                                if stream.write_all(&batch).await.is_err() {
+                                    break;
+                                }
+                            }
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                        }
+                    }
+                });
+            }
+        }
+    };
+    let ticker = async move {
+        let batch = bytes::Bytes::from(vec![b'x'; STAND_IN_BATCH]);
+        let mut ticks = tokio::time::interval(monolock_server::FLUSH_INTERVAL);
+        loop {
+            ticks.tick().await;
+            let _ = batches.send(batch.clone());
+        }
+    };
+    let readers = async move {
+        let readers = Helper::start(
+            &[
+                "subscribe",
+                &addr.to_string(),
+                &SUBSCRIBERS.to_string(),
+                &cpu,
+                "/",
+                "60",
+            ],
+            "the stand-in's readers",
+        )
+        .await;
+        println!("ready");
+        stdin_closed().await;
+        println!("{}", readers.finish().await);
+    };
+    tokio::select! {
+        () = accept => {}
+        () = ticker => {}
+        () = readers => {}
     }
 }
 
@@ -389,19 +506,11 @@ async fn neighbour_process() {
         let mut buf = vec![0u8; 64 * 1024];
         while matches!(reader.read(&mut buf).await, Ok(n) if n > 0) {}
     };
-    let stdin = async {
-        let mut stdin = tokio::io::stdin();
-        let mut sink = [0u8; 64];
-        while matches!(stdin.read(&mut sink).await, Ok(n) if n > 0) {}
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(60), async {
-        tokio::select! {
-            () = pump => {}
-            () = drain => {}
-            () = stdin => {}
-        }
-    })
-    .await;
+    tokio::select! {
+        () = pump => {}
+        () = drain => {}
+        () = stdin_closed() => {}
+    }
 }
 
 /// One setting measured against the quiet server: its own lab, and what
@@ -412,7 +521,9 @@ struct Setting {
     path: Option<&'static str>,
     /// Loopback traffic unrelated to monolock on the subscribers' CPU
     /// during this setting's slices: what a busy neighbour core costs.
-    neighbour: bool,
+    neighbour: Option<Traffic>,
+    /// What the neighbour's readers read, over all slices.
+    neighbour_bytes: AtomicU64,
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -439,6 +550,7 @@ async fn bench(rounds: usize, slice: Duration, subscriber_cpu: Option<usize>) {
             None,
         ),
         ("no subscriber, CPU 1 busy", default_hub, apart, None),
+        ("no subscriber, stand-in traffic", default_hub, apart, None),
         (
             "100, admin thread on CPU 1",
             default_hub,
@@ -465,12 +577,19 @@ async fn bench(rounds: usize, slice: Duration, subscriber_cpu: Option<usize>) {
         ),
     ] {
         let lab = Lab::start(make_hub, admin_cpu, subscriber_cpu).await;
-        let neighbour = name.ends_with("busy");
+        let neighbour = if name.ends_with("busy") {
+            Some(Traffic::Pump)
+        } else if name.ends_with("stand-in traffic") {
+            Some(Traffic::StandIn)
+        } else {
+            None
+        };
         settings.push(Setting {
             name,
             lab,
             path,
             neighbour,
+            neighbour_bytes: AtomicU64::new(0),
         });
     }
     println!(
@@ -517,10 +636,10 @@ async fn bench(rounds: usize, slice: Duration, subscriber_cpu: Option<usize>) {
         );
     }
     let mut bytes = Vec::new();
-    for reader in readers {
+    for (reader, setting) in readers.into_iter().zip(&settings) {
         bytes.push(match reader {
             Some(reader) => reader.finish().await,
-            None => 0,
+            None => setting.neighbour_bytes.load(Ordering::Relaxed),
         });
     }
     println!(
@@ -795,4 +914,196 @@ async fn subscribe(
         total += task.await.unwrap_or(0);
     }
     total
+}
+
+/// `profile [ROUNDS] [SECONDS]` (default 3 rounds of 10 s windows): where
+/// CPU 0's time per grant goes, by `perf record` of CPU 0 (a `cpu-clock`
+/// sample every 100 µs, user space and kernel), with no subscriber, with
+/// CPU 1 busy with unrelated loopback traffic, and with 100 subscribers.
+/// What the protocol path runs on behalf of the subscribers is the event
+/// hub's `observe`; the rest of any difference is the machine's. Needs
+/// `perf` and the right to sample the kernel (root, or
+/// `kernel.perf_event_paranoid` at most 1).
+mod profile {
+    use super::*;
+
+    /// Nanoseconds of CPU time per sample (`perf record -c` of `cpu-clock`).
+    const SAMPLE_NS: u64 = 100_000;
+
+    /// What runs beside the protocol path during a window.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mode {
+        Quiet,
+        Busy,
+        Subscribers,
+    }
+
+    const MODES: [(Mode, &str); 3] = [
+        (Mode::Quiet, "no subscriber"),
+        (Mode::Busy, "no subscriber, CPU 1 busy"),
+        (Mode::Subscribers, "100 subscribers"),
+    ];
+
+    /// Where CPU 0's samples fell.
+    const GROUPS: [&str; 4] = ["event hub", "other user", "kernel RCU+slab", "kernel rest"];
+
+    /// The group of a sample in `symbol`, `kernel` if in the kernel.
+    fn group(kernel: bool, symbol: &str) -> usize {
+        if symbol.contains("monolock_server::live::") {
+            0
+        } else if !kernel {
+            1
+        } else if symbol.starts_with("rcu_")
+            || symbol.contains("slab_free")
+            || symbol.contains("kfree")
+            || symbol == "kmem_cache_free"
+        {
+            2
+        } else {
+            3
+        }
+    }
+
+    /// Samples and grants of one mode, summed over rounds.
+    #[derive(Default)]
+    struct Tally {
+        grants: f64,
+        samples: [u64; GROUPS.len()],
+    }
+
+    pub(super) async fn run(rounds: usize, window: Duration, other_cpu: usize) {
+        let perf_works = std::process::Command::new("perf")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !perf_works {
+            eprintln!("profile: `perf` is not installed (Debian: apt install linux-perf)");
+            std::process::exit(2);
+        }
+        println!(
+            "profile: {CLIENTS} clients taking turns on one lock, server and clients on CPU 0; \
+             admin thread, dispatcher and whatever else on CPU {other_cpu}; {rounds} rounds of \
+             {} s per mode; perf cpu-clock samples of CPU 0 every {} µs",
+            window.as_secs(),
+            SAMPLE_NS / 1000
+        );
+        let mut tallies: Vec<Tally> = MODES.iter().map(|_| Tally::default()).collect();
+        for round in 0..rounds {
+            for step in 0..MODES.len() {
+                // Each round starts with a different mode, so that drift
+                // does not favour one.
+                let index = (round + step) % MODES.len();
+                let (grants, samples) = window_of(MODES[index].0, window, other_cpu).await;
+                let tally = &mut tallies[index];
+                tally.grants += grants;
+                for (sum, add) in tally.samples.iter_mut().zip(samples) {
+                    *sum += add;
+                }
+            }
+        }
+        println!(
+            "CPU 0's µs per grant, by where the samples fell (ratio: to no subscriber)\n\
+             {:<26} {:>9} {:>7} {:>6} {:>10} {:>10} {:>15} {:>11}",
+            "mode", "grants/s", "total", "ratio", GROUPS[0], GROUPS[1], GROUPS[2], GROUPS[3]
+        );
+        let per_grant = |tally: &Tally, samples: u64| {
+            samples as f64 * SAMPLE_NS as f64 / 1000.0 / tally.grants.max(1.0)
+        };
+        let quiet_total = per_grant(&tallies[0], tallies[0].samples.iter().sum());
+        for ((_, name), tally) in MODES.iter().zip(&tallies) {
+            let total = per_grant(tally, tally.samples.iter().sum());
+            let [hub, user, rcu, rest] = tally.samples.map(|samples| per_grant(tally, samples));
+            println!(
+                "{name:<26} {:>9.0} {total:>7.1} {:>6.3} {hub:>10.2} {user:>10.1} {rcu:>15.1} {rest:>11.1}",
+                tally.grants / (window.as_secs_f64() * rounds as f64),
+                total / quiet_total,
+            );
+        }
+    }
+
+    /// One window of `mode` on a fresh server: grants in the window and
+    /// CPU 0's samples by group.
+    async fn window_of(
+        mode: Mode,
+        window: Duration,
+        other_cpu: usize,
+    ) -> (f64, [u64; GROUPS.len()]) {
+        let lab = Lab::start(default_hub, Some(other_cpu), Some(other_cpu)).await;
+        let readers = match mode {
+            Mode::Subscribers => Some(
+                lab.subscribe(ALL_EVENTS, window * 2 + Duration::from_secs(60))
+                    .await,
+            ),
+            _ => None,
+        };
+        let neighbour = match mode {
+            Mode::Busy => Some(neighbour(Some(other_cpu), Traffic::Pump).await),
+            _ => None,
+        };
+        // Warm: connections' memory, the queue, the subscribers' streams.
+        let _ = contention(lab.addr, Duration::from_secs(1)).await;
+        let data =
+            std::env::temp_dir().join(format!("monolock-live-events-{}.perf", std::process::id()));
+        // The contention runs a second longer than the recording on both
+        // sides, so every sample falls in steady state.
+        let load = tokio::spawn(contention(lab.addr, window + Duration::from_secs(2)));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let recorded = tokio::process::Command::new("perf")
+            .args(["record", "-q", "-e", "cpu-clock", "-c"])
+            .arg(SAMPLE_NS.to_string())
+            .args(["-C", "0", "-o"])
+            .arg(&data)
+            .args(["--", "sleep"])
+            .arg(window.as_secs().to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .is_ok_and(|status| status.success());
+        let figures = load.await.expect("contention");
+        if let Some(neighbour) = neighbour {
+            neighbour.finish().await;
+        }
+        if let Some(readers) = readers {
+            readers.finish().await;
+        }
+        lab.handle.shutdown();
+        assert!(
+            recorded,
+            "perf record failed (kernel.perf_event_paranoid, or not root?)"
+        );
+        let samples = samples_of(&data);
+        let _ = std::fs::remove_file(&data);
+        (figures.grants_per_s * window.as_secs_f64(), samples)
+    }
+
+    /// CPU 0's samples in `data` by group; idle, and perf and its `sleep`, left out.
+    fn samples_of(data: &std::path::Path) -> [u64; GROUPS.len()] {
+        let report = std::process::Command::new("perf")
+            .args(["report", "-q", "--stdio", "-n", "--sort", "comm,sym", "-i"])
+            .arg(data)
+            .stderr(Stdio::null())
+            .output()
+            .expect("perf report");
+        let mut samples = [0; GROUPS.len()];
+        // "  12.34%  1234  bench-protocol  [k] tcp_ack"
+        for line in String::from_utf8_lossy(&report.stdout).lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(_), Some(count), Some(comm), Some(space)) =
+                (fields.next(), fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let Ok(count) = count.parse::<u64>() else {
+                continue;
+            };
+            if comm.starts_with("swapper") || comm.starts_with("perf") || comm == "sleep" {
+                continue;
+            }
+            let symbol = fields.collect::<Vec<_>>().join(" ");
+            samples[group(space == "[k]", &symbol)] += count;
+        }
+        samples
+    }
 }

@@ -99,13 +99,23 @@ pub enum AuditError {
 /// An ownership event, copied out of the table's critical section (also
 /// what the live event stream sends, as the same JSON).
 pub(crate) struct Record {
-    time: SystemTime,
+    fact: Fact,
     lock: LockName,
     identity: Arc<str>,
+}
+
+/// What happened, when, and to whose connection: a record without its two
+/// strings. Plain data, so the live stream can hand it to another thread
+/// with the strings copied beside it, sharing no reference count with the
+/// protocol path.
+#[derive(Clone, Copy)]
+pub(crate) struct Fact {
+    time: SystemTime,
     remote_addr: SocketAddr,
     kind: Kind,
 }
 
+#[derive(Clone, Copy)]
 pub(crate) enum Kind {
     Granted {
         token: u64,
@@ -149,6 +159,28 @@ impl Record {
     /// The record of `event`, if it is one the audit log or the live stream
     /// reports (`queued` and `dequeued` only the stream).
     pub(crate) fn of_event(event: &Event<'_>) -> Option<Self> {
+        Fact::of_event(event).map(|(fact, session)| Self::new(session, fact))
+    }
+
+    fn new(session: &SessionInfo, fact: Fact) -> Self {
+        Self {
+            fact,
+            lock: session.lock.clone(),
+            identity: Arc::clone(&session.identity),
+        }
+    }
+
+    /// The JSON object and a newline.
+    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
+        self.fact
+            .write_json(self.lock.as_str(), &self.identity, out);
+    }
+}
+
+impl Fact {
+    /// The fact of `event` and the session it is about, if the event is
+    /// one the audit log or the live stream reports.
+    pub(crate) fn of_event<'e>(event: &'e Event<'_>) -> Option<(Self, &'e SessionInfo)> {
         let (session, kind) = match *event {
             Event::Granted {
                 session,
@@ -175,15 +207,15 @@ impl Record {
             Event::WaiterLeft(session) => (session, Kind::Dequeued),
             _ => return None,
         };
-        Some(Self::new(session, kind))
+        let fact = Self {
+            time: SystemTime::now(),
+            remote_addr: session.remote_addr,
+            kind,
+        };
+        Some((fact, session))
     }
 
-    /// The lock this record is about.
-    pub(crate) fn lock(&self) -> &str {
-        self.lock.as_str()
-    }
-
-    /// The audit log's `event` name of this record.
+    /// The audit log's `event` name of this fact.
     pub(crate) fn event_name(&self) -> &'static str {
         match self.kind {
             Kind::Granted { .. } => "granted",
@@ -196,18 +228,9 @@ impl Record {
         }
     }
 
-    fn new(session: &SessionInfo, kind: Kind) -> Self {
-        Self {
-            time: SystemTime::now(),
-            lock: session.lock.clone(),
-            identity: Arc::clone(&session.identity),
-            remote_addr: session.remote_addr,
-            kind,
-        }
-    }
-
-    /// The JSON object and a newline.
-    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
+    /// The JSON object of this fact about `lock` and `identity`, and a
+    /// newline.
+    pub(crate) fn write_json(&self, lock: &str, identity: &str, out: &mut Vec<u8>) {
         let (token, wait_ms, held_ms, reason) = match self.kind {
             Kind::Granted { token, wait } => (Some(token), Some(millis(wait)), None, None),
             Kind::Released {
@@ -223,8 +246,8 @@ impl Record {
         let line = Line {
             time: rfc3339(self.time),
             event: self.event_name(),
-            lock: self.lock.as_str(),
-            identity: &self.identity,
+            lock,
+            identity,
             remote_addr: self.remote_addr,
             token,
             wait_ms,
@@ -438,7 +461,7 @@ impl Queue {
                 None => {
                     state.gap = Some(Gap {
                         lost: 1,
-                        since: record.time,
+                        since: record.fact.time,
                     });
                     error!(
                         capacity = self.options.capacity,
@@ -837,7 +860,7 @@ mod tests {
             identity: Arc::from(""),
             queued_at: SystemTime::now(),
         };
-        Record::new(&info, Kind::Denied)
+        Record::of_event(&Event::Denied(&info)).expect("an audited event")
     }
 
     fn records(msgs: &VecDeque<Msg>) -> usize {

@@ -16,14 +16,16 @@
 //! the lock table is locked, so [`EventHub::observe`] does as little as the
 //! audit log does: with no subscriber, one atomic load; with subscribers,
 //! one push onto an inbox (bounded, [`MAX_PENDING_EVENTS`]) that the
-//! dispatcher thread swaps for an empty one once per batch, so producer and
-//! dispatcher share no cache line per event. The dispatcher serialises
-//! each event once, gathers events for [`FLUSH_INTERVAL`] into one batch
-//! per distinct filter, and offers each batch to its subscribers' bounded
-//! buffers with `try_send`, never waiting. A subscriber
-//! whose buffer is full (a stalled browser tab, a paused terminal) is cut
-//! off: its stream ends with a `lagged` event, and a reconnect gets a fresh
-//! snapshot. Neither many subscribers nor a stalled one slow a grant.
+//! dispatcher thread swaps for an empty one once per batch. The push copies
+//! the event's strings rather than sharing the session's reference-counted
+//! ones, so the dispatcher never writes memory the protocol path uses. The
+//! dispatcher serialises each event once, gathers events for
+//! [`FLUSH_INTERVAL`] into one batch per distinct filter, and offers each
+//! batch to its subscribers' bounded buffers with `try_send`, never
+//! waiting. A subscriber whose buffer is full (a stalled browser tab, a
+//! paused terminal) is cut off: its stream ends with a `lagged` event, and
+//! a reconnect gets a fresh snapshot. Neither many subscribers nor a
+//! stalled one slow a grant.
 //!
 //! The subscription is registered before the snapshot is taken, so no
 //! change is lost between the two; a change made while the snapshot was
@@ -52,7 +54,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::{Event, Glob, Observer, audit::Record};
+use crate::{Event, Glob, Observer, audit::Fact};
 
 /// How often an idle stream sends a `: keep-alive` comment, so proxies and
 /// load balancers do not close it and a dead peer is noticed.
@@ -70,7 +72,8 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 /// this (a dispatcher starved of CPU, or slowed by many costly `match`
 /// patterns) events are dropped and every subscriber is cut off as
 /// `lagged`, rather than the queue growing without bound; each reconnects
-/// for a fresh snapshot. About 100 bytes an event: a few MiB.
+/// for a fresh snapshot. About 100 bytes an event plus its lock name and
+/// identity: a few MiB for typical names, under 40 MiB at the longest.
 pub const MAX_PENDING_EVENTS: usize = 65_536;
 
 /// Messages' room the dispatcher keeps between batches (a batch at 50,000
@@ -104,8 +107,22 @@ impl Default for Batching {
 
 /// What the dispatcher thread receives.
 enum Msg {
-    Record(Record),
+    /// An event; its lock name and identity follow in [`Inbox::text`].
+    Event(Pending),
     Subscribe(Subscriber),
+}
+
+/// An event waiting in the inbox: what happened, and the lengths of its lock
+/// name and identity, which lie one after the other in [`Inbox::text`].
+///
+/// The strings are copied rather than shared as the session's `Arc`s: an
+/// `Arc` cloned on the protocol path's core and dropped on the
+/// dispatcher's moves its counter's cache line, which also holds the name
+/// the lock table compares, between the cores on every event.
+struct Pending {
+    fact: Fact,
+    lock_len: usize,
+    identity_len: usize,
 }
 
 /// The dispatcher's side of one subscription.
@@ -142,11 +159,13 @@ struct Mailbox {
 
 #[derive(Default)]
 struct Inbox {
-    /// In the order observed: records and subscriptions.
+    /// In the order observed: events and subscriptions.
     msgs: Vec<Msg>,
-    /// Records in `msgs` (bounded by the hub's pending limit).
-    records: usize,
-    /// Set when a record was dropped because `records` was at its limit.
+    /// Each event's lock name and identity, in the order of `msgs`.
+    text: String,
+    /// Events in `msgs` (bounded by the hub's pending limit).
+    events: usize,
+    /// Set when an event was dropped because `events` was at its limit.
     overflowed: bool,
     /// The dispatcher waits on `arrived` (a push must wake it).
     idle: bool,
@@ -162,17 +181,34 @@ impl Mailbox {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Appends `msg`; wakes the dispatcher only if it waits (once per batch).
-    fn push(&self, msg: Msg, max_records: usize) {
+    /// Appends the event `fact` about `lock` and `identity`, or, with
+    /// `max_events` waiting already, drops it and marks the overflow.
+    fn push_event(&self, fact: Fact, lock: &str, identity: &str, max_events: usize) {
         let mut inbox = self.inbox();
-        if matches!(msg, Msg::Record(_)) {
-            if inbox.records >= max_records {
-                inbox.overflowed = true;
-                return;
-            }
-            inbox.records += 1;
+        if inbox.events >= max_events {
+            inbox.overflowed = true;
+            return;
         }
-        inbox.msgs.push(msg);
+        inbox.events += 1;
+        inbox.text.push_str(lock);
+        inbox.text.push_str(identity);
+        inbox.msgs.push(Msg::Event(Pending {
+            fact,
+            lock_len: lock.len(),
+            identity_len: identity.len(),
+        }));
+        self.wake_if_idle(inbox);
+    }
+
+    /// Appends a subscription (never dropped: the hub counts it already).
+    fn push_subscriber(&self, subscriber: Subscriber) {
+        let mut inbox = self.inbox();
+        inbox.msgs.push(Msg::Subscribe(subscriber));
+        self.wake_if_idle(inbox);
+    }
+
+    /// Wakes the dispatcher only if it waits (once per batch).
+    fn wake_if_idle(&self, mut inbox: MutexGuard<'_, Inbox>) {
         let wake = std::mem::take(&mut inbox.idle);
         drop(inbox);
         if wake {
@@ -281,14 +317,11 @@ impl EventHub {
         // Counted before the dispatcher knows it, so no event observed after
         // this call is skipped by the fast path.
         self.subscribers.fetch_add(1, Ordering::AcqRel);
-        self.mailbox.push(
-            Msg::Subscribe(Subscriber {
-                tx,
-                lagged: Arc::clone(&lagged),
-                filter,
-            }),
-            self.max_pending,
-        );
+        self.mailbox.push_subscriber(Subscriber {
+            tx,
+            lagged: Arc::clone(&lagged),
+            filter,
+        });
         Subscription {
             rx,
             lagged,
@@ -305,8 +338,13 @@ impl Observer for EventHub {
         if self.subscribers.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some(record) = Record::of_event(event) {
-            self.mailbox.push(Msg::Record(record), self.max_pending);
+        if let Some((fact, session)) = Fact::of_event(event) {
+            self.mailbox.push_event(
+                fact,
+                session.lock.as_str(),
+                &session.identity,
+                self.max_pending,
+            );
         }
     }
 }
@@ -356,6 +394,7 @@ fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
         max_batch_bytes: batching.max_batch_bytes,
     };
     let mut taken = Vec::new();
+    let mut taken_text = String::new();
     loop {
         let mut inbox = mailbox.inbox();
         while inbox.msgs.is_empty() && !inbox.closed {
@@ -373,14 +412,25 @@ fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
         let overflowed = {
             let mut inbox = mailbox.inbox();
             std::mem::swap(&mut inbox.msgs, &mut taken);
-            inbox.records = 0;
+            std::mem::swap(&mut inbox.text, &mut taken_text);
+            inbox.events = 0;
             std::mem::take(&mut inbox.overflowed)
         };
+        let mut text = taken_text.as_str();
         for msg in taken.drain(..) {
-            dispatcher.take(msg, lagged);
+            match msg {
+                Msg::Event(event) => {
+                    let lock = split_off_front(&mut text, event.lock_len);
+                    let identity = split_off_front(&mut text, event.identity_len);
+                    dispatcher.event(&event.fact, lock, identity, lagged);
+                }
+                Msg::Subscribe(subscriber) => dispatcher.subscribe(subscriber, lagged),
+            }
         }
         // A burst's worth of room is not kept for good.
         taken.shrink_to(KEPT_INBOX_CAPACITY);
+        taken_text.clear();
+        taken_text.shrink_to(KEPT_INBOX_CAPACITY * 64);
         if overflowed {
             // Events were lost: no subscriber's picture can be trusted.
             dispatcher.cut_off_all(lagged);
@@ -409,54 +459,60 @@ struct Group {
     subscribers: Vec<Subscriber>,
 }
 
+/// The first `len` bytes of `text`, which then starts after them. The
+/// inbox appends whole strings and their lengths together, so the split
+/// always falls on a character boundary; if it did not, the event would
+/// show an empty string rather than stop the dispatcher.
+fn split_off_front<'t>(text: &mut &'t str, len: usize) -> &'t str {
+    let (front, rest) = text.split_at_checked(len).unwrap_or(("", text));
+    *text = rest;
+    front
+}
+
 impl Dispatcher {
-    fn take(&mut self, msg: Msg, lagged: &AtomicU64) {
-        match msg {
-            Msg::Record(record) => {
-                // Serialised once, and only if some group wants it.
-                let mut serialised = false;
-                for group in &mut self.groups {
-                    if !group
-                        .filter
-                        .as_ref()
-                        .is_none_or(|f| f.matches(record.lock()))
-                    {
-                        continue;
-                    }
-                    if !serialised {
-                        self.json.clear();
-                        record.write_json(&mut self.json);
-                        if self.json.last() == Some(&b'\n') {
-                            self.json.pop();
-                        }
-                        serialised = true;
-                    }
-                    if group.batch.is_empty() {
-                        // Room for a whole batch at once, not grown by doubling.
-                        group.batch.reserve(self.max_batch_bytes);
-                    }
-                    write_event(&mut group.batch, record.event_name(), &self.json);
-                    if group.batch.len() >= self.max_batch_bytes {
-                        group.offer(lagged);
-                    }
-                }
+    /// Adds the event `fact` about `lock` and `identity` to the batch of
+    /// every group whose filter matches `lock`.
+    fn event(&mut self, fact: &Fact, lock: &str, identity: &str, lagged: &AtomicU64) {
+        // Serialised once, and only if some group wants it.
+        let mut serialised = false;
+        for group in &mut self.groups {
+            if !group.filter.as_ref().is_none_or(|f| f.matches(lock)) {
+                continue;
             }
-            Msg::Subscribe(subscriber) => {
-                // Earlier events go out first: they precede this subscription.
-                self.offer_all(lagged);
-                match self
-                    .groups
-                    .iter_mut()
-                    .find(|group| group.filter == subscriber.filter)
-                {
-                    Some(group) => group.subscribers.push(subscriber),
-                    None => self.groups.push(Group {
-                        filter: subscriber.filter.clone(),
-                        batch: BytesMut::new(),
-                        subscribers: vec![subscriber],
-                    }),
+            if !serialised {
+                self.json.clear();
+                fact.write_json(lock, identity, &mut self.json);
+                if self.json.last() == Some(&b'\n') {
+                    self.json.pop();
                 }
+                serialised = true;
             }
+            if group.batch.is_empty() {
+                // Room for a whole batch at once, not grown by doubling.
+                group.batch.reserve(self.max_batch_bytes);
+            }
+            write_event(&mut group.batch, fact.event_name(), &self.json);
+            if group.batch.len() >= self.max_batch_bytes {
+                group.offer(lagged);
+            }
+        }
+    }
+
+    /// Adds `subscriber` to the group of its filter, after sending what the
+    /// groups gathered before it (those events precede the subscription).
+    fn subscribe(&mut self, subscriber: Subscriber, lagged: &AtomicU64) {
+        self.offer_all(lagged);
+        match self
+            .groups
+            .iter_mut()
+            .find(|group| group.filter == subscriber.filter)
+        {
+            Some(group) => group.subscribers.push(subscriber),
+            None => self.groups.push(Group {
+                filter: subscriber.filter.clone(),
+                batch: BytesMut::new(),
+                subscribers: vec![subscriber],
+            }),
         }
     }
 

@@ -289,6 +289,55 @@ async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
     lab.stop().await;
 }
 
+/// Each event carries its own session's lock name and identity (the hub
+/// copies both beside the event for the dispatcher): names of every
+/// length up to 255 bytes, empty and non-ASCII identities, one batch.
+#[tokio::test]
+async fn every_event_keeps_its_own_lock_name_and_identity() {
+    let lab = Lab::start().await;
+    let mut subscriber = lab.subscribe().await;
+    let sessions: Vec<SessionInfo> = [
+        ("a", ""),
+        (&"n".repeat(255)[..], "spiffe://prod/worker/1"),
+        ("nightly/import", ""),
+        ("deploy/web", "wörker-ß.example"),
+        ("x", &"i".repeat(253)[..]),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, (lock, identity))| SessionInfo {
+        lock: LockName::new(lock).expect("name"),
+        lease: Lease::from_millis(10_000).expect("lease"),
+        remote_addr: format!("127.0.0.1:{}", 1000 + i).parse().expect("address"),
+        identity: Arc::from(*identity),
+        queued_at: std::time::SystemTime::now(),
+    })
+    .collect();
+    for (token, session) in (1..).zip(&sessions) {
+        lab.hub.observe(&Event::Granted {
+            session,
+            token,
+            wait: Duration::ZERO,
+        });
+        lab.hub.observe(&Event::WaiterJoined(session));
+    }
+    for (token, session) in (1..).zip(&sessions) {
+        for name in ["granted", "queued"] {
+            let data = assert_event(&subscriber.next_event().await, name, session.lock.as_str());
+            assert_eq!(data["identity"], &*session.identity, "{data}");
+            assert_eq!(
+                data["remote_addr"],
+                session.remote_addr.to_string(),
+                "{data}"
+            );
+            if name == "granted" {
+                assert_eq!(data["token"], token, "{data}");
+            }
+        }
+    }
+    lab.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_subscribers_each_see_every_change() {
     let lab = Lab::start().await;
