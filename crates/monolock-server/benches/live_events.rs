@@ -36,10 +36,10 @@
 //! draining their streams.
 //!
 //! `cargo bench -p monolock-server --bench live_events [-- ROUNDS SLICE_MS]`
-//! (default 20 rounds of 1000 ms slices).
+//! (default 20 rounds of 1000 ms slices; slices of 100 ms to 30 s).
 //!
 //! `cargo bench -p monolock-server --bench live_events -- profile [ROUNDS
-//! SECONDS]` (default 3 rounds of 10 s) instead attributes CPU 0's time
+//! SECONDS]` (default 3 rounds of 10 s windows, at most 30 s) instead attributes CPU 0's time
 //! per grant with `perf record` (see [`profile`]): no subscriber, CPU 1
 //! busy, 100 subscribers.
 
@@ -83,6 +83,10 @@ const SMALL_BUFFER: usize = 64;
 const ALL_EVENTS: &str = "/api/events";
 /// Events of locks the contended one is not: the server filters them all.
 const OTHER_EVENTS: &str = "/api/events?match=other%2F*";
+
+/// The longest slice or profile window: the neighbour processes stop on
+/// their own after a minute, so that none outlives a crashed bench.
+const MAX_SLICE: Duration = Duration::from_secs(30);
 
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
@@ -137,13 +141,13 @@ fn main() {
         };
         return runtime().block_on(profile::run(
             rounds.unwrap_or(3).max(1),
-            Duration::from_secs(length.unwrap_or(10).clamp(1, 600)),
+            Duration::from_secs(length.unwrap_or(10).clamp(1, MAX_SLICE.as_secs())),
             other_cpu,
         ));
     }
     runtime().block_on(bench(
         rounds.unwrap_or(20).max(1),
-        Duration::from_millis(length.unwrap_or(1000).max(100)),
+        Duration::from_millis(length.unwrap_or(1000)).clamp(Duration::from_millis(100), MAX_SLICE),
         subscriber_cpu,
     ));
 }
@@ -764,6 +768,8 @@ fn observe_cost(subscribers: usize, other_cpu: Option<usize>) -> f64 {
             });
         }
         spent += started.elapsed();
+        // The load's pace (100 events every 2 ms, 50,000 a second), not a
+        // wait for anything.
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(
@@ -931,7 +937,7 @@ mod profile {
     const SAMPLE_NS: u64 = 100_000;
 
     /// What runs beside the protocol path during a window.
-    #[derive(Clone, Copy, PartialEq)]
+    #[derive(Clone, Copy)]
     enum Mode {
         Quiet,
         Busy,
@@ -1045,10 +1051,10 @@ mod profile {
         let _ = contention(lab.addr, Duration::from_secs(1)).await;
         let data =
             std::env::temp_dir().join(format!("monolock-live-events-{}.perf", std::process::id()));
-        // The contention runs a second longer than the recording on both
-        // sides, so every sample falls in steady state.
+        // The server is warm, so the load is steady from its first grant;
+        // it runs two seconds longer than the recording, which starts once
+        // perf is up, so the recording ends inside it.
         let load = tokio::spawn(contention(lab.addr, window + Duration::from_secs(2)));
-        tokio::time::sleep(Duration::from_secs(1)).await;
         let recorded = tokio::process::Command::new("perf")
             .args(["record", "-q", "-e", "cpu-clock", "-c"])
             .arg(SAMPLE_NS.to_string())

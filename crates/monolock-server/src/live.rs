@@ -18,7 +18,7 @@
 //! one push onto an inbox (bounded, [`MAX_PENDING_EVENTS`]) that the
 //! dispatcher thread swaps for an empty one once per batch. The push copies
 //! the event's strings rather than sharing the session's reference-counted
-//! ones, so the dispatcher never writes memory the protocol path uses. The
+//! ones, so no reference count moves between the cores per event. The
 //! dispatcher serialises each event once, gathers events for
 //! [`FLUSH_INTERVAL`] into one batch per distinct filter, and offers each
 //! batch to its subscribers' bounded buffers with `try_send`, never
@@ -79,6 +79,9 @@ pub const MAX_PENDING_EVENTS: usize = 65_536;
 /// Messages' room the dispatcher keeps between batches (a batch at 50,000
 /// grants a second holds a few thousand).
 const KEPT_INBOX_CAPACITY: usize = 4096;
+
+/// The same for the events' lock names and identities: 64 bytes an event.
+const KEPT_TEXT_CAPACITY: usize = KEPT_INBOX_CAPACITY * 64;
 
 /// Batches a subscriber may have queued before it is cut off as `lagged`.
 pub const SUBSCRIBER_BUFFER: usize = 16;
@@ -379,14 +382,13 @@ impl Drop for Subscription {
     }
 }
 
-/// The dispatcher thread: takes the inbox in order, serialises each record
+/// The dispatcher thread: takes the inbox in order, serialises each event
 /// once, and offers each batch to its subscribers without waiting.
 ///
 /// After the first message of a batch it sleeps for the flush interval and
 /// then swaps the inbox for an empty one, rather than taking messages one
 /// at a time: observers (inside the table's critical section) then pay a
-/// push onto memory nobody else touches, not a wake-up or a shared counter
-/// per event.
+/// push, not a wake-up or a shared counter per event.
 fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
     let mut dispatcher = Dispatcher {
         groups: Vec::new(),
@@ -430,7 +432,7 @@ fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
         // A burst's worth of room is not kept for good.
         taken.shrink_to(KEPT_INBOX_CAPACITY);
         taken_text.clear();
-        taken_text.shrink_to(KEPT_INBOX_CAPACITY * 64);
+        taken_text.shrink_to(KEPT_TEXT_CAPACITY);
         if overflowed {
             // Events were lost: no subscriber's picture can be trusted.
             dispatcher.cut_off_all(lagged);

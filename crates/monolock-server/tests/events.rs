@@ -261,13 +261,7 @@ async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
     let mut first = lab.subscribe().await;
     let mut second = lab.subscribe_to("/api/events?match=x*").await;
 
-    let session = SessionInfo {
-        lock: LockName::new("flood").expect("name"),
-        lease: Lease::from_millis(10_000).expect("lease"),
-        remote_addr: "127.0.0.1:9".parse().expect("address"),
-        identity: Arc::from(""),
-        queued_at: std::time::SystemTime::now(),
-    };
+    let session = session("flood", "", 9);
     for token in 0..1_000 {
         lab.hub.observe(&Event::Granted {
             session: &session,
@@ -289,9 +283,20 @@ async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
     lab.stop().await;
 }
 
+/// A session of `lock` for events observed directly, without a client.
+fn session(lock: &str, identity: &str, port: u16) -> SessionInfo {
+    SessionInfo {
+        lock: LockName::new(lock).expect("name"),
+        lease: Lease::from_millis(10_000).expect("lease"),
+        remote_addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        identity: Arc::from(identity),
+        queued_at: std::time::SystemTime::now(),
+    }
+}
+
 /// Each event carries its own session's lock name and identity (the hub
-/// copies both beside the event for the dispatcher): names of every
-/// length up to 255 bytes, empty and non-ASCII identities, one batch.
+/// copies both beside the event for the dispatcher): names of 1 to 255
+/// bytes, empty, long and non-ASCII identities, all in one batch.
 #[tokio::test]
 async fn every_event_keeps_its_own_lock_name_and_identity() {
     let lab = Lab::start().await;
@@ -304,14 +309,8 @@ async fn every_event_keeps_its_own_lock_name_and_identity() {
         ("x", &"i".repeat(253)[..]),
     ]
     .iter()
-    .enumerate()
-    .map(|(i, (lock, identity))| SessionInfo {
-        lock: LockName::new(lock).expect("name"),
-        lease: Lease::from_millis(10_000).expect("lease"),
-        remote_addr: format!("127.0.0.1:{}", 1000 + i).parse().expect("address"),
-        identity: Arc::from(*identity),
-        queued_at: std::time::SystemTime::now(),
-    })
+    .zip(1000..)
+    .map(|((lock, identity), port)| session(lock, identity, port))
     .collect();
     for (token, session) in (1..).zip(&sessions) {
         lab.hub.observe(&Event::Granted {
