@@ -46,56 +46,43 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod acl;
-pub mod admin;
-mod admin_auth;
-mod audit;
-mod config;
-mod dashboard;
-mod events;
-mod glob;
-mod grace;
-mod https;
-mod leases;
-mod limits;
-mod listen;
-mod live;
-mod metrics;
+// The protocol core: sessions, the lock table, leases, tokens, TLS and the
+// ACL. It never imports the operations side.
+mod core;
+// The operations side: admin API and dashboard, live events, audit log,
+// metrics and the ops endpoints, reload, and the service that runs it all.
 pub mod ops;
-mod reload;
-mod server;
-mod service;
-mod session;
-mod slot;
-mod table;
-mod tls;
-mod token;
-mod token_floor;
 
-pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
-pub use admin_auth::{AdminToken, AdminTokenError};
-pub use audit::{
+pub use crate::ops::admin;
+
+pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
+pub use crate::core::config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
+pub use crate::core::events::{
+    Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo,
+};
+pub use crate::core::glob::Glob;
+pub use crate::core::grace::GraceStatus;
+pub use crate::core::limits::raise_fd_limit;
+pub use crate::core::listen::{LISTEN_BACKLOG, bind};
+pub use crate::core::server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
+pub use crate::core::table::{
+    AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot,
+};
+pub use crate::core::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
+pub use crate::core::token::{SystemWallClock, WallClock};
+pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
+pub use crate::ops::admin_auth::{AdminToken, AdminTokenError};
+pub use crate::ops::audit::{
     AUDIT_BLOCK_MAX, AUDIT_QUEUE_CAPACITY, AUDIT_STOP_TIMEOUT, AuditError, AuditLog, AuditOptions,
     AuditOverflow, AuditTarget, rfc3339,
 };
-pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
-pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
-pub use glob::Glob;
-pub use grace::GraceStatus;
-pub use https::{HANDSHAKE_TIMEOUT, TlsListener};
-pub use limits::raise_fd_limit;
-pub use listen::{LISTEN_BACKLOG, bind};
-pub use live::{
+pub use crate::ops::https::{HANDSHAKE_TIMEOUT, TlsListener};
+pub use crate::ops::live::{
     Batching, EventHub, FLUSH_INTERVAL, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, MAX_PENDING_EVENTS,
     SUBSCRIBER_BUFFER, Subscription,
 };
-pub use metrics::{
+pub use crate::ops::metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
 };
-pub use reload::{ReloadReport, Reloader};
-pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
-pub use service::{Listeners, Service};
-pub use table::{AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
-pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
-pub use token::{SystemWallClock, WallClock};
-pub use token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
+pub use crate::ops::reload::{ReloadReport, Reloader};
+pub use crate::ops::service::{Listeners, Service};

@@ -20,7 +20,7 @@ use std::{
 
 use monolock_proto::{TOKEN_TIME_SHIFT, token_floor_for_unix_seconds};
 
-use crate::token_floor::TokenFloor;
+use crate::core::token_floor::TokenFloor;
 
 /// The wall clock, read for one thing only: the epoch of new tokens.
 ///

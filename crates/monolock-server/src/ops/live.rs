@@ -54,7 +54,7 @@ use tokio::sync::mpsc as tokio_mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::{Event, Glob, Observer, audit::Fact};
+use crate::{Event, Glob, Observer, ops::audit::Fact};
 
 /// How often an idle stream sends a `: keep-alive` comment, so proxies and
 /// load balancers do not close it and a dead peer is noticed.
@@ -138,7 +138,7 @@ struct Subscriber {
 
 /// Fans the server's events out to live subscribers. Plug it in as an
 /// [`Observer`] (see [`ServerConfig::with_observer`](crate::ServerConfig::with_observer))
-/// and give it to [`admin::AdminOptions`](crate::admin::AdminOptions).
+/// and give it to [`admin::AdminOptions`](crate::ops::admin::AdminOptions).
 pub struct EventHub {
     /// Live [`Subscription`]s; 0 makes [`EventHub::observe`] a single load.
     subscribers: Arc<AtomicUsize>,

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use tracing::info;
 
 use crate::{
-    slot::{EndNotice, SessionSlot},
-    table::{Acquired, LockTable},
+    core::slot::{EndNotice, SessionSlot},
+    core::table::{Acquired, LockTable},
 };
 
 /// The startup grace as `/readyz` and `/api/info` show it.

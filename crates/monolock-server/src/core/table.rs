@@ -3,8 +3,10 @@
 //! The table is touched only by ACQUIRE, the end of a session, promotion,
 //! and the admin API; never by a heartbeat. Every operation is a short
 //! critical section with no `.await` inside, which is why this is a
-//! `std::sync::Mutex` and not tokio's: it is never held across a suspension
-//! point, and the std one is cheaper. Sessions are notified only after the
+//! blocking mutex (`parking_lot`'s) and not tokio's: it is never held across
+//! a suspension point, and a blocking one is cheaper. `parking_lot` rather
+//! than std for `unlock_fair`, which lets a long snapshot hand the table to
+//! a waiting grant between chunks. Sessions are notified only after the
 //! state they will read has been written (a `Notify` permit is never lost).
 //!
 //! Each queue is keyed by a sequence number taken at ACQUIRE, so it stays
@@ -29,10 +31,10 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::{
-    events::{Event, Observer, ReleaseReason},
-    leases::LeaseWheel,
-    slot::{EndNotice, Epoch, SessionSlot},
-    token::{TokenIssuer, WallClock},
+    core::events::{Event, Observer, ReleaseReason},
+    core::leases::LeaseWheel,
+    core::slot::{EndNotice, Epoch, SessionSlot},
+    core::token::{TokenIssuer, WallClock},
 };
 
 /// What an ACQUIRE led to.
@@ -529,7 +531,7 @@ mod tests {
     use monolock_proto::{Lease, LockName};
 
     use super::*;
-    use crate::{events::SessionInfo, token::SystemWallClock};
+    use crate::{core::events::SessionInfo, core::token::SystemWallClock};
 
     /// Ownership events as `kind port`, in order.
     #[derive(Default)]

@@ -22,13 +22,15 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
-    events::Event,
-    grace::{GraceStatus, StartupGrace},
-    session,
-    slot::deadline_after,
-    table::{AdminRefused, HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot},
-    tls::identity_of_certificate,
-    token::TokenIssuer,
+    core::events::Event,
+    core::grace::{GraceStatus, StartupGrace},
+    core::session,
+    core::slot::deadline_after,
+    core::table::{
+        AdminRefused, HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot,
+    },
+    core::tls::identity_of_certificate,
+    core::token::TokenIssuer,
 };
 
 /// First pause after a failed `accept` (e.g. EMFILE); doubles up to the cap.

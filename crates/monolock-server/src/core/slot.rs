@@ -13,7 +13,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use crate::events::SessionInfo;
+use crate::core::events::SessionInfo;
 
 /// Stands in for "never" where an `Instant` is needed.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);

@@ -39,7 +39,8 @@ use tracing::{info, warn};
 
 use crate::{
     AdminRefused, AdminToken, Ending, EventHub, Glob, GraceStatus, HolderSnapshot, LockSnapshot,
-    ServerHandle, ServerTls, TlsListener, WaiterSnapshot, audit::rfc3339, dashboard, live,
+    ServerHandle, ServerTls, TlsListener, WaiterSnapshot, ops::audit::rfc3339, ops::dashboard,
+    ops::live,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.

@@ -29,7 +29,7 @@ use std::sync::{
 use tokio::{sync::Notify, time::Instant};
 use tokio_util::sync::CancellationToken;
 
-use crate::slot::{EndNotice, Epoch, NOT_FILED, SessionSlot};
+use crate::core::slot::{EndNotice, Epoch, NOT_FILED, SessionSlot};
 
 /// Width of one slot, in nanoseconds (1 ms).
 const TICK_NANOS: u64 = 1_000_000;
@@ -282,7 +282,7 @@ mod tests {
     use monolock_proto::{Lease, LockName};
 
     use super::*;
-    use crate::events::SessionInfo;
+    use crate::core::events::SessionInfo;
 
     fn slot(deadline: Duration) -> Arc<SessionSlot> {
         let info = SessionInfo {

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use crate::{
     AdminToken, AuditLog, EventHub, Metrics, Observer, Observers, Server, ServerConfig,
     ServerHandle, ServerTls,
-    admin::{self, AdminOptions, EffectiveConfig},
+    ops::admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE},
 };
 

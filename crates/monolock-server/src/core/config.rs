@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use monolock_proto::LockName;
 
-use crate::{Observer, ServerTls, TokenFloor, token::WallClock};
+use crate::{Observer, ServerTls, TokenFloor, core::token::WallClock};
 
 /// Decides whether an identity may claim a lock (the ACL).
 ///
@@ -58,8 +58,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             io_timeout: DEFAULT_IO_TIMEOUT,
-            wall_clock: Arc::new(crate::token::SystemWallClock),
-            observer: Arc::new(crate::events::NoopObserver),
+            wall_clock: Arc::new(crate::core::token::SystemWallClock),
+            observer: Arc::new(crate::core::events::NoopObserver),
             authorizer: None,
             tls: None,
             token_floor: None,

@@ -25,11 +25,11 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
-    config::ERROR_DRAIN_TIMEOUT,
-    events::{Event, ReleaseReason, SessionInfo},
-    server::Shared,
-    slot::{EndNotice, SessionSlot, deadline_after},
-    table::Acquired,
+    core::config::ERROR_DRAIN_TIMEOUT,
+    core::events::{Event, ReleaseReason, SessionInfo},
+    core::server::Shared,
+    core::slot::{EndNotice, SessionSlot, deadline_after},
+    core::table::Acquired,
 };
 
 /// The per-connection buffer. After ACQUIRE every valid frame is one byte,
@@ -215,7 +215,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             && !authorizer.allows(&info.identity, &info.lock)
         {
             shared.config.observer.observe(&Event::Denied(&info));
-            let reason = crate::acl::refusal(&info.identity, info.lock.as_str());
+            let reason = crate::core::acl::refusal(&info.identity, info.lock.as_str());
             tracing::info!(lock = %info.lock, identity = %info.identity, %remote_addr, "ACQUIRE denied by ACL: {reason}");
             self.close_with(ErrorCode::NOT_AUTHORIZED, &reason).await;
             return None;

@@ -1,0 +1,22 @@
+//! The operations side: everything an operator reaches around the core.
+//!
+//! The admin API and its dashboard ([`admin`]), the live event stream, the
+//! audit log, Prometheus metrics and the health endpoints served here
+//! ([`router`], [`serve`], [`serve_tls`]), what SIGHUP reloads, and
+//! [`Service`](crate::Service), which runs all of it with the shutdown
+//! order. Each piece observes the core through an
+//! [`Observer`](crate::Observer) or reads it through a
+//! [`ServerHandle`](crate::ServerHandle); the core imports none of it.
+
+pub mod admin;
+pub(crate) mod admin_auth;
+pub(crate) mod audit;
+pub(crate) mod dashboard;
+mod endpoints;
+pub(crate) mod https;
+pub(crate) mod live;
+pub(crate) mod metrics;
+pub(crate) mod reload;
+pub(crate) mod service;
+
+pub use endpoints::{OPS_SHUTDOWN_GRACE, router, serve, serve_tls};
