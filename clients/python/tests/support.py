@@ -106,7 +106,7 @@ class Server:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # the admin API (SPEC section 8)
+    # the admin API (docs/operations.md, "The admin API")
 
     def _request(self, method: str, path: str) -> Optional[Dict[str, Any]]:
         request = urllib.request.Request(f"http://{self.admin}{path}", method=method)

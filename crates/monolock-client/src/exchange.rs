@@ -1,4 +1,5 @@
-//! Reply matching for one connection (SPEC §4.4), as a pure state machine.
+//! Reply matching for one connection (docs/protocol.md, "Matching
+//! replies"), as a pure state machine.
 //!
 //! Every ACQUIRE and HEARTBEAT gets exactly one reply, in order, and a
 //! promotion adds exactly one unsolicited ACQUIRED. The client keeps at

@@ -1,6 +1,6 @@
-//! The heartbeat schedule of the client contract (SPEC §4.3 and §4.4), as
-//! pure arithmetic on instants: no I/O, no timers, so every rule is tested
-//! with exact numbers.
+//! The heartbeat schedule of the client contract (docs/protocol.md,
+//! "Heartbeats: the client's schedule"), as pure arithmetic on instants: no
+//! I/O, no timers, so every rule is tested with exact numbers.
 //!
 //! - `base = lease / 4`
 //! - `srtt` = EWMA of round trips, alpha 0.2 (the ACQUIRE round trip counts)

@@ -1,4 +1,5 @@
-//! The ACL: SPEC §6's semantics as a table, and denials on the wire.
+//! The ACL: the semantics of docs/operations.md ("The ACL") as a table,
+//! and denials on the wire.
 
 mod common;
 #[path = "common/http.rs"]
@@ -17,7 +18,8 @@ use monolock_server::{
 };
 use pki::{Ca, TlsDir, client_config, connect_tls, write};
 
-/// SPEC §6's example rule, plus a second rule to show the union.
+/// The example rule of docs/operations.md ("The ACL"), plus a second rule
+/// to show the union.
 const ACL: &str = r#"{"rules":[
   {"identity":"spiffe://prod/worker/*","locks":["nightly/*","shard-?"]},
   {"identity":"spiffe://prod/deployer","locks":["deploy/web","nightly/import"]}

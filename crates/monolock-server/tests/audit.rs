@@ -1,6 +1,6 @@
-//! The audit log: the exact events and fields of SPEC §7, ownership that
-//! never overlaps in the log under heavy churn, and write failures that do
-//! not stop the server.
+//! The audit log: the exact events and fields of docs/operations.md ("The
+//! audit log"), ownership that never overlaps in the log under heavy churn,
+//! and write failures that do not stop the server.
 
 mod common;
 #[path = "common/wire.rs"]
@@ -40,7 +40,8 @@ fn keys(line: &Value) -> BTreeSet<&str> {
         .collect()
 }
 
-/// The fields SPEC §7 puts on every event, plus the event's extras.
+/// The fields docs/operations.md puts on every audit event, plus the event's
+/// extras.
 fn expected_keys(extra: &[&'static str]) -> BTreeSet<&'static str> {
     ["time", "event", "lock", "identity", "remote_addr"]
         .into_iter()

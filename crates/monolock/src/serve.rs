@@ -225,7 +225,8 @@ fn optional_addr(flag: &str, value: Option<String>) -> Result<Option<SocketAddr>
 }
 
 impl Settings {
-    /// Checks the combinations of SPEC §5; the error is one line.
+    /// Checks the flag combinations docs/operations.md allows ("Settings");
+    /// the error is one line.
     fn from_args(args: ServeArgs) -> Result<Self, String> {
         let path = |value: Option<OsString>| non_empty(value).map(PathBuf::from);
         let tls_cert = path(args.tls_cert);

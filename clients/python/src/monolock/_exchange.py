@@ -1,5 +1,5 @@
-"""Reply matching for one connection (SPEC section 4), as a pure state
-machine fed frames and instants.
+"""Reply matching for one connection (docs/protocol.md, "Matching
+replies"), as a pure state machine fed frames and instants.
 
 Every ACQUIRE and HEARTBEAT gets exactly one reply, in order, and a
 promotion adds exactly one unsolicited ACQUIRED. The client keeps at most

@@ -1,6 +1,7 @@
-"""The heartbeat schedule of the client contract (SPEC section 4), as pure
-arithmetic on instants in integer nanoseconds of `time.monotonic_ns()`:
-no I/O, no timers, so every rule is tested on exact numbers.
+"""The heartbeat schedule of the client contract (docs/protocol.md,
+"Heartbeats: the client's schedule"), as pure arithmetic on instants in
+integer nanoseconds of `time.monotonic_ns()`: no I/O, no timers, so every
+rule is tested on exact numbers.
 
 - `base = lease / 4`
 - `srtt` = EWMA of round trips, alpha 0.2 (the ACQUIRE round trip counts)

@@ -383,8 +383,9 @@ impl std::fmt::Debug for Metrics {
 /// one: their `MetricType` has no `Summary` variant, so neither a custom
 /// `EncodeMetric` nor a `Collector` can emit `# TYPE ... summary` (the nearest
 /// they allow is an `untyped` family plus a histogram's `_bucket` line). A
-/// histogram would change the series SPEC §9 promises, so this type encodes
-/// its few lines of the text format itself, after the registry's output.
+/// histogram would change the series docs/operations.md promises ("Metrics
+/// and health"), so this type encodes its few lines of the text format
+/// itself, after the registry's output.
 #[derive(Default)]
 pub struct Summary {
     state: Mutex<SummaryState>,
