@@ -1,0 +1,309 @@
+//! Runs the suite and reports it: one line per client and scenario
+//! (`rust    fifo_five_waiters ... ok (312 ms)`), the failure's detail
+//! indented under a failed line, and the summary `N passed, N failed`.
+//!
+//! Clients are prepared side by side, the cross-language scenarios run
+//! next (every client at once), then each client's own scenarios run in a
+//! thread of its own: every scenario has its own server, so the clients'
+//! runs are independent.
+
+use std::{
+    io::Write,
+    path::PathBuf,
+    process::ExitCode,
+    sync::atomic::{AtomicUsize, Ordering},
+    time::{Duration, Instant},
+};
+
+use crate::{
+    Failure, Lab,
+    clients::{CLIENTS, Prepared},
+    pki::LabPki,
+    scenarios::{Run, SCENARIOS, Scenario},
+};
+
+/// What the test hands the runner.
+pub struct Setup {
+    /// The Rust driver, built by Cargo with the test.
+    pub rust_driver: PathBuf,
+    /// The repository's root.
+    pub repo: PathBuf,
+    /// The test's command-line arguments (filters, `--list`, `--skip`).
+    pub args: Vec<String>,
+}
+
+/// Which lines to run: `cargo test -p monolock-conformance --test
+/// conformance -- FILTER` runs the lines (`client scenario`) containing a
+/// filter; `--skip TEXT` leaves out the lines containing it.
+#[derive(Default)]
+struct Selection {
+    filters: Vec<String>,
+    skips: Vec<String>,
+    list: bool,
+    ignored: bool,
+}
+
+impl Selection {
+    fn parse(args: &[String]) -> Self {
+        let mut selection = Self::default();
+        let mut args = args.iter();
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--list" => selection.list = true,
+                "--ignored" => selection.ignored = true,
+                "--skip" => selection.skips.extend(args.next().cloned()),
+                // libtest options that take a value: not filters.
+                "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" => {
+                    args.next();
+                }
+                flag if flag.starts_with('-') => {}
+                filter => selection.filters.push(filter.to_owned()),
+            }
+        }
+        selection
+    }
+
+    fn wants(&self, client: &str, scenario: &str) -> bool {
+        let line = format!("{client} {scenario}");
+        (self.filters.is_empty() || self.filters.iter().any(|f| line.contains(f.as_str())))
+            && !self.skips.iter().any(|s| line.contains(s.as_str()))
+    }
+}
+
+/// The summary's counts.
+#[derive(Default)]
+struct Tally {
+    passed: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+impl Tally {
+    /// Prints one line (and a failure's detail under it) in one write, so
+    /// that lines of clients running side by side never interleave.
+    fn record(&self, client: &str, scenario: &str, took: Duration, outcome: Result<(), String>) {
+        let ms = took.as_millis();
+        let text = match outcome {
+            Ok(()) => {
+                self.passed.fetch_add(1, Ordering::Relaxed);
+                format!("{client:<8}{scenario} ... ok ({ms} ms)\n")
+            }
+            Err(why) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                let detail: String = why.lines().map(|line| format!("    {line}\n")).collect();
+                format!("{client:<8}{scenario} ... FAILED ({ms} ms)\n{detail}")
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+/// The `monolock` binary: `$MONOLOCK_BIN`, else the one Cargo builds next
+/// to the test (`target/<profile>/monolock`; `cargo test --workspace`
+/// builds it).
+fn monolock_binary() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("MONOLOCK_BIN").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|err| format!("the test's own path: {err}"))?;
+    // <target>/<profile>/deps/<test executable>
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("monolock"))
+        .ok_or_else(|| format!("{} has no target directory", exe.display()))?;
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the monolock binary is missing at {}: run `cargo build -p monolock` first \
+             (`cargo test --workspace` builds it), or set MONOLOCK_BIN",
+            path.display()
+        ))
+    }
+}
+
+/// Runs every selected client and scenario and prints the report; the
+/// exit code is a failure if any line failed (or none ran).
+pub fn run(setup: Setup) -> ExitCode {
+    let selection = Selection::parse(&setup.args);
+    let present: Vec<_> = CLIENTS
+        .iter()
+        .filter(|spec| spec.present(&setup.repo))
+        .collect();
+    if selection.list {
+        for spec in &present {
+            for scenario in SCENARIOS {
+                if selection.wants(spec.name, scenario.name) {
+                    println!("{} {}: test", spec.name, scenario.name);
+                }
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
+    if selection.ignored {
+        // Nothing in this suite is ignored.
+        println!("0 passed, 0 failed");
+        return ExitCode::SUCCESS;
+    }
+    let started = Instant::now();
+    let monolock = match monolock_binary() {
+        Ok(path) => path,
+        Err(why) => {
+            println!("conformance: {why}");
+            println!("0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    let scratch = match tempfile::Builder::new()
+        .prefix("monolock-conformance-")
+        .tempdir()
+    {
+        Ok(dir) => dir,
+        Err(err) => {
+            println!("conformance: cannot make a scratch directory: {err}");
+            println!("0 passed, 1 failed");
+            return ExitCode::FAILURE;
+        }
+    };
+    let lab = Lab {
+        monolock,
+        repo: setup.repo,
+        rust_driver: setup.rust_driver,
+        pki: LabPki::new(),
+        scratch,
+    };
+    let wanted: Vec<_> = present
+        .into_iter()
+        .filter(|spec| {
+            SCENARIOS
+                .iter()
+                .any(|scenario| selection.wants(spec.name, scenario.name))
+        })
+        .collect();
+    let prepared: Vec<Prepared> = std::thread::scope(|scope| {
+        let lab = &lab;
+        let handles: Vec<_> = wanted
+            .iter()
+            .map(|&spec| {
+                scope.spawn(move || Prepared {
+                    spec,
+                    launch: (spec.prepare)(lab),
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .zip(&wanted)
+            .map(|(handle, &spec)| {
+                handle.join().unwrap_or_else(|_| Prepared {
+                    spec,
+                    launch: Err("its preparation panicked".to_owned()),
+                })
+            })
+            .collect()
+    });
+    let tally = Tally::default();
+    for scenario in SCENARIOS {
+        if let Run::Across(run) = scenario.run {
+            run_across(&lab, &selection, &tally, scenario, run, &prepared);
+        }
+    }
+    std::thread::scope(|scope| {
+        for client in &prepared {
+            let (lab, selection, tally) = (&lab, &selection, &tally);
+            scope.spawn(move || {
+                for scenario in SCENARIOS {
+                    if let Run::Each(run) = scenario.run
+                        && selection.wants(client.name(), scenario.name)
+                    {
+                        let start = Instant::now();
+                        let outcome = guarded(|| run(lab, client));
+                        tally.record(
+                            client.name(),
+                            scenario.name,
+                            start.elapsed(),
+                            outcome.map_err(|failure| failure.message),
+                        );
+                    }
+                }
+            });
+        }
+    });
+    let (passed, failed) = (
+        tally.passed.load(Ordering::Relaxed),
+        tally.failed.load(Ordering::Relaxed),
+    );
+    println!("(the suite took {:.1} s)", started.elapsed().as_secs_f64());
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 && passed > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Runs a cross-language scenario with every selected client that was
+/// prepared, and reports it on each client's line: a failure pinned on
+/// one client fails that line with the detail, the others' lines fail as
+/// not completed. A client that could not be prepared fails its line.
+fn run_across(
+    lab: &Lab,
+    selection: &Selection,
+    tally: &Tally,
+    scenario: &Scenario,
+    run: fn(&Lab, &[&Prepared]) -> crate::Check,
+    prepared: &[Prepared],
+) {
+    let selected: Vec<&Prepared> = prepared
+        .iter()
+        .filter(|client| selection.wants(client.name(), scenario.name))
+        .collect();
+    let (ready, broken): (Vec<&Prepared>, Vec<&Prepared>) = selected
+        .into_iter()
+        .partition(|client| client.launch.is_ok());
+    for client in broken {
+        let why = client.launch.as_ref().err().cloned().unwrap_or_default();
+        tally.record(
+            client.name(),
+            scenario.name,
+            Duration::ZERO,
+            Err(format!(
+                "the {} client could not be prepared: {why}",
+                client.name()
+            )),
+        );
+    }
+    if ready.is_empty() {
+        return;
+    }
+    let start = Instant::now();
+    let outcome = guarded(|| run(lab, &ready));
+    let took = start.elapsed();
+    for client in ready {
+        let line = match &outcome {
+            Ok(()) => Ok(()),
+            Err(failure) if failure.client.is_none_or(|c| c == client.name()) => {
+                Err(failure.message.clone())
+            }
+            Err(failure) => Err(format!(
+                "not completed: the scenario stopped on a failure of the {} client",
+                failure.client.unwrap_or_default()
+            )),
+        };
+        tally.record(client.name(), scenario.name, took, line);
+    }
+}
+
+/// Runs a scenario, turning a panic into a failure.
+fn guarded(scenario: impl FnOnce() -> crate::Check) -> crate::Check {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(scenario)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_default();
+        Err(Failure::new(format!("the scenario panicked: {what}")))
+    })
+}
