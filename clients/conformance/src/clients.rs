@@ -125,21 +125,31 @@ impl Prepared {
     }
 }
 
-/// The Python driver: `python3` on `PATH` running the driver from source.
+/// The Python driver: the interpreter `python3` on `PATH` names (asked
+/// once, so that no wrapper such as a pyenv shim runs for every driver)
+/// running the driver from source.
 fn prepare_python(lab: &Lab) -> Result<Launch, String> {
-    let mut version = Command::new("python3");
-    version.args(["-c", "import sys; sys.exit(sys.version_info < (3, 9))"]);
-    run_step(version, "python3", "check for Python 3.9 or later")?;
+    let mut ask = Command::new("python3");
+    ask.args([
+        "-c",
+        "import sys; sys.exit('Python 3.9 or later is needed') if sys.version_info < (3, 9) \
+         else print(sys.executable)",
+    ]);
+    let interpreter = run_step(ask, "python3", "find Python 3.9 or later")?;
+    let interpreter = interpreter.trim();
+    if interpreter.is_empty() {
+        return Err("python3 does not name its own executable (sys.executable is empty)".into());
+    }
     let src: PathBuf = lab.repo_path("clients/python/src");
-    Ok(Launch::program("python3")
+    Ok(Launch::program(interpreter)
         .arg(lab.repo_path("clients/python/conformance/driver.py"))
         .env("PYTHONPATH", src)
         .env("PYTHONDONTWRITEBYTECODE", "1"))
 }
 
-/// Runs one preparation command; `Err` names it, with the end of its
-/// output, or says that `tool` is missing.
-fn run_step(mut command: Command, tool: &str, what: &str) -> Result<(), String> {
+/// Runs one preparation command and returns its standard output; `Err`
+/// names it, with the end of its output, or says that `tool` is missing.
+fn run_step(mut command: Command, tool: &str, what: &str) -> Result<String, String> {
     let shown = format!("{command:?}");
     let output = command.output().map_err(|err| {
         if err.kind() == std::io::ErrorKind::NotFound {
@@ -149,7 +159,7 @@ fn run_step(mut command: Command, tool: &str, what: &str) -> Result<(), String> 
         }
     })?;
     if output.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
     }
     let text = format!(
         "{}{}",

@@ -88,17 +88,20 @@ pub fn fifo_five_waiters(lab: &Lab, clients: &[&Prepared]) -> Check {
     let mut pending: Vec<usize> = (0..waiters.len()).collect();
     while let Some(&expected) = pending.first() {
         let (first, reply) = first_reply(&mut waiters, &pending)?;
-        let driver = &waiters[first];
+        // Pinned on the waiter whose turn it was: a client that left the
+        // queue (and joined it again) is the usual way to lose a turn.
         ensure!(
-            driver.client,
+            waiters[expected].client,
             first == expected,
-            "{} (queued {}th) was answered before {} (queued {}th): {}",
-            driver.label,
-            first + 1,
+            "it was the turn of {} (number {} in the queue), but {} (number {}) was \
+             answered first: {}",
             waiters[expected].label,
             expected + 1,
+            waiters[first].label,
+            first + 1,
             reply.0
         );
+        let driver = &waiters[first];
         if !reply.ok() {
             return Err(driver.failure(format!("its queued lock failed: {}", reply.0)));
         }
