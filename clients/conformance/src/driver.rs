@@ -395,9 +395,29 @@ impl Driver {
         }
     }
 
-    /// Sends `exit` and requires the process to exit 0.
+    /// Sends `exit` without waiting; [`exit`](Self::exit) then collects
+    /// the reply and the exit status.
+    pub fn ask_exit(&mut self) -> Check {
+        self.send(json!({"cmd": "exit"}))
+    }
+
+    /// Sends `exit` (unless [`ask_exit`](Self::ask_exit) did) and requires
+    /// the reply and then the process to exit 0.
     pub fn exit(mut self) -> Check {
-        self.ok(json!({"cmd": "exit"}))?;
+        match &self.in_flight {
+            None => self.send(json!({"cmd": "exit"}))?,
+            Some((_, cmd)) if cmd["cmd"] == "exit" => {}
+            Some((_, cmd)) => {
+                return Err(Failure::new(format!(
+                    "runner bug: {} asked to exit with {cmd} in flight",
+                    self.label
+                )));
+            }
+        }
+        let reply = self.reply()?;
+        if !reply.ok() {
+            return Err(self.failure(format!("`exit` failed: {}", reply.0)));
+        }
         let deadline = Instant::now() + PATIENCE;
         loop {
             match self.child.try_wait() {

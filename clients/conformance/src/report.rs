@@ -167,9 +167,10 @@ pub fn run(setup: Setup) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let repo = setup.repo.canonicalize().unwrap_or(setup.repo);
     let lab = Lab {
         monolock,
-        repo: setup.repo,
+        repo,
         rust_driver: setup.rust_driver,
         pki: LabPki::new(),
         scratch,
@@ -219,7 +220,16 @@ pub fn run(setup: Setup) -> ExitCode {
                         && selection.wants(client.name(), scenario.name)
                     {
                         let start = Instant::now();
-                        let outcome = guarded(|| run(lab, client));
+                        let outcome = match &client.launch {
+                            Ok(_) => guarded(|| run(lab, client)),
+                            Err(why) => Err(Failure::of(
+                                client.name(),
+                                format!(
+                                    "the {} client could not be prepared: {why}",
+                                    client.name()
+                                ),
+                            )),
+                        };
                         tally.record(
                             client.name(),
                             scenario.name,

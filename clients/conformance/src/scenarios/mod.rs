@@ -92,7 +92,9 @@ fn open_all(drivers: &mut [Driver], address: &str) -> Check {
     drivers.iter_mut().try_for_each(|d| d.open(address))
 }
 
-/// Sends `exit` to every driver and requires each to exit 0.
-fn exit_all(drivers: Vec<Driver>) -> Check {
+/// Sends `exit` to every driver and requires each to exit 0 (all are
+/// asked first, so that they wind down side by side).
+fn exit_all(mut drivers: Vec<Driver>) -> Check {
+    drivers.iter_mut().try_for_each(Driver::ask_exit)?;
     drivers.into_iter().try_for_each(Driver::exit)
 }
