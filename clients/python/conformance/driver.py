@@ -97,7 +97,8 @@ class Driver:
         if method is None:
             raise Failure("other", f"unknown command {name!r}")
         try:
-            return method(cmd)
+            fields: Fields = method(cmd)
+            return fields
         except monolock.Error as err:
             raise classify(err) from err
 
