@@ -76,6 +76,11 @@ pub const CLIENTS: &[ClientSpec] = &[
             let mut build = Command::new("npm");
             build.args(["run", "build"]).current_dir(&dir);
             run_step(build, "npm", "build the Node client")?;
+            if !dir.join("dist/conformance/driver.js").is_file() {
+                return Err("`npm run build` made no dist/conformance/driver.js: \
+                            is clients/node/conformance/driver.ts missing?"
+                    .into());
+            }
             Ok(Launch::program("node")
                 .arg("dist/conformance/driver.js")
                 .cwd(dir))
@@ -92,6 +97,7 @@ impl ClientSpec {
 }
 
 /// A client after its preparation step.
+#[derive(Clone)]
 pub struct Prepared {
     /// Its entry in [`CLIENTS`].
     pub spec: &'static ClientSpec,

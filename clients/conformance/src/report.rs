@@ -2,16 +2,19 @@
 //! (`rust    fifo_five_waiters ... ok (312 ms)`), the failure's detail
 //! indented under a failed line, and the summary `N passed, N failed`.
 //!
-//! Clients are prepared side by side, the cross-language scenarios run
-//! next (every client at once), then each client's own scenarios run in a
-//! thread of its own: every scenario has its own server, so the clients'
-//! runs are independent.
+//! Each client is prepared and then runs its own scenarios in a thread of
+//! its own; the cross-language scenarios (every client at once) run once
+//! all are prepared, beside them. Every scenario has its own server, so
+//! the runs are independent.
 
 use std::{
     io::Write,
     path::PathBuf,
     process::ExitCode,
-    sync::atomic::{AtomicUsize, Ordering},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc,
+    },
     time::{Duration, Instant},
 };
 
@@ -183,62 +186,32 @@ pub fn run(setup: Setup) -> ExitCode {
                 .any(|scenario| selection.wants(spec.name, scenario.name))
         })
         .collect();
-    let prepared: Vec<Prepared> = std::thread::scope(|scope| {
-        let lab = &lab;
-        let handles: Vec<_> = wanted
-            .iter()
-            .map(|&spec| {
-                scope.spawn(move || Prepared {
-                    spec,
-                    launch: (spec.prepare)(lab),
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .zip(&wanted)
-            .map(|(handle, &spec)| {
-                handle.join().unwrap_or_else(|_| Prepared {
-                    spec,
-                    launch: Err("its preparation panicked".to_owned()),
-                })
-            })
-            .collect()
-    });
     let tally = Tally::default();
-    for scenario in SCENARIOS {
-        if let Run::Across(run) = scenario.run {
-            run_across(&lab, &selection, &tally, scenario, run, &prepared);
-        }
-    }
+    // Each client is prepared and runs its own scenarios in a thread of
+    // its own, as soon as it is ready (a slow build holds up no other
+    // client); the cross-language scenarios run once every client is
+    // prepared, beside them.
     std::thread::scope(|scope| {
-        for client in &prepared {
-            let (lab, selection, tally) = (&lab, &selection, &tally);
+        let (lab, selection, tally) = (&lab, &selection, &tally);
+        let (ready_tx, ready) = mpsc::channel();
+        for &spec in &wanted {
+            let ready_tx = ready_tx.clone();
             scope.spawn(move || {
-                for scenario in SCENARIOS {
-                    if let Run::Each(run) = scenario.run
-                        && selection.wants(client.name(), scenario.name)
-                    {
-                        let start = Instant::now();
-                        let outcome = match &client.launch {
-                            Ok(_) => guarded(|| run(lab, client)),
-                            Err(why) => Err(Failure::of(
-                                client.name(),
-                                format!(
-                                    "the {} client could not be prepared: {why}",
-                                    client.name()
-                                ),
-                            )),
-                        };
-                        tally.record(
-                            client.name(),
-                            scenario.name,
-                            start.elapsed(),
-                            outcome.map_err(|failure| failure.message),
-                        );
-                    }
-                }
+                let launch = std::panic::catch_unwind(|| (spec.prepare)(lab))
+                    .unwrap_or_else(|_| Err("its preparation panicked".to_owned()));
+                let client = Prepared { spec, launch };
+                // The receiver lives until every sender has sent.
+                let _ = ready_tx.send(client.clone());
+                run_each(lab, selection, tally, &client);
             });
+        }
+        drop(ready_tx);
+        let mut prepared: Vec<Prepared> = ready.iter().collect();
+        prepared.sort_by_key(|client| CLIENTS.iter().position(|c| c.name == client.name()));
+        for scenario in SCENARIOS {
+            if let Run::Across(run) = scenario.run {
+                run_across(lab, selection, tally, scenario, run, &prepared);
+            }
         }
     });
     let (passed, failed) = (
@@ -251,6 +224,32 @@ pub fn run(setup: Setup) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// Runs the selected scenarios of one client, one after the other.
+fn run_each(lab: &Lab, selection: &Selection, tally: &Tally, client: &Prepared) {
+    for scenario in SCENARIOS {
+        let Run::Each(run) = scenario.run else {
+            continue;
+        };
+        if !selection.wants(client.name(), scenario.name) {
+            continue;
+        }
+        let start = Instant::now();
+        let outcome = match &client.launch {
+            Ok(_) => guarded(|| run(lab, client)),
+            Err(why) => Err(Failure::of(
+                client.name(),
+                format!("the {} client could not be prepared: {why}", client.name()),
+            )),
+        };
+        tally.record(
+            client.name(),
+            scenario.name,
+            start.elapsed(),
+            outcome.map_err(|failure| failure.message),
+        );
     }
 }
 

@@ -12,7 +12,7 @@ use socket2::{Domain, Socket, Type};
 
 use crate::{
     Check, Failure, Lab, clients::Prepared, driver::lock_cmd, ensure, pki::CLIENT_IDENTITY,
-    scenarios::exit_all, server::Server,
+    server::Server,
 };
 
 /// The lease where nothing waits for one to run out.
@@ -42,27 +42,26 @@ pub fn tls(lab: &Lab, client: &Prepared) -> Check {
         ],
     )?;
     let address = server.address();
-    let mut drivers = client.drivers(lab, 1, 3)?;
-    drivers[0].open_tls(&address, json!({"ca": path(&pki.ca)}))?;
-    drivers[1].open_tls(
-        &address,
-        json!({"ca": path(&pki.ca), "server_name": "localhost"}),
-    )?;
+    // Each `open` replaces the driver's client.
+    let mut driver = client.driver(lab, 1)?;
     let lock = "conformance/tls";
-    for driver in &mut drivers[..2] {
+    for settings in [
+        json!({"ca": path(&pki.ca)}),
+        json!({"ca": path(&pki.ca), "server_name": "localhost"}),
+    ] {
+        driver.open_tls(&address, settings.clone())?;
         let token = driver.lock("h", lock, LEASE_MS)?;
         let shown = server.admin.holder_token(lock)?;
         ensure!(
             name,
             shown == Some(token),
-            "{} holds token {token} over TLS, the admin API shows {shown:?}",
-            driver.label
+            "holding token {token} over TLS with {settings}, the admin API shows {shown:?}"
         );
         driver.release("h")?;
     }
-    drivers[2].open_tls(&address, json!({"ca": path(&pki.foreign_ca)}))?;
-    drivers[2].fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
-    exit_all(drivers)
+    driver.open_tls(&address, json!({"ca": path(&pki.foreign_ca)}))?;
+    driver.fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
+    driver.exit()
 }
 
 /// mTLS with the lab PKI: a driver presenting the client certificate holds
@@ -83,8 +82,8 @@ pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
         ],
     )?;
     let address = server.address();
-    let mut drivers = client.drivers(lab, 1, 2)?;
-    drivers[0].open_tls(
+    let mut driver = client.driver(lab, 1)?;
+    driver.open_tls(
         &address,
         json!({
             "ca": path(&pki.ca),
@@ -93,7 +92,7 @@ pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
         }),
     )?;
     let lock = "conformance/mtls";
-    let token = drivers[0].lock("h", lock, LEASE_MS)?;
+    let token = driver.lock("h", lock, LEASE_MS)?;
     let view = server
         .admin
         .lock(lock)?
@@ -106,10 +105,10 @@ pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
          the admin API shows {}",
         view["holder"]
     );
-    drivers[0].release("h")?;
-    drivers[1].open_tls(&address, json!({"ca": path(&pki.ca)}))?;
-    drivers[1].fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
-    exit_all(drivers)
+    driver.release("h")?;
+    driver.open_tls(&address, json!({"ca": path(&pki.ca)}))?;
+    driver.fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
+    driver.exit()
 }
 
 /// Bad names and leases are refused with `invalid_argument` before any
