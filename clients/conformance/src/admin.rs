@@ -148,3 +148,15 @@ fn encode(name: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+
+    #[test]
+    fn names_are_percent_encoded_for_a_path_segment() {
+        assert_eq!(encode("nightly/import"), "nightly%2Fimport");
+        assert_eq!(encode("a b-c_d.e~"), "a%20b-c_d.e~");
+        assert_eq!(encode("é"), "%C3%A9");
+    }
+}
