@@ -65,7 +65,8 @@ pub fn try_lock_leaves_no_trace(lab: &Lab, client: &Prepared) -> Check {
 
 /// A wait bounded to 300 ms on a held lock fails with `not_acquired`, no
 /// sooner than 300 ms after the command was sent and within 3 s, and the
-/// place in the queue is given up; the holder still holds.
+/// place in the queue is given up; the holder still holds (and its
+/// `wait_lost` answers `lost: false` when its timeout runs out).
 pub fn bounded_wait_not_acquired(lab: &Lab, client: &Prepared) -> Check {
     let name = client.name();
     let server = Server::start(&lab.monolock, &[])?;
@@ -98,6 +99,13 @@ pub fn bounded_wait_not_acquired(lab: &Lab, client: &Prepared) -> Check {
         name,
         drivers[0].is_held("h")?,
         "the holder lost the lock while another driver waited"
+    );
+    let quiet = drivers[0].ok(json!({"cmd": "wait_lost", "handle": "h", "timeout_ms": 50}))?;
+    ensure!(
+        name,
+        quiet.flag("lost") == Some(false),
+        "wait_lost on a held lock should answer lost: false after its timeout: {}",
+        quiet.0
     );
     drivers[1].fails(json!({"cmd": "token", "handle": "w"}), &["unknown_handle"])?;
     drivers[0].release("h")?;

@@ -152,7 +152,9 @@ pub fn bad_input_rejected_before_connecting(lab: &Lab, client: &Prepared) -> Che
 
 /// A lock on an address where nothing listens fails with `connect`, names
 /// the address, and does not hang: the port is bound by the runner but not
-/// listening, so the kernel refuses the connection.
+/// listening, so the kernel refuses the connection. Listed before a live
+/// server (`dead,live`), the same address is passed over and the lock is
+/// taken on the live one.
 pub fn dead_address_named(lab: &Lab, client: &Prepared) -> Check {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None)
         .map_err(|err| Failure::new(format!("socket: {err}")))?;
@@ -185,5 +187,17 @@ pub fn dead_address_named(lab: &Lab, client: &Prepared) -> Check {
         took < Duration::from_secs(3),
         "a refused connection took {took:?} to report"
     );
+    // Listed before a live server, the dead address is passed over.
+    let server = Server::start(&lab.monolock, &[])?;
+    driver.open(&format!("{dead},{}", server.address()))?;
+    let token = driver.lock("h", "conformance/dead", LEASE_MS)?;
+    let shown = server.admin.holder_token("conformance/dead")?;
+    ensure!(
+        client.name(),
+        shown == Some(token),
+        "with {dead} listed before a live server, the lock reported token {token}, \
+         the live server shows {shown:?}"
+    );
+    driver.release("h")?;
     driver.exit()
 }
