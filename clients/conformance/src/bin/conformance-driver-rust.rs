@@ -1,0 +1,362 @@
+//! The conformance driver of the Rust client (`monolock-client`): reads
+//! commands as JSON lines on stdin and answers each with one JSON line on
+//! stdout, as `clients/conformance/DRIVER.md` specifies.
+//!
+//! A thin shell around the client's public API (`Client::acquire`,
+//! `try_acquire`, `acquire_timeout`, `LockGuard::is_held`, `lost`, `loss`,
+//! `release`, `TlsConnector`): it decides nothing the client should
+//! decide, so what the suite checks is the client itself.
+#![forbid(unsafe_code)]
+
+use std::{collections::HashMap, error::Error as StdError, time::Duration};
+
+use monolock_client::{Client, Error, LockGuard, LossReason, TlsConnector};
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+/// The driver's one client, over plain TCP or TLS.
+enum AnyClient {
+    Tcp(Client),
+    Tls(Client<TlsConnector>),
+}
+
+/// Runs the same expression on whichever client is open.
+macro_rules! with_client {
+    ($client:expr, $c:ident => $body:expr) => {
+        match $client {
+            AnyClient::Tcp($c) => $body,
+            AnyClient::Tls($c) => $body,
+        }
+    };
+}
+
+/// A failed command: the `error` object of the reply.
+struct Failure {
+    kind: &'static str,
+    reason: Option<&'static str>,
+    message: String,
+}
+
+impl Failure {
+    fn new(kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            reason: None,
+            message: message.into(),
+        }
+    }
+
+    fn lost(reason: &LossReason) -> Self {
+        Self {
+            kind: "lost",
+            reason: Some(reason_name(reason)),
+            message: chain(reason),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Self {
+        let message = chain(&err);
+        match &err {
+            Error::InvalidName(_) | Error::InvalidLease { .. } => {
+                Self::new("invalid_argument", message)
+            }
+            Error::Connect { source, .. }
+                if source
+                    .get_ref()
+                    .is_some_and(|inner| inner.is::<monolock_client::rustls::Error>()) =>
+            {
+                Self::new("tls", message)
+            }
+            Error::Connect { .. } | Error::ConnectTimeout { .. } => Self::new("connect", message),
+            Error::Tls(_) => Self::new("tls", message),
+            Error::Lost(LossReason::Server { code, .. }) if !code.is_temporary() => {
+                Self::new("server", message)
+            }
+            Error::Lost(reason) => Self::lost(reason),
+            _ => Self::new("other", message),
+        }
+    }
+}
+
+/// The reason names of DRIVER.md.
+fn reason_name(reason: &LossReason) -> &'static str {
+    match reason {
+        LossReason::HeartbeatTimeout { .. } => "expired",
+        LossReason::Server { code, .. } if code.0 == 0x01 => "shutdown",
+        LossReason::Server { code, .. } if code.0 == 0x02 => "forced",
+        LossReason::Server { .. } => "server_error",
+        LossReason::ConnectionClosed | LossReason::Io(_) => "connection",
+        LossReason::ProtocolViolation(_) => "protocol",
+        _ => "server_error",
+    }
+}
+
+/// An error and its causes on one line.
+fn chain(err: &(dyn StdError + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.ends_with(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The driver's state: its client and the locks it holds, by handle.
+#[derive(Default)]
+struct Driver {
+    client: Option<AnyClient>,
+    handles: HashMap<String, LockGuard>,
+}
+
+type Fields = Map<String, Value>;
+
+fn str_field<'a>(cmd: &'a Value, name: &str) -> Result<&'a str, Failure> {
+    cmd.get(name)
+        .and_then(Value::as_str)
+        .ok_or_else(|| Failure::new("other", format!("the command needs a string {name:?}")))
+}
+
+fn u64_field(cmd: &Value, name: &str) -> Result<u64, Failure> {
+    cmd.get(name).and_then(Value::as_u64).ok_or_else(|| {
+        Failure::new(
+            "other",
+            format!("the command needs a non-negative integer {name:?}"),
+        )
+    })
+}
+
+fn millis(cmd: &Value, name: &str) -> Result<Duration, Failure> {
+    u64_field(cmd, name).map(Duration::from_millis)
+}
+
+fn token_fields(token: u64) -> Fields {
+    let mut fields = Fields::new();
+    fields.insert("token".into(), Value::String(token.to_string()));
+    fields
+}
+
+impl Driver {
+    fn client(&self) -> Result<&AnyClient, Failure> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| Failure::new("other", "no client: send `open` first"))
+    }
+
+    fn guard(&self, cmd: &Value) -> Result<&LockGuard, Failure> {
+        let handle = str_field(cmd, "handle")?;
+        self.handles
+            .get(handle)
+            .ok_or_else(|| Failure::new("unknown_handle", format!("no handle {handle:?}")))
+    }
+
+    async fn run(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let name = cmd.get("cmd").and_then(Value::as_str).unwrap_or_default();
+        match name {
+            "open" => self.open(cmd),
+            "lock" => self.lock(cmd).await,
+            "try_lock" => self.try_lock(cmd).await,
+            "release" => self.release(cmd).await,
+            "is_held" => {
+                let held = self.guard(cmd)?.is_held();
+                Ok(Fields::from_iter([("held".into(), Value::Bool(held))]))
+            }
+            "check" => match self.guard(cmd)?.loss() {
+                None => Ok(Fields::new()),
+                Some(reason) => Err(Failure::lost(&reason)),
+            },
+            "token" => Ok(token_fields(self.guard(cmd)?.token())),
+            "wait_lost" => self.wait_lost(cmd).await,
+            "cycles" => self.cycles(cmd).await,
+            "stats" => Ok(stats()),
+            other => Err(Failure::new("other", format!("unknown command {other:?}"))),
+        }
+    }
+
+    fn open(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let address = str_field(cmd, "address")?;
+        let client = Client::new(address);
+        self.client = Some(match cmd.get("tls").filter(|tls| !tls.is_null()) {
+            None => AnyClient::Tcp(client),
+            Some(tls) => {
+                let mut builder = TlsConnector::builder().with_ca_file(str_field(tls, "ca")?);
+                if let (Some(cert), Some(key)) = (
+                    tls.get("cert").and_then(Value::as_str),
+                    tls.get("key").and_then(Value::as_str),
+                ) {
+                    builder = builder.with_client_cert_files(cert, key);
+                }
+                let mut connector = builder.build()?;
+                if let Some(name) = tls.get("server_name").and_then(Value::as_str) {
+                    connector = connector.with_server_name(name)?;
+                }
+                AnyClient::Tls(client.with_connector(connector))
+            }
+        });
+        Ok(Fields::new())
+    }
+
+    async fn lock(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?.to_owned();
+        let name = str_field(cmd, "name")?;
+        let lease = millis(cmd, "lease_ms")?;
+        let wait = match cmd.get("wait_ms") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(millis(cmd, "wait_ms")?),
+        };
+        let guard = with_client!(self.client()?, client => match wait {
+            None => client.acquire(name, lease).await?,
+            Some(wait) => client.acquire_timeout(name, lease, wait).await?.ok_or_else(|| {
+                Failure::new(
+                    "not_acquired",
+                    format!("lock {name:?} was not acquired within {wait:?}"),
+                )
+            })?,
+        });
+        let fields = token_fields(guard.token());
+        self.handles.insert(handle, guard);
+        Ok(fields)
+    }
+
+    async fn try_lock(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?.to_owned();
+        let name = str_field(cmd, "name")?;
+        let lease = millis(cmd, "lease_ms")?;
+        let guard = with_client!(self.client()?, client => client.try_acquire(name, lease).await?);
+        let mut fields = Fields::new();
+        fields.insert("acquired".into(), Value::Bool(guard.is_some()));
+        if let Some(guard) = guard {
+            fields.extend(token_fields(guard.token()));
+            self.handles.insert(handle, guard);
+        }
+        Ok(fields)
+    }
+
+    async fn release(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?;
+        let guard = self
+            .handles
+            .remove(handle)
+            .ok_or_else(|| Failure::new("unknown_handle", format!("no handle {handle:?}")))?;
+        guard.release().await?;
+        Ok(Fields::new())
+    }
+
+    async fn wait_lost(&self, cmd: &Value) -> Result<Fields, Failure> {
+        let guard = self.guard(cmd)?;
+        let timeout = millis(cmd, "timeout_ms")?;
+        let mut fields = Fields::new();
+        match tokio::time::timeout(timeout, guard.lost()).await {
+            Ok(reason) => {
+                fields.insert("lost".into(), Value::Bool(true));
+                fields.insert("reason".into(), Value::from(reason_name(&reason)));
+            }
+            Err(_) => {
+                fields.insert("lost".into(), Value::Bool(false));
+            }
+        }
+        Ok(fields)
+    }
+
+    async fn cycles(&self, cmd: &Value) -> Result<Fields, Failure> {
+        let name = str_field(cmd, "name")?;
+        let lease = millis(cmd, "lease_ms")?;
+        let count = u64_field(cmd, "count")?;
+        let client = self.client()?;
+        for _ in 0..count {
+            let guard = with_client!(client, c => c.acquire(name, lease).await?);
+            guard.release().await?;
+        }
+        Ok(Fields::from_iter([("count".into(), Value::from(count))]))
+    }
+}
+
+/// What this process can tell about itself: descriptors and threads from
+/// /proc, and the tasks alive on the runtime.
+fn stats() -> Fields {
+    let mut fields = Fields::new();
+    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
+        // The count includes the descriptor of the listing itself.
+        fields.insert("fds".into(), Value::from(dir.count().saturating_sub(1)));
+    }
+    let threads = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        });
+    if let Some(threads) = threads {
+        fields.insert("threads".into(), Value::from(threads));
+    }
+    let tasks = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    fields.insert("tasks".into(), Value::from(tasks));
+    fields
+}
+
+fn reply(id: &Value, result: Result<Fields, Failure>) -> Value {
+    let mut object = Fields::new();
+    object.insert("id".into(), id.clone());
+    match result {
+        Ok(fields) => {
+            object.insert("ok".into(), Value::Bool(true));
+            object.extend(fields);
+        }
+        Err(failure) => {
+            object.insert("ok".into(), Value::Bool(false));
+            object.insert(
+                "error".into(),
+                json!({"kind": failure.kind, "reason": failure.reason, "message": failure.message}),
+            );
+        }
+    }
+    Value::Object(object)
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    let mut driver = Driver::default();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (id, exit, result) = match serde_json::from_str::<Value>(&line) {
+            Ok(cmd) => {
+                let id = cmd.get("id").cloned().unwrap_or(Value::Null);
+                let exit = cmd.get("cmd").and_then(Value::as_str) == Some("exit");
+                let result = if exit {
+                    Ok(Fields::new())
+                } else {
+                    driver.run(&cmd).await
+                };
+                (id, exit, result)
+            }
+            Err(err) => (
+                Value::Null,
+                false,
+                Err(Failure::new("other", format!("not a JSON command: {err}"))),
+            ),
+        };
+        let mut text = reply(&id, result).to_string();
+        text.push('\n');
+        stdout.write_all(text.as_bytes()).await?;
+        stdout.flush().await?;
+        if exit {
+            break;
+        }
+    }
+    // Release what is still held: dropping a guard closes its connection.
+    driver.handles.clear();
+    Ok(())
+}
