@@ -71,6 +71,7 @@ mod table;
 mod tls;
 mod token;
 mod token_floor;
+mod web_guard;
 
 pub use acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use admin_auth::{AdminToken, AdminTokenError};
@@ -99,3 +100,4 @@ pub use table::{AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts,
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};
 pub use token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
+pub use web_guard::{AllowedHostError, AllowedHosts, HostCheck, REQUEST_HEADER, WebGuard};

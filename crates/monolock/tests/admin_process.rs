@@ -287,7 +287,7 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").expect("send");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     assert!(response.starts_with("HTTP/1.0 200"), "{response}");
