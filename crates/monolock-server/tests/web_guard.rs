@@ -328,7 +328,7 @@ async fn the_checks_apply_with_a_token_too() {
     assert_eq!(answer.status, 403, "{}", answer.body);
     let answer = raw(
         admin.addr,
-        &format!("GET /api/locks HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer s3cret"),
+        "GET /api/locks HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer s3cret",
     )
     .await;
     assert_eq!(answer.status, 403, "{}", answer.body);
