@@ -381,6 +381,9 @@ pub async fn serve_with(
     } else {
         warn!(%addr, scheme, "admin API listening on a non-loopback address without authentication");
     }
+    if !options.allowed_hosts.is_empty() {
+        info!(%addr, allowed_hosts = %options.allowed_hosts, "admin API also serves these Host names");
+    }
     let stop = CancellationToken::new();
     let guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
     let app = guard.layer(router_with(options, stop.clone()));
