@@ -304,6 +304,31 @@ async fn a_rebinding_host_is_refused_for_reads_the_stream_and_the_page() {
     server.stop().await;
 }
 
+/// A page that frames the dashboard could lure a click onto its own
+/// buttons (which send from the dashboard's origin): the page forbids it.
+#[tokio::test]
+async fn the_dashboard_cannot_be_framed_by_another_page() {
+    let server = TestServer::start().await;
+    let admin = admin(&server).await;
+    let answer = raw(
+        admin.addr,
+        &format!(
+            "GET / HTTP/1.1\r\nHost: {}\r\nSec-Fetch-Site: cross-site",
+            admin.addr
+        ),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "a link from elsewhere opens the page");
+    let csp = answer
+        .head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-security-policy:"))
+        .unwrap_or_else(|| panic!("no CSP in {}", answer.head));
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    admin.stop().await;
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn the_checks_apply_with_a_token_too() {
     let dir = tempfile::tempdir().expect("tempdir");
