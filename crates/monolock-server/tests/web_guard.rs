@@ -119,7 +119,7 @@ async fn a_cross_site_form_post_is_refused_and_the_holder_keeps_the_lock() {
     let server = TestServer::start().await;
     let admin = admin(&server).await;
     let (mut holder, token) = server.hold("deploy", 30_000).await;
-    let _waiter = server.wait_in_line("deploy", 30_000).await;
+    let waiter = server.wait_in_line("deploy", 30_000).await;
     let host = admin.addr.to_string();
 
     let answer = raw(admin.addr, &form_post("/api/locks/deploy/release", &host)).await;
@@ -151,7 +151,7 @@ async fn a_cross_site_form_post_is_refused_and_the_holder_keeps_the_lock() {
         assert!(error.contains(what), "{marks}: {error}");
     }
     // A kick is refused alike.
-    let waiter_addr = _waiter.local_addr();
+    let waiter_addr = waiter.local_addr();
     let answer = raw(
         admin.addr,
         &format!(
