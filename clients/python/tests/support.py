@@ -109,7 +109,10 @@ class Server:
     # the admin API (docs/operations.md, "The admin API")
 
     def _request(self, method: str, path: str) -> Optional[Dict[str, Any]]:
-        request = urllib.request.Request(f"http://{self.admin}{path}", method=method)
+        # X-Requested-By: every change to the admin API needs it.
+        request = urllib.request.Request(
+            f"http://{self.admin}{path}", method=method, headers={"X-Requested-By": "monolock-tests"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=PATIENCE) as response:
                 body: Dict[str, Any] = json.load(response)

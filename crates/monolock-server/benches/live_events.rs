@@ -885,7 +885,7 @@ async fn subscribe(
     ready: tokio::sync::mpsc::Sender<()>,
     stop: CancellationToken,
 ) -> u64 {
-    let request = format!("GET {path} HTTP/1.0\r\nHost: bench\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {admin}\r\n\r\n");
     let mut tasks = Vec::new();
     for _ in 0..count {
         let mut stream = TcpStream::connect(admin).await.expect("connect admin");

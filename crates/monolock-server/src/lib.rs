@@ -86,3 +86,6 @@ pub use crate::ops::metrics::{
 };
 pub use crate::ops::reload::{ReloadReport, Reloader};
 pub use crate::ops::service::{Listeners, Service};
+pub use crate::ops::web_guard::{
+    AllowedHostError, AllowedHosts, HostCheck, REQUEST_HEADER, WebGuard,
+};

@@ -30,7 +30,7 @@ async fn get(
     let exchange = async {
         let mut stream = connect_tls(addr, config).await?;
         stream
-            .write_all(format!("GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").as_bytes())
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
             .await?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await?;

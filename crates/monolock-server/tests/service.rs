@@ -135,7 +135,7 @@ fn get_on_a_thread(addr: SocketAddr, path: &'static str) -> std::sync::mpsc::Rec
         use std::io::{Read, Write};
         let mut stream = std::net::TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-        write!(stream, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").expect("request");
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("request");
         let mut response = String::new();
         let _ = stream.read_to_string(&mut response);
         let _ = tx.send(response);

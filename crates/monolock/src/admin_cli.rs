@@ -367,7 +367,8 @@ pub(crate) async fn send(
         .method(method)
         .uri(target)
         .header(hyper::header::HOST, authority.as_str())
-        .header(hyper::header::ACCEPT, accept);
+        .header(hyper::header::ACCEPT, accept)
+        .header(monolock_server::REQUEST_HEADER, "monolock");
     if let Some(token) = admin.token()? {
         request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
     }

@@ -8,9 +8,9 @@ use std::{
 use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AuditLog, AuditOptions, AuditOverflow,
-    AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls, Service,
-    SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
+    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, AuditOptions,
+    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls,
+    Service, SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
@@ -77,6 +77,17 @@ pub struct ServeArgs {
     /// Serve the admin API off loopback without a token (the operator means it).
     #[arg(long, env = "MONOLOCK_ADMIN_INSECURE")]
     admin_insecure: bool,
+
+    /// A name the admin and ops listeners serve in Host besides IP addresses and
+    /// localhost, e.g. the one a reverse proxy passes on: HOST (any port) or
+    /// HOST:PORT. Repeatable; comma-separated in the variable [default: none].
+    #[arg(
+        long,
+        env = "MONOLOCK_ADMIN_ALLOWED_HOST",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    admin_allowed_host: Vec<String>,
 
     /// Serve the admin API over HTTPS with the protocol's --tls-cert/--tls-key; with
     /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
@@ -204,6 +215,7 @@ struct Settings {
     admin_token_file: Option<PathBuf>,
     admin_tls: bool,
     ops_tls: bool,
+    allowed_hosts: AllowedHosts,
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
     audit_log: Option<AuditTarget>,
@@ -270,6 +282,13 @@ impl Settings {
             (None, None) => None,
         };
         let mtls = tls.as_ref().is_some_and(|tls| tls.client_ca.is_some());
+        let allowed_hosts = AllowedHosts::parse(
+            args.admin_allowed_host
+                .iter()
+                .map(String::as_str)
+                .filter(|name| !name.trim().is_empty()),
+        )
+        .map_err(|err| err.to_string())?;
         if acl_file.is_some() && !mtls {
             return Err(
                 "--acl-file requires --tls-client-ca (ACL identities come from client certificates)"
@@ -283,6 +302,7 @@ impl Settings {
             admin_token_file,
             admin_tls: args.admin_tls,
             ops_tls: args.ops_tls,
+            allowed_hosts,
             tls,
             acl_file,
             audit_log: non_empty(args.audit_log).map(|text| AuditTarget::parse(&text)),
@@ -471,6 +491,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     if let Some(token) = &admin_token {
         service = service.with_admin_token(token.clone());
     }
+    service = service.with_allowed_hosts(Arc::new(settings.allowed_hosts.clone()));
     if let Some(tls) = &tls {
         if settings.admin_tls {
             service = service.with_admin_tls(tls.clone());
@@ -661,6 +682,30 @@ mod tests {
         assert_eq!(tls.client_ca, Some(PathBuf::from("ca.pem")));
         assert_eq!(settings.audit_log, Some(AuditTarget::Stdout));
         assert_eq!(settings.ops_listen, Some("0.0.0.0:9090".parse().unwrap()));
+    }
+
+    #[test]
+    fn admin_allowed_hosts_repeat_split_on_commas_and_refuse_urls() {
+        let settings = check(&[
+            "--admin-allowed-host",
+            "locks.example.com",
+            "--admin-allowed-host",
+            "proxy.example:8443,[fd00::1]:7071",
+        ])
+        .expect("valid");
+        assert_eq!(
+            settings.allowed_hosts.to_string(),
+            "locks.example.com,proxy.example:8443,[fd00::1]:7071"
+        );
+        assert!(check(&[]).expect("valid").allowed_hosts.is_empty());
+        let err = check(&["--admin-allowed-host", "https://locks.example.com"])
+            .expect_err("a URL is no host");
+        assert!(
+            err.starts_with(
+                "--admin-allowed-host \"https://locks.example.com\": give the host alone"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -287,9 +287,120 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
     stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: test\r\n\r\n").expect("send");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     assert!(response.starts_with("HTTP/1.0 200"), "{response}");
     response
+}
+
+/// One raw HTTP/1.1 request (`head` without the blank line); the status
+/// and the whole answer.
+fn http_raw(addr: std::net::SocketAddr, head: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    write!(
+        stream,
+        "{head}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    (status, response)
+}
+
+#[test]
+fn a_cross_site_form_post_cannot_release_what_monolock_exec_holds() {
+    let server = ServerProcess::start_with_env(
+        &["--admin-listen", "127.0.0.1:0"],
+        &[(
+            "MONOLOCK_ADMIN_ALLOWED_HOST",
+            "locks.example.com,proxy.example:8443",
+        )],
+    );
+    let admin = server.admin.expect("admin");
+    let events =
+        Follower::spawn(Command::new(MONOLOCK).args(["events", "--admin", &admin.to_string()]));
+    assert!(events.next_line().starts_with("TIME"));
+    let mut holder = Command::new(MONOLOCK)
+        .args(["exec", "--server", &server.addr.to_string()])
+        .args(["deploy", "--", "sh", "-c", "cat >/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run monolock exec");
+    let granted = events.next_line();
+    assert!(
+        granted.contains(" granted ") && granted.contains("deploy"),
+        "{granted}"
+    );
+    let output = server.cli(&["lock", "deploy", "--json"]);
+    let lock: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let token = lock["holder"]["token"].clone();
+
+    // What a web page's form post sends: refused, in one JSON line.
+    let (status, answer) = http_raw(
+        admin,
+        &format!(
+            "POST /api/locks/deploy/release HTTP/1.1\r\nHost: {admin}\r\n\
+             Origin: http://evil.example\r\nSec-Fetch-Site: cross-site\r\n\
+             Content-Type: text/plain"
+        ),
+    );
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("{\"error\":\"POST refused"), "{answer}");
+    assert!(
+        !answer.to_ascii_lowercase().contains("access-control-allow"),
+        "{answer}"
+    );
+    // A rebinding name for the reads; the named hosts are served.
+    let (status, answer) = http_raw(admin, "GET /api/locks HTTP/1.1\r\nHost: evil.example");
+    assert_eq!(status, 403, "{answer}");
+    assert!(!answer.contains("deploy"), "{answer}");
+    for host in ["locks.example.com", "proxy.example:8443", "localhost"] {
+        let (status, answer) = http_raw(admin, &format!("GET /api/locks HTTP/1.1\r\nHost: {host}"));
+        assert_eq!(status, 200, "{host}: {answer}");
+        assert!(answer.contains("deploy"), "{answer}");
+    }
+
+    // The holder kept its lock: same token, still running.
+    let output = server.cli(&["lock", "deploy", "--json"]);
+    let lock: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(lock["holder"]["token"], token, "{lock}");
+    assert!(
+        holder.try_wait().expect("try_wait").is_none(),
+        "exec still holds"
+    );
+
+    // The operator's own command still releases it.
+    let output = server.cli(&["release", "deploy"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let released = events.next_line();
+    assert!(
+        released.contains(" released ") && released.contains("deploy"),
+        "{released}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn a_bad_admin_allowed_host_is_one_line_and_exit_64() {
+    let output = serve_exit(&["--admin-allowed-host", "https://locks.example.com"]);
+    assert_eq!(output.status.code(), Some(64), "{output:?}");
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(
+            "monolock: --admin-allowed-host \"https://locks.example.com\": give the host alone"
+        ),
+        "{stderr}"
+    );
 }

@@ -100,7 +100,7 @@ fn fails_with_one_line(output: &Output, code: i32, says: &str) {
 }
 
 #[test]
-fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
+fn locks_kick_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
     let lab = Lab::start();
 
     // `events` follows the stream over mTLS (HOST:PORT means https://
@@ -137,6 +137,41 @@ fn locks_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line() {
         table.contains("deploy") && table.contains(OPERATOR),
         "{table}"
     );
+
+    // A waiter, kicked over mTLS.
+    let mut waiter = Command::new(MONOLOCK)
+        .args(["exec", "--server", &server])
+        .args(["--tls-ca", path(&lab.ca)])
+        .args(["--tls-cert", path(&lab.cert)])
+        .args(["--tls-key", path(&lab.key)])
+        .args(["deploy", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run monolock exec");
+    let queued = next_event();
+    assert!(
+        queued.contains(" queued ") && queued.contains("deploy"),
+        "{queued}"
+    );
+    let output = lab.cli(&["lock", "deploy", "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let lock: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let waiter_addr = lock["waiters"][0]["remote_addr"]
+        .as_str()
+        .expect("a waiter")
+        .to_owned();
+    let output = lab.cli(&["kick", "deploy", &waiter_addr]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stdout).starts_with(&format!("removed waiter {waiter_addr}")),
+        "{}",
+        text(&output.stdout)
+    );
+    let kicked = next_event();
+    assert!(kicked.contains("kick_waiter"), "{kicked}");
+    let _ = waiter.kill();
+    let _ = waiter.wait();
 
     // The URL form, flags instead of variables.
     let url = format!("https://{}", lab.admin());

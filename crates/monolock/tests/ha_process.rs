@@ -128,7 +128,7 @@ fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").expect("send");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
     response

@@ -18,6 +18,11 @@
 //! With an [`AdminToken`], every request but the page's static shell needs
 //! `Authorization: Bearer <token>` (401 otherwise); without one, bind the
 //! listener to loopback.
+//!
+//! Served on a socket ([`serve_with`]), the API is behind a [`WebGuard`]:
+//! a `Host` that does not name the listener is refused (DNS rebinding), and
+//! so is a change (`POST`, `DELETE`) that a web page could have sent from
+//! another site; a change needs `X-Requested-By` ([`crate::REQUEST_HEADER`]).
 
 use std::{future::Future, io, net::SocketAddr, sync::Arc};
 
@@ -38,9 +43,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminRefused, AdminToken, Ending, EventHub, Glob, GraceStatus, HolderSnapshot, LockSnapshot,
-    ServerHandle, ServerTls, TlsListener, WaiterSnapshot, ops::audit::rfc3339, ops::dashboard,
-    ops::live,
+    AdminRefused, AdminToken, AllowedHosts, Ending, EventHub, Glob, GraceStatus, HolderSnapshot,
+    HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot, WebGuard,
+    ops::audit::rfc3339, ops::dashboard, ops::live,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -225,6 +230,7 @@ pub struct AdminOptions {
     events: Option<Arc<EventHub>>,
     token: Option<Arc<AdminToken>>,
     tls: Option<Arc<ServerTls>>,
+    allowed_hosts: Arc<AllowedHosts>,
 }
 
 impl std::fmt::Debug for AdminOptions {
@@ -234,6 +240,7 @@ impl std::fmt::Debug for AdminOptions {
             .field("events", &self.events.is_some())
             .field("token", &self.token.as_ref().map(|token| token.path()))
             .field("tls", &self.tls.as_ref().map(|tls| tls.is_mutual()))
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish_non_exhaustive()
     }
 }
@@ -249,6 +256,7 @@ impl AdminOptions {
             events: None,
             token: None,
             tls: None,
+            allowed_hosts: Arc::default(),
         }
     }
 
@@ -275,6 +283,14 @@ impl AdminOptions {
         self
     }
 
+    /// Serves these names in `Host` (and as a page's origin) besides the
+    /// listener's own (`--admin-allowed-host`); see [`WebGuard`].
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
+        self.allowed_hosts = allowed;
+        self
+    }
+
     /// The commit `/api/info` names.
     #[must_use]
     pub fn with_commit(mut self, commit: impl Into<String>) -> Self {
@@ -296,6 +312,9 @@ pub fn router(handle: ServerHandle, config: EffectiveConfig) -> Router {
 }
 
 /// The admin API with `options`; event streams end when `stop` is cancelled.
+///
+/// Without the [`WebGuard`] that [`serve_with`] puts in front (it needs
+/// the listener's address): put it in front of a router served otherwise.
 pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
     let token = options.token.clone();
     let state = Arc::new(AdminState { options, stop });
@@ -323,8 +342,8 @@ pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
 }
 
 /// Serves the admin API on `listener` (already bound) until `shutdown`
-/// resolves. Warns in the log when the address is not loopback: the API has
-/// no authentication.
+/// resolves, behind a [`WebGuard`]. Warns in the log when the address is
+/// not loopback: the API has no authentication.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
@@ -338,7 +357,8 @@ pub async fn serve(
 }
 
 /// Serves the admin listener with `options` on `listener` (already bound)
-/// until `shutdown` resolves; open event streams end then.
+/// until `shutdown` resolves, behind a [`WebGuard`] for its address and
+/// the options' allowed hosts; open event streams end then.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
@@ -361,8 +381,12 @@ pub async fn serve_with(
     } else {
         warn!(%addr, scheme, "admin API listening on a non-loopback address without authentication");
     }
+    if !options.allowed_hosts.is_empty() {
+        info!(%addr, allowed_hosts = %options.allowed_hosts, "admin API also serves these Host names");
+    }
     let stop = CancellationToken::new();
-    let app = router_with(options, stop.clone());
+    let guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
+    let app = guard.layer(router_with(options, stop.clone()));
     let shutdown = async move {
         shutdown.await;
         stop.cancel();

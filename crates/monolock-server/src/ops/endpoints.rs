@@ -7,6 +7,11 @@
 //! line), it only grants nothing yet. Run this listener a little longer than
 //! the protocol listener ([`OPS_SHUTDOWN_GRACE`]) so that probes and scrapes
 //! see the whole shutdown.
+//!
+//! Served on a socket, the endpoints are behind a [`WebGuard`] that checks
+//! `Host` when the listener is bound to loopback ([`HostCheck::OnLoopback`]:
+//! a web page cannot read the figures by DNS rebinding), and not off
+//! loopback, where Prometheus scrapes by names of its own choosing.
 
 use std::{future::Future, io, sync::Arc, time::Duration};
 
@@ -20,7 +25,9 @@ use axum::{
 use tokio::net::TcpListener;
 use tracing::info;
 
-use crate::{METRICS_CONTENT_TYPE, Metrics, ServerHandle};
+use crate::{
+    AllowedHosts, HostCheck, METRICS_CONTENT_TYPE, Metrics, ServerHandle, ServerTls, WebGuard,
+};
 
 /// How long the ops listener stays up after the protocol listener has
 /// closed, so that load balancers and Prometheus see the 503 and the last
@@ -53,12 +60,8 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        info!(%addr, "ops endpoint listening");
-    }
-    axum::serve(listener, router(handle, metrics))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let options = OpsOptions::new(handle, metrics);
+    serve_with(listener, options, shutdown).await
 }
 
 /// As [`serve`], over HTTPS with `tls` (mTLS when it has a client CA: then
@@ -68,20 +71,84 @@ pub async fn serve(
 /// The I/O error that stopped the server.
 pub async fn serve_tls(
     listener: TcpListener,
-    tls: Arc<crate::ServerTls>,
+    tls: Arc<ServerTls>,
     handle: ServerHandle,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    if let Ok(addr) = listener.local_addr() {
-        info!(%addr, mtls = tls.is_mutual(), "ops endpoint listening");
+    let options = OpsOptions::new(handle, metrics).with_tls(tls);
+    serve_with(listener, options, shutdown).await
+}
+
+/// What the ops listener serves, and how.
+#[derive(Clone)]
+pub struct OpsOptions {
+    handle: ServerHandle,
+    metrics: Arc<Metrics>,
+    tls: Option<Arc<ServerTls>>,
+    allowed_hosts: Arc<AllowedHosts>,
+}
+
+impl OpsOptions {
+    /// The endpoints over `handle` and `metrics`, in plain HTTP.
+    pub fn new(handle: ServerHandle, metrics: Arc<Metrics>) -> Self {
+        Self {
+            handle,
+            metrics,
+            tls: None,
+            allowed_hosts: Arc::default(),
+        }
     }
-    axum::serve(
-        crate::TlsListener::new(listener, tls)?,
-        router(handle, metrics),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+
+    /// Serves HTTPS with `tls` (mTLS when it has a client CA).
+    #[must_use]
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Serves these names in `Host` besides the listener's own
+    /// (`--admin-allowed-host`); see [`WebGuard`].
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
+        self.allowed_hosts = allowed;
+        self
+    }
+}
+
+/// Serves the ops endpoints with `options` on `listener` (already bound),
+/// behind a [`WebGuard`], until `shutdown` resolves.
+///
+/// # Errors
+/// The I/O error that stopped the server.
+pub async fn serve_with(
+    listener: TcpListener,
+    options: OpsOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let addr = listener.local_addr()?;
+    let OpsOptions {
+        handle,
+        metrics,
+        tls,
+        allowed_hosts,
+    } = options;
+    let app =
+        WebGuard::new(addr, HostCheck::OnLoopback, allowed_hosts).layer(router(handle, metrics));
+    match tls {
+        Some(tls) => {
+            info!(%addr, mtls = tls.is_mutual(), "ops endpoint listening");
+            axum::serve(crate::TlsListener::new(listener, tls)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        None => {
+            info!(%addr, "ops endpoint listening");
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 async fn metrics_handler(State(state): State<Arc<OpsState>>) -> Response {

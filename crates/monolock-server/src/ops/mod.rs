@@ -18,5 +18,6 @@ pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod reload;
 pub(crate) mod service;
+pub(crate) mod web_guard;
 
-pub use endpoints::{OPS_SHUTDOWN_GRACE, router, serve, serve_tls};
+pub use endpoints::{OPS_SHUTDOWN_GRACE, OpsOptions, router, serve, serve_tls, serve_with};

@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminToken, AuditLog, EventHub, Metrics, Observer, Observers, Server, ServerConfig,
-    ServerHandle, ServerTls,
+    AdminToken, AllowedHosts, AuditLog, EventHub, Metrics, Observer, Observers, Server,
+    ServerConfig, ServerHandle, ServerTls,
     ops::admin::{self, AdminOptions, EffectiveConfig},
-    ops::{self, OPS_SHUTDOWN_GRACE},
+    ops::{self, OPS_SHUTDOWN_GRACE, OpsOptions},
 };
 
 /// The listeners a [`Service`] serves, already bound (tests bind port 0).
@@ -63,6 +63,7 @@ pub struct Service {
     admin_token: Option<Arc<AdminToken>>,
     admin_tls: Option<Arc<ServerTls>>,
     ops_tls: Option<Arc<ServerTls>>,
+    allowed_hosts: Arc<AllowedHosts>,
     commit: String,
     ops_grace: Duration,
     server: Option<Server>,
@@ -80,6 +81,7 @@ impl Service {
             admin_token: None,
             admin_tls: None,
             ops_tls: None,
+            allowed_hosts: Arc::default(),
             commit: String::new(),
             ops_grace: OPS_SHUTDOWN_GRACE,
             server: None,
@@ -130,6 +132,14 @@ impl Service {
     #[must_use]
     pub fn with_ops_tls(mut self, tls: Arc<ServerTls>) -> Self {
         self.ops_tls = Some(tls);
+        self
+    }
+
+    /// Names the admin and ops listeners serve in `Host` besides their
+    /// own (`--admin-allowed-host`); see [`crate::WebGuard`].
+    #[must_use]
+    pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
+        self.allowed_hosts = allowed;
         self
     }
 
@@ -227,8 +237,9 @@ impl Service {
             .ok_or_else(|| io::Error::other("no server"))?;
         let admin_stop = CancellationToken::new();
         let admin_task = admin.map(|listener| {
-            let mut options =
-                AdminOptions::new(handle.clone(), admin_config).with_commit(self.commit.clone());
+            let mut options = AdminOptions::new(handle.clone(), admin_config)
+                .with_commit(self.commit.clone())
+                .with_allowed_hosts(self.allowed_hosts.clone());
             if let Some(events) = &self.events {
                 options = options.with_events(events.clone());
             }
@@ -245,16 +256,12 @@ impl Service {
         let ops_stop = CancellationToken::new();
         let ops_task = ops.map(|(listener, metrics)| {
             let stop = ops_stop.clone().cancelled_owned();
-            match &self.ops_tls {
-                Some(tls) => tokio::spawn(ops::serve_tls(
-                    listener,
-                    tls.clone(),
-                    handle.clone(),
-                    metrics,
-                    stop,
-                )),
-                None => tokio::spawn(ops::serve(listener, handle.clone(), metrics, stop)),
+            let mut options = OpsOptions::new(handle.clone(), metrics)
+                .with_allowed_hosts(self.allowed_hosts.clone());
+            if let Some(tls) = &self.ops_tls {
+                options = options.with_tls(tls.clone());
             }
+            tokio::spawn(ops::serve_with(listener, options, stop))
         });
 
         tokio::select! {

@@ -101,7 +101,8 @@ pub async fn request(addr: SocketAddr, method: Method, path: &str) -> (u16, Stri
     request_as(addr, method, path, None).await
 }
 
-/// One HTTP/1.1 request with `Authorization: Bearer <bearer>` if given.
+/// One HTTP/1.1 request with `Authorization: Bearer <bearer>` if given, and
+/// the `X-Requested-By` that every change needs (as monolock sends it).
 pub async fn request_as(
     addr: SocketAddr,
     method: Method,
@@ -111,7 +112,8 @@ pub async fn request_as(
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
     let mut request = Request::builder()
         .method(method)
-        .uri(format!("http://{addr}{path}"));
+        .uri(format!("http://{addr}{path}"))
+        .header("x-requested-by", "monolock-test");
     if let Some(bearer) = bearer {
         request = request.header("authorization", format!("Bearer {bearer}"));
     }

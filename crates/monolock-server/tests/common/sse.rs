@@ -54,8 +54,10 @@ impl SseClient {
         let auth = bearer
             .map(|token| format!("Authorization: Bearer {token}\r\n"))
             .unwrap_or_default();
-        let request =
-            format!("GET {path} HTTP/1.0\r\nHost: test\r\nAccept: text/event-stream\r\n{auth}\r\n");
+        let host = stream.peer_addr().expect("peer address");
+        let request = format!(
+            "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/event-stream\r\n{auth}\r\n"
+        );
         stream
             .write_all(request.as_bytes())
             .await
