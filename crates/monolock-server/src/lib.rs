@@ -51,6 +51,7 @@ pub mod admin;
 mod admin_auth;
 mod audit;
 mod config;
+mod config_file;
 mod dashboard;
 mod events;
 mod glob;
@@ -79,6 +80,7 @@ pub use audit::{
     AuditOverflow, AuditTarget, rfc3339,
 };
 pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
+pub use config_file::MAX_CONFIG_FILE_BYTES;
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
 pub use grace::GraceStatus;
@@ -94,7 +96,7 @@ pub use metrics::{
 };
 pub use reload::{ReloadReport, Reloader};
 pub use server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
-pub use service::{Listeners, Service};
+pub use service::{EVENT_FLUSH_PATIENCE, Listeners, Service};
 pub use table::{AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot};
 pub use tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use token::{SystemWallClock, WallClock};
