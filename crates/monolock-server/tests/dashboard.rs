@@ -414,19 +414,6 @@ async fn at_1280_by_800_rows_fit_and_new_grants_show_their_lease() {
         .await;
     println!("viewport: {size}");
 
-    // Granted after the page loaded: the lease is there as soon as the row.
-    let (_late, _) = lab.server.hold("deploy/web-frontend", 45_000).await;
-    let lease = browser
-        .wait_for(
-            "the new lock's row",
-            &format!(
-                "const r = document.querySelector('{}');
-                 return r ? (r.children[5].textContent || 'blank') : null",
-                selector("deploy/web-frontend")
-            ),
-        )
-        .await;
-    assert_eq!(lease, "45s", "the lease of a lock granted after load");
     browser.click(&selector("billing/shard-00/leader")).await;
     browser
         .wait_for(
@@ -435,27 +422,36 @@ async fn at_1280_by_800_rows_fit_and_new_grants_show_their_lease() {
         )
         .await;
 
-    // The first row's Release button is inside the window, and nothing
-    // overflows sideways.
+    // The first row's Release button is on screen: inside the window and
+    // the table's visible area, and what is drawn at its centre (nothing
+    // covers it); nothing scrolls sideways.
     let geometry = browser
         .eval(
-            "const b = document.querySelector('#viewport .row button.release').getBoundingClientRect();
-             return {left: b.left, right: b.right, top: b.top, bottom: b.bottom,
+            "const b = document.querySelector('#viewport .row button.release');
+             const r = b.getBoundingClientRect(), v = document.getElementById('viewport');
+             const box = v.getBoundingClientRect();
+             const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+             return {left: r.left, right: r.right, top: r.top, bottom: r.bottom,
                      width: window.innerWidth, height: window.innerHeight,
-                     scroll_width: document.documentElement.scrollWidth}",
+                     table_right: box.left + v.clientLeft + v.clientWidth,
+                     table_scroll: v.scrollWidth - v.clientWidth,
+                     page_scroll: document.documentElement.scrollWidth - window.innerWidth,
+                     hit: hit === b || b.contains(hit)}",
         )
         .await;
     let number = |key: &str| geometry[key].as_f64().expect("a number");
     assert!(
         number("left") >= 0.0
             && number("right") <= number("width")
+            && number("right") <= number("table_right")
             && number("top") >= 0.0
-            && number("bottom") <= number("height"),
+            && number("bottom") <= number("height")
+            && geometry["hit"] == true,
         "the Release button is off-screen: {geometry}"
     );
     assert!(
-        number("scroll_width") <= number("width"),
-        "the page scrolls sideways: {geometry}"
+        number("table_scroll") <= 0.0 && number("page_scroll") <= 0.0,
+        "the table scrolls sideways: {geometry}"
     );
     // Held times, tokens and leases are whole, not cut by an ellipsis.
     let cut = browser
@@ -474,6 +470,19 @@ async fn at_1280_by_800_rows_fit_and_new_grants_show_their_lease() {
         .await;
     assert_eq!(cut, Value::Array(Vec::new()), "cut cells");
 
+    // Granted after the page loaded: the lease is there as soon as the row.
+    let (_late, _) = lab.server.hold("deploy/web-frontend", 45_000).await;
+    let lease = browser
+        .wait_for(
+            "the new lock's row",
+            &format!(
+                "const r = document.querySelector('{}');
+                 return r ? (r.children[5].textContent || 'blank') : null",
+                selector("deploy/web-frontend")
+            ),
+        )
+        .await;
+    assert_eq!(lease, "45s", "the lease of a lock granted after load");
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-1280x800.png");
     std::fs::write(&path, browser.screenshot().await).expect("write the screenshot");
     println!("screenshot at 1280x800: {}", path.display());
@@ -485,8 +494,9 @@ async fn at_1280_by_800_rows_fit_and_new_grants_show_their_lease() {
     lab.server.stop().await;
 }
 
-/// The rows a filter leaves on the page, once the count says how many the
-/// server's own glob (`/api/locks?match=`) finds.
+/// Sets the filter to `pattern` (typed as an operator types it, or set
+/// at once) and checks that the page leaves exactly the rows the server's
+/// own glob (`/api/locks?match=`) names; returns them.
 async fn filtered(
     browser: &Browser,
     admin: &HttpServer,
