@@ -48,7 +48,7 @@ fn read_bounded_to(path: &Path, limit: u64) -> io::Result<Vec<u8>> {
 /// `1 MiB (1048576 bytes)`, or `100 bytes`.
 fn size(bytes: u64) -> String {
     const MIB: u64 = 1024 * 1024;
-    if bytes >= MIB && bytes % MIB == 0 {
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
         format!("{} MiB ({bytes} bytes)", bytes / MIB)
     } else {
         format!("{bytes} bytes")
