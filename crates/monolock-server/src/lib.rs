@@ -57,6 +57,7 @@ pub use crate::ops::admin;
 
 pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use crate::core::config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
+pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
     Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo,
 };
@@ -85,7 +86,7 @@ pub use crate::ops::metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
 };
 pub use crate::ops::reload::{ReloadReport, Reloader};
-pub use crate::ops::service::{Listeners, Service};
+pub use crate::ops::service::{EVENT_FLUSH_PATIENCE, Listeners, Service};
 pub use crate::ops::web_guard::{
     AllowedHostError, AllowedHosts, HostCheck, REQUEST_HEADER, WebGuard,
 };

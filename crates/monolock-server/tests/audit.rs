@@ -53,7 +53,7 @@ fn expected_keys(extra: &[&'static str]) -> BTreeSet<&'static str> {
 fn check_shape(line: &Value) -> String {
     let event = line["event"].as_str().expect("event").to_owned();
     let extra: &[&str] = match event.as_str() {
-        "granted" => &["token", "wait_ms"],
+        "granted" => &["token", "wait_ms", "lease_ms"],
         "released" => &["token", "held_ms", "reason"],
         "denied" | "kick_waiter" => &[],
         "force_release" => &["token"],
@@ -70,7 +70,7 @@ fn check_shape(line: &Value) -> String {
         .expect("an address");
     assert!(line["identity"].is_string());
     assert!(line["lock"].is_string());
-    for number in ["token", "wait_ms", "held_ms"] {
+    for number in ["token", "wait_ms", "lease_ms", "held_ms"] {
         if let Some(value) = line.get(number) {
             assert!(value.is_u64(), "{number} in {line}");
         }
@@ -168,6 +168,8 @@ async fn every_event_has_exactly_its_fields() {
     );
     assert_eq!(lines[0]["token"], token);
     assert_eq!(lines[0]["wait_ms"], 0);
+    assert_eq!(lines[0]["lease_ms"], 30_000, "the grant's lease");
+    assert_eq!(lines[9]["lease_ms"], 50);
     assert_eq!(lines[0]["identity"], "");
     assert_eq!(lines[4]["remote_addr"], kicked_addr.to_string());
     assert_eq!(lines[5]["token"], lines[6]["token"]);

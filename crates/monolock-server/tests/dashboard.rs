@@ -289,8 +289,10 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
     lab.server.stop().await;
 }
 
+/// The page asks for the token, says so when a token is refused (instead
+/// of showing the same dialog again), and asks only once per tab.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_asks_for_the_admin_token_once() {
+async fn the_page_asks_for_the_admin_token_and_says_when_it_is_refused() {
     let lab = Lab::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("token");
@@ -301,12 +303,17 @@ async fn the_page_asks_for_the_admin_token_once() {
 
     let browser = Browser::start(1024, 700).await;
     browser.goto(&format!("http://{}/", admin.addr)).await;
-    browser
+    let prompt = browser
         .wait_for(
             "the token prompt",
-            "return document.getElementById('login').classList.contains('open')",
+            "return document.getElementById('login').classList.contains('open')
+               ? document.getElementById('login-text').textContent : null",
         )
         .await;
+    assert!(
+        !prompt.as_str().expect("text").contains("refused"),
+        "nothing was refused yet: {prompt}"
+    );
     assert_eq!(
         browser
             .eval(&row_present("secret/lock").replace("return ", "return !"))
@@ -314,6 +321,27 @@ async fn the_page_asks_for_the_admin_token_once() {
         Value::Bool(true),
         "nothing is shown without the token"
     );
+    // No snapshot yet: the table says it is loading, not that no lock is held.
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('empty').textContent")
+            .await,
+        "loading…"
+    );
+
+    // A wrong token: the dialog comes back saying it was refused.
+    browser.type_into("#login-token", "wrong-token").await;
+    browser.click("#login-ok").await;
+    let refused = browser
+        .wait_for(
+            "the refusal",
+            "const t = document.getElementById('login-text').textContent;
+             return document.getElementById('login').classList.contains('open')
+               && t.toLowerCase().includes('token refused') ? t : null",
+        )
+        .await;
+    println!("after a wrong token: {refused}");
+
     browser.type_into("#login-token", "page-token").await;
     browser.click("#login-ok").await;
     browser
@@ -323,6 +351,12 @@ async fn the_page_asks_for_the_admin_token_once() {
         .eval("return sessionStorage.getItem('monolock-admin-token')")
         .await;
     assert_eq!(stored, "page-token");
+    assert_eq!(
+        browser
+            .eval("return document.getElementById('count').textContent")
+            .await,
+        "1 lock"
+    );
 
     // A reload of the page does not ask again.
     browser.goto(&format!("http://{}/", admin.addr)).await;
@@ -335,6 +369,274 @@ async fn the_page_asks_for_the_admin_token_once() {
             .await,
         Value::Bool(false)
     );
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop().await;
+}
+
+/// What an operator sees at 1280x800: every column fits beside the side
+/// panel (the Release button is on screen, held times and tokens are not
+/// cut), and a lock granted after the page loaded shows its lease at once.
+/// The screenshot is written to the test's target directory (its path is
+/// printed) to be looked at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_1280_by_800_rows_fit_and_new_grants_show_their_lease() {
+    let lab = Lab::start().await;
+    let admin = HttpServer::admin_with(lab.options()).await;
+    let names = (0..12).map(|i| {
+        let service = ["billing", "deploy", "nightly/import", "search-indexer"][i % 4];
+        (
+            format!("{service}/shard-{i:02}/leader"),
+            format!("spiffe://prod/{service}/worker-{i}"),
+        )
+    });
+    let sessions = hold_in_memory(&lab.server.handle, names).await;
+    common::eventually("12 locks held", || lab.server.handle.counts().locks == 12).await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        waiters.push(
+            lab.server
+                .wait_in_line("billing/shard-00/leader", 20_000)
+                .await,
+        );
+    }
+
+    let browser = Browser::start(1280, 800).await;
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for(
+            "12 locks on the page",
+            "return document.getElementById('count').textContent === '12 locks'",
+        )
+        .await;
+    let size = browser
+        .eval("return [window.innerWidth, window.innerHeight]")
+        .await;
+    println!("viewport: {size}");
+
+    browser.click(&selector("billing/shard-00/leader")).await;
+    browser
+        .wait_for(
+            "the queue panel",
+            "return document.querySelectorAll('#queue tbody tr').length === 3",
+        )
+        .await;
+
+    // The first row's Release button is on screen: inside the window and
+    // the table's visible area, and what is drawn at its centre (nothing
+    // covers it); nothing scrolls sideways.
+    let geometry = browser
+        .eval(
+            "const b = document.querySelector('#viewport .row button.release');
+             const r = b.getBoundingClientRect(), v = document.getElementById('viewport');
+             const box = v.getBoundingClientRect();
+             const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+             return {left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+                     width: window.innerWidth, height: window.innerHeight,
+                     table_right: box.left + v.clientLeft + v.clientWidth,
+                     table_scroll: v.scrollWidth - v.clientWidth,
+                     page_scroll: document.documentElement.scrollWidth - window.innerWidth,
+                     hit: hit === b || b.contains(hit)}",
+        )
+        .await;
+    let number = |key: &str| geometry[key].as_f64().expect("a number");
+    assert!(
+        number("left") >= 0.0
+            && number("right") <= number("width")
+            && number("right") <= number("table_right")
+            && number("top") >= 0.0
+            && number("bottom") <= number("height")
+            && geometry["hit"] == true,
+        "the Release button is off-screen: {geometry}"
+    );
+    assert!(
+        number("table_scroll") <= 0.0 && number("page_scroll") <= 0.0,
+        "the table scrolls sideways: {geometry}"
+    );
+    // Held times, tokens and leases are whole, not cut by an ellipsis.
+    let cut = browser
+        .eval(
+            "const row = document.querySelector('#viewport .row');
+             const fits = (i, text) => {
+               const c = row.children[i], before = c.textContent;
+               if (text !== undefined) c.textContent = text;
+               const ok = c.scrollWidth <= c.clientWidth;
+               c.textContent = before;
+               return ok ? null : (text || before);
+             };
+             return [fits(3), fits(4, '2m 13s'), fits(4, '23h 59m'), fits(5, '10.5s'), fits(5, '500ms')]
+               .filter((x) => x !== null)",
+        )
+        .await;
+    assert_eq!(cut, Value::Array(Vec::new()), "cut cells");
+
+    // Granted after the page loaded: the lease is there as soon as the row.
+    let (_late, _) = lab.server.hold("deploy/web-frontend", 45_000).await;
+    let lease = browser
+        .wait_for(
+            "the new lock's row",
+            &format!(
+                "const r = document.querySelector('{}');
+                 return r ? (r.children[5].textContent || 'blank') : null",
+                selector("deploy/web-frontend")
+            ),
+        )
+        .await;
+    assert_eq!(lease, "45s", "the lease of a lock granted after load");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-1280x800.png");
+    std::fs::write(&path, browser.screenshot().await).expect("write the screenshot");
+    println!("screenshot at 1280x800: {}", path.display());
+
+    drop(sessions);
+    drop(waiters);
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop().await;
+}
+
+/// Sets the filter to `pattern` (typed as an operator types it, or set
+/// at once) and checks that the page leaves exactly the rows the server's
+/// own glob (`/api/locks?match=`) names; returns them.
+async fn filtered(
+    browser: &Browser,
+    admin: &HttpServer,
+    pattern: &str,
+    typed: bool,
+) -> Vec<String> {
+    let glob = if pattern.contains(['*', '?']) {
+        pattern.to_owned()
+    } else {
+        format!("*{pattern}*")
+    };
+    let query = percent_encoding::utf8_percent_encode(&glob, percent_encoding::NON_ALPHANUMERIC);
+    let (status, body) = admin.get(&format!("/api/locks?match={query}")).await;
+    assert_eq!(status, 200, "{body}");
+    let list: Value = serde_json::from_str(&body).expect("JSON");
+    let mut expected: Vec<String> = list["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .map(|lock| lock["name"].as_str().expect("name").to_owned())
+        .collect();
+    expected.sort();
+    let set = format!(
+        "const f = document.getElementById('filter'); f.value = {}; f.dispatchEvent(new Event('input')); return true",
+        Value::from(if typed { "" } else { pattern })
+    );
+    browser.eval(&set).await;
+    if typed {
+        browser.type_into("#filter", pattern).await;
+    }
+    // Once the page has drawn this very filter, the rows it left.
+    let shown = browser
+        .wait_for(
+            &format!("the filter {pattern:?}"),
+            &format!(
+                "if (window.__monolock.filter !== {}) return null;
+                 return [...document.querySelectorAll('#viewport .row')]
+                   .filter((r) => r.style.display !== 'none' && r.dataset.lock !== undefined)
+                   .map((r) => r.dataset.lock)",
+                Value::from(pattern)
+            ),
+        )
+        .await;
+    let mut shown: Vec<String> = serde_json::from_value(shown).expect("names");
+    shown.sort();
+    assert_eq!(
+        shown, expected,
+        "the page and the server disagree on {pattern:?}"
+    );
+    shown
+}
+
+/// The filter is the server's glob: patterns with `-`, `.`, `/`, `?`, `*`,
+/// brackets, backslashes and non-ASCII leave exactly the rows the server's
+/// `?match=` names (never every row), and a pattern the API would refuse
+/// is shown as invalid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_filter_leaves_exactly_what_the_servers_glob_matches() {
+    let lab = Lab::start().await;
+    let admin = HttpServer::admin_with(lab.options()).await;
+    let names = [
+        "shard-1",
+        "shard-2",
+        "shard-é",
+        "shard-10",
+        "shard-?",
+        "shard.1",
+        "shard/1",
+        "a[1]-b",
+        "a[12]-b",
+        "x.y",
+        "xzy",
+        "back\\slash",
+        "naïve/日本-1",
+        "emoji-😀",
+        "star*name",
+    ];
+    let mut holders = Vec::new();
+    for name in names {
+        holders.push(lab.server.hold(name, 30_000).await.0);
+    }
+    let browser = Browser::start(1280, 800).await;
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for(
+            "every lock",
+            &format!(
+                "return document.getElementById('count').textContent === '{} locks'",
+                names.len()
+            ),
+        )
+        .await;
+
+    // Typed as an operator types it: the placeholder's own example.
+    let shown = filtered(&browser, &admin, "shard-?", true).await;
+    assert_eq!(shown, ["shard-1", "shard-2", "shard-?", "shard-é"]);
+    for (pattern, typed) in [
+        ("shard-*", true),
+        ("shard.?", true),
+        ("*/*", true),
+        ("a[1]-?", true),
+        ("a[1?]-b", true),
+        ("x.y", true),
+        ("*\\*", true),
+        ("naïve/*-?", true),
+        ("日本", true),
+        ("star*", true),
+        ("*\\*name", false),
+        ("emoji-?", false),
+        ("-", true),
+        ("no-such-lock", true),
+    ] {
+        filtered(&browser, &admin, pattern, typed).await;
+    }
+
+    // Longer than the API's ?match= allows: shown as invalid, no rows.
+    browser
+        .eval("const f = document.getElementById('filter'); f.value = 'x'.repeat(1025); f.dispatchEvent(new Event('input')); return true")
+        .await;
+    let invalid = browser
+        .wait_for(
+            "the invalid filter",
+            "const c = document.getElementById('count');
+             return c.classList.contains('bad') ? c.textContent : null",
+        )
+        .await;
+    assert!(
+        invalid
+            .as_str()
+            .is_some_and(|t| t.starts_with("invalid filter")),
+        "{invalid}"
+    );
+    assert_eq!(
+        browser
+            .eval("return [...document.querySelectorAll('#viewport .row')].filter((r) => r.style.display !== 'none').length")
+            .await,
+        0
+    );
+
+    drop(holders);
     browser.quit().await;
     admin.stop().await;
     lab.server.stop().await;

@@ -9,7 +9,7 @@ mod sse;
 #[path = "common/wire.rs"]
 mod wire;
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
 use common::{PATIENCE, TestServer, eventually};
 use http::HttpServer;
@@ -17,7 +17,8 @@ use hyper::Method;
 use monolock_proto::ServerFrame;
 use monolock_proto::{Lease, LockName};
 use monolock_server::{
-    AdminToken, Batching, Event, EventHub, Metrics, Observer, Observers, ServerConfig, SessionInfo,
+    AdminToken, Batching, Event, EventHub, Listeners, Metrics, Observer, Observers, ServerConfig,
+    Service, SessionInfo,
     admin::{self, AdminOptions, EffectiveConfig},
 };
 use serde_json::Value;
@@ -114,12 +115,13 @@ async fn a_subscriber_gets_a_snapshot_then_every_change_in_order() {
     let queued = assert_event(&events.next_event().await, "queued", "jobs/a");
     assert_eq!(queued["remote_addr"], leaving.local_addr().to_string());
     assert!(queued.get("token").is_none());
+    assert_eq!(queued["lease_ms"], 30_000, "a waiter's lease: {queued}");
     drop(leaving);
     let dequeued = assert_event(&events.next_event().await, "dequeued", "jobs/a");
     assert_eq!(dequeued["remote_addr"], queued["remote_addr"]);
 
     // The holder leaves: released (graceful), then the next waiter's grant.
-    let mut next = lab.server.wait_in_line("jobs/a", 30_000).await;
+    let mut next = lab.server.wait_in_line("jobs/a", 12_500).await;
     assert_event(&events.next_event().await, "queued", "jobs/a");
     drop(holder);
     let released = assert_event(&events.next_event().await, "released", "jobs/a");
@@ -133,6 +135,10 @@ async fn a_subscriber_gets_a_snapshot_then_every_change_in_order() {
     assert_eq!(granted["token"], next_token);
     assert_eq!(granted["remote_addr"], next.local_addr().to_string());
     assert!(granted["wait_ms"].is_u64());
+    assert_eq!(
+        granted["lease_ms"], 12_500,
+        "the new holder's lease: {granted}"
+    );
 
     // An administrator kicks a waiter and force-releases the holder.
     let kicked = lab.server.wait_in_line("jobs/a", 30_000).await;
@@ -332,6 +338,7 @@ async fn every_event_keeps_its_own_lock_name_and_identity() {
             if name == "granted" {
                 assert_eq!(data["token"], token, "{data}");
             }
+            assert_eq!(data["lease_ms"], 10_000, "{data}");
         }
     }
     lab.stop().await;
@@ -586,4 +593,91 @@ async fn a_snapshot_of_a_thousand_locks_then_every_release() {
         }
     }
     lab.stop().await;
+}
+
+/// The end of a server's life reaches its subscribers: a stream read over
+/// real HTTP shows every session held at shutdown as `released` with
+/// reason `shutdown` (and a waiter as `dequeued`) before it ends. The
+/// shutdown's releases happen within the last moments of the admin
+/// listener, inside one batching interval of the hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_sees_every_shutdown_release_before_the_stream_ends() {
+    let hub = Arc::new(EventHub::new().expect("hub"));
+    let protocol = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = protocol.local_addr().expect("addr");
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let admin_addr = admin.local_addr().expect("addr");
+    let listeners = Listeners {
+        protocol,
+        ops: None,
+        admin: Some(admin),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(
+        Service::new(ServerConfig::default())
+            .with_events(hub.clone())
+            .run(listeners, async {
+                let _ = stopped.await;
+            }),
+    );
+
+    let mut holders = Vec::new();
+    let mut tokens = BTreeSet::new();
+    for i in 0..5 {
+        let mut peer = common::Peer::connect(addr).await;
+        peer.send(&wire::acquire(&format!("shutdown/{i}"), 30_000))
+            .await;
+        let ServerFrame::Acquired { token } = peer.recv().await else {
+            panic!("granted");
+        };
+        tokens.insert(token);
+        holders.push(peer);
+    }
+    let mut waiter = common::Peer::connect(addr).await;
+    waiter.send(&wire::acquire("shutdown/0", 30_000)).await;
+    assert_eq!(waiter.recv().await, ServerFrame::Waiting);
+
+    let mut events = SseClient::open(admin_addr, None).await;
+    assert_eq!(events.status, 200, "{}", events.head);
+    let snapshot = events.next_event().await;
+    assert_eq!(snapshot.json()["locks"].as_array().map(Vec::len), Some(5));
+
+    // Clients as they behave: each reads its ERROR 0x01 and closes at once,
+    // so the sessions end within moments of the shutdown.
+    let waiter_addr = waiter.local_addr().to_string();
+    let mut closing = Vec::new();
+    for mut peer in holders.into_iter().chain([waiter]) {
+        closing.push(tokio::spawn(async move {
+            let frame = peer.recv().await;
+            assert!(matches!(frame, ServerFrame::Error { .. }), "{frame:?}");
+        }));
+    }
+    stop.send(()).expect("running");
+    let mut released = BTreeSet::new();
+    let mut dequeued = Vec::new();
+    while let Some(event) = events.next().await {
+        match event.name.as_deref() {
+            Some("released") => {
+                let data = event.json();
+                assert_eq!(data["reason"], "shutdown", "{data}");
+                released.insert(data["token"].as_u64().expect("token"));
+            }
+            Some("dequeued") => dequeued.push(event.json()["remote_addr"].clone()),
+            _ => {}
+        }
+    }
+    assert_eq!(released, tokens, "every holder's shutdown release");
+    assert_eq!(dequeued, vec![Value::from(waiter_addr)]);
+    for peer in closing {
+        peer.await.expect("told");
+    }
+    timeout(PATIENCE, running)
+        .await
+        .expect("stops in time")
+        .expect("task")
+        .expect("clean shutdown");
 }

@@ -11,7 +11,10 @@ use std::sync::Arc;
 
 use common::{Peer, TestServer};
 use monolock_proto::ServerFrame;
-use monolock_server::{AclFileAuthorizer, AuditLog, AuditTarget, Reloader, ServerConfig};
+use monolock_server::{
+    AclFileAuthorizer, AdminToken, AuditLog, AuditTarget, MAX_CONFIG_FILE_BYTES, Reloader,
+    ServerConfig,
+};
 use pki::{Ca, TlsDir, client_config, connect_tls, server_certificate, write};
 
 #[tokio::test]
@@ -187,4 +190,65 @@ async fn the_audit_file_reopens_after_a_rename() {
     assert_eq!(audit.write_errors(), 0, "the old handle still takes writes");
     server.stop().await;
     audit.close().await;
+}
+
+/// Files over the 1 MiB bound (here valid content padded with spaces, which
+/// would parse) are refused on reload with one line naming the file and the
+/// bound, and every part keeps the state it had: the ACL's rules, the admin
+/// token, the TLS certificate.
+#[tokio::test]
+async fn files_over_the_bound_on_reload_keep_the_previous_state() {
+    let ca = Ca::new("server CA");
+    let (old_leaf, new_leaf) = (ca.server(), ca.server());
+    let files = TlsDir::new(&old_leaf, None);
+    let tls = files.server_tls(false);
+    let dir = files.dir.path();
+    let acl_path = write(
+        dir,
+        "acl.json",
+        r#"{"rules":[{"identity":"*","locks":["a/*"]}]}"#,
+    );
+    let token_path = write(dir, "token", "first-token");
+    let acl = Arc::new(AclFileAuthorizer::load(&acl_path).expect("valid ACL"));
+    let token = Arc::new(AdminToken::load(&token_path).expect("valid token"));
+    let reloader = Reloader::default()
+        .with_tls(tls.clone())
+        .with_acl(acl.clone())
+        .with_admin_token(token.clone());
+    let server = TestServer::start_with(ServerConfig::default().with_tls(tls)).await;
+
+    let padded = |text: &str| format!("{text}{}", " ".repeat(MAX_CONFIG_FILE_BYTES as usize));
+    write(
+        dir,
+        "acl.json",
+        &padded(r#"{"rules":[{"identity":"*","locks":["*"]}]}"#),
+    );
+    write(dir, "token", &padded("second-token"));
+    files.rotate(&new_leaf);
+    let cert = std::fs::read_to_string(&files.cert).expect("cert");
+    write(dir, "server.pem", &padded(&cert));
+
+    let report = reloader.reload().await;
+    let errors = report.errors();
+    assert_eq!(errors.len(), 3, "{errors:?}");
+    for (error, file) in errors.iter().zip([&files.cert, &acl_path, &token_path]) {
+        assert!(error.contains(&file.display().to_string()), "{error}");
+        assert!(
+            error.contains("larger than 1 MiB (1048576 bytes)"),
+            "{error}"
+        );
+        assert!(!error.contains('\n'), "{error}");
+    }
+    assert_eq!(acl.current().rules().len(), 1);
+    assert!(!acl.current().allows("anyone", "b/1"), "the old rules");
+    assert!(token.check(Some(b"Bearer first-token")), "the old token");
+    let stream = connect_tls(server.addr, client_config(&[&ca], None))
+        .await
+        .expect("TLS handshake");
+    assert_eq!(
+        server_certificate(&stream),
+        old_leaf.der,
+        "the old certificate"
+    );
+    server.stop().await;
 }

@@ -448,6 +448,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         reloader = reloader.with_tls(tls.clone());
     }
     if let Some(acl) = &acl {
+        acl.warn_if_no_rules();
         config = config.with_authorizer(acl.clone());
         reloader = reloader.with_acl(acl.clone());
     }

@@ -16,13 +16,16 @@ use std::{
 
 use monolock_proto::LockName;
 use serde::Deserialize;
+use tracing::warn;
 
 use crate::{Authorizer, Glob};
 
 /// Why an ACL file was refused. Displays as one line naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum AclError {
-    /// The file could not be read.
+    /// The file could not be read, is over
+    /// [`MAX_CONFIG_FILE_BYTES`](crate::MAX_CONFIG_FILE_BYTES), or is not
+    /// UTF-8.
     #[error("ACL file {}: {source}", path.display())]
     Read {
         /// The file.
@@ -108,10 +111,11 @@ impl Acl {
     /// bad JSON or unknown fields, [`AclError::Rule`] for a rule without an
     /// identity or without lock patterns.
     pub fn load(path: &Path) -> Result<Self, AclError> {
-        let text = std::fs::read_to_string(path).map_err(|source| AclError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text =
+            crate::core::config_file::read_bounded_text(path).map_err(|source| AclError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
         Self::parse(path, &text)
     }
 
@@ -198,7 +202,23 @@ impl AclFileAuthorizer {
         let acl = Acl::load(&self.path)?;
         let rules = acl.rules.len();
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(acl);
+        self.warn_if_no_rules();
         Ok(rules)
+    }
+
+    /// Logs a warning if the rules in force are none (`{"rules": []}`): a
+    /// valid ACL that denies every ACQUIRE, which is rarely what was meant.
+    /// [`AclFileAuthorizer::reload`] calls it; call it once at startup,
+    /// after logging has started. True if it warned.
+    pub fn warn_if_no_rules(&self) -> bool {
+        let empty = self.current().rules.is_empty();
+        if empty {
+            warn!(
+                file = %self.path.display(),
+                "the ACL file has no rules: every ACQUIRE is denied; add a rule for the identities that may lock"
+            );
+        }
+        empty
     }
 
     /// The rules in force.

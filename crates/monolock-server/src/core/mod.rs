@@ -23,6 +23,7 @@
 
 pub(crate) mod acl;
 pub(crate) mod config;
+pub(crate) mod config_file;
 pub(crate) mod events;
 pub(crate) mod glob;
 pub(crate) mod grace;

@@ -38,7 +38,8 @@ pub struct TlsFiles {
 /// the file concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A file could not be read.
+    /// A file could not be read, or is over
+    /// [`MAX_CONFIG_FILE_BYTES`](crate::MAX_CONFIG_FILE_BYTES).
     #[error("TLS {what} {}: {source}", path.display())]
     Read {
         /// Which file: `certificate`, `key` or `client CA`.
@@ -201,7 +202,7 @@ fn client_verifier(
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Read {
+    crate::core::config_file::read_bounded(path).map_err(|source| TlsError::Read {
         what,
         path: path.to_owned(),
         source,

@@ -22,7 +22,8 @@ use subtle::ConstantTimeEq;
 /// The admin token file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminTokenError {
-    /// The file could not be read.
+    /// The file could not be read, or is over
+    /// [`MAX_CONFIG_FILE_BYTES`](crate::MAX_CONFIG_FILE_BYTES).
     #[error("cannot read the admin token file {}: {source}", path.display())]
     Read {
         /// The file.
@@ -112,10 +113,11 @@ fn strip_prefix_ignore_case<'a>(value: &'a [u8], prefix: &[u8]) -> Option<&'a [u
 }
 
 fn read_token(path: &Path) -> Result<Arc<[u8]>, AdminTokenError> {
-    let bytes = std::fs::read(path).map_err(|source| AdminTokenError::Read {
-        path: path.to_owned(),
-        source,
-    })?;
+    let bytes =
+        crate::core::config_file::read_bounded(path).map_err(|source| AdminTokenError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
     let token = bytes.trim_ascii();
     let invalid = |problem| AdminTokenError::Invalid {
         path: path.to_owned(),

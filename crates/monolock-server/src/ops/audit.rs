@@ -1,7 +1,7 @@
 //! The audit log: one JSON line per ownership event, to a file or stdout.
 //!
 //! ```json
-//! {"time":"2026-08-08T12:00:00.123Z","event":"granted","lock":"nightly/import","identity":"spiffe://prod/worker/1","remote_addr":"10.0.0.5:52114","token":1872956384870401,"wait_ms":0}
+//! {"time":"2026-08-08T12:00:00.123Z","event":"granted","lock":"nightly/import","identity":"spiffe://prod/worker/1","remote_addr":"10.0.0.5:52114","token":1872956384870401,"wait_ms":0,"lease_ms":30000}
 //! ```
 //!
 //! Ownership events reach the [`Observer`] while the lock table is locked,
@@ -120,6 +120,9 @@ pub(crate) enum Kind {
     Granted {
         token: u64,
         wait: Duration,
+        /// The holder's lease: read from the session the event already
+        /// points at, so it costs the observer one load.
+        lease_ms: u32,
     },
     Released {
         token: u64,
@@ -131,8 +134,10 @@ pub(crate) enum Kind {
         token: u64,
     },
     KickWaiter,
-    /// A waiter joined a queue (live stream only).
-    Queued,
+    /// A waiter joined a queue (live stream only), with its lease.
+    Queued {
+        lease_ms: u32,
+    },
     /// A waiter left a queue without being granted (live stream only).
     Dequeued,
 }
@@ -149,6 +154,8 @@ struct Line<'a> {
     token: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wait_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_ms: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     held_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -186,7 +193,14 @@ impl Fact {
                 session,
                 token,
                 wait,
-            } => (session, Kind::Granted { token, wait }),
+            } => (
+                session,
+                Kind::Granted {
+                    token,
+                    wait,
+                    lease_ms: session.lease.as_millis(),
+                },
+            ),
             Event::Released {
                 session,
                 token,
@@ -203,7 +217,12 @@ impl Fact {
             Event::Denied(session) => (session, Kind::Denied),
             Event::ForceRelease { session, token } => (session, Kind::ForceRelease { token }),
             Event::KickWaiter(session) => (session, Kind::KickWaiter),
-            Event::WaiterJoined(session) => (session, Kind::Queued),
+            Event::WaiterJoined(session) => (
+                session,
+                Kind::Queued {
+                    lease_ms: session.lease.as_millis(),
+                },
+            ),
             Event::WaiterLeft(session) => (session, Kind::Dequeued),
             _ => return None,
         };
@@ -223,7 +242,7 @@ impl Fact {
             Kind::Denied => "denied",
             Kind::ForceRelease { .. } => "force_release",
             Kind::KickWaiter => "kick_waiter",
-            Kind::Queued => "queued",
+            Kind::Queued { .. } => "queued",
             Kind::Dequeued => "dequeued",
         }
     }
@@ -231,17 +250,26 @@ impl Fact {
     /// The JSON object of this fact about `lock` and `identity`, and a
     /// newline.
     pub(crate) fn write_json(&self, lock: &str, identity: &str, out: &mut Vec<u8>) {
-        let (token, wait_ms, held_ms, reason) = match self.kind {
-            Kind::Granted { token, wait } => (Some(token), Some(millis(wait)), None, None),
+        let (token, wait_ms, lease_ms, held_ms, reason) = match self.kind {
+            Kind::Granted {
+                token,
+                wait,
+                lease_ms,
+            } => (Some(token), Some(millis(wait)), Some(lease_ms), None, None),
             Kind::Released {
                 token,
                 held,
                 reason,
-            } => (Some(token), None, Some(millis(held)), Some(reason.as_str())),
-            Kind::ForceRelease { token } => (Some(token), None, None, None),
-            Kind::Denied | Kind::KickWaiter | Kind::Queued | Kind::Dequeued => {
-                (None, None, None, None)
-            }
+            } => (
+                Some(token),
+                None,
+                None,
+                Some(millis(held)),
+                Some(reason.as_str()),
+            ),
+            Kind::ForceRelease { token } => (Some(token), None, None, None, None),
+            Kind::Queued { lease_ms } => (None, None, Some(lease_ms), None, None),
+            Kind::Denied | Kind::KickWaiter | Kind::Dequeued => (None, None, None, None, None),
         };
         let line = Line {
             time: rfc3339(self.time),
@@ -251,6 +279,7 @@ impl Fact {
             remote_addr: self.remote_addr,
             token,
             wait_ms,
+            lease_ms,
             held_ms,
             reason,
         };

@@ -27,6 +27,10 @@
 //! a reconnect gets a fresh snapshot. Neither many subscribers nor a
 //! stalled one slow a grant.
 //!
+//! At shutdown, [`EventHub::flush`] sends what the dispatcher has gathered
+//! once the last session has ended, and each stream sends what it has
+//! queued before it ends: a subscriber sees the shutdown's releases.
+//!
 //! The subscription is registered before the snapshot is taken, so no
 //! change is lost between the two; a change made while the snapshot was
 //! being taken may arrive after a snapshot that already shows it. Events
@@ -50,7 +54,7 @@ use axum::{
     response::Response,
 };
 use bytes::{BufMut, Bytes, BytesMut};
-use tokio::sync::mpsc as tokio_mpsc;
+use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -113,6 +117,8 @@ enum Msg {
     /// An event; its lock name and identity follow in [`Inbox::text`].
     Event(Pending),
     Subscribe(Subscriber),
+    /// Send every batch gathered so far, then answer.
+    Flush(oneshot::Sender<()>),
 }
 
 /// An event waiting in the inbox: what happened, and the lengths of its lock
@@ -203,10 +209,10 @@ impl Mailbox {
         self.wake_if_idle(inbox);
     }
 
-    /// Appends a subscription (never dropped: the hub counts it already).
-    fn push_subscriber(&self, subscriber: Subscriber) {
+    /// Appends a subscription or a flush (never dropped: they are few).
+    fn push_control(&self, msg: Msg) {
         let mut inbox = self.inbox();
-        inbox.msgs.push(Msg::Subscribe(subscriber));
+        inbox.msgs.push(msg);
         self.wake_if_idle(inbox);
     }
 
@@ -320,16 +326,36 @@ impl EventHub {
         // Counted before the dispatcher knows it, so no event observed after
         // this call is skipped by the fast path.
         self.subscribers.fetch_add(1, Ordering::AcqRel);
-        self.mailbox.push_subscriber(Subscriber {
+        self.mailbox.push_control(Msg::Subscribe(Subscriber {
             tx,
             lagged: Arc::clone(&lagged),
             filter,
-        });
+        }));
         Subscription {
             rx,
             lagged,
             count: Arc::clone(&self.subscribers),
         }
+    }
+}
+
+impl EventHub {
+    /// Resolves once every event observed before the call has been offered
+    /// to the subscribers (it is then in their buffers, or they were cut
+    /// off), or after `patience` (a dispatcher starved of CPU). At most one
+    /// [`FLUSH_INTERVAL`] later than the batch would have been sent anyway.
+    ///
+    /// The shutdown calls it after the last session has ended and before
+    /// the admin listener ends the streams, so a subscriber sees the end of
+    /// the server's life (the `released` events with reason `shutdown`).
+    /// True if the dispatcher answered in time.
+    pub async fn flush(&self, patience: Duration) -> bool {
+        if self.subscribers() == 0 {
+            return true;
+        }
+        let (done, answered) = oneshot::channel();
+        self.mailbox.push_control(Msg::Flush(done));
+        matches!(tokio::time::timeout(patience, answered).await, Ok(Ok(())))
     }
 }
 
@@ -368,6 +394,11 @@ impl Subscription {
     /// Cancel safe: a batch not returned stays queued.
     pub async fn next(&mut self) -> Option<Bytes> {
         self.rx.recv().await
+    }
+
+    /// A batch already queued, without waiting.
+    fn try_next(&mut self) -> Option<Bytes> {
+        self.rx.try_recv().ok()
     }
 
     /// True if the subscription was cut off because its buffer was full.
@@ -427,6 +458,10 @@ fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
                     dispatcher.event(&event.fact, lock, identity, lagged);
                 }
                 Msg::Subscribe(subscriber) => dispatcher.subscribe(subscriber, lagged),
+                Msg::Flush(done) => {
+                    dispatcher.offer_all(lagged);
+                    let _ = done.send(());
+                }
             }
         }
         // A burst's worth of room is not kept for good.
@@ -580,7 +615,8 @@ const LAGGED_EVENT: &[u8] = b"event: lagged\ndata: {\"error\":\"this subscriber 
 const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 
 /// The body of `GET /api/events`: the snapshot, then the subscription,
-/// with keep-alives, until the subscription ends or `stop` is cancelled.
+/// with keep-alives, until the subscription ends or `stop` is cancelled
+/// (then what is queued already is sent, and the stream ends).
 /// The body is pulled by hyper only as fast as the socket takes it, so a
 /// slow client holds back only its own subscription (which then lags).
 pub(crate) fn sse_response(
@@ -633,8 +669,11 @@ impl StreamState {
         if let Some(first) = self.first.take() {
             return Some(first);
         }
+        if self.stop.is_cancelled() {
+            return self.queued_before_the_stop();
+        }
         tokio::select! {
-            () = self.stop.cancelled() => None,
+            () = self.stop.cancelled() => self.queued_before_the_stop(),
             _ = self.ticks.tick() => Some(Bytes::from_static(KEEPALIVE)),
             next = self.subscription.next() => match next {
                 Some(batch) => Some(batch),
@@ -646,5 +685,13 @@ impl StreamState {
                 None => None,
             },
         }
+    }
+
+    /// Once the listener stops: the batches already queued (the shutdown
+    /// flushes the hub first, so they hold its last events), then the end.
+    fn queued_before_the_stop(&mut self) -> Option<Bytes> {
+        let batch = self.subscription.try_next();
+        self.done = batch.is_none();
+        batch
     }
 }

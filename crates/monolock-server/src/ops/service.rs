@@ -26,6 +26,11 @@ pub struct Listeners {
     pub admin: Option<TcpListener>,
 }
 
+/// How long the shutdown waits for the event hub to send its last events
+/// (it takes one [`FLUSH_INTERVAL`](crate::FLUSH_INTERVAL) unless its
+/// thread is starved of CPU).
+pub const EVENT_FLUSH_PATIENCE: Duration = Duration::from_secs(1);
+
 /// The lock server with its operations parts, and their shutdown order.
 ///
 /// Shutdown order, each step after the one before has finished:
@@ -33,7 +38,10 @@ pub struct Listeners {
 /// 1. `/healthz` and `/readyz` turn 503 and nothing is granted any more;
 /// 2. the protocol listener closes and every session gets ERROR 0x01 and is
 ///    closed;
-/// 3. the admin API stops (it runs on a thread of its own: see
+/// 3. the event hub sends what it has gathered (the sessions' last
+///    `released` events, reason `shutdown`; bounded by
+///    [`EVENT_FLUSH_PATIENCE`]), then the admin API sends what each event
+///    stream has queued and stops (it runs on a thread of its own: see
 ///    [`admin::spawn`]);
 /// 4. the audit log writes what is queued and closes (bounded in time);
 /// 5. the ops endpoint stays up for its grace period
@@ -276,6 +284,14 @@ impl Service {
         handle.shutdown();
         joined(running.await)?;
         // 3.
+        if let Some(events) = &self.events
+            && !events.flush(EVENT_FLUSH_PATIENCE).await
+        {
+            warn!(
+                waited_ms = u64::try_from(EVENT_FLUSH_PATIENCE.as_millis()).unwrap_or(u64::MAX),
+                "the event hub did not flush in time; event streams may miss the last events"
+            );
+        }
         admin_stop.cancel();
         if let Some(admin) = admin_task
             && let Err(err) = admin.join().await
