@@ -44,7 +44,10 @@ impl Admin {
         stream.set_write_timeout(Some(PATIENCE)).map_err(io)?;
         write!(
             stream,
-            "{method} {path} HTTP/1.0\r\nHost: {}\r\nContent-Length: 0\r\n\r\n",
+            // X-Requested-By: the admin API refuses changes without it
+            // (a web page cannot send it cross-site).
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nX-Requested-By: monolock-conformance\r\n\
+             Content-Length: 0\r\n\r\n",
             self.addr
         )
         .map_err(io)?;
