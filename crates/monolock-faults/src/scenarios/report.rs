@@ -208,3 +208,28 @@ impl Totals {
         m.seconds += r.seconds;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maxima_are_the_longest_over_rounds_and_runs_never_a_sum() {
+        let mut run = Report::default();
+        run.maximum("case-fault-to-grant-ms", 1600.0);
+        run.maximum("case-fault-to-grant-ms", 1700.0);
+        run.maximum("case-fault-to-grant-ms", 1500.0);
+        run.count("case-overlaps", 1);
+        run.count("case-overlaps", 2);
+        assert_eq!(run.maxima["case-fault-to-grant-ms"], 1700.0);
+        assert_eq!(run.counts["case-overlaps"], 3);
+        let mut other = Report::default();
+        other.maximum("case-fault-to-grant-ms", 1650.0);
+        let mut totals = Totals::default();
+        totals.add(&run);
+        totals.add(&other);
+        assert_eq!(totals.merged.maxima["case-fault-to-grant-ms"], 1700.0);
+        assert_eq!(totals.merged.counts["case-overlaps"], 3);
+        assert!(run.to_string().contains(" max case-fault-to-grant-ms=1700"));
+    }
+}

@@ -192,7 +192,8 @@ mod tests {
             ),
             record("w2", fault + 1700 * MS, failed("after the grant")),
         ];
-        timeline.add_workers("l", &records, fault + 1600 * MS);
+        // Until the grant the caller found; it adds that line itself.
+        timeline.add_workers("l", &records, fault + 1590 * MS);
         timeline.add(fault + 1590 * MS, "w2 granted token 7");
         let text = timeline.to_string();
         let lines: Vec<&str> = text
