@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import socketserver
+import ssl
 import threading
 import time
 import unittest
@@ -103,6 +104,20 @@ class WrongPorts(SharedServer, unittest.TestCase):
 
     def test_the_monolock_admin_port(self) -> None:
         self.assert_named(self.server.admin, HTTP_SAYS)
+
+    def test_ssl_context_at_a_plain_port_is_told_to_drop_it(self) -> None:
+        context = ssl.create_default_context()  # the handshake fails before any certificate
+        says = "the server does not speak TLS on this port: drop ssl_context"
+        with self.assertRaises(monolock.ConnectError) as caught:
+            monolock.Client(self.server.addr, ssl_context=context).lock("tls?", lease=LEASE)
+        self.assertIn(says, str(caught.exception))
+
+        async def use() -> None:
+            with self.assertRaises(monolock.ConnectError) as caught:
+                await monolock.AsyncClient(self.server.addr, ssl_context=context).lock("tls?", LEASE)
+            self.assertIn(says, str(caught.exception))
+
+        asyncio.run(use())
 
     def test_a_port_that_never_answers_is_given_up_at_the_deadline(self) -> None:
         # Nothing to recognise: the claim's own deadline ends it, and the

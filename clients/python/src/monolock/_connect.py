@@ -58,7 +58,12 @@ class Failures:
         self._last: Optional[BaseException] = None
 
     def add(self, address: Address, err: BaseException) -> None:
-        self._lines.append(f"{address}: {err or type(err).__name__}")
+        line = f"{address}: {err or type(err).__name__}"
+        if isinstance(err, ssl.SSLError) and err.reason == "WRONG_VERSION_NUMBER":
+            # The first bytes back were no TLS record: a plain monolock
+            # port (its ERROR frame) or another protocol's.
+            line += " (the server does not speak TLS on this port: drop ssl_context, or check the port)"
+        self._lines.append(line)
         self._last = err
 
     def error(self) -> ConnectError:
