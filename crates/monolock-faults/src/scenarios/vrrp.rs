@@ -16,8 +16,10 @@
 //! starts its monolock (what `systemctl restart` does on a host), which
 //! starts its `--startup-grace`; a node that becomes backup or faulty
 //! stops its own. Measured: the time from the fault to the
-//! standby's first grant, and the overlap of the holders' beliefs across
-//! the two servers. With a grace >= the lease there must be none; with a
+//! standby's first grant, which must stay within the case's bound
+//! ([`Case::bound`]; a slower case fails with the timeline of where the
+//! time went), and the overlap of the holders' beliefs across the two
+//! servers. With a grace >= the lease there must be none; with a
 //! grace of 0 after an isolation they overlap (the old holder still
 //! believes until 0.8 x lease of silence), and the overlap is reported.
 //! Tokens must rise through the fenced resource in every case.
