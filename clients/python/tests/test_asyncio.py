@@ -130,6 +130,42 @@ class AsyncClient(SharedServer, unittest.IsolatedAsyncioTestCase):
             with self.assertRaises(monolock.InvalidArgument):
                 client.lock("ok", lease=lease)
 
+    async def test_bad_waits_are_rejected_before_connecting(self) -> None:
+        client = monolock.AsyncClient("127.0.0.1:9")  # nothing is ever dialled
+        for wait in [-1, float("nan"), float("-inf"), "30", True]:
+            with self.assertRaises(monolock.InvalidArgument, msg=repr(wait)):
+                client.lock("ok", lease=1.0, wait=wait)  # type: ignore[arg-type]
+
+    async def test_wait_inf_waits_forever(self) -> None:
+        client = self.client()
+        for wait in [float("inf"), 1e300]:
+            holder = await client.lock("a-inf", lease=2.0)
+            waiter = asyncio.ensure_future(client.lock("a-inf", lease=2.0, wait=wait))
+            await eventually("the waiter", lambda: len(self.server.waiters("a-inf")) == 1)
+            self.assertFalse(waiter.done(), repr(wait))
+            await holder.release()
+            lock = await asyncio.wait_for(waiter, PATIENCE)
+            async with lock:
+                self.assertTrue(lock.is_held())
+            await eventually("the lock forgotten", lambda: self.server.lock("a-inf") is None)
+
+    async def test_async_with_on_a_released_or_lost_lock_raises(self) -> None:
+        client = self.client()
+        lock = await client.lock("a-reenter", lease=5.0)
+        await lock.release()
+        with self.assertRaises(LockLost) as caught:
+            async with lock:
+                self.fail("the body ran without the lock")
+        self.assertIs(caught.exception.reason, LossReason.RELEASED)
+        self.assertIn("released", str(caught.exception))
+        lost = await client.lock("a-reenter", lease=5.0)
+        await asyncio.to_thread(self.server.force_release, "a-reenter")
+        await asyncio.wait_for(lost.lost(), PATIENCE)
+        with self.assertRaises(LockLost) as caught:
+            async with lost:
+                self.fail("the body ran without the lock")
+        self.assertIs(caught.exception.reason, LossReason.FORCED)
+
     async def test_no_task_thread_or_socket_leaks_after_1000_lock_cycles(self) -> None:
         # asyncio's debug mode (on in this test case) records a stack for
         # every callback: twenty times slower, and nothing to check here.

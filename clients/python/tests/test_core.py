@@ -215,6 +215,32 @@ class ClaimMachine(unittest.TestCase):
         self.assertTrue(claim.loss.is_temporary)
         self.assertIn("0x02 (closed by administrator)", str(claim.loss))
 
+    def test_first_bytes_of_another_protocol_name_the_wrong_port(self) -> None:
+        cases = [
+            (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answered like HTTP"),
+            (b"\x15\x03\x03\x00\x02\x02\x32", "the server speaks TLS: pass ssl_context"),
+            (b"\x16\x03\x03", "the server speaks TLS: pass ssl_context"),
+        ]
+        for data, says in cases:
+            for split in (1, len(data)):
+                claim = Claim("x", 2000, T0)
+                claim.receive(data[:split], T0 + MS)
+                claim.receive(data[split:], T0 + MS)
+                assert claim.loss is not None
+                self.assertIs(claim.loss.reason, LossReason.PROTOCOL_VIOLATION)
+                cause = claim.loss.__cause__
+                assert isinstance(cause, ProtocolError)
+                self.assertTrue(cause.wrong_port, says)
+                self.assertIn(says, str(claim.loss))
+        # Only the very first byte tells: later, "H" is a plain violation.
+        claim = Claim("x", 2000, T0)
+        claim.receive(b"\x11H", T0 + MS)
+        assert claim.loss is not None
+        cause = claim.loss.__cause__
+        assert isinstance(cause, ProtocolError)
+        self.assertFalse(cause.wrong_port)
+        self.assertIn("0x48", str(cause))
+
     def test_the_first_reason_wins(self) -> None:
         claim = Claim("x", 2000, T0)
         claim.receive(acquired(1) + b"\x13\x01\x00", T0)

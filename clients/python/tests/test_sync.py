@@ -15,6 +15,7 @@ from typing import List, Optional
 
 import monolock
 from monolock import LockLost, LossReason, NotAcquired
+from monolock._claim import Claim
 from monolock._reactor import Reactor, Session
 from support import (
     PATIENCE,
@@ -29,6 +30,37 @@ from support import (
 
 def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def joined(case: unittest.TestCase, thread: threading.Thread) -> None:
+    """Joins `thread`, failing the test if it is still running after the
+    patience."""
+    thread.join(PATIENCE)
+    case.assertFalse(thread.is_alive(), f"thread {thread.name} did not end")
+
+
+class Lockless(unittest.TestCase):
+    """A listener that never accepts: any connect shows in its queue."""
+
+    def setUp(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.listener.setblocking(False)
+        host, port = self.listener.getsockname()
+        self.address = f"{host}:{port}"
+
+    def tearDown(self) -> None:
+        with self.assertRaises(BlockingIOError, msg="something connected"):
+            self.listener.accept()
+        self.listener.close()
+
+    def test_bad_waits_are_rejected_before_connecting(self) -> None:
+        client = monolock.Client(self.address)
+        for wait in [-1, -0.001, float("nan"), float("-inf"), "30", True, [1.0]]:
+            with self.assertRaises(monolock.InvalidArgument, msg=repr(wait)) as caught:
+                client.lock("ok", lease=1.0, wait=wait)  # type: ignore[arg-type]
+            self.assertIn("wait", str(caught.exception))
 
 
 class SyncClient(SharedServer, unittest.TestCase):
@@ -59,7 +91,7 @@ class SyncClient(SharedServer, unittest.TestCase):
             first.check()
         self.assertIs(caught.exception.reason, LossReason.RELEASED)
         self.assertIsNone(first.loss)
-        waiter.join(PATIENCE)
+        joined(self, waiter)
         tokens += got
         self.assertEqual(len(tokens), 7)
         self.assertEqual(tokens, sorted(set(tokens)), "strictly increasing")
@@ -86,7 +118,7 @@ class SyncClient(SharedServer, unittest.TestCase):
             eventually(f"waiter {i} to queue", lambda: len(self.server.waiters("fifo")) == i + 1)
         holder.release()
         for thread in threads:
-            thread.join(PATIENCE)
+            joined(self, thread)
         self.assertEqual(order, [0, 1, 2, 3, 4])
         self.assertEqual(tokens, sorted(set(tokens)))
         self.assertGreater(tokens[0], holder.token)
@@ -176,11 +208,97 @@ class SyncClient(SharedServer, unittest.TestCase):
         listener.close()
         # The limits themselves are valid, and names are raw bytes.
         client = self.client()
-        with client.lock("n" * 255, lease=0.001 * 100) as lock:
+        with client.lock("n" * 255, lease=5.0) as lock:
             self.assertTrue(lock.is_held())
             for other in ["N" * 255, " " + "n" * 254]:
                 with client.lock(other, lease=4294967.295, wait=PATIENCE) as distinct:
                     self.assertTrue(distinct.is_held())
+
+    def test_wait_inf_waits_forever_and_leaves_no_orphan_claim(self) -> None:
+        client = self.client()
+        for wait in [float("inf"), None, 1e300]:
+            holder = client.lock("orphan", lease=2.0)
+            got: List[monolock.Lock] = []
+            errors: List[BaseException] = []
+
+            def wait_in_line(wait: Optional[float] = wait) -> None:
+                try:
+                    got.append(client.lock("orphan", lease=2.0, wait=wait))
+                except BaseException as err:  # noqa: B036 - recorded for the assertion
+                    errors.append(err)
+
+            waiter = threading.Thread(target=wait_in_line)
+            waiter.start()
+            eventually("the waiter to queue", lambda: len(self.server.waiters("orphan")) == 1)
+            self.assertEqual(errors, [], repr(wait))
+            holder.release()
+            joined(self, waiter)
+            self.assertEqual(errors, [], repr(wait))
+            self.assertEqual(len(got), 1)
+            with got[0] as lock:
+                self.assertTrue(lock.is_held())
+            eventually("the lock to be forgotten", lambda: self.server.lock("orphan") is None)
+
+    def test_a_bad_wait_leaves_nothing_queued_behind_a_holder(self) -> None:
+        client = self.client()
+        with client.lock("no-orphan", lease=2.0):
+            for wait in ["30", float("nan"), -1.0]:
+                with self.assertRaises(monolock.InvalidArgument):
+                    client.lock("no-orphan", lease=2.0, wait=wait)  # type: ignore[arg-type]
+                self.assertEqual(self.server.waiters("no-orphan"), [])
+        eventually("the lock to be forgotten", lambda: self.server.lock("no-orphan") is None)
+
+    def test_an_exception_after_connecting_ends_the_claim(self) -> None:
+        client = self.client()
+
+        def no_reactor() -> Reactor:
+            raise RuntimeError("can't start new thread")
+
+        client._reactor_factory = no_reactor
+        caught: List[BaseException] = []
+        try:
+            client.lock("raised", lease=60.0)
+        except RuntimeError as err:
+            caught.append(err)  # keeps the traceback and its frames alive
+        self.assertEqual(len(caught), 1)
+        # Released at once, long before a 60 s lease could run out.
+        eventually("the claim to end", lambda: self.server.lock("raised") is None)
+
+    def test_with_on_a_released_or_lost_lock_raises(self) -> None:
+        client = self.client()
+        lock = client.lock("reenter", lease=5.0)
+        lock.release()
+        with self.assertRaises(LockLost) as caught:
+            with lock:
+                self.fail("the body ran without the lock")
+        self.assertIs(caught.exception.reason, LossReason.RELEASED)
+        self.assertIn("released", str(caught.exception))
+        lock = client.lock("reenter", lease=5.0)
+        with lock:
+            self.assertTrue(lock.is_held())
+        with self.assertRaises(LockLost):
+            with lock:
+                self.fail("the body ran after the block released the lock")
+        lost = client.lock("reenter", lease=5.0)
+        self.assertIsNotNone(self.server.force_release("reenter"))
+        self.assertIsNotNone(lost.wait_lost(PATIENCE))
+        with self.assertRaises(LockLost) as caught:
+            with lost:
+                self.fail("the body ran without the lock")
+        self.assertIs(caught.exception.reason, LossReason.FORCED)
+        self.assertIn("lost", str(caught.exception))
+        with self.assertRaises(LockLost):
+            lost.release()
+
+    def test_wait_lost_takes_inf_and_refuses_nan(self) -> None:
+        lock = self.client().lock("wait-lost", lease=5.0)
+        with self.assertRaises(monolock.InvalidArgument):
+            lock.wait_lost(float("nan"))
+        self.assertIsNone(lock.wait_lost(0))
+        watcher = threading.Thread(target=lambda: lock.wait_lost(float("inf")))
+        watcher.start()
+        self.server.force_release("wait-lost")
+        joined(self, watcher)
 
     def test_no_thread_or_socket_leaks_after_1000_lock_cycles(self) -> None:
         client = self.client()
@@ -266,7 +384,22 @@ class StalledDriver(unittest.TestCase):
                 reactor.thaw.set()
             with self.assertRaises(LockLost):
                 lock.release()
-            reactor.join(PATIENCE)
+            self.assertTrue(reactor.join(PATIENCE), "the lock's reactor thread did not end")
+
+
+class DedicatedReactor(unittest.TestCase):
+    def test_it_ends_when_its_session_was_released_before_it_was_added(self) -> None:
+        mine, peer = socket.socketpair()
+        try:
+            mine.setblocking(False)
+            reactor = Reactor(dedicated=True)
+            session = Session(Claim("early", 1000, time.monotonic_ns()), mine, reactor)
+            session.release(wait=False)
+            reactor.add(session)
+            self.assertTrue(session.closed_event.wait(PATIENCE))
+            self.assertTrue(reactor.join(PATIENCE), "the reactor thread did not end")
+        finally:
+            peer.close()
 
 
 class LostOnHandOff(Reactor):
@@ -353,7 +486,7 @@ class SyncServerFaults(unittest.TestCase):
             self.assertIs(loss.reason, LossReason.SHUTDOWN)
             self.assertEqual(loss.code, 0x01)
             self.assertTrue(loss.is_temporary)
-            thread.join(PATIENCE)
+            joined(self, thread)
             self.assertEqual(len(waiter_error), 1)
             err = waiter_error[0]
             assert isinstance(err, LockLost), repr(err)

@@ -6,6 +6,7 @@ import asyncio
 import json
 import ssl
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -49,6 +50,24 @@ class Tls(unittest.TestCase):
                 "tls", lease=5.0
             ) as lock:
                 self.assertTrue(lock.is_held())
+
+    def test_a_client_without_ssl_context_is_told_to_pass_one(self) -> None:
+        with Server(*tls_args(mutual=False)) as server:
+            says = f"{server.addr}: the server speaks TLS: pass ssl_context"
+            lease = 60.0  # an answer at the deadline could not pass for a prompt one
+            start = time.monotonic()
+            with self.assertRaises(monolock.ConnectError) as caught:
+                monolock.Client(server.addr).lock("tls", lease=lease)
+            self.assertIn(says, str(caught.exception))
+            self.assertFalse(caught.exception.is_temporary)
+
+            async def use() -> None:
+                with self.assertRaises(monolock.ConnectError) as caught:
+                    await monolock.AsyncClient(server.addr).lock("tls", lease=lease)
+                self.assertIn(says, str(caught.exception))
+
+            asyncio.run(use())
+            self.assertLess(time.monotonic() - start, 0.8 * lease)
 
     def test_mtls_identity_and_refusal(self) -> None:
         with Server(*tls_args(mutual=True)) as server:

@@ -18,8 +18,9 @@ from typing import Any, Callable, Generator, List, Optional, Tuple, Type
 from . import _frames
 from ._address import Address
 from ._claim import Claim, Status
-from ._connect import Endpoints, Failures, refused_handshake
-from ._sync import DEFAULT_LEASE
+from ._connect import Endpoints, Failures, first_reply_error
+from ._sync import DEFAULT_LEASE, _not_enterable
+from ._timeouts import bound_ns
 from .errors import LockLost, NotAcquired
 
 
@@ -270,6 +271,10 @@ class AsyncLock:
             raise loss.with_traceback(None)
 
     async def __aenter__(self) -> AsyncLock:
+        """Raises LockLost when the lock is no longer held (released, or
+        lost): an `async with` block never runs its body without the lock."""
+        if not self.is_held():
+            raise _not_enterable(self._name, self._claim().loss)
         return self
 
     async def __aexit__(
@@ -326,25 +331,35 @@ class AsyncClient(Endpoints):
         as `Client.lock` does. Cancelling the wait gives the place up."""
         raw_name = _frames.encode_name(name)
         lease_ms = _frames.lease_ms(lease)
-        return _Acquiring(lambda: self._acquire(name, raw_name, lease_ms, wait, False))
+        wait_ns = bound_ns(wait, "wait")
+        return _Acquiring(lambda: self._acquire(name, raw_name, lease_ms, wait, wait_ns, False))
 
     async def try_lock(self, name: str, lease: float = DEFAULT_LEASE) -> Optional[AsyncLock]:
         """Takes the lock if it is free; None if someone holds it (nothing
         is left queued)."""
         raw_name = _frames.encode_name(name)
         lease_ms = _frames.lease_ms(lease)
-        return await self._acquire(name, raw_name, lease_ms, None, True)
+        return await self._acquire(name, raw_name, lease_ms, None, None, True)
 
     async def _acquire(
-        self, name: str, raw_name: bytes, lease_ms: int, wait: Optional[float], give_up_when_queued: bool
+        self,
+        name: str,
+        raw_name: bytes,
+        lease_ms: int,
+        wait: Optional[float],
+        wait_ns: Optional[int],
+        give_up_when_queued: bool,
     ) -> Optional[AsyncLock]:
         start = time.monotonic_ns()
+        frame = _frames.acquire(raw_name, lease_ms)
         driver, address = await self._connect()
-        driver.start(Claim(name, lease_ms, time.monotonic_ns()), _frames.acquire(raw_name, lease_ms))
+        # From here on the connection is a claim: whatever ends this call
+        # without handing a lock over, a cancellation included, ends it.
         try:
+            driver.start(Claim(name, lease_ms, time.monotonic_ns()), frame)
             status, _ = await driver.wait_until(lambda s: s is not Status.UNANSWERED, None)
             if status is Status.WAITING and not give_up_when_queued:
-                until = None if wait is None else start + int(wait * 1e9)
+                until = None if wait_ns is None else start + wait_ns
                 status, timed_out = await driver.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
                     raise NotAcquired(name, wait if wait is not None else 0.0)
@@ -358,8 +373,7 @@ class AsyncClient(Endpoints):
         driver.release()
         if status is Status.LOST:
             loss = claim.loss or LockLost.connection()
-            refused = refused_handshake(address, loss)
-            raise refused if refused is not None else loss
+            raise first_reply_error(address, loss) or loss
         return None
 
     async def _connect(self) -> Tuple[_Driver, Address]:
@@ -380,5 +394,10 @@ class AsyncClient(Endpoints):
                     driver.transport.abort()
                 failures.add(address, err)
                 continue
+            except BaseException:
+                # Cancelled as the connection completed: nothing stays open.
+                if driver.transport is not None:
+                    driver.transport.abort()
+                raise
             return driver, address
         raise failures.error()

@@ -58,13 +58,18 @@ class Claim:
         """The pessimist's check: past the deadline the claim is lost,
         whatever timer has not fired yet."""
         if self.status is not Status.LOST and now >= self.deadline():
-            self.lose(LockLost.expired(self.lease_ms))
+            self.lose(LockLost.expired(self.lease_ms, self.status is Status.UNANSWERED))
 
     def receive(self, data: bytes, now: int) -> None:
         """Applies the bytes read at `now`: every whole frame among them."""
         self.check(now)
         if self.status is Status.LOST:
             return
+        if self.status is Status.UNANSWERED and not self._buf and data:
+            foreign = _frames.wrong_port(data[0])
+            if foreign is not None:
+                self.lose(LockLost.protocol(foreign))
+                return
         self._buf += data
         used = 0
         try:

@@ -14,7 +14,7 @@ from typing import List, Optional, Tuple
 
 from . import _address
 from ._address import Address, Addresses
-from .errors import ConnectError, LockLost
+from .errors import ConnectError, LockLost, ProtocolError
 
 #: How long dialing one server (TCP and TLS handshake) may take, in seconds.
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -58,7 +58,12 @@ class Failures:
         self._last: Optional[BaseException] = None
 
     def add(self, address: Address, err: BaseException) -> None:
-        self._lines.append(f"{address}: {err or type(err).__name__}")
+        line = f"{address}: {err or type(err).__name__}"
+        if isinstance(err, ssl.SSLError) and err.reason == "WRONG_VERSION_NUMBER":
+            # The first bytes back were no TLS record: a plain monolock
+            # port (its ERROR frame) or another protocol's.
+            line += " (the server does not speak TLS on this port: drop ssl_context, or check the port)"
+        self._lines.append(line)
         self._last = err
 
     def error(self) -> ConnectError:
@@ -95,17 +100,27 @@ def connect(endpoints: Endpoints) -> Tuple[socket.socket, Address]:
     raise failures.error()
 
 
-def refused_handshake(address: Address, loss: LockLost) -> Optional[ConnectError]:
-    """A TLS alert before the first reply is the server refusing the
-    handshake (TLS 1.3 clients learn it on their first read, e.g. an mTLS
-    server that wants a client certificate): a failed connect, not a lost
-    claim."""
+def first_reply_error(address: Address, loss: LockLost) -> Optional[ConnectError]:
+    """The connect error hidden in a claim that ended before its first
+    reply, if there is one:
+
+    - a TLS alert: the server refused the handshake (TLS 1.3 clients learn
+      it on their first read, e.g. an mTLS server that wants a client
+      certificate);
+    - first bytes of another protocol (HTTP, TLS): the address is not a
+      monolock protocol port, which no retry mends.
+    """
     cause = loss.__cause__
     if isinstance(cause, ssl.SSLError):
         error = ConnectError(
             f"could not connect to {address}: the server refused the TLS handshake: {cause}",
             [str(address)],
         )
-        error.__cause__ = cause
-        return error
-    return None
+    elif isinstance(cause, ProtocolError) and cause.wrong_port:
+        error = ConnectError(
+            f"could not connect to {address}: {cause}", [str(address)], temporary=False
+        )
+    else:
+        return None
+    error.__cause__ = cause
+    return error

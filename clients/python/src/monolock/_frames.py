@@ -27,6 +27,15 @@ MAX_LEASE_MS = 0xFFFF_FFFF
 #: The whole HEARTBEAT frame.
 HEARTBEAT = bytes([HEARTBEAT_BYTE])
 
+#: What the first byte of a reply says about a peer that is not a monolock
+#: protocol server (a monolock server's first byte is always 0x11, 0x12 or
+#: 0x13): a TLS record (0x15 alert, 0x16 handshake), or HTTP's `H`.
+_WRONG_PORT = {
+    0x15: "the server speaks TLS: pass ssl_context",
+    0x16: "the server speaks TLS: pass ssl_context",
+    ord("H"): "this is not a monolock protocol port (it answered like HTTP)",
+}
+
 _ACQUIRE_HEAD = struct.Struct(">BBIH")
 _TOKEN = struct.Struct(">Q")
 
@@ -84,6 +93,13 @@ def lease_ms(lease: float) -> int:
             f"lease {lease}s is out of range: it must be between 0.001s and {MAX_LEASE_MS / 1000}s"
         )
     return ms
+
+
+def wrong_port(first_byte: int) -> Optional[ProtocolError]:
+    """The error for a connection whose very first byte from the peer is
+    `first_byte`, when that byte shows a peer of another protocol."""
+    says = _WRONG_PORT.get(first_byte)
+    return None if says is None else ProtocolError(says, wrong_port=True)
 
 
 def acquire(name: bytes, lease: int) -> bytes:

@@ -180,8 +180,10 @@ class Reactor:
     def alive(self) -> bool:
         return self._thread.is_alive() and self.pid == os.getpid()
 
-    def join(self, timeout: float) -> None:
+    def join(self, timeout: float) -> bool:
+        """Waits for the thread to end; True if it has."""
         self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     def add(self, session: Session) -> None:
         """Starts reading and heartbeating `session` (its socket is
@@ -222,12 +224,13 @@ class Reactor:
         while self._commands:
             add, session = self._commands.popleft()
             if add:
+                # A dedicated reactor has had its session, served or not.
+                self._served = True
                 if session.released or session.closed_event.is_set():
                     self._close(session)
                     continue
                 self._sel.register(session.sock, selectors.EVENT_READ, session)
                 self._sessions += 1
-                self._served = True
                 self._schedule(session)
                 # The reply may already be buffered (TLS reads ahead).
                 self._readable(session)

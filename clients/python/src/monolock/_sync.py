@@ -12,9 +12,10 @@ from typing import Callable, Optional, Tuple, Type
 from . import _frames
 from ._address import Address
 from ._claim import Claim, Status
-from ._connect import Endpoints, connect, refused_handshake
+from ._connect import Endpoints, connect, first_reply_error
 from ._reactor import READ_CHUNK, Reactor, Session, shared_reactor, shutdown_socket
-from .errors import LockLost, NotAcquired
+from ._timeouts import bound_ns
+from .errors import LockLost, LossReason, NotAcquired
 
 #: The lease when none is given, in seconds.
 DEFAULT_LEASE = 10.0
@@ -95,7 +96,8 @@ class Lock:
     def wait_lost(self, timeout: Optional[float] = None) -> Optional[LockLost]:
         """Blocks until the lock is lost (returns why) or `timeout` seconds
         pass (returns None)."""
-        until = None if timeout is None else time.monotonic_ns() + int(timeout * 1e9)
+        timeout_ns = bound_ns(timeout, "timeout")
+        until = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
         status, _ = self._session.wait_until(lambda _: False, until)
         return self._session.claim.loss if status is Status.LOST else None
 
@@ -111,6 +113,10 @@ class Lock:
             raise loss.with_traceback(None)
 
     def __enter__(self) -> Lock:
+        """Raises LockLost when the lock is no longer held (released, or
+        lost): a `with` block never runs its body without the lock."""
+        if not self.is_held():
+            raise _not_enterable(self._name, self._session.claim.loss)
         return self
 
     def __exit__(
@@ -133,6 +139,26 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<monolock.Lock name={self._name!r} token={self._token} held={self.is_held()}>"
+
+
+def _not_enterable(name: str, loss: Optional[LockLost]) -> LockLost:
+    """The error of a `with` (or `async with`) on a lock that is no longer
+    held: its loss, or the release, said plainly."""
+    if loss is None:
+        return LockLost(
+            LossReason.RELEASED,
+            f"cannot enter a with-block on lock {name!r}: it was released; "
+            "take it again with client.lock()",
+        )
+    entered = LockLost(
+        loss.reason,
+        f"cannot enter a with-block on lock {name!r}: it was lost ({loss}); "
+        "take it again with client.lock()",
+        code=loss.code,
+        detail=loss.detail,
+    )
+    entered.__cause__ = loss
+    return entered
 
 
 class Client(Endpoints):
@@ -162,8 +188,9 @@ class Client(Endpoints):
 
         `lease` (seconds) is the failure detector, not a work deadline: the
         lock heartbeats about four times per lease and may be held for
-        hours. `wait` bounds the time in the queue: when it runs out the
-        place is given up and NotAcquired is raised.
+        hours. `wait` bounds the time in the queue, in seconds (None or
+        `float("inf")`: no bound): when it runs out the place is given up
+        and NotAcquired is raised.
 
         Raises InvalidArgument (before connecting), ConnectError,
         NotAcquired, or LockLost when the place in the queue ends first
@@ -186,38 +213,42 @@ class Client(Endpoints):
     ) -> Optional[Lock]:
         raw_name = _frames.encode_name(name)
         lease_ms = _frames.lease_ms(lease)
+        wait_ns = bound_ns(wait, "wait")
         start = time.monotonic_ns()
         claim, sock, address = self._first_reply(name, raw_name, lease_ms)
-        if claim.status is Status.LOST:
-            sock.close()
-            loss = claim.loss or LockLost.connection()
-            refused = refused_handshake(address, loss)
-            raise refused if refused is not None else loss
-        if claim.status is Status.WAITING and give_up_when_queued:
-            shutdown_socket(sock)
-            sock.close()
-            return None
-        # Read before the reactor thread shares the claim: from `add` on it
-        # may end the claim at any moment (a queued claim that ends before
-        # its grant has no token).
-        first_status = claim.status
-        session = Session(claim, sock, (self._reactor_factory or shared_reactor)())
-        session.reactor.add(session)
-        if first_status is Status.WAITING:
-            until = None if wait is None else start + int(wait * 1e9)
-            try:
+        # From here on the connection is a claim: whatever ends this call
+        # without handing a Lock over, an exception included, ends it.
+        session: Optional[Session] = None
+        try:
+            if claim.status is Status.LOST:
+                loss = claim.loss or LockLost.connection()
+                raise first_reply_error(address, loss) or loss
+            if claim.status is Status.WAITING and give_up_when_queued:
+                shutdown_socket(sock)
+                sock.close()
+                return None
+            # Read before the reactor thread shares the claim: from `add` on
+            # it may end the claim at any moment (a queued claim that ends
+            # before its grant has no token).
+            first_status = claim.status
+            session = Session(claim, sock, (self._reactor_factory or shared_reactor)())
+            session.reactor.add(session)
+            if first_status is Status.WAITING:
+                until = None if wait_ns is None else start + wait_ns
                 status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
                     raise NotAcquired(name, wait if wait is not None else 0.0)
-            except BaseException:
+                if status is not Status.HELD:
+                    raise claim.loss or LockLost.connection()
+            token = claim.token
+            assert token is not None
+            return Lock(session, name, token, address)
+        except BaseException:
+            if session is None:
+                sock.close()
+            else:
                 session.release(wait=False)
-                raise
-            if status is not Status.HELD:
-                session.release(wait=False)
-                raise claim.loss or LockLost.connection()
-        token = claim.token
-        assert token is not None
-        return Lock(session, name, token, address)
+            raise
 
     def _first_reply(
         self, name: str, raw_name: bytes, lease_ms: int
@@ -225,8 +256,8 @@ class Client(Endpoints):
         """Connects, sends the ACQUIRE and reads the server's first reply in
         the caller's thread (an uncontended lock needs no hand-off to the
         reactor thread to be granted); the socket is left non-blocking."""
-        sock, address = connect(self)
         frame = _frames.acquire(raw_name, lease_ms)
+        sock, address = connect(self)
         claim = Claim(name, lease_ms, time.monotonic_ns())
         try:
             sock.sendall(frame)
@@ -244,7 +275,7 @@ class Client(Endpoints):
             sock.setblocking(False)
         except socket.timeout:
             claim.check(time.monotonic_ns())
-            claim.lose(LockLost.expired(lease_ms))
+            claim.lose(LockLost.expired(lease_ms, unanswered=True))
         except (OSError, ssl.SSLError) as err:
             claim.closed(err)
         except BaseException:  # KeyboardInterrupt while waiting: nothing stays open

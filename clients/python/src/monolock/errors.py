@@ -53,25 +53,38 @@ class Error(Exception):
 
 
 class InvalidArgument(Error, ValueError):
-    """A bad lock name or lease (or address): raised before connecting."""
+    """A bad lock name, lease, wait or address: raised before connecting."""
 
 
 class ConnectError(Error, ConnectionError):
     """The server could not be reached (refused, unreachable, timed out,
-    TLS handshake failed). `addresses` lists every address tried, in order;
-    the last failure is chained as `__cause__`."""
+    TLS handshake failed), or what answered is not a monolock protocol
+    port (an HTTP port, a TLS port dialled without `ssl_context`).
+    `addresses` lists every address tried, in order; the last failure is
+    chained as `__cause__`."""
 
-    def __init__(self, message: str, addresses: Sequence[str]) -> None:
+    def __init__(self, message: str, addresses: Sequence[str], *, temporary: bool = True) -> None:
         super().__init__(message)
         self.addresses = tuple(addresses)
+        self._temporary = temporary
 
     @property
     def is_temporary(self) -> bool:
-        return True
+        """False when the same address fails the same way every time (the
+        wrong port)."""
+        return self._temporary
 
 
 class ProtocolError(Error):
-    """The server sent something a protocol v1 server never sends."""
+    """The server sent something a protocol v1 server never sends.
+
+    `wrong_port` is True when the very first bytes show that the peer is
+    not a monolock protocol server at all (it answered like HTTP, or with
+    a TLS record)."""
+
+    def __init__(self, message: str, *, wrong_port: bool = False) -> None:
+        super().__init__(message)
+        self.wrong_port = wrong_port
 
 
 class NotAcquired(Error, TimeoutError):
@@ -137,7 +150,15 @@ class LockLost(Error):
         return True
 
     @classmethod
-    def expired(cls, lease_ms: int) -> LockLost:
+    def expired(cls, lease_ms: int, unanswered: bool = False) -> LockLost:
+        if unanswered:
+            # A monolock server answers an ACQUIRE at once: silence is more
+            # likely another protocol's port that waits for a request line.
+            return cls(
+                LossReason.EXPIRED,
+                f"no reply to the ACQUIRE within 0.8 x the lease of {lease_ms / 1000}s "
+                "(is this address a monolock protocol port?)",
+            )
         return cls(
             LossReason.EXPIRED,
             f"no heartbeat was confirmed within 0.8 x the lease of {lease_ms / 1000}s",

@@ -136,6 +136,23 @@ async fn main() -> anyhow::Result<()> {
     run(&args, &mut report, stop).await
 }
 
+/// An error and its sources, `outer: inner: ...`: what the checker's
+/// journal shows of a failure (a timeline of a slow failover says which
+/// connect failed how).
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
@@ -160,7 +177,7 @@ async fn run(
                 report
                     .send(&WorkerMsg::AcquireFailed {
                         lock: args.lock.clone(),
-                        error: format!("{err}"),
+                        error: with_causes(&err),
                     })
                     .await?;
                 // At once after a shutdown notice (a fresh server may be
@@ -254,7 +271,7 @@ async fn hold(
         if !guard.is_held() {
             let reason = guard
                 .loss()
-                .map_or_else(|| "lost".into(), |r| r.to_string());
+                .map_or_else(|| "lost".into(), |reason| with_causes(&reason));
             return Ok(Ended::Lost(loss_at(&stamp), reason));
         }
         // `is_held()` was true: the write below is allowed by it.

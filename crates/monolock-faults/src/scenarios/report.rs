@@ -52,8 +52,12 @@ pub struct Report {
     pub max_heartbeat_rtt_ms: Option<f64>,
     /// The bound that round trip had to stay within, ms.
     pub heartbeat_rtt_bound_ms: Option<f64>,
-    /// Other counts (hostile connections, accept errors, ...).
+    /// Other counts (hostile connections, accept errors, ...), summed over
+    /// rounds and runs.
     pub counts: BTreeMap<String, u64>,
+    /// Named durations, ms: the longest over rounds and runs (a phase of a
+    /// failover, say), never summed.
+    pub maxima: BTreeMap<String, f64>,
     /// Violations found. Empty means the scenario passed.
     pub problems: Vec<String>,
     /// Wall time of the run, s.
@@ -81,6 +85,12 @@ impl Report {
 
     pub(super) fn count(&mut self, what: &str, n: u64) {
         *self.counts.entry(what.to_owned()).or_default() += n;
+    }
+
+    /// Records a duration whose longest value is the figure.
+    pub(super) fn maximum(&mut self, what: &str, ms: f64) {
+        let longest = self.maxima.entry(what.to_owned()).or_insert(ms);
+        *longest = longest.max(ms);
     }
 
     pub(super) fn fault_to_grant(&mut self, ms: f64) {
@@ -132,6 +142,9 @@ impl fmt::Display for Report {
         }
         for (k, v) in &self.counts {
             write!(f, " {k}={v}")?;
+        }
+        for (k, v) in &self.maxima {
+            write!(f, " max {k}={v:.0}")?;
         }
         for p in &self.problems {
             write!(f, "\n    problem: {p}")?;
@@ -187,8 +200,36 @@ impl Totals {
         for (k, v) in &r.counts {
             *m.counts.entry(k.clone()).or_default() += v;
         }
+        for (k, v) in &r.maxima {
+            m.maximum(k, *v);
+        }
         m.problems
             .extend(r.problems.iter().map(|p| format!("seed {}: {p}", r.seed)));
         m.seconds += r.seconds;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maxima_are_the_longest_over_rounds_and_runs_never_a_sum() {
+        let mut run = Report::default();
+        run.maximum("case-fault-to-grant-ms", 1600.0);
+        run.maximum("case-fault-to-grant-ms", 1700.0);
+        run.maximum("case-fault-to-grant-ms", 1500.0);
+        run.count("case-overlaps", 1);
+        run.count("case-overlaps", 2);
+        assert_eq!(run.maxima["case-fault-to-grant-ms"], 1700.0);
+        assert_eq!(run.counts["case-overlaps"], 3);
+        let mut other = Report::default();
+        other.maximum("case-fault-to-grant-ms", 1650.0);
+        let mut totals = Totals::default();
+        totals.add(&run);
+        totals.add(&other);
+        assert_eq!(totals.merged.maxima["case-fault-to-grant-ms"], 1700.0);
+        assert_eq!(totals.merged.counts["case-overlaps"], 3);
+        assert!(run.to_string().contains(" max case-fault-to-grant-ms=1700"));
     }
 }

@@ -16,8 +16,10 @@
 //! starts its monolock (what `systemctl restart` does on a host), which
 //! starts its `--startup-grace`; a node that becomes backup or faulty
 //! stops its own. Measured: the time from the fault to the
-//! standby's first grant, and the overlap of the holders' beliefs across
-//! the two servers. With a grace >= the lease there must be none; with a
+//! standby's first grant, which must stay within the case's bound
+//! ([`Case::bound`]; a slower case fails with the timeline of where the
+//! time went), and the overlap of the holders' beliefs across the two
+//! servers. With a grace >= the lease there must be none; with a
 //! grace of 0 after an isolation they overlap (the old holder still
 //! believes until 0.8 x lease of silence), and the overlap is reported.
 //! Tokens must rise through the fenced resource in every case.
@@ -26,17 +28,20 @@ use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     process::{Command, Stdio},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use rand::rngs::StdRng;
 
+use self::timeline::{Clocks, Timeline};
 use super::{Env, Lab, Report, ScenarioError, patience};
 use crate::{
     belief::overlaps,
     checker::Checker,
     clock::{mono_ns, ms_between},
 };
+
+mod timeline;
 
 /// The scenario's name on the command line and in reports.
 pub(super) const NAME: &str = "vrrp-failover";
@@ -51,6 +56,21 @@ const OPS: &str = "127.0.0.1:9090";
 /// The keepalived files as shipped.
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/keepalived");
 
+/// How long the primary's health check takes to fail once its monolock is
+/// dead, from the shipped `vrrp_script`: checks every second (`interval
+/// 1`), two failures in a row (`fall 2`), each allowed a second (`timeout
+/// 1`; a refused connection fails at once).
+const CHECK_FAILS: Duration = Duration::from_secs(3);
+/// How long the standby takes to become master once the primary's adverts
+/// stop: VRRPv3's master-down interval, three adverts (`advert_int 0.1`)
+/// plus the skew of one, (256 - 100) / 256 of it for priority 100.
+const MASTER_DOWN: Duration = Duration::from_millis(361);
+/// Everything else between the takeover and the grant: the standby's
+/// server starting (its takeover script runs it in the background), and a
+/// client whose SYN went to the primary's MAC address just before the
+/// standby's gratuitous ARP (one SYN retransmission, 1 s).
+const SLACK: Duration = Duration::from_millis(1500);
+
 #[derive(Clone, Copy, Debug)]
 enum Fault {
     Kill,
@@ -64,6 +84,17 @@ struct Case {
 }
 
 impl Case {
+    /// The longest a failover may take from the fault to the standby's
+    /// first grant: noticing the fault, the takeover, the startup grace,
+    /// and the slack.
+    fn bound(self) -> Duration {
+        let notice = match self.fault {
+            Fault::Kill => CHECK_FAILS,
+            Fault::Isolate => Duration::ZERO,
+        };
+        notice + MASTER_DOWN + self.grace + SLACK
+    }
+
     fn label(self) -> String {
         let fault = match self.fault {
             Fault::Kill => "kill",
@@ -147,7 +178,7 @@ pub(super) async fn run(
 async fn run_case(env: &Env, case: Case, report: &mut Report) -> Result<(), String> {
     let label = case.label();
     let net = Net::create()?;
-    let nodes = Nodes::start(env, &net, case.grace).await?;
+    let nodes = Nodes::start(env, &net, case).await?;
     nodes.wait_started('a', 1).await?;
 
     let checker = Checker::start_on(IpAddr::V4(net.ip(254)))
@@ -183,20 +214,63 @@ async fn run_case(env: &Env, case: Case, report: &mut Report) -> Result<(), Stri
         after = from;
     }
 
+    let clocks = Clocks::now();
     let fault_at = mono_ns();
     match case.fault {
         Fault::Kill => nodes.kill_server('a')?,
         Fault::Isolate => net.isolate('a')?,
     }
+    // The fault is in effect by the time its command returns: a grant
+    // before that may still be the primary's.
+    let in_effect = mono_ns();
+    let mut timeline = Timeline::new(fault_at);
+    timeline.add(fault_at, format!("{label}: the fault"));
+    timeline.add(in_effect, "the fault's command returned");
+    report.maximum(
+        &format!("{label}-fault-command-ms"),
+        ms_between(fault_at, in_effect),
+    );
     report.fault(&label);
-    let (_, first_token, granted_at) = lab
-        .wait_held(LOCK, fault_at, None, wait + Duration::from_secs(5))
+    let (first_holder, first_token, granted_at) = lab
+        .wait_held(LOCK, in_effect, None, wait + Duration::from_secs(5))
         .await
         .map_err(err)?;
+    timeline.add(
+        granted_at,
+        format!("{first_holder} granted token {first_token}: the first grant after the fault"),
+    );
     let fault_to_grant = ms_between(fault_at, granted_at);
     report.fault_to_grant(fault_to_grant);
-    report.count(&format!("{label}-fault-to-grant-ms"), fault_to_grant as u64);
     nodes.wait_vip(&net, 'b').await?;
+    nodes.explain(&mut timeline, clocks, fault_at);
+    let records = lab
+        .checker
+        .wait_for(Duration::ZERO, "the journal", |records| {
+            Some(records.to_vec())
+        })
+        .await
+        .map_err(err)?;
+    timeline.add_workers(LOCK, &records, granted_at);
+    report.maximum(&format!("{label}-fault-to-grant-ms"), fault_to_grant);
+    for (step, at) in [
+        ("takeover", nodes.took_over_after(clocks, fault_at)),
+        ("listening", nodes.listening_after(clocks, fault_at)),
+    ] {
+        if let Some(at) = at {
+            report.maximum(&format!("{label}-{step}-ms"), timeline.ms(at));
+        }
+    }
+    // Bounded from the moment the fault is surely in effect: a slow `ip`
+    // is the lab's, not the failover's (its time is a figure of its own).
+    let bound = case.bound();
+    let in_effect_to_grant = ms_between(in_effect, granted_at);
+    report.check(in_effect_to_grant <= bound.as_secs_f64() * 1000.0, || {
+        format!(
+            "{label}: {in_effect_to_grant:.0} ms from the fault to the standby's first grant, \
+             over the bound of {} ms:{timeline}",
+            bound.as_millis()
+        )
+    });
     report.check(nodes.started('b') == 1, || {
         format!("{label}: the standby's monolock was not started once on takeover")
     });
@@ -223,7 +297,7 @@ async fn run_case(env: &Env, case: Case, report: &mut Report) -> Result<(), Stri
         .max()
         .unwrap_or(0);
     report.count(&format!("{label}-cross-server-overlaps"), cross);
-    report.count(&format!("{label}-max-overlap-ms"), worst / 1_000_000);
+    report.maximum(&format!("{label}-overlap-ms"), worst as f64 / 1e6);
     if case.grace >= LEASE {
         report.check(cross == 0, || {
             format!("{label}: {cross} beliefs overlapped across the failover (worst {worst} ns) despite a grace >= the lease")
@@ -357,6 +431,8 @@ impl Drop for Net {
 /// as a service manager would) and their keepalived.
 struct Nodes {
     dir: PathBuf,
+    /// The clients' namespace, where the workers run.
+    clients_ns: String,
     keepalived: Vec<std::process::Child>,
     /// Remove the work directory (configurations, logs) on drop: set once
     /// the case passed; a failed case keeps it for diagnosis.
@@ -366,7 +442,8 @@ struct Nodes {
 impl Nodes {
     /// Starts the primary's keepalived, waits until it holds the address,
     /// then the standby's (so the initial election never races).
-    async fn start(env: &Env, net: &Net, grace: Duration) -> Result<Self, String> {
+    async fn start(env: &Env, net: &Net, case: Case) -> Result<Self, String> {
+        let grace = case.grace;
         let monolock = env.server_bin().map_err(|e| e.to_string())?;
         let base = env
             .worker_bin
@@ -374,11 +451,12 @@ impl Nodes {
             .map_or_else(std::env::temp_dir, Path::to_path_buf);
         // Not under /tmp: keepalived refuses scripts in a directory others
         // can write to.
-        let dir = base.join(format!("vrrp-{}", net.prefix));
+        let dir = base.join(format!("vrrp-{}-{}", net.prefix, case.label()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut nodes = Self {
             dir,
+            clients_ns: net.ns('c'),
             keepalived: Vec::new(),
             tidy: false,
         };
@@ -465,7 +543,7 @@ impl Nodes {
              {stop}\n\
              {monolock} serve --listen 0.0.0.0:{PORT} --ops-listen {OPS} --startup-grace {grace}ms --log-format json >>{dir}/monolock-{node}.log 2>&1 &\n\
              echo $! > {dir}/monolock-{node}.pid\n\
-             echo started >> {dir}/started-{node}.log\n",
+             echo \"started $(date +%s%N)\" >> {dir}/started-{node}.log\n",
             stop = stop_path.display(),
             monolock = monolock.display(),
             grace = grace.as_millis(),
@@ -477,16 +555,10 @@ impl Nodes {
 
     /// A script that runs the worker inside the clients' namespace.
     fn worker_wrapper(&self, env: &Env) -> Result<PathBuf, String> {
-        let ns = self
-            .dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("vrrp-"))
-            .map(|prefix| format!("{prefix}c"))
-            .ok_or("work directory name")?;
         let path = self.dir.join("worker.sh");
         let script = format!(
-            "#!/bin/sh\nexec ip netns exec {ns} {} \"$@\"\n",
+            "#!/bin/sh\nexec ip netns exec {} {} \"$@\"\n",
+            self.clients_ns,
             env.worker_bin.display()
         );
         write(&path, &script, 0o755)?;
@@ -497,6 +569,68 @@ impl Nodes {
     fn started(&self, node: char) -> usize {
         std::fs::read_to_string(self.dir.join(format!("started-{node}.log")))
             .map_or(0, |text| text.lines().count())
+    }
+
+    /// When keepalived started `node`'s monolock (its takeover script's
+    /// stamps, wall clock).
+    fn started_at(&self, node: char) -> Vec<SystemTime> {
+        std::fs::read_to_string(self.dir.join(format!("started-{node}.log")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.strip_prefix("started ")?.trim().parse::<u64>().ok())
+            .map(|ns| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
+            .collect()
+    }
+
+    /// When `node`'s monolock logged "listening" (wall clock, from its JSON
+    /// log).
+    fn listening_at(&self, node: char) -> Vec<SystemTime> {
+        std::fs::read_to_string(self.dir.join(format!("monolock-{node}.log")))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|entry| entry["message"] == "listening")
+            .filter_map(|entry| humantime::parse_rfc3339(entry["timestamp"].as_str()?).ok())
+            .collect()
+    }
+
+    /// The first instant after `fault_at` (monotonic) among `stamps`.
+    fn first_after(stamps: &[SystemTime], clocks: Clocks, fault_at: u64) -> Option<u64> {
+        stamps
+            .iter()
+            .map(|&wall| clocks.mono_of(wall))
+            .filter(|&at| at >= fault_at)
+            .min()
+    }
+
+    /// When keepalived made the standby master after the fault.
+    fn took_over_after(&self, clocks: Clocks, fault_at: u64) -> Option<u64> {
+        Self::first_after(&self.started_at('b'), clocks, fault_at)
+    }
+
+    /// When the standby's server listened after the fault.
+    fn listening_after(&self, clocks: Clocks, fault_at: u64) -> Option<u64> {
+        Self::first_after(&self.listening_at('b'), clocks, fault_at)
+    }
+
+    /// Adds both nodes' takeovers and servers' starts after the fault.
+    fn explain(&self, timeline: &mut Timeline, clocks: Clocks, fault_at: u64) {
+        for node in ['a', 'b'] {
+            for (stamps, what) in [
+                (
+                    self.started_at(node),
+                    "became master: its takeover script ran",
+                ),
+                (self.listening_at(node), "monolock listening"),
+            ] {
+                for wall in stamps {
+                    let at = clocks.mono_of(wall);
+                    if at >= fault_at {
+                        timeline.add(at, format!("{node}: {what}"));
+                    }
+                }
+            }
+        }
     }
 
     /// Waits until keepalived has started `node`'s monolock `times` times.
