@@ -86,7 +86,7 @@ pub use crate::ops::metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
 };
 pub use crate::ops::reload::{ReloadReport, Reloader};
-pub use crate::ops::service::{EVENT_FLUSH_PATIENCE, Listeners, Service};
+pub use crate::ops::service::{EVENT_FLUSH_PATIENCE, Listeners, Service, ServiceBuilder};
 pub use crate::ops::web_guard::{
     AllowedHostError, AllowedHosts, HostCheck, REQUEST_HEADER, WebGuard,
 };

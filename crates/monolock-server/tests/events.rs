@@ -618,8 +618,9 @@ async fn a_subscriber_sees_every_shutdown_release_before_the_stream_ends() {
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(
-        Service::new(ServerConfig::default())
+        Service::builder(ServerConfig::default())
             .with_events(hub.clone())
+            .build()
             .run(listeners, async {
                 let _ = stopped.await;
             }),

@@ -39,10 +39,11 @@ async fn shutdown_goes_in_order() {
     let (ops, ops_addr) = bind().await;
     let (admin, admin_addr) = bind().await;
     // A grace far longer than the test, to look at the ops endpoint in it.
-    let mut service = Service::new(ServerConfig::default())
+    let service = Service::builder(ServerConfig::default())
         .with_metrics(Arc::new(Metrics::new()))
         .with_audit(audit.clone())
-        .with_ops_grace(Duration::from_secs(3_600));
+        .with_ops_grace(Duration::from_secs(3_600))
+        .build();
     let handle = service.handle();
     let (stop, stopped) = oneshot::channel::<()>();
     let listeners = Listeners {
@@ -57,6 +58,8 @@ async fn shutdown_goes_in_order() {
     let mut holder = Peer::connect(addr).await;
     holder.send(&acquire_bytes(1, 10_000, b"order")).await;
     assert!(matches!(holder.recv().await, ServerFrame::Acquired { .. }));
+    // The handle taken before `run` is the running server's: it sees the lock.
+    assert_eq!(handle.counts().locks, 1);
     assert_eq!(request(ops_addr, Method::GET, "/readyz").await.0, 200);
     let (status, info) = request(admin_addr, Method::GET, "/api/info").await;
     assert_eq!(status, 200);
@@ -90,9 +93,10 @@ async fn shutdown_goes_in_order() {
 async fn run_returns_after_the_grace() {
     let (protocol, addr) = bind().await;
     let (ops, ops_addr) = bind().await;
-    let service = Service::new(ServerConfig::default())
+    let service = Service::builder(ServerConfig::default())
         .with_metrics(Arc::new(Metrics::new()))
-        .with_ops_grace(Duration::ZERO);
+        .with_ops_grace(Duration::ZERO)
+        .build();
     let listeners = Listeners {
         protocol,
         ops: Some(ops),
@@ -120,7 +124,8 @@ async fn an_ops_listener_needs_metrics() {
         ops: Some(ops),
         admin: None,
     };
-    let err = Service::new(ServerConfig::default())
+    let err = Service::builder(ServerConfig::default())
+        .build()
         .run(listeners, std::future::pending())
         .await
         .expect_err("refused");
@@ -156,7 +161,8 @@ async fn the_admin_api_answers_while_the_protocol_runtime_is_busy() {
         admin: Some(admin),
     };
     let (stop, stopped) = oneshot::channel::<()>();
-    let running = tokio::spawn(Service::new(ServerConfig::default()).run(listeners, async {
+    let service = Service::builder(ServerConfig::default()).build();
+    let running = tokio::spawn(service.run(listeners, async {
         let _ = stopped.await;
     }));
     let mut holder = Peer::connect(addr).await;
@@ -176,4 +182,24 @@ async fn the_admin_api_answers_while_the_protocol_runtime_is_busy() {
 
     stop.send(()).expect("running");
     stops_cleanly(running).await;
+}
+
+/// The built service's reloader covers exactly the reloadable parts it was
+/// built with: the audit log here, and no TLS, ACL or admin token.
+#[tokio::test]
+async fn the_reloader_covers_the_parts_the_service_was_built_with() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("audit.jsonl");
+    let audit = Arc::new(AuditLog::open(AuditTarget::File(path.clone())).expect("audit"));
+    let service = Service::builder(ServerConfig::default())
+        .with_audit(audit.clone())
+        .build();
+    std::fs::remove_file(&path).expect("rotate the audit file away");
+    let report = service.reloader().reload().await;
+    assert!(report.is_ok(), "{:?}", report.errors());
+    assert!(matches!(report.audit, Some(Ok(()))));
+    assert!(report.tls.is_none() && report.acl.is_none() && report.admin_token.is_none());
+    // Reopening created the file anew at its path.
+    assert!(path.exists(), "the audit log was reopened");
+    audit.close().await;
 }

@@ -9,8 +9,8 @@ use anyhow::Context as _;
 use clap::{Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
     AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls,
-    Service, SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
+    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, ServerConfig, ServerTls, Service,
+    SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
@@ -442,18 +442,12 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
     }
-    let mut reloader = Reloader::default();
     if let Some(tls) = &tls {
         config = config.with_tls(tls.clone());
-        reloader = reloader.with_tls(tls.clone());
     }
     if let Some(acl) = &acl {
         acl.warn_if_no_rules();
         config = config.with_authorizer(acl.clone());
-        reloader = reloader.with_acl(acl.clone());
-    }
-    if let Some(token) = &admin_token {
-        reloader = reloader.with_admin_token(token.clone());
     }
     let effective = EffectiveConfig {
         tls: tls.is_some(),
@@ -467,11 +461,16 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         ..EffectiveConfig::default()
     };
     let commit = env!("MONOLOCK_GIT_COMMIT");
-    let mut service = Service::new(config)
+    let mut service = Service::builder(config)
         .with_admin_config(effective.clone())
         .with_commit(commit);
+    if let Some(tls) = &tls {
+        service = service.reload_tls(tls.clone());
+    }
+    if let Some(acl) = &acl {
+        service = service.reload_acl(acl.clone());
+    }
     if let Some(audit) = &audit {
-        reloader = reloader.with_audit(audit.clone());
         service = service.with_audit(audit.clone());
     }
     if settings.ops_listen.is_some() {
@@ -501,6 +500,9 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
             service = service.with_ops_tls(tls.clone());
         }
     }
+
+    let service = service.build();
+    let reloader = service.reloader().clone();
 
     let listeners = Listeners {
         protocol: monolock_server::bind(settings.listen)

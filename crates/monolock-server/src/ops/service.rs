@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminToken, AllowedHosts, AuditLog, EventHub, Metrics, Observer, Observers, Server,
-    ServerConfig, ServerHandle, ServerTls,
+    AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, EventHub, Metrics, Observer, Observers,
+    Reloader, Server, ServerConfig, ServerHandle, ServerTls,
     ops::admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE, OpsOptions},
 };
@@ -20,7 +20,7 @@ use crate::{
 pub struct Listeners {
     /// The lock protocol.
     pub protocol: TcpListener,
-    /// `/metrics`, `/healthz`, `/readyz`; needs [`Service::with_metrics`].
+    /// `/metrics`, `/healthz`, `/readyz`; needs [`ServiceBuilder::with_metrics`].
     pub ops: Option<TcpListener>,
     /// The admin API.
     pub admin: Option<TcpListener>,
@@ -59,10 +59,24 @@ pub const EVENT_FLUSH_PATIENCE: Duration = Duration::from_secs(1);
 ///     admin: None,
 /// };
 /// // Shut down at once; `monolock serve` waits for SIGTERM here.
-/// Service::new(ServerConfig::default()).run(listeners, async {}).await
+/// Service::builder(ServerConfig::default())
+///     .build()
+///     .run(listeners, async {})
+///     .await
 /// # }
 /// ```
 pub struct Service {
+    server: Server,
+    parts: ServiceBuilder,
+    reloader: Reloader,
+}
+
+/// Builds a [`Service`]: the operations parts first, then
+/// [`build`](ServiceBuilder::build), which fixes the server's observers.
+/// Only the built service hands out a [`ServerHandle`], so a handle always
+/// points at the server that runs.
+#[must_use = "a builder does nothing until built and run"]
+pub struct ServiceBuilder {
     config: ServerConfig,
     metrics: Option<Arc<Metrics>>,
     audit: Option<Arc<AuditLog>>,
@@ -74,13 +88,14 @@ pub struct Service {
     allowed_hosts: Arc<AllowedHosts>,
     commit: String,
     ops_grace: Duration,
-    server: Option<Server>,
+    reload_tls: Option<Arc<ServerTls>>,
+    reload_acl: Option<Arc<AclFileAuthorizer>>,
 }
 
 impl Service {
-    /// A service around a server with `config`.
-    pub fn new(config: ServerConfig) -> Self {
-        Self {
+    /// Starts building a service around a server with `config`.
+    pub fn builder(config: ServerConfig) -> ServiceBuilder {
+        ServiceBuilder {
             config,
             metrics: None,
             audit: None,
@@ -92,117 +107,21 @@ impl Service {
             allowed_hosts: Arc::default(),
             commit: String::new(),
             ops_grace: OPS_SHUTDOWN_GRACE,
-            server: None,
+            reload_tls: None,
+            reload_acl: None,
         }
     }
 
-    /// Counts the server's events into `metrics`, served by the ops
-    /// listener.
-    #[must_use]
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = Some(metrics);
-        self.server = None;
-        self
-    }
-
-    /// Writes ownership events to `audit`, closed at shutdown.
-    #[must_use]
-    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
-        self.audit = Some(audit);
-        self.server = None;
-        self
-    }
-
-    /// Feeds the admin API's live event stream (`GET /api/events`) and
-    /// dashboard from `events`.
-    #[must_use]
-    pub fn with_events(mut self, events: Arc<EventHub>) -> Self {
-        self.events = Some(events);
-        self.server = None;
-        self
-    }
-
-    /// Requires `Authorization: Bearer` with `token` on the admin API.
-    #[must_use]
-    pub fn with_admin_token(mut self, token: Arc<AdminToken>) -> Self {
-        self.admin_token = Some(token);
-        self
-    }
-
-    /// Serves the admin API over TLS (mTLS when `tls` verifies clients).
-    #[must_use]
-    pub fn with_admin_tls(mut self, tls: Arc<ServerTls>) -> Self {
-        self.admin_tls = Some(tls);
-        self
-    }
-
-    /// Serves the ops endpoint over TLS (mTLS when `tls` verifies clients).
-    #[must_use]
-    pub fn with_ops_tls(mut self, tls: Arc<ServerTls>) -> Self {
-        self.ops_tls = Some(tls);
-        self
-    }
-
-    /// Names the admin and ops listeners serve in `Host` besides their
-    /// own (`--admin-allowed-host`); see [`crate::WebGuard`].
-    #[must_use]
-    pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
-        self.allowed_hosts = allowed;
-        self
-    }
-
-    /// The git commit `/api/info` reports.
-    #[must_use]
-    pub fn with_commit(mut self, commit: impl Into<String>) -> Self {
-        self.commit = commit.into();
-        self
-    }
-
-    /// What `/api/info` reports; its addresses are filled in from the
-    /// listeners.
-    #[must_use]
-    pub fn with_admin_config(mut self, config: EffectiveConfig) -> Self {
-        self.admin_config = config;
-        self
-    }
-
-    /// How long the ops listener outlives the protocol listener
-    /// (default [`OPS_SHUTDOWN_GRACE`]).
-    #[must_use]
-    pub fn with_ops_grace(mut self, grace: Duration) -> Self {
-        self.ops_grace = grace;
-        self
-    }
-
     /// A handle to the server, to inspect and control it while it runs.
-    /// Take it after [`Service::with_metrics`] and [`Service::with_audit`]:
-    /// they add observers, so they build the server anew.
-    pub fn handle(&mut self) -> ServerHandle {
-        self.server().handle()
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
     }
 
-    /// The server, built on first use with every observer.
-    fn server(&mut self) -> &Server {
-        let (config, metrics, audit, events) =
-            (&self.config, &self.metrics, &self.audit, &self.events);
-        self.server.get_or_insert_with(|| {
-            let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
-            if let Some(metrics) = metrics {
-                observers.push(metrics.clone());
-            }
-            if let Some(audit) = audit {
-                observers.push(audit.clone());
-            }
-            if let Some(events) = events {
-                observers.push(events.clone());
-            }
-            let mut config = config.clone();
-            if !observers.is_empty() {
-                observers.insert(0, Arc::clone(&config.observer));
-                config = config.with_observer(Arc::new(Observers(observers)));
-            }
-            Server::new(config)
-        })
+    /// What SIGHUP reloads: every reloadable part the service was built
+    /// with (the protocol TLS and ACL given to the builder, the audit log,
+    /// the admin token).
+    pub fn reloader(&self) -> &Reloader {
+        &self.reloader
     }
 
     /// Serves until `shutdown` resolves (or the protocol server fails),
@@ -213,48 +132,49 @@ impl Service {
     /// a listener's address that cannot be read; what stopped the protocol
     /// server.
     pub async fn run(
-        mut self,
+        self,
         listeners: Listeners,
         shutdown: impl Future<Output = ()> + Send,
     ) -> io::Result<()> {
+        let Self {
+            server,
+            mut parts,
+            reloader: _,
+        } = self;
         let Listeners {
             protocol,
             ops,
             admin,
         } = listeners;
-        let ops = match (ops, self.metrics.clone()) {
+        let ops = match (ops, parts.metrics.clone()) {
             (Some(listener), Some(metrics)) => Some((listener, metrics)),
             (Some(_), None) => {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    "an ops listener needs metrics (Service::with_metrics)",
+                    "an ops listener needs metrics (ServiceBuilder::with_metrics)",
                 ));
             }
             (None, _) => None,
         };
         let local = |listener: &TcpListener| listener.local_addr().map(|addr| addr.to_string());
-        let mut admin_config = std::mem::take(&mut self.admin_config);
+        let mut admin_config = std::mem::take(&mut parts.admin_config);
         admin_config.listen = local(&protocol)?;
         admin_config.ops_listen = ops.as_ref().map(|(l, _)| local(l)).transpose()?;
         admin_config.admin_listen = admin.as_ref().map(local).transpose()?;
 
-        let handle = self.handle();
-        let server = self
-            .server
-            .take()
-            .ok_or_else(|| io::Error::other("no server"))?;
+        let handle = server.handle();
         let admin_stop = CancellationToken::new();
         let admin_task = admin.map(|listener| {
             let mut options = AdminOptions::new(handle.clone(), admin_config)
-                .with_commit(self.commit.clone())
-                .with_allowed_hosts(self.allowed_hosts.clone());
-            if let Some(events) = &self.events {
+                .with_commit(parts.commit.clone())
+                .with_allowed_hosts(parts.allowed_hosts.clone());
+            if let Some(events) = &parts.events {
                 options = options.with_events(events.clone());
             }
-            if let Some(token) = &self.admin_token {
+            if let Some(token) = &parts.admin_token {
                 options = options.with_token(token.clone());
             }
-            if let Some(tls) = &self.admin_tls {
+            if let Some(tls) = &parts.admin_tls {
                 options = options.with_tls(tls.clone());
             }
             admin::spawn(listener, options, admin_stop.clone().cancelled_owned())
@@ -265,8 +185,8 @@ impl Service {
         let ops_task = ops.map(|(listener, metrics)| {
             let stop = ops_stop.clone().cancelled_owned();
             let mut options = OpsOptions::new(handle.clone(), metrics)
-                .with_allowed_hosts(self.allowed_hosts.clone());
-            if let Some(tls) = &self.ops_tls {
+                .with_allowed_hosts(parts.allowed_hosts.clone());
+            if let Some(tls) = &parts.ops_tls {
                 options = options.with_tls(tls.clone());
             }
             tokio::spawn(ops::serve_with(listener, options, stop))
@@ -284,7 +204,7 @@ impl Service {
         handle.shutdown();
         joined(running.await)?;
         // 3.
-        if let Some(events) = &self.events
+        if let Some(events) = &parts.events
             && !events.flush(EVENT_FLUSH_PATIENCE).await
         {
             warn!(
@@ -299,16 +219,16 @@ impl Service {
             warn!(error = %err, "admin API stopped with an error");
         }
         // 4.
-        if let Some(audit) = &self.audit {
+        if let Some(audit) = &parts.audit {
             audit.close().await;
         }
         // 5.
         if let Some(ops_task) = ops_task {
             info!(
-                grace_ms = u64::try_from(self.ops_grace.as_millis()).unwrap_or(u64::MAX),
+                grace_ms = u64::try_from(parts.ops_grace.as_millis()).unwrap_or(u64::MAX),
                 "protocol listener closed; ops endpoint stays up for the grace period"
             );
-            tokio::time::sleep(self.ops_grace).await;
+            tokio::time::sleep(parts.ops_grace).await;
             ops_stop.cancel();
             join_http("ops endpoint", Some(ops_task)).await;
         }
@@ -317,9 +237,140 @@ impl Service {
     }
 }
 
+impl ServiceBuilder {
+    /// Counts the server's events into `metrics`, served by the ops
+    /// listener.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Writes ownership events to `audit`, closed at shutdown and reopened
+    /// by the reloader.
+    pub fn with_audit(mut self, audit: Arc<AuditLog>) -> Self {
+        self.audit = Some(audit);
+        self
+    }
+
+    /// Feeds the admin API's live event stream (`GET /api/events`) and
+    /// dashboard from `events`.
+    pub fn with_events(mut self, events: Arc<EventHub>) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Requires `Authorization: Bearer` with `token` on the admin API; the
+    /// reloader re-reads its file.
+    pub fn with_admin_token(mut self, token: Arc<AdminToken>) -> Self {
+        self.admin_token = Some(token);
+        self
+    }
+
+    /// Serves the admin API over TLS (mTLS when `tls` verifies clients).
+    pub fn with_admin_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.admin_tls = Some(tls);
+        self
+    }
+
+    /// Serves the ops endpoint over TLS (mTLS when `tls` verifies clients).
+    pub fn with_ops_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.ops_tls = Some(tls);
+        self
+    }
+
+    /// Names the admin and ops listeners serve in `Host` besides their
+    /// own (`--admin-allowed-host`); see [`crate::WebGuard`].
+    pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
+        self.allowed_hosts = allowed;
+        self
+    }
+
+    /// The git commit `/api/info` reports.
+    pub fn with_commit(mut self, commit: impl Into<String>) -> Self {
+        self.commit = commit.into();
+        self
+    }
+
+    /// What `/api/info` reports; its addresses are filled in from the
+    /// listeners.
+    pub fn with_admin_config(mut self, config: EffectiveConfig) -> Self {
+        self.admin_config = config;
+        self
+    }
+
+    /// How long the ops listener outlives the protocol listener
+    /// (default [`OPS_SHUTDOWN_GRACE`]).
+    pub fn with_ops_grace(mut self, grace: Duration) -> Self {
+        self.ops_grace = grace;
+        self
+    }
+
+    /// Lets the reloader re-read the protocol listener's TLS files (the
+    /// `ServerTls` the [`ServerConfig`] serves).
+    pub fn reload_tls(mut self, tls: Arc<ServerTls>) -> Self {
+        self.reload_tls = Some(tls);
+        self
+    }
+
+    /// Lets the reloader re-read the ACL file (the authorizer the
+    /// [`ServerConfig`] checks).
+    pub fn reload_acl(mut self, acl: Arc<AclFileAuthorizer>) -> Self {
+        self.reload_acl = Some(acl);
+        self
+    }
+
+    /// The service: the server with every observer given so far (metrics,
+    /// audit log, event hub, after the config's own), and the reloader of
+    /// every reloadable part.
+    pub fn build(self) -> Service {
+        let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+        if let Some(metrics) = &self.metrics {
+            observers.push(metrics.clone());
+        }
+        if let Some(audit) = &self.audit {
+            observers.push(audit.clone());
+        }
+        if let Some(events) = &self.events {
+            observers.push(events.clone());
+        }
+        let mut config = self.config.clone();
+        if !observers.is_empty() {
+            observers.insert(0, Arc::clone(&config.observer));
+            config = config.with_observer(Arc::new(Observers(observers)));
+        }
+        let mut reloader = Reloader::default();
+        if let Some(tls) = &self.reload_tls {
+            reloader = reloader.with_tls(tls.clone());
+        }
+        if let Some(acl) = &self.reload_acl {
+            reloader = reloader.with_acl(acl.clone());
+        }
+        if let Some(audit) = &self.audit {
+            reloader = reloader.with_audit(audit.clone());
+        }
+        if let Some(token) = &self.admin_token {
+            reloader = reloader.with_admin_token(token.clone());
+        }
+        Service {
+            server: Server::new(config),
+            parts: self,
+            reloader,
+        }
+    }
+}
+
 impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
+            .field("parts", &self.parts)
+            .field("reloader", &self.reloader)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ServiceBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceBuilder")
             .field("config", &self.config)
             .field("metrics", &self.metrics.is_some())
             .field("audit", &self.audit)
