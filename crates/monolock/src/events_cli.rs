@@ -5,8 +5,9 @@
 //! line. A subscriber the server cut off for falling behind reconnects and
 //! starts over from a fresh snapshot.
 
-use std::{io::Write as _, time::Duration};
+use std::{io::Write as _, process::ExitCode, time::Duration};
 
+use clap::Args;
 use http_body_util::BodyExt;
 use hyper::Method;
 use monolock_server::{
@@ -15,7 +16,10 @@ use monolock_server::{
 };
 use serde_json::Value;
 
-use crate::admin_cli::{AdminArgs, encode, printable, refusal, send};
+use crate::{
+    admin_client::{AdminArgs, encode, refusal, send},
+    render::{identity, printable},
+};
 
 /// With no byte for this long (the server sends a keep-alive every 15 s),
 /// the stream is taken for dead.
@@ -24,12 +28,38 @@ const IDLE_LIMIT: Duration = Duration::from_secs(60);
 /// Column widths of the event lines (wider values push the line).
 const WIDTHS: [usize; 4] = [24, 13, 24, 21];
 
+/// Flags of `monolock events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only events of locks whose name matches this glob.
+    #[arg(long = "match", value_name = "GLOB")]
+    pattern: Option<String>,
+    #[command(flatten)]
+    admin: AdminArgs,
+}
+
+/// Runs `monolock events`: exit 1 once the stream ends or fails, 64 for
+/// contradictory flags.
+pub fn main(args: EventsArgs) -> ExitCode {
+    let runtime = match crate::admin_client::runtime(&args.admin) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(follow(&args.admin, args.pattern.as_deref())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(line) => {
+            eprintln!("monolock: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Follows the stream until it fails or the server closes it.
 ///
 /// The server filters by `pattern` (`?match=`), so other locks' traffic
 /// never crosses the network; the same glob is applied here too, so the
 /// output is the same against a server that streams everything.
-pub async fn follow(admin: &AdminArgs, pattern: Option<&str>) -> Result<(), String> {
+async fn follow(admin: &AdminArgs, pattern: Option<&str>) -> Result<(), String> {
     let glob = pattern.map(Glob::new);
     let matches = |name: &str| glob.as_ref().is_none_or(|glob| glob.matches(name));
     let path = match pattern {
@@ -189,14 +219,6 @@ fn event_line(event: &Value) -> String {
         &identity(&text("identity")),
         &detail.join(" "),
     ])
-}
-
-fn identity(identity: &str) -> String {
-    if identity.is_empty() {
-        "-".to_owned()
-    } else {
-        printable(identity).into_owned()
-    }
 }
 
 fn format_line(cells: &[&str]) -> String {

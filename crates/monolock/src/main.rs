@@ -3,10 +3,13 @@
 #![deny(unsafe_code)]
 
 mod admin_cli;
+mod admin_client;
 mod args;
 mod events_cli;
 mod exec;
 mod manual;
+mod process;
+mod render;
 mod sentinel;
 mod serve;
 mod systemd;
@@ -37,6 +40,8 @@ enum Command {
     Exec(exec::ExecArgs),
     #[command(flatten)]
     Admin(admin_cli::AdminCommand),
+    /// Follow every change live, one line per event (the current locks first).
+    Events(events_cli::EventsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(manual::CompletionsArgs),
     /// Print a manual page (roff): monolock(1), or monolock-SUBCOMMAND(1).
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::main(args),
         Command::Exec(args) => exec::main(args),
         Command::Admin(command) => admin_cli::main(command),
+        Command::Events(args) => events_cli::main(args),
         Command::Completions(args) => manual::completions(args, Cli::command()),
         Command::Man(args) => manual::man(args, Cli::command()),
         Command::ExecSentinel(args) => sentinel::main(args),
