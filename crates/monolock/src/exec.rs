@@ -8,7 +8,7 @@
 
 use std::{
     ffi::OsString,
-    io::{self, IsTerminal, Write},
+    io::{self, Write},
     os::unix::process::ExitStatusExt,
     path::PathBuf,
     process::{ExitCode, ExitStatus},
@@ -25,6 +25,8 @@ use tokio::{
 
 use crate::{
     args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero},
+    process::{Terminal, die_with_parent, enter_new_pid_namespace, group_alive, signal_group},
+    render::chain,
     sentinel::Sentinel,
 };
 
@@ -286,10 +288,7 @@ fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
     if let Some(name) = &args.tls_server_name {
         builder = builder.with_server_name(name);
     }
-    builder
-        .build()
-        .map(Some)
-        .map_err(|err| format!("{:#}", anyhow::Error::new(err)))
+    builder.build().map(Some).map_err(|err| chain(&err))
 }
 
 /// Waits for the lock, then runs the command under it (or holds the lock
@@ -325,9 +324,9 @@ async fn acquire_and_run<C: Connector>(
                     String::new()
                 };
                 eprintln!(
-                    "monolock exec: cannot acquire lock {:?}: {:#}{gave_up}",
+                    "monolock exec: cannot acquire lock {:?}: {}{gave_up}",
                     args.name,
-                    anyhow::Error::new(err)
+                    chain(&err)
                 );
                 return code;
             }
@@ -393,7 +392,7 @@ async fn acquire<C: Connector>(
                 eprintln!(
                     "monolock exec: cannot acquire lock {:?}: {}; retrying in {}",
                     args.name,
-                    error_chain(err),
+                    chain(err),
                     humantime::format_duration(Duration::from_millis(
                         u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
                     ))
@@ -405,19 +404,6 @@ async fn acquire<C: Connector>(
         Some(limit) if !once => timeout(limit, attempts).await.unwrap_or(Ok(None)),
         _ => attempts.await,
     }
-}
-
-/// An error and its sources, `: `-separated (as anyhow's `{:#}`), for an
-/// error only borrowed.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Waits in the queue, saying so with `--verbose`.
@@ -454,9 +440,9 @@ async fn hold(guard: LockGuard, args: &ExecArgs, signals: &mut Signals) -> u8 {
         }
         reason = guard.lost() => {
             eprintln!(
-                "monolock exec: lost lock {:?}: {:#}",
+                "monolock exec: lost lock {:?}: {}",
                 args.name,
-                anyhow::Error::new(reason)
+                chain(&reason)
             );
             EXIT_LOST
         }
@@ -468,9 +454,9 @@ async fn release(guard: LockGuard, args: &ExecArgs) {
         Ok(()) if args.verbose => eprintln!("monolock exec: released lock {:?}", args.name),
         Ok(()) => {}
         Err(err) => eprintln!(
-            "monolock exec: releasing lock {:?}: {:#}",
+            "monolock exec: releasing lock {:?}: {}",
             args.name,
-            anyhow::Error::new(err)
+            chain(&err)
         ),
     }
 }
@@ -484,7 +470,7 @@ async fn run_command(
     signals: &mut Signals,
 ) -> u8 {
     if args.pid_namespace
-        && let Err(err) = crate::sentinel::enter_new_pid_namespace()
+        && let Err(err) = enter_new_pid_namespace()
     {
         eprintln!(
             "monolock exec: --pid-namespace: cannot create a PID namespace: {err} (it needs root)"
@@ -512,9 +498,9 @@ async fn run_command(
     // here (SIGSTOP, swap, a suspended VM) must not start the command on a
     // claim the server may already have handed on.
     if !guard.is_held() {
-        let reason = guard.loss().map_or_else(String::new, |reason| {
-            format!(": {:#}", anyhow::Error::new(reason))
-        });
+        let reason = guard
+            .loss()
+            .map_or_else(String::new, |reason| format!(": {}", chain(&reason)));
         eprintln!(
             "monolock exec: lock {:?} was lost before the command started{reason}; not running it",
             args.name
@@ -572,9 +558,9 @@ async fn run_command(
 async fn finish(guard: LockGuard, status: io::Result<ExitStatus>, args: &ExecArgs) -> u8 {
     if let Some(reason) = guard.loss() {
         eprintln!(
-            "monolock exec: lock {:?} was lost before the command ended: {:#}",
+            "monolock exec: lock {:?} was lost before the command ended: {}",
             args.name,
-            anyhow::Error::new(reason)
+            chain(&reason)
         );
         return EXIT_LOST;
     }
@@ -599,9 +585,9 @@ async fn stop_after_loss(
 ) {
     let grace = humantime::format_duration(args.kill_grace);
     eprintln!(
-        "monolock exec: lost lock {:?} while the command ran: {:#}; sending SIGTERM (SIGKILL after {grace})",
+        "monolock exec: lost lock {:?} while the command ran: {}; sending SIGTERM (SIGKILL after {grace})",
         args.name,
-        anyhow::Error::new(reason.clone())
+        chain(&reason)
     );
     forward(group, libc::SIGTERM);
     // Bounded at parse time, so this cannot overflow; checked all the same.
@@ -639,110 +625,6 @@ fn forward(group: Option<i32>, signal: i32) {
             "monolock exec: cannot send {} to the command: {err}",
             signal_name(signal)
         );
-    }
-}
-
-/// Makes the kernel SIGKILL the command if this process dies first, and,
-/// with `foreground`, makes the command's process group the terminal's
-/// foreground job.
-///
-/// The claim is this process's connection: if `monolock exec` is killed
-/// (even with SIGKILL, which it cannot catch), the server releases the lock
-/// at once and may hand it on, so the command must not outlive it. The
-/// parent-death signal fires when the thread that forked exits; this runtime
-/// is current-thread, so that thread is the main thread, which lives as long
-/// as the process. It reaches the command itself; the sentinel reaches the
-/// rest of its process group.
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command, foreground: bool, namespaced: bool) {
-    // Seen from inside a new PID namespace, a parent outside it has PID 0;
-    // had it died, the child would belong to the namespace's init (1).
-    let parent = if namespaced { 0 } else { std::process::id() };
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: it makes system calls only
-    // (prctl, getppid, signal, tcsetpgrp, getpgrp), allocates nothing and
-    // takes no lock. std has already moved the child into its own process
-    // group (setpgid) when closures run.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died between fork and prctl.
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            if foreground {
-                // A background group may take the terminal only with
-                // SIGTTOU ignored; the command gets the default back.
-                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                let taken = libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-                if taken != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
-/// The terminal exec runs in the foreground of, if any: the command gets
-/// the foreground while it runs, and exec takes it back after.
-struct Terminal {
-    group: libc::pid_t,
-}
-
-impl Terminal {
-    /// `Some` when stdin is a terminal whose foreground job is exec's
-    /// process group (an interactive shell ran exec in the foreground).
-    #[allow(unsafe_code)]
-    fn foreground() -> Option<Self> {
-        if !io::stdin().is_terminal() {
-            return None;
-        }
-        // SAFETY: getpgrp and tcgetpgrp take integers and touch no memory
-        // of this process.
-        let (group, foreground) = unsafe { (libc::getpgrp(), libc::tcgetpgrp(libc::STDIN_FILENO)) };
-        if group != foreground {
-            return None;
-        }
-        // SAFETY: as above; ignoring SIGTTOU lets exec, no longer in the
-        // foreground, take the terminal back after the command.
-        unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
-        Some(Self { group })
-    }
-
-    /// Makes exec's group the foreground job again.
-    #[allow(unsafe_code)]
-    fn take_back(&self) {
-        // SAFETY: tcsetpgrp takes integers and touches no memory of this
-        // process; failure (the terminal is gone) leaves nothing to do.
-        unsafe { libc::tcsetpgrp(libc::STDIN_FILENO, self.group) };
-    }
-}
-
-/// Sends `signal` to every process in group `group` (`kill(-group, signal)`).
-#[allow(unsafe_code)]
-pub(crate) fn signal_group(group: i32, signal: i32) -> io::Result<()> {
-    // kill(-1) would signal every process we may signal: never let it happen.
-    if group <= 1 {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    // SAFETY: kill(2) takes two integers and reads or writes no memory of
-    // this process; any failure is reported through errno.
-    if unsafe { libc::kill(-group, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Whether any process of the group is left (signal 0 probes).
-fn group_alive(group: i32) -> bool {
-    match signal_group(group, 0) {
-        Ok(()) => true,
-        Err(err) => err.raw_os_error() == Some(libc::EPERM),
     }
 }
 
@@ -865,12 +747,5 @@ mod tests {
         assert_eq!(parse_lease("2s"), Ok(Duration::from_secs(2)));
         assert!(parse_lease("100us").is_err());
         assert!(parse_lease("50d").is_err());
-    }
-
-    #[test]
-    fn the_process_group_guard_refuses_all_processes() {
-        assert!(signal_group(1, 0).is_err());
-        assert!(signal_group(0, 0).is_err());
-        assert!(signal_group(-5, 0).is_err());
     }
 }
