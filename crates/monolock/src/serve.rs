@@ -14,12 +14,12 @@ use monolock_server::{
 };
 use tokio::{
     net::TcpListener,
-    signal::unix::{SignalKind, signal},
+    signal::unix::{Signal, SignalKind, signal},
     task::JoinHandle,
 };
 use tracing::{error, info, warn};
 
-use crate::args::{EXIT_USAGE, parse_duration, parse_socket_addr};
+use crate::args::{EXIT_USAGE, parse_duration, parse_duration_or_zero, parse_socket_addr};
 
 /// The longest `--startup-grace` accepted: anything longer is a typo (a
 /// grace only needs to cover the longest lease in use).
@@ -27,11 +27,7 @@ const MAX_STARTUP_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Parses `--startup-grace`: a duration from 0 up to a day.
 fn parse_grace(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let grace = humantime::parse_duration(text)
-        .map_err(|err| format!("{err} (expected e.g. 0, 2s, 30s, 1m)"))?;
+    let grace = parse_duration_or_zero(text)?;
     if grace > MAX_STARTUP_GRACE {
         return Err("longer than a day; a grace needs only cover the longest lease".to_owned());
     }
@@ -396,9 +392,7 @@ async fn bind_http(what: &str, addr: Option<SocketAddr>) -> anyhow::Result<Optio
 
 async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let signals = Signals::install()?;
 
     match monolock_server::raise_fd_limit() {
         Ok((before, after)) if before != after => {
@@ -408,6 +402,36 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
     }
 
+    let (service, reloader, effective) = build_service(&settings, loaded)?;
+    let listeners = Listeners {
+        protocol: monolock_server::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?,
+        ops: bind_http("ops", settings.ops_listen).await?,
+        admin: bind_http("admin", settings.admin_listen).await?,
+    };
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        tls = effective.tls,
+        mtls = effective.mtls,
+        acl = effective.acl_file.as_deref().unwrap_or(""),
+        audit_log = effective.audit_log.as_deref().unwrap_or(""),
+        "monolock started"
+    );
+    // Every listener is bound and served: tell systemd (Type=notify).
+    crate::systemd::notify_ready();
+
+    service
+        .run(listeners, signals.serve(reloader))
+        .await
+        .context("server failed")
+}
+
+/// The service the settings and the loaded files describe, the reloader
+/// of its files (SIGHUP), and the configuration the admin API reports.
+fn build_service(
+    settings: &Settings,
+    loaded: Loaded,
+) -> anyhow::Result<(Service, Reloader, EffectiveConfig)> {
     let Loaded {
         tls,
         acl,
@@ -478,35 +502,36 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
             service = service.with_ops_tls(tls.clone());
         }
     }
+    Ok((service, reloader, effective))
+}
 
-    let listeners = Listeners {
-        protocol: monolock_server::bind(settings.listen)
-            .with_context(|| format!("cannot listen on {}", settings.listen))?,
-        ops: bind_http("ops", settings.ops_listen).await?,
-        admin: bind_http("admin", settings.admin_listen).await?,
-    };
-    info!(
-        version = env!("CARGO_PKG_VERSION"),
-        tls = effective.tls,
-        mtls = effective.mtls,
-        acl = effective.acl_file.as_deref().unwrap_or(""),
-        audit_log = effective.audit_log.as_deref().unwrap_or(""),
-        "monolock started"
-    );
-    // Every listener is bound and served: tell systemd (Type=notify).
-    crate::systemd::notify_ready();
+/// The signals the server acts on, installed before anything listens.
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+    hangup: Signal,
+}
 
-    // The signal loop is the service's shutdown future. A reload runs in
-    // its own task, so the loop goes on serving signals (SIGTERM above all)
-    // whatever a reload waits on; SIGHUPs that arrive while one runs are
-    // folded into it.
-    let signals = async move {
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            hangup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        })
+    }
+
+    /// The signal loop, the service's shutdown future: it ends at SIGTERM
+    /// or SIGINT. A reload runs in its own task, so the loop goes on
+    /// serving signals (SIGTERM above all) whatever a reload waits on;
+    /// SIGHUPs that arrive while one runs are folded into it.
+    async fn serve(mut self, reloader: Reloader) {
         let mut reloading: Option<JoinHandle<()>> = None;
         loop {
             tokio::select! {
-                _ = sigterm.recv() => { info!("SIGTERM: shutting down"); return; }
-                _ = sigint.recv() => { info!("SIGINT: shutting down"); return; }
-                _ = sighup.recv() => {
+                _ = self.terminate.recv() => { info!("SIGTERM: shutting down"); return; }
+                _ = self.interrupt.recv() => { info!("SIGINT: shutting down"); return; }
+                _ = self.hangup.recv() => {
                     if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
                         warn!("SIGHUP: a reload is still running; this one is folded into it");
                         continue;
@@ -522,11 +547,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
                 }
             }
         }
-    };
-    service
-        .run(listeners, signals)
-        .await
-        .context("server failed")
+    }
 }
 
 #[cfg(test)]
