@@ -15,10 +15,12 @@ use std::{
 
 use clap::Subcommand;
 use hyper::Method;
-use monolock_server::admin::{HolderInfo, LockInfo, LockList, ServerInfo, WaiterInfo};
+use monolock_proto::{LockName, MAX_NAME_LEN};
+use monolock_server::admin::{GraceInfo, HolderInfo, LockInfo, LockList, ServerInfo, WaiterInfo};
 
 use crate::{
     admin_client::{AdminArgs, call, encode},
+    args::EXIT_USAGE,
     render::{age, identity, printable, table},
 };
 
@@ -68,6 +70,21 @@ pub enum AdminCommand {
 }
 
 impl AdminCommand {
+    /// The lock name the command names, checked as the protocol checks
+    /// it, so that an empty or overlong name is one line, not a 404.
+    fn check_name(&self) -> Result<(), String> {
+        let name = match self {
+            Self::Lock { name, .. } | Self::Release { name, .. } | Self::Kick { name, .. } => name,
+            Self::Locks { .. } | Self::Info { .. } => return Ok(()),
+        };
+        LockName::new(name).map(drop).map_err(|err| {
+            format!(
+                "invalid lock name {:?}: {err} (names are 1 to {MAX_NAME_LEN} bytes of UTF-8)",
+                printable(name)
+            )
+        })
+    }
+
     fn admin(&self) -> &AdminArgs {
         match self {
             Self::Locks { admin, .. }
@@ -81,6 +98,10 @@ impl AdminCommand {
 
 /// Runs one operator command.
 pub fn main(command: AdminCommand) -> ExitCode {
+    if let Err(line) = command.check_name() {
+        eprintln!("monolock: {line}");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let runtime = match crate::admin_client::runtime(command.admin()) {
         Ok(runtime) => runtime,
         Err(code) => return code,
@@ -105,16 +126,26 @@ async fn run(command: AdminCommand) -> Result<String, String> {
                 None => "/api/locks".to_owned(),
             };
             let (body, list) = call::<LockList>(&admin, Method::GET, &path).await?;
-            Ok(if admin.json {
-                body
-            } else if list.locks.is_empty() {
+            if admin.json {
+                return Ok(body);
+            }
+            // Nothing is granted during the startup grace: say so, or an
+            // empty table would read as a free server.
+            let mut out = match call::<ServerInfo>(&admin, Method::GET, "/api/info").await {
+                Ok((_, info)) => grace_line(&info.startup_grace).unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            if list.locks.is_empty() {
                 match &pattern {
-                    Some(glob) => format!("no held lock matches {}\n", printable(glob)),
-                    None => "no locks held\n".to_owned(),
+                    Some(glob) => {
+                        out.push_str(&format!("no held lock matches {}\n", printable(glob)))
+                    }
+                    None => out.push_str("no locks held\n"),
                 }
             } else {
-                locks_table(&list.locks, SystemTime::now())
-            })
+                out.push_str(&locks_table(&list.locks, SystemTime::now()));
+            }
+            Ok(out)
         }
         AdminCommand::Lock { name, admin } => {
             let path = format!("/api/locks/{}", encode(&name));
@@ -180,7 +211,7 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
                 identity(&lock.holder.identity).into_owned(),
                 lock.holder.token.to_string(),
                 age(&lock.holder.since, now),
-                format!("{}ms", lock.holder.lease_ms),
+                millis(lock.holder.lease_ms),
                 lock.waiters.len().to_string(),
             ]
         })
@@ -206,7 +237,7 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
                 "since".into(),
                 format!("{} ({} ago)", holder.since, age(&holder.since, now)),
             ],
-            vec!["lease".into(), format!("{}ms", holder.lease_ms)],
+            vec!["lease".into(), millis(holder.lease_ms)],
             vec!["waiters".into(), lock.waiters.len().to_string()],
         ],
     );
@@ -222,7 +253,7 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
                     waiter.remote_addr.clone(),
                     identity(&waiter.identity).into_owned(),
                     format!("{} ({} ago)", waiter.queued_at, age(&waiter.queued_at, now)),
-                    format!("{}ms", waiter.lease_ms),
+                    millis(waiter.lease_ms),
                 ]
             })
             .collect();
@@ -232,6 +263,21 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
         ));
     }
     out
+}
+
+/// `server in startup grace, ...` while the grace runs.
+fn grace_line(grace: &GraceInfo) -> Option<String> {
+    grace.running.then(|| {
+        format!(
+            "server in startup grace, {} ms left: nothing is granted until then ({} queued)\n",
+            grace.remaining_ms, grace.held
+        )
+    })
+}
+
+/// A lease or timeout in milliseconds, as `2s`, `1m 30s`, `49days`.
+fn millis(ms: impl Into<u64>) -> String {
+    humantime::format_duration(Duration::from_millis(ms.into())).to_string()
 }
 
 fn info_table(info: &ServerInfo) -> String {
@@ -246,6 +292,17 @@ fn info_table(info: &ServerInfo) -> String {
         (false, false) => "off",
     };
     let uptime = Duration::from_secs(info.uptime_ms / 1000);
+    let status = &info.startup_grace;
+    let grace = if status.running {
+        format!(
+            "server in startup grace, {} ms left ({} queued)",
+            status.remaining_ms, status.held
+        )
+    } else if status.grace_ms > 0 {
+        format!("{} (over)", millis(status.grace_ms))
+    } else {
+        "off".to_owned()
+    };
     table(
         &["", ""],
         vec![
@@ -263,8 +320,11 @@ fn info_table(info: &ServerInfo) -> String {
             vec!["tls".into(), tls.to_owned()],
             vec!["acl file".into(), or_off(&config.acl_file)],
             vec!["audit log".into(), or_off(&config.audit_log)],
-            vec!["io timeout".into(), format!("{}ms", config.io_timeout_ms)],
+            vec!["io timeout".into(), millis(config.io_timeout_ms)],
+            vec!["token floor".into(), or_off(&info.token_floor)],
+            vec!["startup grace".into(), grace],
             vec!["locks".into(), info.locks.to_string()],
+            vec!["sessions".into(), info.sessions.to_string()],
             vec!["waiters".into(), info.waiters.to_string()],
             vec!["connections".into(), info.connections.to_string()],
         ],
@@ -300,8 +360,8 @@ mod tests {
         let text = locks_table(&[lock()], now);
         assert_eq!(
             text,
-            "NAME            HOLDER          IDENTITY                TOKEN             HELD    LEASE   WAITERS\n\
-             nightly/import  10.0.0.5:52114  spiffe://prod/worker/1  1872956384870401  3m 12s  2000ms  1\n"
+            "NAME            HOLDER          IDENTITY                TOKEN             HELD    LEASE  WAITERS\n\
+             nightly/import  10.0.0.5:52114  spiffe://prod/worker/1  1872956384870401  3m 12s  2s     1\n"
         );
         let detail = lock_detail(&lock(), now);
         assert!(detail.starts_with("lock      nightly/import\n"), "{detail}");

@@ -75,8 +75,9 @@ pub struct AdminArgs {
     #[arg(long, env = "MONOLOCK_ADMIN_KEY", value_name = "FILE")]
     admin_key: Option<PathBuf>,
 
-    /// File holding the admin bearer token [default: $MONOLOCK_ADMIN_TOKEN, else none].
-    #[arg(long, value_name = "PATH")]
+    /// File holding the admin bearer token (as the server's
+    /// --admin-token-file) [default: $MONOLOCK_ADMIN_TOKEN, else none].
+    #[arg(long, env = TOKEN_FILE_VARIABLE, value_name = "PATH")]
     admin_token_file: Option<PathBuf>,
 
     /// Print the API's JSON instead of a table.
@@ -91,20 +92,33 @@ type TlsFiles<'a> = (&'a PathBuf, Option<(&'a PathBuf, &'a PathBuf)>);
 /// variable is visible to every process of the same user).
 const TOKEN_VARIABLE: &str = "MONOLOCK_ADMIN_TOKEN";
 
+/// The variable naming the admin token's file, as the server reads it.
+const TOKEN_FILE_VARIABLE: &str = "MONOLOCK_ADMIN_TOKEN_FILE";
+
+/// What to do about a 401: where the token goes.
+const TOKEN_HINT: &str = "give the token the server's --admin-token-file holds, with --admin-token-file FILE, $MONOLOCK_ADMIN_TOKEN_FILE or $MONOLOCK_ADMIN_TOKEN";
+
 impl AdminArgs {
     /// The bearer token to send, if any.
     fn token(&self) -> Result<Option<String>, String> {
-        let token = match &self.admin_token_file {
-            Some(path) => std::fs::read_to_string(path).map_err(|err| {
-                format!("cannot read the admin token file {}: {err}", path.display())
-            })?,
-            None => match std::env::var(TOKEN_VARIABLE) {
-                Ok(token) => token,
-                Err(_) => return Ok(None),
-            },
-        };
-        let token = token.trim();
-        Ok((!token.is_empty()).then(|| token.to_owned()))
+        match &self.admin_token_file {
+            Some(path) => {
+                let token = std::fs::read_to_string(path).map_err(|err| {
+                    format!("cannot read the admin token file {}: {err}", path.display())
+                })?;
+                match token.trim() {
+                    "" => Err(format!(
+                        "the admin token file {} is empty: write the admin token in it (the one the server's --admin-token-file holds)",
+                        path.display()
+                    )),
+                    token => Ok(Some(token.to_owned())),
+                }
+            }
+            None => Ok(std::env::var(TOKEN_VARIABLE)
+                .ok()
+                .map(|token| token.trim().to_owned())
+                .filter(|token| !token.is_empty())),
+        }
     }
 
     /// The admin API's base URL and, for https://, the TLS connector the
@@ -128,6 +142,15 @@ impl AdminArgs {
     /// contradiction between the address and the TLS flags is one line.
     pub(crate) fn transport(&self) -> Result<(String, Option<TlsFiles<'_>>), String> {
         let url = base_url(&self.admin, self.admin_ca.is_some());
+        if let Some((scheme, _)) = url.split_once("://")
+            && scheme != "http"
+            && scheme != "https"
+        {
+            return Err(format!(
+                "--admin {}: {scheme}:// is not a scheme of the admin API; give HOST:PORT, or an http:// or https:// URL",
+                self.admin
+            ));
+        }
         let https = url.starts_with("https://");
         let identity = match (&self.admin_cert, &self.admin_key) {
             (Some(cert), Some(key)) => Some((cert, key)),
@@ -253,19 +276,46 @@ fn no_answer(url: &str) -> String {
     )
 }
 
-/// The API's error message of a failed request, as one line.
+/// The API's error message of a failed request, as one line. An answer
+/// that is not the API's JSON (an HTML error page, say) is named for what
+/// it is, never printed.
 pub(crate) async fn refusal(url: &str, response: hyper::Response<hyper::body::Incoming>) -> String {
     let status = response.status();
+    let kind = content_type(&response);
     let body = match tokio::time::timeout(REQUEST_TIMEOUT, response.into_body().collect()).await {
         Ok(Ok(body)) => body.to_bytes(),
         Ok(Err(err)) => return format!("cannot read the answer of {url}: {err}"),
         Err(_) => return no_answer(url),
     };
     let text = String::from_utf8_lossy(&body);
-    let message = serde_json::from_str::<ErrorBody>(&text)
-        .map(|body| body.error)
-        .unwrap_or_else(|_| text.trim().to_owned());
-    describe_status(status, &message)
+    if status == StatusCode::UNAUTHORIZED {
+        return format!(
+            "the admin API refused the request: missing or wrong admin token ({status}); {TOKEN_HINT}"
+        );
+    }
+    match serde_json::from_str::<ErrorBody>(&text) {
+        Ok(body) => describe_status(status, &body.error),
+        Err(_) if text.trim().is_empty() => describe_status(status, ""),
+        Err(_) => not_the_api(url, &format!("{status} with {kind}")),
+    }
+}
+
+/// The answer's media type, for naming what answered (`no body type` when
+/// it has none).
+fn content_type(response: &hyper::Response<hyper::body::Incoming>) -> String {
+    response
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map_or_else(|| "no body type".to_owned(), |kind| kind.trim().to_owned())
+}
+
+/// One line for an HTTP server that is not monolock's admin API.
+fn not_the_api(url: &str, answered: &str) -> String {
+    format!(
+        "{url} answered {answered}, not the monolock admin API's JSON: give --admin the server's --admin-listen address"
+    )
 }
 
 /// One request; on 2xx the body (newline-terminated) and its decoded value,
@@ -279,14 +329,20 @@ pub(crate) async fn call<T: DeserializeOwned>(
     if !response.status().is_success() {
         return Err(refusal(&url, response).await);
     }
+    let (status, kind) = (response.status(), content_type(&response));
     let body = match tokio::time::timeout(REQUEST_TIMEOUT, response.into_body().collect()).await {
         Ok(Ok(body)) => body.to_bytes(),
         Ok(Err(err)) => return Err(format!("cannot read the answer of {url}: {err}")),
         Err(_) => return Err(no_answer(&url)),
     };
     let text = String::from_utf8_lossy(&body).into_owned();
-    let value = serde_json::from_str(&text)
-        .map_err(|err| format!("unexpected answer from {url}: {err}"))?;
+    let value = serde_json::from_str(&text).map_err(|err| {
+        if kind == "application/json" {
+            format!("unexpected answer from {url}: {err}")
+        } else {
+            not_the_api(url.as_str(), &format!("{status} with {kind}"))
+        }
+    })?;
     let mut body = text;
     if !body.ends_with('\n') {
         body.push('\n');

@@ -15,8 +15,11 @@ use std::{
     time::Duration,
 };
 
-use clap::Args;
-use monolock_client::{Client, Connector, Enqueued, Error, LockGuard, LossReason, TlsConnector};
+use clap::{ArgAction, Args};
+use monolock_client::{
+    Client, Connector, Enqueued, Error, LockGuard, LossReason, ProtocolViolation, TcpConnector,
+    TlsConnector,
+};
 use tokio::{
     process::{Child, Command},
     signal::unix::{Signal, SignalKind, signal},
@@ -24,7 +27,7 @@ use tokio::{
 };
 
 use crate::{
-    args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero},
+    args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero, parse_switch},
     process::{Terminal, die_with_parent, enter_new_pid_namespace, group_alive, signal_group},
     render::chain,
     sentinel::Sentinel,
@@ -108,12 +111,12 @@ pub struct ExecArgs {
 
     /// Lease: how long the server tolerates silence before it hands the
     /// lock on. Not a limit on the command's run time.
-    #[arg(long, env = "MONOLOCK_LEASE", default_value = "2s", value_parser = parse_lease, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_LEASE", default_value = "2s", value_parser = parse_lease, value_name = "DURATION", allow_hyphen_values = true)]
     lease: Duration,
 
     /// Wait at most this long for the lock; 0 tries once (default: wait as
     /// long as it takes).
-    #[arg(long, env = "MONOLOCK_WAIT", value_parser = parse_duration_or_zero, value_name = "DURATION", conflicts_with = "no_wait")]
+    #[arg(long, env = "MONOLOCK_WAIT", value_parser = parse_duration_or_zero, value_name = "DURATION", conflicts_with = "no_wait", allow_hyphen_values = true)]
     wait: Option<Duration>,
 
     /// Do not wait: exit 75 at once if the lock is held.
@@ -123,15 +126,15 @@ pub struct ExecArgs {
     /// Retry connection failures and server conditions (shutdown,
     /// administrator kick) with backoff, for at most --retry-for of an
     /// unreachable server.
-    #[arg(long, env = "MONOLOCK_RETRY")]
+    #[arg(long, env = "MONOLOCK_RETRY", action = ArgAction::SetTrue, value_parser = parse_switch)]
     retry: bool,
 
     /// With --retry: give up once the server has been unreachable this long.
-    #[arg(long, env = "MONOLOCK_RETRY_FOR", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_RETRY_FOR", default_value = "30s", value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     retry_for: Duration,
 
     /// Time between SIGTERM and SIGKILL when the lock is lost.
-    #[arg(long, env = "MONOLOCK_KILL_GRACE", default_value = "5s", value_parser = parse_duration_or_zero, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_KILL_GRACE", default_value = "5s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     kill_grace: Duration,
 
     /// Exit status when the lock is not acquired (busy, or --wait ran out),
@@ -144,11 +147,17 @@ pub struct ExecArgs {
     #[arg(short, long)]
     verbose: bool,
 
+    /// Say nothing on stderr about the expected outcomes: the lock busy
+    /// (or --wait running out) and the retries of --retry. Failures are
+    /// still reported. For cron, which mails whatever is printed.
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+
     /// Run the command in a new PID namespace, so that every descendant,
     /// even one that left the process group (setsid), dies with exec and
     /// when the command ends. Needs root (CAP_SYS_ADMIN). Inside, the
     /// command sees namespace PIDs ($$ is 2).
-    #[arg(long, env = "MONOLOCK_PID_NAMESPACE")]
+    #[arg(long, env = "MONOLOCK_PID_NAMESPACE", action = ArgAction::SetTrue, value_parser = parse_switch)]
     pid_namespace: bool,
 
     /// Run this string with /bin/sh -c (as flock -c) instead of CMD.
@@ -258,10 +267,9 @@ async fn exec(args: ExecArgs) -> u8 {
             return EXIT_UNAVAILABLE;
         }
     };
-    let client = Client::new(args.server.clone()).with_default_lease(args.lease);
     match tls {
-        None => acquire_and_run(&client, &args, &mut signals).await,
-        Some(tls) => acquire_and_run(&client.with_connector(tls), &args, &mut signals).await,
+        None => acquire_and_run(TcpConnector, &args, &mut signals).await,
+        Some(tls) => acquire_and_run(tls, &args, &mut signals).await,
     }
 }
 
@@ -293,15 +301,19 @@ fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
 
 /// Waits for the lock, then runs the command under it (or holds the lock
 /// until a signal when there is no command).
-async fn acquire_and_run<C: Connector>(
-    client: &Client<C>,
+async fn acquire_and_run<C: Connector + Clone>(
+    connector: C,
     args: &ExecArgs,
     signals: &mut Signals,
 ) -> u8 {
+    let client = Client::new(args.server.clone())
+        .with_default_lease(args.lease)
+        .with_connector(connector.clone());
     let started = Instant::now();
     let guard = tokio::select! {
-        result = acquire(client, args) => match result {
+        result = acquire(&client, &connector, args) => match result {
             Ok(Some(guard)) => guard,
+            Ok(None) if args.quiet => return args.conflict_exit_code,
             Ok(None) => {
                 match args.wait {
                     Some(wait) if !wait.is_zero() && !args.no_wait => eprintln!(
@@ -326,7 +338,7 @@ async fn acquire_and_run<C: Connector>(
                 eprintln!(
                     "monolock exec: cannot acquire lock {:?}: {}{gave_up}",
                     args.name,
-                    chain(&err)
+                    describe(&err, args)
                 );
                 return code;
             }
@@ -369,14 +381,21 @@ fn command_line(args: &ExecArgs) -> Option<(OsString, Vec<OsString>)> {
 /// Takes the lock as the flags say: `Ok(None)` when it was not acquired.
 async fn acquire<C: Connector>(
     client: &Client<C>,
+    connector: &C,
     args: &ExecArgs,
 ) -> Result<Option<LockGuard>, Error> {
     let once = args.no_wait || args.wait.is_some_and(|wait| wait.is_zero());
     let attempt = || async {
-        if once {
+        let result = if once {
             client.try_acquire(&args.name, args.lease).await
         } else {
             wait_reporting(client, args).await.map(Some)
+        };
+        match result {
+            Err(err) if is_unanswered(&err) && answers_http(connector, &args.server).await => Err(
+                Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer)),
+            ),
+            result => result,
         }
     };
     let attempts = async {
@@ -389,6 +408,9 @@ async fn acquire<C: Connector>(
             .with_retry_for(Some(args.retry_for));
         policy
             .retry_notify(attempt, |err, delay| {
+                if args.quiet {
+                    return;
+                }
                 eprintln!(
                     "monolock exec: cannot acquire lock {:?}: {}; retrying in {}",
                     args.name,
@@ -407,6 +429,10 @@ async fn acquire<C: Connector>(
 }
 
 /// Waits in the queue, saying so with `--verbose`.
+///
+/// WAITING is all the protocol says: the lock is held, or the server is in
+/// its startup grace (nothing is granted yet). exec cannot tell which, so
+/// it says both; `monolock locks` and `monolock info` say which.
 async fn wait_reporting<C: Connector>(
     client: &Client<C>,
     args: &ExecArgs,
@@ -416,13 +442,70 @@ async fn wait_reporting<C: Connector>(
         Enqueued::Waiting(waiter) => {
             if args.verbose {
                 eprintln!(
-                    "monolock exec: lock {:?} is held; queued (first come, first served)",
+                    "monolock exec: lock {:?} is not granted yet (it is held, or the server is in its startup grace); queued (first come, first served)",
                     args.name
                 );
             }
             waiter.granted().await
         }
     }
+}
+
+/// How long the HTTP probe may take, connection included.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// True for a failure before the server's first reply because nothing
+/// came back: a monolock server answers ACQUIRE at once, so the port may
+/// be something else (an HTTP server waiting for the rest of a request).
+fn is_unanswered(err: &Error) -> bool {
+    matches!(err, Error::Lost(LossReason::HeartbeatTimeout { .. }))
+}
+
+/// Whether the first of `servers` that accepts a connection answers an
+/// HTTP request as an HTTP server does. A monolock server answers it with
+/// an ERROR frame (0x11), never with `HTTP/`.
+async fn answers_http<C: Connector>(connector: &C, servers: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for addr in servers.split(',') {
+        let Ok(Ok(connection)) = timeout(PROBE_TIMEOUT, connector.connect(addr)).await else {
+            continue;
+        };
+        let mut stream = connection.into_stream();
+        let probe = async {
+            stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
+            let mut head = [0u8; 5];
+            stream.read_exact(&mut head).await?;
+            Ok::<_, io::Error>(head)
+        };
+        return matches!(timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(head)) if &head == b"HTTP/");
+    }
+    false
+}
+
+/// An acquire failure as one line: what happened, and for a wrong port or
+/// a TLS mismatch, what to do.
+fn describe(err: &Error, args: &ExecArgs) -> String {
+    if matches!(
+        err,
+        Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer))
+    ) {
+        return format!(
+            "{} is not a monolock protocol port (it answered like HTTP): give --server the server's --listen address, not its admin or ops port",
+            args.server
+        );
+    }
+    if args.tls_ca.is_some()
+        && let Error::Connect { addr, source } = err
+        && source
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|tls| matches!(tls, rustls::Error::InvalidMessage(_)))
+    {
+        return format!(
+            "the server does not speak TLS: {addr} answered the TLS handshake in plain text; drop --tls-ca, or give the server's TLS port"
+        );
+    }
+    chain(err)
 }
 
 /// No command: print the token, hold until a signal, release.

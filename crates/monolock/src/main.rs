@@ -55,7 +55,7 @@ fn main() -> ExitCode {
     forget_empty_variables();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => return args::exit_for_clap_error(&err),
+        Err(err) => return args::exit_for_clap_error(&err, &Cli::command()),
     };
     match cli.command {
         Command::Serve(args) => serve::main(args),

@@ -6,7 +6,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use clap::{Args, ValueEnum, builder::OsStringValueParser};
+use clap::{ArgAction, Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
     AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AuditLog, AuditOptions, AuditOverflow,
     AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls, Service,
@@ -19,7 +19,9 @@ use tokio::{
 };
 use tracing::{error, info, warn};
 
-use crate::args::{EXIT_USAGE, parse_duration, parse_duration_or_zero, parse_socket_addr};
+use crate::args::{
+    EXIT_USAGE, parse_duration, parse_duration_or_zero, parse_socket_addr, parse_switch,
+};
 
 /// The longest `--startup-grace` accepted: anything longer is a typo (a
 /// grace only needs to cover the longest lease in use).
@@ -71,16 +73,16 @@ pub struct ServeArgs {
     admin_token_file: Option<OsString>,
 
     /// Serve the admin API off loopback without a token (the operator means it).
-    #[arg(long, env = "MONOLOCK_ADMIN_INSECURE")]
+    #[arg(long, env = "MONOLOCK_ADMIN_INSECURE", action = ArgAction::SetTrue, value_parser = parse_switch)]
     admin_insecure: bool,
 
     /// Serve the admin API over HTTPS with the protocol's --tls-cert/--tls-key; with
     /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
-    #[arg(long, env = "MONOLOCK_ADMIN_TLS")]
+    #[arg(long, env = "MONOLOCK_ADMIN_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
     admin_tls: bool,
 
     /// Serve /metrics, /healthz and /readyz over HTTPS, as --admin-tls does.
-    #[arg(long, env = "MONOLOCK_OPS_TLS")]
+    #[arg(long, env = "MONOLOCK_OPS_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
     ops_tls: bool,
 
     /// Server certificate chain (PEM); with --tls-key, enables TLS [default: none].

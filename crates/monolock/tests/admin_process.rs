@@ -78,8 +78,11 @@ fn the_cli_sends_the_token_from_a_file_or_the_variable_and_sighup_rotates_it() {
     let output = cli_env(&server, &["locks"], &[]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("Authorization: Bearer"), "{stderr}");
+    assert!(stderr.contains("--admin-token-file"), "{stderr}");
+    assert!(stderr.contains("MONOLOCK_ADMIN_TOKEN_FILE"), "{stderr}");
+    assert!(!stderr.contains("Authorization"), "{stderr}");
     assert!(stderr.contains("401"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
     let output = cli_env(
         &server,
