@@ -18,11 +18,20 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// The version `--version` prints: the crate's, and the commit it was
+/// built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MONOLOCK_GIT_COMMIT"),
+    ")"
+);
+
 /// A lock server for fleets: the TCP connection is the claim.
 #[derive(Debug, Parser)]
 #[command(
     name = "monolock",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MONOLOCK_GIT_COMMIT"), ")"),
+    version = VERSION,
     about,
     propagate_version = true,
     arg_required_else_help = true

@@ -51,7 +51,9 @@ impl Sentinel {
     /// Starts the sentinel (this same executable, `exec-sentinel`).
     pub fn start() -> io::Result<Self> {
         let mut command = Command::new("/proc/self/exe");
+        // `ps` shows `monolock exec-sentinel`, not `/proc/self/exe ...`.
         command
+            .arg0("monolock")
             .arg("exec-sentinel")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

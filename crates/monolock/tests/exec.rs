@@ -500,7 +500,10 @@ async fn a_wrong_port_is_named_and_never_retried() {
     let http = wrong_port(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
     for (addr, says) in [
         (tls, "the server speaks TLS"),
-        (http, "is not a monolock protocol port (it answered like HTTP)"),
+        (
+            http,
+            "is not a monolock protocol port (it answered like HTTP)",
+        ),
     ] {
         let (status, out, err) = exec(
             &server,
