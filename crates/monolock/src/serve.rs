@@ -123,7 +123,7 @@ pub struct ServeArgs {
 
     /// Bound on the TLS handshake and first ACQUIRE after accept, on a started frame and
     /// on every write.
-    #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     io_timeout: Duration,
 
     /// Token floor file: reserved token ranges are written here before use, so tokens
@@ -134,7 +134,7 @@ pub struct ServeArgs {
 
     /// Grant nothing for this long after start (sessions queue and get WAITING); for a
     /// standby, at least the longest lease in use. 0 = none.
-    #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION", allow_hyphen_values = true)]
     startup_grace: Duration,
 
     /// Diagnostic log level.
