@@ -286,10 +286,11 @@ fn info_table(info: &ServerInfo) -> String {
         Some(value) => printable(value).into_owned(),
         None => "off".to_owned(),
     };
-    let tls = match (config.tls, config.mtls) {
-        (_, true) => "mTLS (client certificates required)",
-        (true, false) => "TLS",
-        (false, false) => "off",
+    let on_off = |on: bool| if on { "on" } else { "off" };
+    let mtls = if config.mtls {
+        "on (client certificates required)"
+    } else {
+        "off"
     };
     let uptime = Duration::from_secs(info.uptime_ms / 1000);
     let status = &info.startup_grace;
@@ -317,7 +318,8 @@ fn info_table(info: &ServerInfo) -> String {
             vec!["listen".into(), config.listen.clone()],
             vec!["ops listen".into(), or_off(&config.ops_listen)],
             vec!["admin listen".into(), or_off(&config.admin_listen)],
-            vec!["tls".into(), tls.to_owned()],
+            vec!["tls".into(), on_off(config.tls).to_owned()],
+            vec!["mtls".into(), mtls.to_owned()],
             vec!["acl file".into(), or_off(&config.acl_file)],
             vec!["audit log".into(), or_off(&config.audit_log)],
             vec!["io timeout".into(), millis(config.io_timeout_ms)],
@@ -333,6 +335,8 @@ fn info_table(info: &ServerInfo) -> String {
 
 #[cfg(test)]
 mod tests {
+    use monolock_server::admin::EffectiveConfig;
+
     use super::*;
 
     fn lock() -> LockInfo {
@@ -380,5 +384,41 @@ mod tests {
         assert!(text.contains("x\\ny") && text.contains("id\\r"), "{text}");
         let detail = lock_detail(&evil, now);
         assert!(detail.starts_with("lock      x\\ny\n"), "{detail}");
+    }
+
+    #[test]
+    fn info_names_mtls_sessions_and_the_grace() {
+        let info = ServerInfo {
+            version: "0.1.0".into(),
+            commit: "abc".into(),
+            uptime_ms: 1_500,
+            config: EffectiveConfig {
+                tls: true,
+                mtls: true,
+                io_timeout_ms: 5_000,
+                ..EffectiveConfig::default()
+            },
+            locks: 1,
+            sessions: 3,
+            waiters: 2,
+            connections: 4,
+            startup_grace: GraceInfo {
+                grace_ms: 30_000,
+                running: true,
+                remaining_ms: 12_345,
+                held: 2,
+            },
+            token_floor: None,
+        };
+        let text = info_table(&info);
+        for row in [
+            "tls            on\n",
+            "mtls           on (client certificates required)\n",
+            "io timeout     5s\n",
+            "startup grace  server in startup grace, 12345 ms left (2 queued)\n",
+            "sessions       3\n",
+        ] {
+            assert!(text.contains(row), "{row:?} missing from:\n{text}");
+        }
     }
 }
