@@ -74,10 +74,12 @@ while it runs; before the lock is granted they abort the wait (exit 128+N).
 On a terminal, the command is the foreground job, so it can read the keyboard.
 
 --retry retries connection failures and server conditions (shutdown,
-administrator kick), logging each retry on stderr, until the server has been
-unreachable for --retry-for; a bad certificate, a TLS mismatch or an ACL
-refusal is never retried. --server takes several addresses (a,b): each
-connection tries them in order.
+administrator kick), logging each retry on stderr (unless -q), until the
+server has been unreachable for --retry-for; a bad certificate, a TLS
+mismatch, a wrong port or an ACL refusal is never retried. --server takes
+several addresses (a,b): each connection tries them in order. On/off
+variables (MONOLOCK_RETRY, MONOLOCK_PID_NAMESPACE) take 1/0, true/false,
+yes/no or on/off.
 
 --tls-ca turns TLS on: the server's certificate must chain to that CA and
 match the host of --server (or --tls-server-name). --tls-cert and --tls-key

@@ -46,6 +46,7 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 #[command(
     about = "Run the lock server",
     after_help = "Durations accept 250ms, 5s, 1m. Addresses accept IP:PORT, [IPv6]:PORT or :PORT. \
+                  On/off variables take 1/0, true/false, yes/no or on/off. \
                   There is deliberately no lease setting, no heartbeat setting, no connection \
                   limit and no queue limit.\n\
                   Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
