@@ -28,7 +28,7 @@ use crate::{
 const IDLE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Column widths of the event lines (wider values push the line).
-const WIDTHS: [usize; 4] = [24, 13, 24, 21];
+const WIDTHS: [usize; 5] = [24, 13, 24, 21, 24];
 
 /// The first delay before reconnecting to a server that went away.
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
@@ -345,22 +345,27 @@ mod tests {
         .expect("JSON");
         assert_eq!(
             event_line(&event),
-            "2026-08-08T12:00:00.123Z  released       evil\\n\\u{1b}[2Jname       10.0.0.5:52114         -  token=7 held=1500ms reason=force"
+            "2026-08-08T12:00:00.123Z  released       evil\\n\\u{1b}[2Jname       10.0.0.5:52114         -                         token=7 held=1500ms reason=force"
         );
     }
 
     #[test]
     fn columns_line_up_with_the_header_whatever_fills_them() {
         let header = format_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"]);
-        let column = |line: &str| line.find("IDENTITY").or_else(|| line.find("id!"));
+        let identity = |line: &str| line.find("IDENTITY").or_else(|| line.find("id!"));
+        let detail = |line: &str| line.find("DETAIL").or_else(|| line.find("token="));
         for time in [
             "2026-08-08T12:00:00Z",
             "2026-08-08T12:00:00.12Z",
             "2026-08-08T12:00:00.123Z",
         ] {
             for event in ["held", "promoted", "force-release"] {
-                let line = format_line(&[time, event, "name", "10.0.0.5:52114", "id!", "token=1"]);
-                assert_eq!(column(&line), column(&header), "{line}\n{header}");
+                for id in ["id!", "id!spiffe://prod/w/1"] {
+                    let cells = [time, event, "name", "10.0.0.5:52114", id, "token=1"];
+                    let line = format_line(&cells);
+                    assert_eq!(identity(&line), identity(&header), "{line}\n{header}");
+                    assert_eq!(detail(&line), detail(&header), "{line}\n{header}");
+                }
             }
         }
     }
