@@ -388,16 +388,13 @@ async fn acquire<C: Connector>(
 ) -> Result<Option<LockGuard>, Error> {
     let once = args.no_wait || args.wait.is_some_and(|wait| wait.is_zero());
     let attempt = || async {
-        let result = if once {
-            client.try_acquire(&args.name, args.lease).await
+        if once {
+            match client.try_acquire(&args.name, args.lease).await {
+                Err(err) => Err(unanswered(err, connector, args).await),
+                result => result,
+            }
         } else {
-            wait_reporting(client, args).await.map(Some)
-        };
-        match result {
-            Err(err) if is_unanswered(&err) && answers_http(connector, &args.server).await => Err(
-                Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer)),
-            ),
-            result => result,
+            wait_reporting(client, connector, args).await.map(Some)
         }
     };
     let attempts = async {
@@ -437,9 +434,14 @@ async fn acquire<C: Connector>(
 /// it says both; `monolock locks` and `monolock info` say which.
 async fn wait_reporting<C: Connector>(
     client: &Client<C>,
+    connector: &C,
     args: &ExecArgs,
 ) -> Result<LockGuard, Error> {
-    match client.enqueue(&args.name, args.lease).await? {
+    let enqueued = match client.enqueue(&args.name, args.lease).await {
+        Ok(enqueued) => enqueued,
+        Err(err) => return Err(unanswered(err, connector, args).await),
+    };
+    match enqueued {
         Enqueued::Acquired(guard) => Ok(guard),
         Enqueued::Waiting(waiter) => {
             if args.verbose {
@@ -456,11 +458,17 @@ async fn wait_reporting<C: Connector>(
 /// How long the HTTP probe may take, connection included.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// True for a failure before the server's first reply because nothing
-/// came back: a monolock server answers ACQUIRE at once, so the port may
-/// be something else (an HTTP server waiting for the rest of a request).
-fn is_unanswered(err: &Error) -> bool {
-    matches!(err, Error::Lost(LossReason::HeartbeatTimeout { .. }))
+/// A failure before the server's first reply, named: when nothing came
+/// back in time (a monolock server answers ACQUIRE at once) and the port
+/// answers an HTTP request like HTTP, it is an HTTP port (one that waits
+/// for the rest of a request), not a silent server.
+async fn unanswered<C: Connector>(err: Error, connector: &C, args: &ExecArgs) -> Error {
+    if matches!(err, Error::Lost(LossReason::HeartbeatTimeout { .. }))
+        && answers_http(connector, &args.server).await
+    {
+        return Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer));
+    }
+    err
 }
 
 /// Whether the first of `servers` that accepts a connection answers an

@@ -978,7 +978,7 @@ async fn http_server_waiting_for_a_request() -> String {
 async fn a_silent_http_port_is_named_and_never_retried() {
     let server = TestServer::start().await;
     let http = http_server_waiting_for_a_request().await;
-    for extra in [&[][..], &["--retry", "--retry-for", "5s"][..]] {
+    for extra in [&[][..], &["-n"], &["--retry", "--retry-for", "5s"]] {
         let mut args = vec!["--server", &http, "--lease", "500ms"];
         args.extend_from_slice(extra);
         args.extend(["x", "--", "echo", "RAN"]);
