@@ -777,7 +777,7 @@ async fn a_pid_namespace_takes_escaped_descendants_down() {
 }
 
 /// `--retry-for` is used to its end: the last attempt is made when it runs
-/// out, not a whole backoff before (about 1.5 s of 2 s, before).
+/// out, not a whole backoff earlier (at 1.5 s or less of 2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_for_is_used_to_its_end() {
     let closed_addr = closed_port().await;
@@ -921,7 +921,7 @@ async fn switch_variables_take_the_usual_spellings() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
     assert!(err.contains("$MONOLOCK_ADDRESS (--server)"), "{err}");
-    // On the command line, the flag is named as before.
+    // Given on the command line, the flag is named.
     let out = Command::new(MONOLOCK)
         .args(["exec", "--server", "localhost", "x", "true"])
         .output()
