@@ -33,7 +33,9 @@ pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(30);
 ///
 /// Retrying is bounded in time: once the server has been unreachable for
 /// [`retry_for`](Self::retry_for) ([`DEFAULT_RETRY_FOR`] unless set), no
-/// further attempt is made and the last error is returned. "Unreachable"
+/// further attempt is made and the last error is returned. A delay that
+/// would end past the bound is shortened to end at it, so the last
+/// attempt is made when the bound runs out, not a backoff before. "Unreachable"
 /// counts from the first failure after the server last answered (an
 /// ERROR frame, such as 0x01 on shutdown, proves it up), so a claim that
 /// waited an hour in the queue before the server restarted still gets
@@ -194,13 +196,16 @@ impl RetryPolicy {
             } else {
                 *unreachable_since.get_or_insert(now)
             };
-            // No attempt may start after the bound: the retry would be
-            // one the caller did not allow.
-            if let Some(bound) = self.retry_for
-                && (now - since).saturating_add(delay) > bound
-            {
-                return Err(err);
-            }
+            // No attempt may start after the bound, and the last one
+            // starts at it: a delay that would cross the bound is cut
+            // short, so the whole bound is used and no later attempt made.
+            let delay = match self.retry_for {
+                Some(bound) => match bound.checked_sub(now - since) {
+                    Some(left) if !left.is_zero() => delay.min(left),
+                    _ => return Err(err),
+                },
+                None => delay,
+            };
             notify(&err, delay);
             tokio::time::sleep(delay).await;
         }
@@ -352,12 +357,8 @@ mod tests {
             )
             .await;
         assert!(matches!(result, Err(Error::Connect { .. })));
-        let waited = start.elapsed();
-        assert!(waited <= DEFAULT_RETRY_FOR, "{waited:?}");
-        assert!(
-            waited >= DEFAULT_RETRY_FOR - DEFAULT_MAX_BACKOFF,
-            "{waited:?}"
-        );
+        // The last attempt is made exactly when the bound runs out.
+        assert_eq!(start.elapsed(), DEFAULT_RETRY_FOR);
         // Every retry was announced, with its delay.
         assert_eq!(notified.len() + 1, calls.load(Ordering::SeqCst) as usize);
         assert!(
@@ -365,6 +366,43 @@ mod tests {
                 .iter()
                 .all(|(text, _)| text.contains("could not connect"))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_last_attempt_is_made_when_the_bound_runs_out() {
+        for bound_ms in [100, 2_500, 5_000, 10_000, 30_000] {
+            let bound = Duration::from_millis(bound_ms);
+            let start = Instant::now();
+            let mut attempts = Vec::new();
+            let result: Result<(), _> = RetryPolicy::new()
+                .with_retry_for(Some(bound))
+                .retry_notify(
+                    || {
+                        attempts.push(start.elapsed());
+                        async { Err(refused()) }
+                    },
+                    |_, _| {},
+                )
+                .await;
+            assert!(result.is_err());
+            assert_eq!(attempts.last(), Some(&bound), "{bound:?}: {attempts:?}");
+            assert_eq!(start.elapsed(), bound, "no attempt after the bound");
+        }
+        // A server that comes up just before the bound is found.
+        let start = Instant::now();
+        let up_at = Duration::from_millis(4_200);
+        let result = RetryPolicy::new()
+            .with_retry_for(Some(Duration::from_secs(5)))
+            .retry(|| async {
+                if start.elapsed() >= up_at {
+                    Ok(start.elapsed())
+                } else {
+                    Err(refused())
+                }
+            })
+            .await;
+        let found = result.expect("the server came up within the bound");
+        assert!(found <= Duration::from_secs(5), "{found:?}");
     }
 
     #[tokio::test(start_paused = true)]

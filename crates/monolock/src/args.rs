@@ -28,6 +28,11 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_bounded_duration(text: &str) -> Result<Duration, String> {
+    if text.trim_start().starts_with('-') {
+        return Err(format!(
+            "{text} is negative: durations cannot be negative (expected e.g. 0, 250ms, 5s, 1m)"
+        ));
+    }
     let duration = humantime::parse_duration(text)
         .map_err(|err| format!("{err} (expected e.g. 250ms, 5s, 1m)"))?;
     if duration > MAX_DURATION {
@@ -36,6 +41,16 @@ fn parse_bounded_duration(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(duration)
+}
+
+/// Parses an on/off switch given by an environment variable: `1`/`0`,
+/// `true`/`false`, `yes`/`no`, `on`/`off`, in any case.
+pub fn parse_switch(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err("expected 1 or 0, true or false, yes or no, on or off".to_owned()),
+    }
 }
 
 /// Parses `IP:PORT`, `[IPv6]:PORT` or `:PORT` (every IPv4 interface).
@@ -53,8 +68,10 @@ pub fn parse_socket_addr(text: &str) -> Result<SocketAddr, String> {
 /// (printed in full), [`EXIT_USAGE`] otherwise. A missing subcommand
 /// prints the help, on stderr. Every other error is one line on stderr
 /// holding all of clap's message but the usage block: what is wrong,
-/// which arguments are missing, and clap's tips (such as using `--`).
-pub fn exit_for_clap_error(err: &clap::Error) -> ExitCode {
+/// which arguments are missing, and clap's tips (such as using `--`). The
+/// line starts with the subcommand (`monolock exec:`), and a bad value
+/// that came from an environment variable names the variable.
+pub fn exit_for_clap_error(err: &clap::Error, command: &clap::Command) -> ExitCode {
     use clap::error::ErrorKind;
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
@@ -66,10 +83,56 @@ pub fn exit_for_clap_error(err: &clap::Error) -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
         _ => {
-            eprintln!("monolock: {}", one_line(&err.to_string()));
+            let argv: Vec<String> = std::env::args_os()
+                .skip(1)
+                .map(|arg| arg.to_string_lossy().into_owned())
+                .collect();
+            let sub = argv
+                .iter()
+                .find(|arg| !arg.starts_with('-'))
+                .and_then(|name| command.find_subcommand(name));
+            let mut line = one_line(&err.to_string());
+            if let Some((shown, variable)) = sub.and_then(|sub| from_variable(err, sub, &argv)) {
+                line = line.replacen(&format!("'{shown}'"), &variable, 1);
+            }
+            match sub {
+                Some(sub) => eprintln!("monolock {}: {line}", sub.get_name()),
+                None => eprintln!("monolock: {line}"),
+            }
             ExitCode::from(EXIT_USAGE)
         }
     }
+}
+
+/// For a bad value that came from an environment variable (its flag is
+/// not on the command line): the argument as clap shows it, and
+/// `$VARIABLE (--flag)` to show instead.
+fn from_variable(
+    err: &clap::Error,
+    sub: &clap::Command,
+    argv: &[String],
+) -> Option<(String, String)> {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(shown)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = shown.strip_prefix("--")?.split([' ', '=']).next()?;
+    let arg = sub
+        .get_arguments()
+        .find(|arg| arg.get_long() == Some(long))?;
+    let variable = arg.get_env()?.to_str()?;
+    let flag = format!("--{long}");
+    let on_command_line = argv.iter().any(|word| {
+        word == &flag
+            || word.starts_with(&format!("{flag}="))
+            || arg.get_short().is_some_and(|short| {
+                word.starts_with('-') && !word.starts_with("--") && word.contains(short)
+            })
+    });
+    if on_command_line || std::env::var_os(variable).is_none() {
+        return None;
+    }
+    Some((shown.clone(), format!("${variable} ({flag})")))
 }
 
 /// clap's rendered error as one line: its lines joined, the usage block
@@ -108,6 +171,19 @@ mod tests {
         assert!(err.contains("too long"), "{err}");
         assert!(parse_duration("367d").unwrap_err().contains("at most"));
         assert!(parse_duration("soon").is_err());
+        let negative = parse_duration_or_zero("-1s").unwrap_err();
+        assert!(negative.contains("cannot be negative"), "{negative}");
+    }
+
+    #[test]
+    fn switches_take_the_usual_spellings() {
+        for on in ["1", "true", "TRUE", "yes", "Yes", "on", "ON"] {
+            assert_eq!(parse_switch(on), Ok(true), "{on}");
+        }
+        for off in ["0", "false", "False", "no", "NO", "off", "Off"] {
+            assert_eq!(parse_switch(off), Ok(false), "{off}");
+        }
+        assert!(parse_switch("maybe").unwrap_err().contains("yes or no"));
     }
 
     #[test]

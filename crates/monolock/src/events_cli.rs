@@ -3,10 +3,13 @@
 //! snapshot), then every change as it happens. `--json` prints the
 //! snapshot and then each event's JSON (the audit log's format) one per
 //! line. A subscriber the server cut off for falling behind reconnects and
-//! starts over from a fresh snapshot.
+//! starts over from a fresh snapshot; so does one whose server went away
+//! (a restart, a failover), with backoff and a line on stderr each time,
+//! as the dashboard does, unless `--once` asks to exit instead.
 
-use std::{io::Write as _, time::Duration};
+use std::{io::Write as _, process::ExitCode, time::Duration};
 
+use clap::Args;
 use http_body_util::BodyExt;
 use hyper::Method;
 use monolock_server::{
@@ -15,39 +18,113 @@ use monolock_server::{
 };
 use serde_json::Value;
 
-use crate::admin_cli::{AdminArgs, encode, printable, refusal, send};
+use crate::{
+    admin_client::{AdminArgs, encode, refusal, send},
+    render::{identity, printable},
+};
 
 /// With no byte for this long (the server sends a keep-alive every 15 s),
 /// the stream is taken for dead.
 const IDLE_LIMIT: Duration = Duration::from_secs(60);
 
 /// Column widths of the event lines (wider values push the line).
-const WIDTHS: [usize; 4] = [24, 13, 24, 21];
+const WIDTHS: [usize; 5] = [24, 13, 24, 21, 24];
 
-/// Follows the stream until it fails or the server closes it.
+/// The first delay before reconnecting to a server that went away.
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+
+/// The longest delay between reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Flags of `monolock events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only events of locks whose name matches this glob.
+    #[arg(long = "match", value_name = "GLOB")]
+    pattern: Option<String>,
+    /// Exit (status 1) when the stream ends instead of reconnecting.
+    #[arg(long)]
+    once: bool,
+    #[command(flatten)]
+    admin: AdminArgs,
+}
+
+/// Runs `monolock events`: exit 1 once the stream ends or fails, 64 for
+/// contradictory flags.
+pub fn main(args: EventsArgs) -> ExitCode {
+    let runtime = match crate::admin_client::runtime(&args.admin) {
+        Ok(runtime) => runtime,
+        Err(code) => return code,
+    };
+    match runtime.block_on(follow(&args.admin, args.pattern.as_deref(), args.once)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(line) => {
+            eprintln!("monolock: {line}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Follows the stream. A failure before the first stream opens ends the
+/// command (the address or the token is wrong: one line, exit 1); after
+/// it, a stream that ends or fails is reopened with backoff, unless
+/// `once`, or unless the server refuses the request itself (a 4xx: a
+/// rotated token, say, which no retry heals).
 ///
 /// The server filters by `pattern` (`?match=`), so other locks' traffic
 /// never crosses the network; the same glob is applied here too, so the
 /// output is the same against a server that streams everything.
-pub async fn follow(admin: &AdminArgs, pattern: Option<&str>) -> Result<(), String> {
+async fn follow(admin: &AdminArgs, pattern: Option<&str>, once: bool) -> Result<(), String> {
     let glob = pattern.map(Glob::new);
     let matches = |name: &str| glob.as_ref().is_none_or(|glob| glob.matches(name));
     let path = match pattern {
         Some(pattern) => format!("/api/events?match={}", encode(pattern)),
         None => "/api/events".to_owned(),
     };
-    // Printed once the first stream is open, so a failure is one line.
-    let mut header_due = !admin.json;
+    let mut state = State {
+        // Printed once the first stream is open, so a failure is one line.
+        header_due: !admin.json,
+        opened: false,
+        reconnecting: false,
+    };
+    let mut backoff = FIRST_BACKOFF;
     loop {
-        match stream_once(admin, &path, &matches, &mut header_due).await? {
-            End::Lagged => {
+        let why = match stream_once(admin, &path, &matches, &mut state).await {
+            Ok(End::Lagged) => {
                 eprintln!(
                     "monolock: fell behind the server's event stream; reconnecting for a fresh snapshot"
                 );
+                continue;
             }
-            End::Closed => return Err("the server closed the event stream".to_owned()),
+            Ok(End::Closed) => "the server closed the event stream".to_owned(),
+            Err(Failure::Fatal(line)) => return Err(line),
+            Err(Failure::Lost(line)) => line,
+        };
+        if once || !state.opened {
+            return Err(why);
         }
+        // A stream opened since the last failure starts the backoff over.
+        if !state.reconnecting {
+            backoff = FIRST_BACKOFF;
+        }
+        eprintln!(
+            "monolock: {why}; reconnecting in {} (--once exits instead)",
+            humantime::format_duration(backoff)
+        );
+        state.reconnecting = true;
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MAX_BACKOFF);
     }
+}
+
+/// What one stream leaves to the next.
+struct State {
+    /// The column header is still to be printed.
+    header_due: bool,
+    /// A stream has been open at least once.
+    opened: bool,
+    /// The last stream failed and this one replaces it.
+    reconnecting: bool,
 }
 
 enum End {
@@ -55,18 +132,41 @@ enum End {
     Closed,
 }
 
+/// Why a stream could not be followed.
+enum Failure {
+    /// The server refused the request (a 4xx: it would refuse it again),
+    /// or the output cannot be written.
+    Fatal(String),
+    /// The connection failed, the stream broke off or fell silent, or the
+    /// server answered with a 5xx: a later attempt may succeed.
+    Lost(String),
+}
+
 async fn stream_once(
     admin: &AdminArgs,
     path: &str,
     matches: &impl Fn(&str) -> bool,
-    header_due: &mut bool,
-) -> Result<End, String> {
-    let (url, response) = send(admin, Method::GET, path, "text/event-stream").await?;
+    state: &mut State,
+) -> Result<End, Failure> {
+    let (url, response) = send(admin, Method::GET, path, "text/event-stream")
+        .await
+        .map_err(Failure::Lost)?;
     if !response.status().is_success() {
-        return Err(refusal(&url, response).await);
+        let server_side = response.status().is_server_error();
+        let line = refusal(&url, response).await;
+        return Err(if server_side {
+            Failure::Lost(line)
+        } else {
+            Failure::Fatal(line)
+        });
     }
-    if std::mem::take(header_due) {
-        print_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"])?;
+    state.opened = true;
+    if std::mem::take(&mut state.reconnecting) {
+        eprintln!("monolock: reconnected to {url}; the locks held now follow");
+    }
+    if std::mem::take(&mut state.header_due) {
+        print_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"])
+            .map_err(Failure::Fatal)?;
     }
     let mut body = response.into_body();
     let mut buf: Vec<u8> = Vec::new();
@@ -77,19 +177,25 @@ async fn stream_once(
             match name.as_deref() {
                 None => {}
                 Some("lagged") => return Ok(End::Lagged),
-                Some("snapshot") => print_snapshot(admin.json, &data, matches)?,
-                Some(_) => print_event(admin.json, &data, matches)?,
+                Some("snapshot") => {
+                    print_snapshot(admin.json, &data, matches).map_err(Failure::Fatal)?;
+                }
+                Some(_) => print_event(admin.json, &data, matches).map_err(Failure::Fatal)?,
             }
         }
         let frame = match tokio::time::timeout(IDLE_LIMIT, body.frame()).await {
             Ok(Some(Ok(frame))) => frame,
-            Ok(Some(Err(err))) => return Err(format!("the event stream from {url} failed: {err}")),
+            Ok(Some(Err(err))) => {
+                return Err(Failure::Lost(format!(
+                    "the event stream from {url} failed: {err}"
+                )));
+            }
             Ok(None) => return Ok(End::Closed),
             Err(_) => {
-                return Err(format!(
+                return Err(Failure::Lost(format!(
                     "nothing from {url} for {}s (not even a keep-alive)",
                     IDLE_LIMIT.as_secs()
-                ));
+                )));
             }
         };
         if let Ok(data) = frame.into_data() {
@@ -138,7 +244,7 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
         &printable(&lock.name),
         &holder.remote_addr,
         &identity(&holder.identity),
-        &format!("token={} lease={}ms", holder.token, holder.lease_ms),
+        &format!("token={} lease={}", holder.token, millis(holder.lease_ms)),
     ])];
     for (position, waiter) in lock.waiters.iter().enumerate() {
         lines.push(format_line(&[
@@ -147,7 +253,11 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
             &printable(&lock.name),
             &waiter.remote_addr,
             &identity(&waiter.identity),
-            &format!("position={} lease={}ms", position + 1, waiter.lease_ms),
+            &format!(
+                "position={} lease={}",
+                position + 1,
+                millis(waiter.lease_ms)
+            ),
         ]));
     }
     lines
@@ -191,12 +301,9 @@ fn event_line(event: &Value) -> String {
     ])
 }
 
-fn identity(identity: &str) -> String {
-    if identity.is_empty() {
-        "-".to_owned()
-    } else {
-        printable(identity).into_owned()
-    }
+/// A lease in milliseconds, humanised (`2s`, `49days`).
+fn millis(ms: u32) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_millis(u64::from(ms)))
 }
 
 fn format_line(cells: &[&str]) -> String {
@@ -204,7 +311,7 @@ fn format_line(cells: &[&str]) -> String {
     for (i, cell) in cells.iter().enumerate() {
         line.push_str(cell);
         if let Some(width) = WIDTHS.get(i) {
-            let pad = width.saturating_sub(cell.chars().count()).max(1) + 1;
+            let pad = width.saturating_sub(cell.chars().count()) + 2;
             line.extend(std::iter::repeat_n(' ', pad));
         } else if i + 1 < cells.len() {
             line.push_str("  ");
@@ -238,8 +345,29 @@ mod tests {
         .expect("JSON");
         assert_eq!(
             event_line(&event),
-            "2026-08-08T12:00:00.123Z  released      evil\\n\\u{1b}[2Jname      10.0.0.5:52114        -  token=7 held=1500ms reason=force"
+            "2026-08-08T12:00:00.123Z  released       evil\\n\\u{1b}[2Jname       10.0.0.5:52114         -                         token=7 held=1500ms reason=force"
         );
+    }
+
+    #[test]
+    fn columns_line_up_with_the_header_whatever_fills_them() {
+        let header = format_line(&["TIME", "EVENT", "LOCK", "REMOTE_ADDR", "IDENTITY", "DETAIL"]);
+        let identity = |line: &str| line.find("IDENTITY").or_else(|| line.find("id!"));
+        let detail = |line: &str| line.find("DETAIL").or_else(|| line.find("token="));
+        for time in [
+            "2026-08-08T12:00:00Z",
+            "2026-08-08T12:00:00.12Z",
+            "2026-08-08T12:00:00.123Z",
+        ] {
+            for event in ["held", "promoted", "force-release"] {
+                for id in ["id!", "id!spiffe://prod/w/1"] {
+                    let cells = [time, event, "name", "10.0.0.5:52114", id, "token=1"];
+                    let line = format_line(&cells);
+                    assert_eq!(identity(&line), identity(&header), "{line}\n{header}");
+                    assert_eq!(detail(&line), detail(&header), "{line}\n{header}");
+                }
+            }
+        }
     }
 
     #[test]

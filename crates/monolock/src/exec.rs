@@ -8,15 +8,18 @@
 
 use std::{
     ffi::OsString,
-    io::{self, IsTerminal, Write},
+    io::{self, Write},
     os::unix::process::ExitStatusExt,
     path::PathBuf,
     process::{ExitCode, ExitStatus},
     time::Duration,
 };
 
-use clap::Args;
-use monolock_client::{Client, Connector, Enqueued, Error, LockGuard, LossReason, TlsConnector};
+use clap::{ArgAction, Args};
+use monolock_client::{
+    Client, Connector, Enqueued, Error, LockGuard, LossReason, ProtocolViolation, TcpConnector,
+    TlsConnector,
+};
 use tokio::{
     process::{Child, Command},
     signal::unix::{Signal, SignalKind, signal},
@@ -24,7 +27,9 @@ use tokio::{
 };
 
 use crate::{
-    args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero},
+    args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero, parse_switch},
+    process::{Terminal, die_with_parent, enter_new_pid_namespace, group_alive, signal_group},
+    render::chain,
     sentinel::Sentinel,
 };
 
@@ -69,10 +74,12 @@ while it runs; before the lock is granted they abort the wait (exit 128+N).
 On a terminal, the command is the foreground job, so it can read the keyboard.
 
 --retry retries connection failures and server conditions (shutdown,
-administrator kick), logging each retry on stderr, until the server has been
-unreachable for --retry-for; a bad certificate, a TLS mismatch or an ACL
-refusal is never retried. --server takes several addresses (a,b): each
-connection tries them in order.
+administrator kick), logging each retry on stderr (unless -q), until the
+server has been unreachable for --retry-for; a bad certificate, a TLS
+mismatch, a wrong port or an ACL refusal is never retried. --server takes
+several addresses (a,b): each connection tries them in order. On/off
+variables (MONOLOCK_RETRY, MONOLOCK_PID_NAMESPACE) take 1/0, true/false,
+yes/no or on/off.
 
 --tls-ca turns TLS on: the server's certificate must chain to that CA and
 match the host of --server (or --tls-server-name). --tls-cert and --tls-key
@@ -106,12 +113,12 @@ pub struct ExecArgs {
 
     /// Lease: how long the server tolerates silence before it hands the
     /// lock on. Not a limit on the command's run time.
-    #[arg(long, env = "MONOLOCK_LEASE", default_value = "2s", value_parser = parse_lease, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_LEASE", default_value = "2s", value_parser = parse_lease, value_name = "DURATION", allow_hyphen_values = true)]
     lease: Duration,
 
     /// Wait at most this long for the lock; 0 tries once (default: wait as
     /// long as it takes).
-    #[arg(long, env = "MONOLOCK_WAIT", value_parser = parse_duration_or_zero, value_name = "DURATION", conflicts_with = "no_wait")]
+    #[arg(long, env = "MONOLOCK_WAIT", value_parser = parse_duration_or_zero, value_name = "DURATION", conflicts_with = "no_wait", allow_hyphen_values = true)]
     wait: Option<Duration>,
 
     /// Do not wait: exit 75 at once if the lock is held.
@@ -121,15 +128,15 @@ pub struct ExecArgs {
     /// Retry connection failures and server conditions (shutdown,
     /// administrator kick) with backoff, for at most --retry-for of an
     /// unreachable server.
-    #[arg(long, env = "MONOLOCK_RETRY")]
+    #[arg(long, env = "MONOLOCK_RETRY", action = ArgAction::SetTrue, value_parser = parse_switch)]
     retry: bool,
 
     /// With --retry: give up once the server has been unreachable this long.
-    #[arg(long, env = "MONOLOCK_RETRY_FOR", default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_RETRY_FOR", default_value = "30s", value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     retry_for: Duration,
 
     /// Time between SIGTERM and SIGKILL when the lock is lost.
-    #[arg(long, env = "MONOLOCK_KILL_GRACE", default_value = "5s", value_parser = parse_duration_or_zero, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_KILL_GRACE", default_value = "5s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     kill_grace: Duration,
 
     /// Exit status when the lock is not acquired (busy, or --wait ran out),
@@ -142,11 +149,17 @@ pub struct ExecArgs {
     #[arg(short, long)]
     verbose: bool,
 
+    /// Say nothing on stderr about the expected outcomes: the lock busy
+    /// (or --wait running out) and the retries of --retry. Failures are
+    /// still reported. For cron, which mails whatever is printed.
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+
     /// Run the command in a new PID namespace, so that every descendant,
     /// even one that left the process group (setsid), dies with exec and
     /// when the command ends. Needs root (CAP_SYS_ADMIN). Inside, the
     /// command sees namespace PIDs ($$ is 2).
-    #[arg(long, env = "MONOLOCK_PID_NAMESPACE")]
+    #[arg(long, env = "MONOLOCK_PID_NAMESPACE", action = ArgAction::SetTrue, value_parser = parse_switch)]
     pid_namespace: bool,
 
     /// Run this string with /bin/sh -c (as flock -c) instead of CMD.
@@ -256,10 +269,9 @@ async fn exec(args: ExecArgs) -> u8 {
             return EXIT_UNAVAILABLE;
         }
     };
-    let client = Client::new(args.server.clone()).with_default_lease(args.lease);
     match tls {
-        None => acquire_and_run(&client, &args, &mut signals).await,
-        Some(tls) => acquire_and_run(&client.with_connector(tls), &args, &mut signals).await,
+        None => acquire_and_run(TcpConnector, &args, &mut signals).await,
+        Some(tls) => acquire_and_run(tls, &args, &mut signals).await,
     }
 }
 
@@ -286,23 +298,24 @@ fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
     if let Some(name) = &args.tls_server_name {
         builder = builder.with_server_name(name);
     }
-    builder
-        .build()
-        .map(Some)
-        .map_err(|err| format!("{:#}", anyhow::Error::new(err)))
+    builder.build().map(Some).map_err(|err| chain(&err))
 }
 
 /// Waits for the lock, then runs the command under it (or holds the lock
 /// until a signal when there is no command).
-async fn acquire_and_run<C: Connector>(
-    client: &Client<C>,
+async fn acquire_and_run<C: Connector + Clone>(
+    connector: C,
     args: &ExecArgs,
     signals: &mut Signals,
 ) -> u8 {
+    let client = Client::new(args.server.clone())
+        .with_default_lease(args.lease)
+        .with_connector(connector.clone());
     let started = Instant::now();
     let guard = tokio::select! {
-        result = acquire(client, args) => match result {
+        result = acquire(&client, &connector, args) => match result {
             Ok(Some(guard)) => guard,
+            Ok(None) if args.quiet => return args.conflict_exit_code,
             Ok(None) => {
                 match args.wait {
                     Some(wait) if !wait.is_zero() && !args.no_wait => eprintln!(
@@ -325,9 +338,9 @@ async fn acquire_and_run<C: Connector>(
                     String::new()
                 };
                 eprintln!(
-                    "monolock exec: cannot acquire lock {:?}: {:#}{gave_up}",
+                    "monolock exec: cannot acquire lock {:?}: {}{gave_up}",
                     args.name,
-                    anyhow::Error::new(err)
+                    describe(&err, args)
                 );
                 return code;
             }
@@ -370,14 +383,18 @@ fn command_line(args: &ExecArgs) -> Option<(OsString, Vec<OsString>)> {
 /// Takes the lock as the flags say: `Ok(None)` when it was not acquired.
 async fn acquire<C: Connector>(
     client: &Client<C>,
+    connector: &C,
     args: &ExecArgs,
 ) -> Result<Option<LockGuard>, Error> {
     let once = args.no_wait || args.wait.is_some_and(|wait| wait.is_zero());
     let attempt = || async {
         if once {
-            client.try_acquire(&args.name, args.lease).await
+            match client.try_acquire(&args.name, args.lease).await {
+                Err(err) => Err(unanswered(err, connector, args).await),
+                result => result,
+            }
         } else {
-            wait_reporting(client, args).await.map(Some)
+            wait_reporting(client, connector, args).await.map(Some)
         }
     };
     let attempts = async {
@@ -390,10 +407,13 @@ async fn acquire<C: Connector>(
             .with_retry_for(Some(args.retry_for));
         policy
             .retry_notify(attempt, |err, delay| {
+                if args.quiet {
+                    return;
+                }
                 eprintln!(
                     "monolock exec: cannot acquire lock {:?}: {}; retrying in {}",
                     args.name,
-                    error_chain(err),
+                    chain(err),
                     humantime::format_duration(Duration::from_millis(
                         u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
                     ))
@@ -407,36 +427,95 @@ async fn acquire<C: Connector>(
     }
 }
 
-/// An error and its sources, `: `-separated (as anyhow's `{:#}`), for an
-/// error only borrowed.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// Waits in the queue, saying so with `--verbose`.
+///
+/// WAITING is all the protocol says: the lock is held, or the server is in
+/// its startup grace (nothing is granted yet). exec cannot tell which, so
+/// it says both; `monolock locks` and `monolock info` say which.
 async fn wait_reporting<C: Connector>(
     client: &Client<C>,
+    connector: &C,
     args: &ExecArgs,
 ) -> Result<LockGuard, Error> {
-    match client.enqueue(&args.name, args.lease).await? {
+    let enqueued = match client.enqueue(&args.name, args.lease).await {
+        Ok(enqueued) => enqueued,
+        Err(err) => return Err(unanswered(err, connector, args).await),
+    };
+    match enqueued {
         Enqueued::Acquired(guard) => Ok(guard),
         Enqueued::Waiting(waiter) => {
             if args.verbose {
                 eprintln!(
-                    "monolock exec: lock {:?} is held; queued (first come, first served)",
+                    "monolock exec: lock {:?} is not granted yet (it is held, or the server is in its startup grace); queued (first come, first served)",
                     args.name
                 );
             }
             waiter.granted().await
         }
     }
+}
+
+/// How long the HTTP probe may take, connection included.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A failure before the server's first reply, named: when nothing came
+/// back in time (a monolock server answers ACQUIRE at once) and the port
+/// answers an HTTP request like HTTP, it is an HTTP port (one that waits
+/// for the rest of a request), not a silent server.
+async fn unanswered<C: Connector>(err: Error, connector: &C, args: &ExecArgs) -> Error {
+    if matches!(err, Error::Lost(LossReason::HeartbeatTimeout { .. }))
+        && answers_http(connector, &args.server).await
+    {
+        return Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer));
+    }
+    err
+}
+
+/// Whether the first of `servers` that accepts a connection answers an
+/// HTTP request as an HTTP server does. A monolock server answers it with
+/// an ERROR frame (0x11), never with `HTTP/`.
+async fn answers_http<C: Connector>(connector: &C, servers: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for addr in servers.split(',') {
+        let Ok(Ok(connection)) = timeout(PROBE_TIMEOUT, connector.connect(addr)).await else {
+            continue;
+        };
+        let mut stream = connection.into_stream();
+        let probe = async {
+            stream.write_all(b"GET / HTTP/1.0\r\n\r\n").await?;
+            let mut head = [0u8; 5];
+            stream.read_exact(&mut head).await?;
+            Ok::<_, io::Error>(head)
+        };
+        return matches!(timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(head)) if &head == b"HTTP/");
+    }
+    false
+}
+
+/// An acquire failure as one line: what happened, and for a wrong port or
+/// a TLS mismatch, what to do.
+fn describe(err: &Error, args: &ExecArgs) -> String {
+    if matches!(
+        err,
+        Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer))
+    ) {
+        return format!(
+            "{} is not a monolock protocol port (it answered like HTTP): give --server the server's --listen address, not its admin or ops port",
+            args.server
+        );
+    }
+    if args.tls_ca.is_some()
+        && let Error::Connect { addr, source } = err
+        && source
+            .get_ref()
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+            .is_some_and(|tls| matches!(tls, rustls::Error::InvalidMessage(_)))
+    {
+        return format!(
+            "the server does not speak TLS: {addr} answered the TLS handshake in plain text; drop --tls-ca, or give the server's TLS port"
+        );
+    }
+    chain(err)
 }
 
 /// No command: print the token, hold until a signal, release.
@@ -454,9 +533,9 @@ async fn hold(guard: LockGuard, args: &ExecArgs, signals: &mut Signals) -> u8 {
         }
         reason = guard.lost() => {
             eprintln!(
-                "monolock exec: lost lock {:?}: {:#}",
+                "monolock exec: lost lock {:?}: {}",
                 args.name,
-                anyhow::Error::new(reason)
+                chain(&reason)
             );
             EXIT_LOST
         }
@@ -468,9 +547,9 @@ async fn release(guard: LockGuard, args: &ExecArgs) {
         Ok(()) if args.verbose => eprintln!("monolock exec: released lock {:?}", args.name),
         Ok(()) => {}
         Err(err) => eprintln!(
-            "monolock exec: releasing lock {:?}: {:#}",
+            "monolock exec: releasing lock {:?}: {}",
             args.name,
-            anyhow::Error::new(err)
+            chain(&err)
         ),
     }
 }
@@ -484,7 +563,7 @@ async fn run_command(
     signals: &mut Signals,
 ) -> u8 {
     if args.pid_namespace
-        && let Err(err) = crate::sentinel::enter_new_pid_namespace()
+        && let Err(err) = enter_new_pid_namespace()
     {
         eprintln!(
             "monolock exec: --pid-namespace: cannot create a PID namespace: {err} (it needs root)"
@@ -512,9 +591,9 @@ async fn run_command(
     // here (SIGSTOP, swap, a suspended VM) must not start the command on a
     // claim the server may already have handed on.
     if !guard.is_held() {
-        let reason = guard.loss().map_or_else(String::new, |reason| {
-            format!(": {:#}", anyhow::Error::new(reason))
-        });
+        let reason = guard
+            .loss()
+            .map_or_else(String::new, |reason| format!(": {}", chain(&reason)));
         eprintln!(
             "monolock exec: lock {:?} was lost before the command started{reason}; not running it",
             args.name
@@ -572,9 +651,9 @@ async fn run_command(
 async fn finish(guard: LockGuard, status: io::Result<ExitStatus>, args: &ExecArgs) -> u8 {
     if let Some(reason) = guard.loss() {
         eprintln!(
-            "monolock exec: lock {:?} was lost before the command ended: {:#}",
+            "monolock exec: lock {:?} was lost before the command ended: {}",
             args.name,
-            anyhow::Error::new(reason)
+            chain(&reason)
         );
         return EXIT_LOST;
     }
@@ -599,9 +678,9 @@ async fn stop_after_loss(
 ) {
     let grace = humantime::format_duration(args.kill_grace);
     eprintln!(
-        "monolock exec: lost lock {:?} while the command ran: {:#}; sending SIGTERM (SIGKILL after {grace})",
+        "monolock exec: lost lock {:?} while the command ran: {}; sending SIGTERM (SIGKILL after {grace})",
         args.name,
-        anyhow::Error::new(reason.clone())
+        chain(&reason)
     );
     forward(group, libc::SIGTERM);
     // Bounded at parse time, so this cannot overflow; checked all the same.
@@ -639,110 +718,6 @@ fn forward(group: Option<i32>, signal: i32) {
             "monolock exec: cannot send {} to the command: {err}",
             signal_name(signal)
         );
-    }
-}
-
-/// Makes the kernel SIGKILL the command if this process dies first, and,
-/// with `foreground`, makes the command's process group the terminal's
-/// foreground job.
-///
-/// The claim is this process's connection: if `monolock exec` is killed
-/// (even with SIGKILL, which it cannot catch), the server releases the lock
-/// at once and may hand it on, so the command must not outlive it. The
-/// parent-death signal fires when the thread that forked exits; this runtime
-/// is current-thread, so that thread is the main thread, which lives as long
-/// as the process. It reaches the command itself; the sentinel reaches the
-/// rest of its process group.
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command, foreground: bool, namespaced: bool) {
-    // Seen from inside a new PID namespace, a parent outside it has PID 0;
-    // had it died, the child would belong to the namespace's init (1).
-    let parent = if namespaced { 0 } else { std::process::id() };
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: it makes system calls only
-    // (prctl, getppid, signal, tcsetpgrp, getpgrp), allocates nothing and
-    // takes no lock. std has already moved the child into its own process
-    // group (setpgid) when closures run.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died between fork and prctl.
-            if u32::try_from(libc::getppid()).ok() != Some(parent) {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            if foreground {
-                // A background group may take the terminal only with
-                // SIGTTOU ignored; the command gets the default back.
-                libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-                let taken = libc::tcsetpgrp(libc::STDIN_FILENO, libc::getpgrp());
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-                if taken != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-}
-
-/// The terminal exec runs in the foreground of, if any: the command gets
-/// the foreground while it runs, and exec takes it back after.
-struct Terminal {
-    group: libc::pid_t,
-}
-
-impl Terminal {
-    /// `Some` when stdin is a terminal whose foreground job is exec's
-    /// process group (an interactive shell ran exec in the foreground).
-    #[allow(unsafe_code)]
-    fn foreground() -> Option<Self> {
-        if !io::stdin().is_terminal() {
-            return None;
-        }
-        // SAFETY: getpgrp and tcgetpgrp take integers and touch no memory
-        // of this process.
-        let (group, foreground) = unsafe { (libc::getpgrp(), libc::tcgetpgrp(libc::STDIN_FILENO)) };
-        if group != foreground {
-            return None;
-        }
-        // SAFETY: as above; ignoring SIGTTOU lets exec, no longer in the
-        // foreground, take the terminal back after the command.
-        unsafe { libc::signal(libc::SIGTTOU, libc::SIG_IGN) };
-        Some(Self { group })
-    }
-
-    /// Makes exec's group the foreground job again.
-    #[allow(unsafe_code)]
-    fn take_back(&self) {
-        // SAFETY: tcsetpgrp takes integers and touches no memory of this
-        // process; failure (the terminal is gone) leaves nothing to do.
-        unsafe { libc::tcsetpgrp(libc::STDIN_FILENO, self.group) };
-    }
-}
-
-/// Sends `signal` to every process in group `group` (`kill(-group, signal)`).
-#[allow(unsafe_code)]
-pub(crate) fn signal_group(group: i32, signal: i32) -> io::Result<()> {
-    // kill(-1) would signal every process we may signal: never let it happen.
-    if group <= 1 {
-        return Err(io::ErrorKind::InvalidInput.into());
-    }
-    // SAFETY: kill(2) takes two integers and reads or writes no memory of
-    // this process; any failure is reported through errno.
-    if unsafe { libc::kill(-group, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Whether any process of the group is left (signal 0 probes).
-fn group_alive(group: i32) -> bool {
-    match signal_group(group, 0) {
-        Ok(()) => true,
-        Err(err) => err.raw_os_error() == Some(libc::EPERM),
     }
 }
 
@@ -865,12 +840,5 @@ mod tests {
         assert_eq!(parse_lease("2s"), Ok(Duration::from_secs(2)));
         assert!(parse_lease("100us").is_err());
         assert!(parse_lease("50d").is_err());
-    }
-
-    #[test]
-    fn the_process_group_guard_refuses_all_processes() {
-        assert!(signal_group(1, 0).is_err());
-        assert!(signal_group(0, 0).is_err());
-        assert!(signal_group(-5, 0).is_err());
     }
 }

@@ -3,10 +3,13 @@
 #![deny(unsafe_code)]
 
 mod admin_cli;
+mod admin_client;
 mod args;
 mod events_cli;
 mod exec;
 mod manual;
+mod process;
+mod render;
 mod sentinel;
 mod serve;
 mod systemd;
@@ -15,11 +18,20 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+/// The version `--version` prints: the crate's, and the commit it was
+/// built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MONOLOCK_GIT_COMMIT"),
+    ")"
+);
+
 /// A lock server for fleets: the TCP connection is the claim.
 #[derive(Debug, Parser)]
 #[command(
     name = "monolock",
-    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MONOLOCK_GIT_COMMIT"), ")"),
+    version = VERSION,
     about,
     propagate_version = true,
     arg_required_else_help = true
@@ -37,6 +49,8 @@ enum Command {
     Exec(exec::ExecArgs),
     #[command(flatten)]
     Admin(admin_cli::AdminCommand),
+    /// Follow every change live, one line per event (the current locks first).
+    Events(events_cli::EventsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(manual::CompletionsArgs),
     /// Print a manual page (roff): monolock(1), or monolock-SUBCOMMAND(1).
@@ -50,12 +64,13 @@ fn main() -> ExitCode {
     forget_empty_variables();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(err) => return args::exit_for_clap_error(&err),
+        Err(err) => return args::exit_for_clap_error(&err, &Cli::command()),
     };
     match cli.command {
         Command::Serve(args) => serve::main(args),
         Command::Exec(args) => exec::main(args),
         Command::Admin(command) => admin_cli::main(command),
+        Command::Events(args) => events_cli::main(args),
         Command::Completions(args) => manual::completions(args, Cli::command()),
         Command::Man(args) => manual::man(args, Cli::command()),
         Command::ExecSentinel(args) => sentinel::main(args),

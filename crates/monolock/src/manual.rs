@@ -31,7 +31,18 @@ pub struct ManArgs {
 
 /// Prints the completion script on stdout, e.g.
 /// `monolock completions bash > /etc/bash_completion.d/monolock`.
-pub fn completions(args: CompletionsArgs, mut command: Command) -> ExitCode {
+pub fn completions(args: CompletionsArgs, command: Command) -> ExitCode {
+    // The generators list hidden subcommands too: complete from a copy
+    // that has only the visible ones.
+    let visible: Vec<Command> = command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .cloned()
+        .collect();
+    let mut command = Command::new("monolock")
+        .version(crate::VERSION)
+        .propagate_version(true)
+        .subcommands(visible);
     // Rendered into memory first: the generator panics on a failed write
     // (a closed pipe), and a closed pipe is not worth a panic.
     let mut script = Vec::new();
@@ -49,6 +60,8 @@ pub fn completions(args: CompletionsArgs, mut command: Command) -> ExitCode {
 /// Prints a manual page (roff) on stdout, e.g.
 /// `monolock man exec > /usr/share/man/man1/monolock-exec.1`.
 pub fn man(args: ManArgs, command: Command) -> ExitCode {
+    // `monolock help` is clap's: it has no page of its own to point at.
+    let command = command.disable_help_subcommand(true);
     let source = format!("monolock {}", command.get_version().unwrap_or_default());
     let page = match &args.subcommand {
         None => clap_mangen::Man::new(command),

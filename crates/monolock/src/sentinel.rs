@@ -32,6 +32,8 @@ use std::{
 use clap::Args;
 use tokio::process::{Child, ChildStdin, Command};
 
+use crate::process::{detach, signal_group};
+
 /// The byte exec writes when it ends normally.
 const GOODBYE: u8 = b'.';
 
@@ -49,7 +51,9 @@ impl Sentinel {
     /// Starts the sentinel (this same executable, `exec-sentinel`).
     pub fn start() -> io::Result<Self> {
         let mut command = Command::new("/proc/self/exe");
+        // `ps` shows `monolock exec-sentinel`, not `/proc/self/exe ...`.
         command
+            .arg0("monolock")
             .arg("exec-sentinel")
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -75,44 +79,6 @@ impl Sentinel {
             let _ = pipe.write_all(&[GOODBYE]).await;
         }
         let _ = self.child.wait().await;
-    }
-}
-
-/// Puts every child this thread starts from now on into a new PID
-/// namespace (the first one, the sentinel, becomes its init). Needs
-/// CAP_SYS_ADMIN (root); user namespaces are not used, since they would
-/// change what set-user-ID programs in the job can do.
-#[allow(unsafe_code)]
-pub fn enter_new_pid_namespace() -> io::Result<()> {
-    // SAFETY: unshare(2) takes a flag word and touches no memory of this
-    // process; CLONE_NEWPID changes only where later children are placed.
-    if unsafe { libc::unshare(libc::CLONE_NEWPID) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// A new session, and the terminal's signals ignored, before the sentinel
-/// program starts (SIGCHLD too: see the module documentation).
-#[allow(unsafe_code)]
-fn detach(command: &mut Command) {
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: setsid(2) and signal(2) are, and
-    // it allocates nothing and takes no lock. Ignored dispositions survive
-    // exec, which is the point.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGCHLD] {
-                if libc::signal(signal, libc::SIG_IGN) == libc::SIG_ERR {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
     }
 }
 
@@ -142,7 +108,7 @@ pub fn main(_args: SentinelArgs) -> ExitCode {
     let Some(group) = group else {
         return ExitCode::SUCCESS;
     };
-    match crate::exec::signal_group(group, libc::SIGKILL) {
+    match signal_group(group, libc::SIGKILL) {
         Ok(()) => {
             let _ = writeln!(
                 io::stderr(),

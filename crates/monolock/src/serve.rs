@@ -6,20 +6,22 @@ use std::{
 };
 
 use anyhow::Context as _;
-use clap::{Args, ValueEnum, builder::OsStringValueParser};
+use clap::{ArgAction, Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
     AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, ServerConfig, ServerTls, Service,
-    SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
+    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls,
+    Service, SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
-    signal::unix::{SignalKind, signal},
+    signal::unix::{Signal, SignalKind, signal},
     task::JoinHandle,
 };
 use tracing::{error, info, warn};
 
-use crate::args::{EXIT_USAGE, parse_duration, parse_socket_addr};
+use crate::args::{
+    EXIT_USAGE, parse_duration, parse_duration_or_zero, parse_socket_addr, parse_switch,
+};
 
 /// The longest `--startup-grace` accepted: anything longer is a typo (a
 /// grace only needs to cover the longest lease in use).
@@ -27,11 +29,7 @@ const MAX_STARTUP_GRACE: Duration = Duration::from_secs(24 * 3600);
 
 /// Parses `--startup-grace`: a duration from 0 up to a day.
 fn parse_grace(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let grace = humantime::parse_duration(text)
-        .map_err(|err| format!("{err} (expected e.g. 0, 2s, 30s, 1m)"))?;
+    let grace = parse_duration_or_zero(text)?;
     if grace > MAX_STARTUP_GRACE {
         return Err("longer than a day; a grace needs only cover the longest lease".to_owned());
     }
@@ -48,6 +46,7 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
 #[command(
     about = "Run the lock server",
     after_help = "Durations accept 250ms, 5s, 1m. Addresses accept IP:PORT, [IPv6]:PORT or :PORT. \
+                  On/off variables take 1/0, true/false, yes/no or on/off. \
                   There is deliberately no lease setting, no heartbeat setting, no connection \
                   limit and no queue limit.\n\
                   Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
@@ -75,7 +74,7 @@ pub struct ServeArgs {
     admin_token_file: Option<OsString>,
 
     /// Serve the admin API off loopback without a token (the operator means it).
-    #[arg(long, env = "MONOLOCK_ADMIN_INSECURE")]
+    #[arg(long, env = "MONOLOCK_ADMIN_INSECURE", action = ArgAction::SetTrue, value_parser = parse_switch)]
     admin_insecure: bool,
 
     /// A name the admin and ops listeners serve in Host besides IP addresses and
@@ -91,11 +90,11 @@ pub struct ServeArgs {
 
     /// Serve the admin API over HTTPS with the protocol's --tls-cert/--tls-key; with
     /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
-    #[arg(long, env = "MONOLOCK_ADMIN_TLS")]
+    #[arg(long, env = "MONOLOCK_ADMIN_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
     admin_tls: bool,
 
     /// Serve /metrics, /healthz and /readyz over HTTPS, as --admin-tls does.
-    #[arg(long, env = "MONOLOCK_OPS_TLS")]
+    #[arg(long, env = "MONOLOCK_OPS_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
     ops_tls: bool,
 
     /// Server certificate chain (PEM); with --tls-key, enables TLS [default: none].
@@ -136,7 +135,7 @@ pub struct ServeArgs {
 
     /// Bound on the TLS handshake and first ACQUIRE after accept, on a started frame and
     /// on every write.
-    #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_IO_TIMEOUT", default_value = "5s", value_parser = parse_duration, value_name = "DURATION", allow_hyphen_values = true)]
     io_timeout: Duration,
 
     /// Token floor file: reserved token ranges are written here before use, so tokens
@@ -147,7 +146,7 @@ pub struct ServeArgs {
 
     /// Grant nothing for this long after start (sessions queue and get WAITING); for a
     /// standby, at least the longest lease in use. 0 = none.
-    #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION")]
+    #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION", allow_hyphen_values = true)]
     startup_grace: Duration,
 
     /// Diagnostic log level.
@@ -417,9 +416,7 @@ async fn bind_http(what: &str, addr: Option<SocketAddr>) -> anyhow::Result<Optio
 
 async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
-    let mut sigterm = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
+    let signals = Signals::install()?;
 
     match monolock_server::raise_fd_limit() {
         Ok((before, after)) if before != after => {
@@ -429,6 +426,38 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
     }
 
+    let (service, effective) = build_service(&settings, loaded)?;
+    let reloader = service.reloader().clone();
+    let listeners = Listeners {
+        protocol: monolock_server::bind(settings.listen)
+            .with_context(|| format!("cannot listen on {}", settings.listen))?,
+        ops: bind_http("ops", settings.ops_listen).await?,
+        admin: bind_http("admin", settings.admin_listen).await?,
+    };
+    info!(
+        version = env!("CARGO_PKG_VERSION"),
+        tls = effective.tls,
+        mtls = effective.mtls,
+        acl = effective.acl_file.as_deref().unwrap_or(""),
+        audit_log = effective.audit_log.as_deref().unwrap_or(""),
+        "monolock started"
+    );
+    // Every listener is bound and served: tell systemd (Type=notify).
+    crate::systemd::notify_ready();
+
+    service
+        .run(listeners, signals.serve(reloader))
+        .await
+        .context("server failed")
+}
+
+/// The service the settings and the loaded files describe (with the
+/// reloader of its files, for SIGHUP), and the configuration the admin API
+/// reports.
+fn build_service(
+    settings: &Settings,
+    loaded: Loaded,
+) -> anyhow::Result<(Service, EffectiveConfig)> {
     let Loaded {
         tls,
         acl,
@@ -500,38 +529,36 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
             service = service.with_ops_tls(tls.clone());
         }
     }
+    Ok((service.build(), effective))
+}
 
-    let service = service.build();
-    let reloader = service.reloader().clone();
+/// The signals the server acts on, installed before anything listens.
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+    hangup: Signal,
+}
 
-    let listeners = Listeners {
-        protocol: monolock_server::bind(settings.listen)
-            .with_context(|| format!("cannot listen on {}", settings.listen))?,
-        ops: bind_http("ops", settings.ops_listen).await?,
-        admin: bind_http("admin", settings.admin_listen).await?,
-    };
-    info!(
-        version = env!("CARGO_PKG_VERSION"),
-        tls = effective.tls,
-        mtls = effective.mtls,
-        acl = effective.acl_file.as_deref().unwrap_or(""),
-        audit_log = effective.audit_log.as_deref().unwrap_or(""),
-        "monolock started"
-    );
-    // Every listener is bound and served: tell systemd (Type=notify).
-    crate::systemd::notify_ready();
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            terminate: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            hangup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
+        })
+    }
 
-    // The signal loop is the service's shutdown future. A reload runs in
-    // its own task, so the loop goes on serving signals (SIGTERM above all)
-    // whatever a reload waits on; SIGHUPs that arrive while one runs are
-    // folded into it.
-    let signals = async move {
+    /// The signal loop, the service's shutdown future: it ends at SIGTERM
+    /// or SIGINT. A reload runs in its own task, so the loop goes on
+    /// serving signals (SIGTERM above all) whatever a reload waits on;
+    /// SIGHUPs that arrive while one runs are folded into it.
+    async fn serve(mut self, reloader: Reloader) {
         let mut reloading: Option<JoinHandle<()>> = None;
         loop {
             tokio::select! {
-                _ = sigterm.recv() => { info!("SIGTERM: shutting down"); return; }
-                _ = sigint.recv() => { info!("SIGINT: shutting down"); return; }
-                _ = sighup.recv() => {
+                _ = self.terminate.recv() => { info!("SIGTERM: shutting down"); return; }
+                _ = self.interrupt.recv() => { info!("SIGINT: shutting down"); return; }
+                _ = self.hangup.recv() => {
                     if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
                         warn!("SIGHUP: a reload is still running; this one is folded into it");
                         continue;
@@ -547,11 +574,7 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
                 }
             }
         }
-    };
-    service
-        .run(listeners, signals)
-        .await
-        .context("server failed")
+    }
 }
 
 #[cfg(test)]

@@ -78,8 +78,11 @@ fn the_cli_sends_the_token_from_a_file_or_the_variable_and_sighup_rotates_it() {
     let output = cli_env(&server, &["locks"], &[]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("Authorization: Bearer"), "{stderr}");
+    assert!(stderr.contains("--admin-token-file"), "{stderr}");
+    assert!(stderr.contains("MONOLOCK_ADMIN_TOKEN_FILE"), "{stderr}");
+    assert!(!stderr.contains("Authorization"), "{stderr}");
     assert!(stderr.contains("401"), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
     let output = cli_env(
         &server,
@@ -403,4 +406,225 @@ fn a_bad_admin_allowed_host_is_one_line_and_exit_64() {
         ),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_token_file_variable_is_read_and_an_empty_file_named() {
+    let (server, dir) = with_token("file-token", &[]);
+    let file = dir.path().join("admin-token");
+    let file = file.to_str().expect("UTF-8");
+    let output = cli_env(&server, &["locks"], &[("MONOLOCK_ADMIN_TOKEN_FILE", file)]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").expect("write");
+    let empty = empty.to_str().expect("UTF-8");
+    for (args, env) in [
+        (vec!["locks", "--admin-token-file", empty], vec![]),
+        (vec!["locks"], vec![("MONOLOCK_ADMIN_TOKEN_FILE", empty)]),
+    ] {
+        let output = cli_env(&server, &args, &env);
+        assert_eq!(output.status.code(), Some(1));
+        let stderr = text(&output.stderr);
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "monolock: the admin token file {empty} is empty: write the admin token in it (the one the server's --admin-token-file holds)"
+            )
+        );
+    }
+}
+
+/// An HTTP server that answers every request with an HTML 404 page.
+fn html_server() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let page = "<html><head><title>404 Not Found</title></head>\n<body><h1>Not Found</h1></body></html>\n";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 404 Not Found\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    addr
+}
+
+/// Wrong addresses and names: one line each, with the right status.
+#[test]
+fn wrong_places_and_names_are_one_line() {
+    let html = html_server().to_string();
+    let output = Command::new(MONOLOCK)
+        .args(["locks", "--admin", &html])
+        .output()
+        .expect("run");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!stderr.contains("<html"), "{stderr}");
+    assert!(
+        stderr.contains("404 Not Found with text/html")
+            && stderr.contains("not the monolock admin API")
+            && stderr.contains("--admin-listen"),
+        "{stderr}"
+    );
+
+    let output = Command::new(MONOLOCK)
+        .args(["locks", "--admin", "ftp://x:1"])
+        .output()
+        .expect("run");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("ftp://"), "{stderr}");
+
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let long = "a".repeat(300);
+    for (name, says) in [
+        ("", "lock name is empty"),
+        (long.as_str(), "300 bytes long"),
+    ] {
+        for command in [
+            &["lock", name][..],
+            &["release", name],
+            &["kick", name, "10.0.0.1:1"],
+        ] {
+            let output = server.cli(command);
+            let stderr = text(&output.stderr);
+            assert_eq!(output.status.code(), Some(64), "{command:?}: {stderr}");
+            assert!(
+                stderr.contains("invalid lock name") && stderr.contains(says),
+                "{command:?}: {stderr}"
+            );
+            assert!(!stderr.contains("404"), "{stderr}");
+        }
+    }
+}
+
+/// During the startup grace nothing is granted: `locks` and `info` say so
+/// instead of showing a free server.
+#[test]
+fn the_startup_grace_shows_in_locks_and_info() {
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0", "--startup-grace", "60s"]);
+    let (_queued, reply) = acquire(server.addr, "graced");
+    assert!(matches!(reply, ServerFrame::Waiting), "{reply:?}");
+    let output = server.cli(&["locks"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let out = text(&output.stdout);
+    assert!(out.starts_with("server in startup grace, "), "{out}");
+    assert!(
+        out.contains(" ms left") && out.contains("(1 queued)"),
+        "{out}"
+    );
+    let output = server.cli(&["info"]);
+    let out = text(&output.stdout);
+    let grace = out
+        .lines()
+        .find(|line| line.starts_with("startup grace"))
+        .unwrap_or_else(|| panic!("no grace row:\n{out}"));
+    assert!(grace.contains("server in startup grace, "), "{out}");
+    let sessions = out.lines().find(|line| line.starts_with("sessions"));
+    assert_eq!(
+        sessions.map(|line| line.split_whitespace().last()),
+        Some(Some("1")),
+        "{out}"
+    );
+}
+
+#[test]
+fn leases_are_humanised_in_tables() {
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let (_held, _) = acquire(server.addr, "leased");
+    let out = text(&server.cli(&["locks"]).stdout);
+    assert!(out.contains("  30s  ") && !out.contains("30000ms"), "{out}");
+    let out = text(&server.cli(&["lock", "leased"]).stdout);
+    assert!(out.contains("lease     30s\n"), "{out}");
+}
+
+/// A child whose stdout and stderr are followed line by line.
+struct Watched {
+    child: std::process::Child,
+    out: std::sync::mpsc::Receiver<String>,
+    err: std::sync::mpsc::Receiver<String>,
+}
+
+impl Watched {
+    fn spawn(command: &mut Command) -> Self {
+        use std::io::BufRead;
+        let mut child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let out = common::lines_of(&mut child);
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, err) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, out, err }
+    }
+
+    fn line_with(lines: &std::sync::mpsc::Receiver<String>, text: &str) -> String {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no line with {text:?}"));
+            if line.contains(text) {
+                return line;
+            }
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The server goes away and comes back on the same address: `events`
+/// says it reconnects, and follows the new server; with `--once` it exits.
+#[test]
+fn events_reconnect_when_the_server_comes_back_unless_once() {
+    let first = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let admin = first.admin.expect("admin").to_string();
+    let events = Watched::spawn(Command::new(MONOLOCK).args(["events", "--admin", &admin]));
+    let once = Watched::spawn(Command::new(MONOLOCK).args(["events", "--once", "--admin", &admin]));
+    Watched::line_with(&events.out, "TIME");
+    Watched::line_with(&once.out, "TIME");
+    drop(first);
+
+    Watched::line_with(&events.err, "reconnecting in");
+    let mut once = once;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = once.child.try_wait().expect("try_wait") {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "--once did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(1));
+
+    let second = ServerProcess::start(&["--admin-listen", &admin]);
+    Watched::line_with(&events.err, "reconnected");
+    let (_held, _) = acquire(second.addr, "after-restart");
+    let line = Watched::line_with(&events.out, "after-restart");
+    assert!(line.contains("granted") || line.contains("held"), "{line}");
 }

@@ -92,3 +92,42 @@ fn an_empty_variable_means_unset() {
         "{err}"
     );
 }
+
+#[test]
+fn completions_and_pages_show_only_what_a_user_can_run() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let (output, out, err) = run(&["completions", shell], &[]);
+        assert!(output.status.success(), "{shell}: {err}");
+        assert!(out.contains("exec"), "{shell}: {out}");
+        assert!(
+            !out.contains("exec-sentinel"),
+            "{shell} offers the internal command"
+        );
+    }
+    // Every page the main page names exists.
+    let (_, page, _) = run(&["man"], &[]);
+    for word in page.split_whitespace() {
+        if let Some(name) = word.strip_prefix("monolock\\-") {
+            let name = name.trim_end_matches(['(', '1', ')', ',', '.']);
+            if name == "SUBCOMMAND" {
+                continue;
+            }
+            let (output, _, err) = run(&["man", name], &[]);
+            assert!(
+                output.status.success(),
+                "monolock-{name}(1) is named: {err}"
+            );
+        }
+    }
+    assert!(!page.contains("monolock\\-help"), "{page}");
+    // Pages name the variables, as --help does.
+    let (_, page, _) = run(&["man", "exec"], &[]);
+    for variable in ["MONOLOCK_ADDRESS", "MONOLOCK_RETRY_FOR", "MONOLOCK_TLS_CA"] {
+        assert!(
+            page.contains(variable),
+            "{variable} missing from monolock-exec(1)"
+        );
+    }
+    let (_, page, _) = run(&["man", "locks"], &[]);
+    assert!(page.contains("MONOLOCK_ADMIN_TOKEN_FILE"), "{page}");
+}

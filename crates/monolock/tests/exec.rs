@@ -500,7 +500,10 @@ async fn a_wrong_port_is_named_and_never_retried() {
     let http = wrong_port(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
     for (addr, says) in [
         (tls, "the server speaks TLS"),
-        (http, "an HTTP server answered"),
+        (
+            http,
+            "is not a monolock protocol port (it answered like HTTP)",
+        ),
     ] {
         let (status, out, err) = exec(
             &server,
@@ -777,4 +780,274 @@ async fn a_pid_namespace_takes_escaped_descendants_down() {
         }
         process_ends("the escaped process to die", escaped).await;
     }
+}
+
+/// `--retry-for` is used to its end: the last attempt is made when it runs
+/// out, not a whole backoff earlier (at 1.5 s or less of 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_for_is_used_to_its_end() {
+    let closed_addr = closed_port().await;
+    let started = Instant::now();
+    let child = Command::new(MONOLOCK)
+        .args(["exec", "--server", &closed_addr, "--retry", "--retry-for"])
+        .args(["2s", "x", "--", "echo", "RAN"])
+        .stdin(Stdio::null())
+        .output();
+    let out = tokio::time::timeout(PATIENCE, child)
+        .await
+        .expect("exec gives up in time")
+        .expect("ran");
+    let elapsed = started.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert!(err.contains("(gave up: --retry-for 2s"), "{err}");
+    assert!(elapsed >= Duration::from_secs(2), "{elapsed:?}:\n{err}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}:\n{err}");
+}
+
+/// `-q`: a busy lock, a `--wait` that runs out and the retries of
+/// `--retry` print nothing; a real failure still does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_prints_nothing_for_the_expected_outcomes() {
+    let server = TestServer::start().await;
+    let _holder = server.client().acquire("quiet", LEASE).await.unwrap();
+    for args in [
+        &["-q", "-n", "quiet", "--", "echo", "RAN"][..],
+        &["--quiet", "--wait", "100ms", "quiet", "--", "echo", "RAN"][..],
+    ] {
+        let (status, out, err) = exec(&server, args).await;
+        assert_eq!(status.code(), Some(EXIT_NOT_ACQUIRED), "{args:?}: {err}");
+        assert_eq!(err, "", "{args:?}");
+        assert_eq!(out, "", "{args:?}");
+    }
+    let closed_addr = closed_port().await;
+    let (status, _, err) = exec(
+        &server,
+        &[
+            "-q",
+            "--server",
+            &closed_addr,
+            "--retry",
+            "--retry-for",
+            "300ms",
+            "x",
+            "true",
+        ],
+    )
+    .await;
+    assert_eq!(status.code(), Some(EXIT_UNAVAILABLE), "{err}");
+    assert!(!err.contains("retrying"), "{err}");
+    assert_eq!(err.lines().count(), 1, "the failure itself: {err}");
+    let (status, _, err) = exec(&server, &["-q", "-v", "quiet", "true"]).await;
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+}
+
+/// The crontab line of the recipes, run as cron runs it (`/bin/sh -c`, an
+/// empty environment but for the address): on a host that finds the lock
+/// busy, it exits 0 and prints nothing, so cron mails nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crontab_line_is_silent_on_a_busy_host() {
+    let server = TestServer::start().await;
+    let crontab = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/cron/nightly-import.crontab"
+    ))
+    .expect("read the crontab");
+    let line = crontab
+        .lines()
+        .find(|line| line.contains("monolock exec"))
+        .expect("a job line");
+    // Five time fields and a user, then the command.
+    let command = line.splitn(7, ' ').nth(6).expect("a command field");
+    let command = command
+        .replacen("monolock exec", &format!("{MONOLOCK} exec"), 1)
+        .replace("/usr/local/bin/fenced-postgres.sh", "echo RAN");
+    let _holder = server
+        .client()
+        .acquire("nightly-import", LEASE)
+        .await
+        .unwrap();
+    let out = Command::new("env")
+        .args(["-i", &format!("MONOLOCK_ADDRESS={}", server.addr)])
+        .args(["/bin/sh", "-c", &command])
+        .output()
+        .await
+        .expect("ran sh");
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+}
+
+/// Boolean variables take 1/0, true/false, yes/no, on/off in any case; a
+/// bad value names its variable, not the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switch_variables_take_the_usual_spellings() {
+    let closed_addr = closed_port().await;
+    let run = |env: Vec<(&'static str, String)>| {
+        let closed_addr = closed_addr.clone();
+        async move {
+            let out = Command::new(MONOLOCK)
+                .args(["exec", "--server", &closed_addr, "x", "--", "true"])
+                .env("MONOLOCK_RETRY_FOR", "200ms")
+                .envs(env)
+                .output()
+                .await
+                .expect("ran");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    for on in ["1", "true", "YES", "On"] {
+        let (code, err) = run(vec![("MONOLOCK_RETRY", on.to_owned())]).await;
+        assert_eq!(code, Some(EXIT_UNAVAILABLE), "{on}: {err}");
+        assert!(err.contains("retrying"), "{on}: {err}");
+    }
+    for off in ["0", "false", "no", "OFF"] {
+        let (code, err) = run(vec![("MONOLOCK_RETRY", off.to_owned())]).await;
+        assert_eq!(code, Some(EXIT_UNAVAILABLE), "{off}: {err}");
+        assert!(!err.contains("retrying"), "{off}: {err}");
+    }
+    let (code, err) = run(vec![("MONOLOCK_PID_NAMESPACE", "0".to_owned())]).await;
+    assert_eq!(code, Some(EXIT_UNAVAILABLE), "{err}");
+    let (code, err) = run(vec![("MONOLOCK_RETRY", "maybe".to_owned())]).await;
+    assert_eq!(code, Some(EXIT_USAGE), "{err}");
+    assert!(
+        err.starts_with("monolock exec: ")
+            && err.contains("$MONOLOCK_RETRY")
+            && err.contains("yes or no"),
+        "{err}"
+    );
+    let out = Command::new(MONOLOCK)
+        .args(["exec", "x", "true"])
+        .env("MONOLOCK_ADDRESS", "localhost")
+        .output()
+        .await
+        .expect("ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
+    assert!(err.contains("$MONOLOCK_ADDRESS (--server)"), "{err}");
+    // Given on the command line, the flag is named.
+    let out = Command::new(MONOLOCK)
+        .args(["exec", "--server", "localhost", "x", "true"])
+        .output()
+        .await
+        .expect("ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("'--server") && !err.contains("$MONOLOCK"),
+        "{err}"
+    );
+    // The server's switches too: MONOLOCK_ADMIN_TLS=on is read as set.
+    let out = Command::new(MONOLOCK)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("MONOLOCK_ADMIN_TLS", "on")
+        .output()
+        .await
+        .expect("ran");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
+    assert!(err.contains("--admin-tls requires --tls-cert"), "{err}");
+}
+
+/// An HTTP server that reads a whole request before it answers, as most
+/// do: a monolock ACQUIRE never completes one.
+async fn http_server_waiting_for_a_request() -> String {
+    use tokio::io::AsyncWriteExt;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                let mut head = Vec::new();
+                while !head.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0u8; 1];
+                    match stream.read(&mut byte).await {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let _ = stream
+                    .get_mut()
+                    .write_all(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Pointed at an HTTP server that waits for a request, exec names the
+/// wrong port and exits 64 at once, instead of 69 after a silent lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_http_port_is_named_and_never_retried() {
+    let server = TestServer::start().await;
+    let http = http_server_waiting_for_a_request().await;
+    for extra in [&[][..], &["-n"], &["--retry", "--retry-for", "5s"]] {
+        let mut args = vec!["--server", &http, "--lease", "500ms"];
+        args.extend_from_slice(extra);
+        args.extend(["x", "--", "echo", "RAN"]);
+        let (status, out, err) = exec(&server, &args).await;
+        assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+        assert!(
+            err.contains("is not a monolock protocol port (it answered like HTTP)"),
+            "{err}"
+        );
+        assert!(!err.contains("retrying"), "{err}");
+        assert!(out.is_empty());
+    }
+}
+
+/// Flags that are wrong in themselves: a negative duration says so, and a
+/// usage error names the subcommand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_name_exec_and_negative_durations() {
+    let server = TestServer::start().await;
+    for flag in ["--wait", "--lease", "--kill-grace", "--retry-for"] {
+        let (status, _, err) = exec(&server, &[flag, "-1s", "x", "true"]).await;
+        assert_eq!(status.code(), Some(EXIT_USAGE), "{flag}: {err}");
+        assert!(err.contains("cannot be negative"), "{flag}: {err}");
+        assert!(!err.contains("tip:"), "{flag}: {err}");
+    }
+    let (status, _, err) = exec(&server, &["-c", "true"]).await;
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+    assert!(err.starts_with("monolock exec: "), "{err}");
+}
+
+/// During the server's startup grace, WAITING means "not granted yet"
+/// without a holder: exec -v says it may be the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbose_names_the_startup_grace_as_a_reason_to_wait() {
+    let (addr, handle, _) = monolock_testkit::spawn_server(
+        ServerConfig::default().with_startup_grace(Duration::from_secs(30)),
+    )
+    .await;
+    let server = TestServer { addr, handle };
+    let (status, _, err) = exec(&server, &["-v", "--wait", "200ms", "graced", "true"]).await;
+    assert_eq!(status.code(), Some(EXIT_NOT_ACQUIRED), "{err}");
+    assert!(err.contains("startup grace"), "{err}");
+}
+
+/// The sentinel reads as itself in `ps`: `monolock exec-sentinel`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinel_has_a_readable_command_line() {
+    let server = TestServer::start().await;
+    let mut running = Exec::spawn(&server, &["named", "--", "sh", "-c", "echo go; sleep 300"]);
+    assert_eq!(running.line().await, "go");
+    let exec_pid = running.child.id().expect("running");
+    let children = std::fs::read_to_string(format!("/proc/{exec_pid}/task/{exec_pid}/children"))
+        .expect("children of exec");
+    let lines: Vec<String> = children
+        .split_whitespace()
+        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
+        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.trim_end() == "monolock exec-sentinel"),
+        "{lines:?}"
+    );
+    running.kill().await;
 }

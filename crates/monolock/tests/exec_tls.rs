@@ -283,3 +283,27 @@ async fn a_refused_handshake_is_a_usage_error_and_never_retried() {
     assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
     assert!(err.contains("could not connect"), "{err}");
 }
+
+/// TLS asked for, plain text answered: one line that says so and what to
+/// do, never retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_at_a_plaintext_server_says_the_server_does_not_speak_tls() {
+    let tls = MtlsServer::start().await;
+    let (addr, handle, _) = monolock_testkit::spawn_server(ServerConfig::default()).await;
+    let child = Command::new(MONOLOCK)
+        .args(["exec", "--server", &addr.to_string(), "--retry"])
+        .args(["--tls-ca", path(&tls.ca), "job", "--", "echo", "RAN"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn monolock exec");
+    let (status, out, err) = finish(child).await;
+    handle.shutdown();
+    assert_eq!(status.code(), Some(EXIT_USAGE), "{err}");
+    assert_eq!(err.lines().count(), 1, "not retried: {err:?}");
+    assert!(err.contains("the server does not speak TLS"), "{err}");
+    assert!(err.contains("drop --tls-ca"), "{err}");
+    assert!(out.is_empty());
+}
