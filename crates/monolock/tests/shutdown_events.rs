@@ -18,11 +18,15 @@ use serde_json::Value;
 /// the close); returns the stream once its snapshot has arrived, the
 /// snapshot, and what was read after it.
 fn subscribe(server: &ServerProcess) -> (TcpStream, Value, Vec<u8>) {
-    let mut stream = TcpStream::connect(server.admin.expect("admin")).expect("connect");
+    let admin = server.admin.expect("admin");
+    let mut stream = TcpStream::connect(admin).expect("connect");
     stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    stream
-        .write_all(b"GET /api/events HTTP/1.0\r\nHost: test\r\nAccept: text/event-stream\r\n\r\n")
-        .expect("request");
+    // The listener's own address as Host: the admin API refuses other names.
+    write!(
+        stream,
+        "GET /api/events HTTP/1.0\r\nHost: {admin}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .expect("request");
     let mut text = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
