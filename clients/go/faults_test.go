@@ -168,3 +168,35 @@ func TestAConnectionClosedUnderTheLockIsTheConnectionReason(t *testing.T) {
 		t.Fatalf("Err() = %v", lock.Err())
 	}
 }
+
+func TestHeartbeatsKeepHolderAndWaiterAliveForManyLeases(t *testing.T) {
+	srv := shared(t)
+	const lease = 200 * time.Millisecond
+	client := newClient(t, srv.addr)
+	holder := must(client.Lock(context.Background(), "go/alive", lease))
+	granted := make(chan *monolock.Lock, 1)
+	go func() {
+		lock, err := client.Lock(context.Background(), "go/alive", lease)
+		if err != nil {
+			t.Error(err)
+		}
+		granted <- lock
+	}()
+	eventually(t, "the waiter to queue", func() bool { return srv.waiters("go/alive") == 1 })
+	// Ten confirmed heartbeats: about two and a half leases.
+	for i := 0; i < 10; i++ {
+		confirmedAfter(t, holder)
+	}
+	if !holder.Held() || srv.holderToken("go/alive") != holder.Token() || srv.waiters("go/alive") != 1 {
+		t.Fatalf("after many leases: held %t, err %v, waiters %d", holder.Held(), holder.Err(), srv.waiters("go/alive"))
+	}
+	noErr(t, holder.Release())
+	next := <-granted
+	if next == nil || !next.Held() {
+		t.Fatal("the waiter, kept alive by its heartbeats, was not granted")
+	}
+	for i := 0; i < 3; i++ {
+		confirmedAfter(t, next) // a pushed grant's session keeps heartbeating
+	}
+	noErr(t, next.Release())
+}
