@@ -63,7 +63,7 @@ func startV1(conn, raw net.Conn, name string, lease time.Duration, leaseMS uint3
 		doneCh:     make(chan struct{}),
 		exitedCh:   make(chan struct{}),
 	}
-	go s.run(wire.AppendAcquire(make([]byte, 0, 8+len(name)), name, leaseMS))
+	go s.run(wire.AppendAcquire(make([]byte, 0, 8+len(name)), name, leaseMS), s.claim.Deadline())
 	return s
 }
 
@@ -71,9 +71,9 @@ func (s *v1Session) answered() <-chan struct{} { return s.answeredCh }
 func (s *v1Session) granted() <-chan struct{}  { return s.grantedCh }
 func (s *v1Session) done() <-chan struct{}     { return s.doneCh }
 
-func (s *v1Session) run(acquire []byte) {
+func (s *v1Session) run(acquire []byte, deadline time.Duration) {
 	defer close(s.exitedCh)
-	if err := s.write(acquire, s.claim.Deadline()); err != nil {
+	if err := s.write(acquire, deadline); err != nil {
 		s.failed(err)
 		return
 	}

@@ -16,9 +16,17 @@ func TestTLS(t *testing.T) {
 	p := newPKI(t)
 	srv := startServer(t, p.serverArgs(false)...)
 	client := newClient(t, srv.addr, monolock.WithTLS(p.config(false)))
-	lock := must(client.Lock(context.Background(), "go/tls", 5*time.Second))
+	lock := must(client.Lock(context.Background(), "go/tls", 200*time.Millisecond))
 	if !lock.Held() || srv.holderToken("go/tls") != lock.Token() {
 		t.Fatal("not held over TLS")
+	}
+	// Heartbeats over TLS: each read that waits for the next one times out
+	// and resumes.
+	for i := 0; i < 5; i++ {
+		confirmedAfter(t, lock)
+	}
+	if !lock.Held() {
+		t.Fatalf("lost over TLS: %v", lock.Err())
 	}
 	// A waiter over TLS is pushed the lock.
 	granted := make(chan *monolock.Lock, 1)
