@@ -52,27 +52,27 @@ func (e *notAcquired) Unwrap() error        { return e.cause }
 // "shutdown", "server_error", "connection", "protocol".
 type Reason uint8
 
-// The reasons a claim ends.
+// The reasons a claim ends (the values of internal/core's, checked by a test).
 const (
 	// ReasonExpired: no reply confirmed the session within 0.8 x the
 	// lease. The client gave the claim up before the server could hand the
 	// lock on.
-	ReasonExpired = Reason(core.ReasonExpired)
+	ReasonExpired Reason = iota + 1
 	// ReasonForced: the server closed the claim by administrator action
 	// (ERROR 0x02: force-release, or a waiter removed).
-	ReasonForced = Reason(core.ReasonForced)
+	ReasonForced
 	// ReasonShutdown: the server is shutting down (ERROR 0x01).
-	ReasonShutdown = Reason(core.ReasonShutdown)
+	ReasonShutdown
 	// ReasonServerError: another ERROR code, such as 0x18 (the ACL refuses
 	// this identity for this lock). LostError.Code has it.
-	ReasonServerError = Reason(core.ReasonServerError)
+	ReasonServerError
 	// ReasonConnection: the connection closed or failed without an ERROR
 	// frame (EOF, reset, I/O error).
-	ReasonConnection = Reason(core.ReasonConnection)
+	ReasonConnection
 	// ReasonProtocol: the server sent something a protocol v1 server never
 	// sends (or the address is a TLS or HTTP port); the connection was
 	// closed.
-	ReasonProtocol = Reason(core.ReasonProtocol)
+	ReasonProtocol
 )
 
 func (r Reason) String() string {
