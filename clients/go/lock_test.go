@@ -375,9 +375,9 @@ func TestTheFirstServerDownTheSecondServes(t *testing.T) {
 
 func TestAServerThatDoesNotAnswerIsSkippedAfterTheConnectTimeout(t *testing.T) {
 	srv := shared(t)
-	// A listener whose backlog is full never completes a handshake... not
-	// portable; a dialer that hangs until its context ends stands in for
-	// the unanswering host.
+	// A dialer that hangs until its context ends stands in for a host that
+	// does not answer (no packet leaves the machine: 192.0.2.1 is never
+	// dialed).
 	hang := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if addr == "192.0.2.1:7070" {
 			<-ctx.Done()
