@@ -2,6 +2,9 @@
 // by side with the Rust and Python clients, in one run against one
 // `monolock serve`: p50, p99 and cycles per second, one client at a time.
 //
+// The Go client runs twice: with the default GOMAXPROCS, and with one
+// thread for Go code, as the Rust program's current-thread runtime.
+//
 // A cycle is Lock then Release: connect, ACQUIRE, ACQUIRED, close (the
 // close is the release). Rounds alternate the clients so that a slow
 // moment of a shared machine falls on all of them; the medians of the
@@ -103,7 +106,15 @@ func main() {
 	}
 	defer stop()
 
-	clients := []client{{"Go client (`monolock.dev/go/monolock`)", goCycles}}
+	clients := []client{
+		{"Go client (`monolock.dev/go/monolock`)", goCycles},
+		{"Go client, GOMAXPROCS=1", func(addr string, n int) (result, error) {
+			// One thread for Go code, as the Rust program's current-thread
+			// runtime: no hand-off between OS threads on each wake-up.
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			return goCycles(addr, n)
+		}},
+	}
 	rustBin := filepath.Join(target, "release", "monolock-rust-cycle")
 	if _, err := os.Stat(rustBin); err == nil {
 		clients = append(clients, client{"Rust client (`monolock-client`)", func(addr string, n int) (result, error) {
