@@ -137,9 +137,9 @@ func TestContextBoundsTheWaitAndLeavesTheQueue(t *testing.T) {
 	holder := must(client.Lock(context.Background(), "go/bounded", 5*time.Second))
 	defer holder.Release()
 
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	start := time.Now()
 	lock, err := client.Lock(ctx, "go/bounded", 5*time.Second)
 	waited := time.Since(start)
 	if lock != nil || !errors.Is(err, monolock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
