@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -435,5 +436,30 @@ func TestNoGoroutineOrDescriptorLeaksAfterManyCycles(t *testing.T) {
 	}
 	if n := openFDs(t); n > fds {
 		t.Fatalf("%d descriptors after the cycles, %d before", n, fds)
+	}
+}
+
+func TestAWaiterRemovedByAnAdministratorIsToldWhy(t *testing.T) {
+	srv := shared(t)
+	client := newClient(t, srv.addr)
+	holder := must(client.Lock(context.Background(), "go/removed", 5*time.Second))
+	defer holder.Release()
+	result := make(chan error, 1)
+	go func() {
+		_, err := client.Lock(context.Background(), "go/removed", 5*time.Second)
+		result <- err
+	}()
+	eventually(t, "the waiter to queue", func() bool { return srv.waiters("go/removed") == 1 })
+	waiter := srv.lock("go/removed")["waiters"].([]interface{})[0].(map[string]interface{})
+	if srv.request("DELETE", "/api/locks/"+url.PathEscape("go/removed")+"/waiters/"+waiter["remote_addr"].(string)) == nil {
+		t.Fatal("the admin API did not find the waiter")
+	}
+	err := <-result
+	var lost *monolock.LostError
+	if !errors.As(err, &lost) || lost.Reason != monolock.ReasonForced || !monolock.IsTemporary(err) {
+		t.Fatalf("a removed waiter: %v", err)
+	}
+	if !holder.Held() {
+		t.Fatal("removing the waiter touched the holder")
 	}
 }
