@@ -53,7 +53,7 @@ type server struct {
 	addr  string
 	admin string
 	lines chan map[string]interface{}
-	once  sync.Once
+	once  *sync.Once
 }
 
 func startServer(t testing.TB, extra ...string) *server {
@@ -68,7 +68,7 @@ func startServer(t testing.TB, extra ...string) *server {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", cmd.Path, err)
 	}
-	s := &server{t: t, cmd: cmd, lines: make(chan map[string]interface{}, 1024)}
+	s := &server{t: t, cmd: cmd, lines: make(chan map[string]interface{}, 1024), once: new(sync.Once)}
 	t.Cleanup(s.stop)
 	go s.follow(bufio.NewScanner(stderr))
 	end := time.Now().Add(patience)
@@ -215,7 +215,10 @@ func shared(t *testing.T) *server {
 	if sharedServer == nil {
 		t.Fatal("the shared server did not start")
 	}
-	return sharedServer
+	// The same process, with failures reported to the test asking.
+	view := *sharedServer
+	view.t = t
+	return &view
 }
 
 // cleanupFree keeps the shared server alive past the first test that asks
