@@ -1,0 +1,228 @@
+package monolock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"monolock.dev/go/monolock/internal/core"
+	"monolock.dev/go/monolock/internal/wire"
+)
+
+// ErrNotAcquired is returned by TryLock when someone else holds the lock
+// (the connection is closed at once and leaves no trace in the queue). A
+// Lock whose ctx ended before the grant returns an error for which both
+// errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()) hold.
+var ErrNotAcquired = errors.New("monolock: lock not acquired: it is held by someone else")
+
+// ErrInvalidArgument matches (with errors.Is) every error about a bad lock
+// name, lease or address. These are reported before any connection is
+// made, and the same call fails the same way every time.
+var ErrInvalidArgument = errors.New("monolock: invalid argument")
+
+// ErrReleased is what Lock.Err returns after a Release of a lock that was
+// still held: it ended because this process let it go.
+var ErrReleased = errors.New("monolock: the lock was released")
+
+// invalidArgument names what is wrong; errors.Is(err, ErrInvalidArgument).
+type invalidArgument struct{ msg string }
+
+func (e *invalidArgument) Error() string        { return "monolock: " + e.msg }
+func (e *invalidArgument) Is(target error) bool { return target == ErrInvalidArgument }
+
+func invalid(format string, args ...interface{}) error {
+	return &invalidArgument{msg: fmt.Sprintf(format, args...)}
+}
+
+// notAcquired is a wait that ctx ended before the grant.
+type notAcquired struct {
+	name  string
+	cause error
+}
+
+func (e *notAcquired) Error() string {
+	return fmt.Sprintf("monolock: lock %q not acquired: %v", e.name, e.cause)
+}
+func (e *notAcquired) Is(target error) bool { return target == ErrNotAcquired }
+func (e *notAcquired) Unwrap() error        { return e.cause }
+
+// Reason is why a lock (or a place in its queue) was lost. Its String is
+// the name used across monolock's clients: "expired", "forced",
+// "shutdown", "server_error", "connection", "protocol".
+type Reason uint8
+
+// The reasons a claim ends (the values of internal/core's, checked by a test).
+const (
+	// ReasonExpired: no reply confirmed the session within 0.8 x the
+	// lease. The client gave the claim up before the server could hand the
+	// lock on.
+	ReasonExpired Reason = iota + 1
+	// ReasonForced: the server closed the claim by administrator action
+	// (ERROR 0x02: force-release, or a waiter removed).
+	ReasonForced
+	// ReasonShutdown: the server is shutting down (ERROR 0x01).
+	ReasonShutdown
+	// ReasonServerError: another ERROR code, such as 0x18 (the ACL refuses
+	// this identity for this lock). LostError.Code has it.
+	ReasonServerError
+	// ReasonConnection: the connection closed or failed without an ERROR
+	// frame (EOF, reset, I/O error).
+	ReasonConnection
+	// ReasonProtocol: the server sent something a protocol v1 server never
+	// sends (or the address is a TLS or HTTP port); the connection was
+	// closed.
+	ReasonProtocol
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonExpired:
+		return "expired"
+	case ReasonForced:
+		return "forced"
+	case ReasonShutdown:
+		return "shutdown"
+	case ReasonServerError:
+		return "server_error"
+	case ReasonConnection:
+		return "connection"
+	case ReasonProtocol:
+		return "protocol"
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
+
+// LostError says why a lock ended (or why a place in its queue ended
+// before the grant). Lock.Err returns one once the lock is lost, and Lock,
+// TryLock and Release return one when the claim ended under them.
+//
+//	var lost *monolock.LostError
+//	if errors.As(err, &lost) && lost.Reason == monolock.ReasonForced { ... }
+type LostError struct {
+	// Name is the lock's name.
+	Name string
+	// Reason says why.
+	Reason Reason
+	// Code is the server's ERROR code, 0 when it sent none.
+	Code uint8
+	// Detail is the server's ERROR reason text (for humans; may be empty).
+	Detail string
+	// Lease is the session's lease.
+	Lease time.Duration
+	// Err is the cause, when there is one: the I/O error of a failed
+	// connection, or what broke the protocol.
+	Err error
+}
+
+func newLostError(name string, lease time.Duration, loss core.Loss) *LostError {
+	return &LostError{
+		Name:   name,
+		Reason: Reason(loss.Reason),
+		Code:   loss.Code,
+		Detail: loss.Detail,
+		Lease:  lease,
+		Err:    loss.Err,
+	}
+}
+
+func (e *LostError) Error() string {
+	var why string
+	switch {
+	case e.Reason == ReasonExpired:
+		why = fmt.Sprintf("no heartbeat was confirmed within 0.8 x the lease of %v", e.Lease)
+	case e.Code != 0:
+		why = "the server ended the session with " + wire.DescribeCode(e.Code, e.Detail)
+	case e.Reason == ReasonProtocol:
+		why = "protocol violation by the server: " + errText(e.Err)
+	case e.Err != nil:
+		why = "the connection failed: " + e.Err.Error()
+	default:
+		why = "the server closed the connection"
+	}
+	return fmt.Sprintf("monolock: lock %q lost (%s): %s", e.Name, e.Reason, why)
+}
+
+// Unwrap is the cause (see Err).
+func (e *LostError) Unwrap() error { return e.Err }
+
+func errText(err error) string {
+	if err == nil {
+		return "unknown"
+	}
+	return err.Error()
+}
+
+// ConnectError is returned when no server address could be reached. It
+// names every address tried, in order, with its failure. errors.Is and
+// errors.As see the last failure (errors.Is(err, syscall.ECONNREFUSED)).
+type ConnectError struct {
+	Attempts []ConnectAttempt
+}
+
+// ConnectAttempt is one address tried and why it failed.
+type ConnectAttempt struct {
+	Addr string
+	Err  error
+}
+
+func (e *ConnectError) Error() string {
+	parts := make([]string, len(e.Attempts))
+	for i, a := range e.Attempts {
+		parts[i] = a.Addr + ": " + errText(a.Err)
+	}
+	return "monolock: could not connect to " + strings.Join(parts, "; ")
+}
+
+// Unwrap is the last attempt's failure.
+func (e *ConnectError) Unwrap() error {
+	if len(e.Attempts) == 0 {
+		return nil
+	}
+	return e.Attempts[len(e.Attempts)-1].Err
+}
+
+// TLSError is a TLS handshake that failed on something other than the
+// network: an untrusted or mismatched server certificate, a server that
+// refused the client certificate (or its absence), a peer that does not
+// speak TLS. It sits inside a ConnectError; the same handshake fails the
+// same way again.
+type TLSError struct {
+	Addr string
+	Err  error
+}
+
+func (e *TLSError) Error() string {
+	return "TLS handshake with " + e.Addr + " failed: " + errText(e.Err)
+}
+
+// Unwrap is the crypto/tls or crypto/x509 error.
+func (e *TLSError) Unwrap() error { return e.Err }
+
+// IsTemporary reports whether trying again (a new claim, at the back of the
+// queue) may succeed: server conditions (ERROR codes below 0x10, unknown
+// ones included), connections lost or refused, expired heartbeats, a lock
+// that was busy. False for what fails the same way every time: invalid
+// arguments, TLS certificate failures, client-error codes (0x10 and up,
+// such as 0x18: not authorized) and protocol violations.
+func IsTemporary(err error) bool {
+	var lost *LostError
+	var tlsErr *TLSError
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrInvalidArgument):
+		return false
+	case errors.As(err, &lost):
+		if lost.Reason == ReasonProtocol {
+			return false
+		}
+		return lost.Code == 0 || lost.Code < wire.ClientErrorCodes
+	case errors.As(err, &tlsErr):
+		return false
+	case errors.Is(err, ErrNotAcquired):
+		return true
+	}
+	var connect *ConnectError
+	return errors.As(err, &connect)
+}

@@ -1,0 +1,3 @@
+module monolock.dev/go/monolock
+
+go 1.19
