@@ -10,10 +10,7 @@
 
 use std::time::Duration;
 
-use monolock_proto::{
-    ErrorCode, ServerFrame,
-    mutation::{self, Mutation},
-};
+use monolock_proto::{ErrorCode, ServerFrame};
 use tokio::time::Instant;
 
 use crate::{error::ProtocolViolation, schedule::Schedule};
@@ -143,8 +140,7 @@ impl Exchange {
                 }
                 // The push: confirms nothing, a heartbeat in flight stays so.
                 Standing::Waiting => {
-                    if mutation::active(Mutation::PushConfirmsHeartbeat) && self.in_flight.is_some()
-                    {
+                    if planted(Planted::PushConfirmsHeartbeat) && self.in_flight.is_some() {
                         self.confirm(now, ServerFrame::Acquired { token })?;
                     }
                     self.standing = Standing::Held(token);
@@ -171,13 +167,39 @@ impl Exchange {
         };
         self.schedule
             .observe_rtt(now.saturating_duration_since(sent_at));
-        self.confirmed_send = if mutation::active(Mutation::DeadlineFromReceive) {
+        self.confirmed_send = if planted(Planted::DeadlineFromReceive) {
             now
         } else {
             sent_at
         };
         self.next_heartbeat = Some(self.schedule.next_send(sent_at, now));
         Ok(())
+    }
+}
+
+/// The client mistakes the simulation can plant (`monolock-mutation`).
+#[derive(Clone, Copy)]
+enum Planted {
+    PushConfirmsHeartbeat,
+    DeadlineFromReceive,
+}
+
+/// Whether the simulation planted `mistake` on this thread; always false
+/// outside the simulation.
+#[inline(always)]
+fn planted(mistake: Planted) -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        use monolock_mutation::{Mutation, active};
+        active(match mistake {
+            Planted::PushConfirmsHeartbeat => Mutation::PushConfirmsHeartbeat,
+            Planted::DeadlineFromReceive => Mutation::DeadlineFromReceive,
+        })
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        let _ = mistake;
+        false
     }
 }
 

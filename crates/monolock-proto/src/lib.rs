@@ -25,7 +25,6 @@
 
 mod error_code;
 mod frame;
-pub mod mutation;
 mod name;
 mod token;
 

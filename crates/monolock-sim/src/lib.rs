@@ -34,7 +34,7 @@ use std::{
 };
 
 pub use checker::{Tally, Violation};
-pub use monolock_proto::mutation::Mutation;
+pub use monolock_mutation::Mutation;
 pub use nemesis::{BOUNDARY_FAULTS, FAULTS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
@@ -120,14 +120,14 @@ struct MutationsOn;
 
 impl MutationsOn {
     fn new(mutations: &[Mutation]) -> Self {
-        monolock_proto::mutation::set(mutations);
+        monolock_mutation::set(mutations);
         Self
     }
 }
 
 impl Drop for MutationsOn {
     fn drop(&mut self) {
-        monolock_proto::mutation::set(&[]);
+        monolock_mutation::set(&[]);
     }
 }
 

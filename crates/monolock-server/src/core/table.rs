@@ -23,10 +23,7 @@ use std::{
     time::SystemTime,
 };
 
-use monolock_proto::{
-    Lease, LockName,
-    mutation::{self, Mutation},
-};
+use monolock_proto::{Lease, LockName};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
@@ -347,7 +344,7 @@ impl LockTable {
             // lease (unless the simulation's known mistake is switched on).
             let ending = next.end_notice().is_some();
             let expired = ending || next.is_silent(self.epoch, now);
-            if closing || (expired && !mutation::active(Mutation::PromoteExpiredWaiter)) {
+            if closing || (expired && !planted_promote_expired_waiter()) {
                 self.observer.observe(&Event::WaiterLeft(&next.info));
                 if !closing && !ending {
                     next.end_from_outside(EndNotice::Expired);
@@ -517,6 +514,20 @@ fn lock_snapshot(name: &LockName, entry: &LockEntry) -> LockSnapshot {
         name: name.clone(),
         holder: holder_snapshot(&entry.holder),
         waiters: entry.waiters.values().map(|w| waiter_snapshot(w)).collect(),
+    }
+}
+
+/// Whether the simulation planted "promote a waiter whose lease ran out" on
+/// this thread (`monolock-mutation`); always false outside the simulation.
+#[inline(always)]
+fn planted_promote_expired_waiter() -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        monolock_mutation::active(monolock_mutation::Mutation::PromoteExpiredWaiter)
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        false
     }
 }
 

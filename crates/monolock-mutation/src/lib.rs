@@ -1,12 +1,18 @@
 //! Known mistakes of the protocol's implementations, reintroduced on purpose
 //! so that the deterministic simulation (`monolock-sim`) can show it finds
-//! them.
+//! them. Test support, not part of any shipped interface.
 //!
-//! Without the `mutations` feature [`active`] is a constant `false` and the
-//! checks around it compile away. With it (only `monolock-sim` enables it),
-//! a simulation switches mutations on for its own thread with [`set`]; every
-//! other thread, and every thread by default, runs the normal code, so a
-//! workspace build that unifies the feature behaves exactly as before.
+//! Only the simulation depends on this crate and switches on the
+//! `mutations` feature of `monolock-server` and `monolock-client`, which is
+//! what makes them ask [`active`]. Without that feature they do not depend
+//! on this crate at all and their checks compile to the normal code, so
+//! the `monolock` binary built on its own (`cargo build`, `--profile
+//! dist`) carries none of it. A simulation switches mutations on for its
+//! own thread with [`set`]; every other thread, and every thread by
+//! default, runs the normal code, so a workspace build that unifies the
+//! feature behaves exactly as before.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 /// One reintroduced mistake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,7 +47,6 @@ impl Mutation {
     }
 }
 
-#[cfg(feature = "mutations")]
 thread_local! {
     static ACTIVE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
 }
@@ -49,25 +54,16 @@ thread_local! {
 /// Whether `mutation` is switched on for this thread.
 #[inline(always)]
 pub fn active(mutation: Mutation) -> bool {
-    #[cfg(feature = "mutations")]
-    {
-        ACTIVE.with(|active| active.get() & mutation as u8 != 0)
-    }
-    #[cfg(not(feature = "mutations"))]
-    {
-        let _ = mutation;
-        false
-    }
+    ACTIVE.with(|active| active.get() & mutation as u8 != 0)
 }
 
 /// Switches exactly `mutations` on for this thread (none: the normal code).
-#[cfg(feature = "mutations")]
 pub fn set(mutations: &[Mutation]) {
     let bits = mutations.iter().fold(0, |bits, m| bits | *m as u8);
     ACTIVE.with(|active| active.set(bits));
 }
 
-#[cfg(all(test, feature = "mutations"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
