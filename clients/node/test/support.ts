@@ -118,9 +118,15 @@ export class Server {
     this.proc.kill(sig);
   }
 
+  /** Resolves once the process has exited. */
+  exited(): Promise<void> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return Promise.resolve();
+    return new Promise((resolve) => this.proc.once("exit", () => resolve()));
+  }
+
   async stop(): Promise<void> {
     if (this.proc.exitCode === null && this.proc.signalCode === null) {
-      const exited = new Promise((resolve) => this.proc.once("exit", resolve));
+      const exited = this.exited();
       this.proc.kill("SIGCONT");
       this.proc.kill("SIGKILL");
       await exited;
