@@ -1,0 +1,19 @@
+# The Node.js client (clients/node) is built and tested with Node.js 20 or
+# newer and npm: crates/monolock/tests/node_client.rs runs its suite. Debian
+# bookworm's own nodejs is 18, so a machine that has no Node 20 gets
+# Debian's packages only when they are new enough, and says so otherwise.
+node_major() { node --version 2>/dev/null | sed -n 's/^v\([0-9]*\)\..*/\1/p'; }
+if [ "$(node_major)" = "" ] || [ "$(node_major)" -lt 20 ] || ! command -v npm >/dev/null 2>&1; then
+    need_apt nodejs npm
+fi
+if [ "$(node_major)" = "" ] || [ "$(node_major)" -lt 20 ]; then
+    echo "setup: the Node client needs Node.js 20 or newer; found $(node --version 2>/dev/null || echo none)" >&2
+    return 1
+fi
+# The TypeScript compiler and Node's type declarations, pinned by
+# clients/node/package-lock.json (development dependencies only).
+if [ ! -d clients/node/node_modules/typescript ]; then
+    echo "setup: npm ci in clients/node"
+    (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
+unset -f node_major
