@@ -116,12 +116,12 @@ describe("lock and release", () => {
   it("a waiter heartbeats: it outlives its lease in the queue", async () => {
     const c = client();
     const holder = await c.lock("long-wait", { lease: 5000 });
-    const waiter = c.lock("long-wait", { lease: 200 });
+    const waiter = c.lock("long-wait", { lease: 1000 });
     await eventually("the waiter", async () => (await server.waiters("long-wait")).length === 1);
     // The time is what is tested: the server drops a session silent for
-    // its lease (200 ms), so a waiter still queued five leases later has
+    // its lease (1 s), so a waiter still queued three leases later has
     // heartbeated all along.
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await new Promise((resolve) => setTimeout(resolve, 3000));
     assert.equal((await server.waiters("long-wait")).length, 1);
     await holder.release();
     const lock = await waiter;

@@ -57,7 +57,7 @@ describe("server faults", () => {
 
   it("a blocked event loop reads not held once past the deadline", async () => {
     await using server = await Server.start();
-    const lock = await new Client(server.addr).lock("blocked", { lease: 250 });
+    const lock = await new Client(server.addr).lock("blocked", { lease: 500 });
     assert.ok(lock.isHeld());
     const deadline = lock.deadline;
     // The fault: the loop blocked for a whole lease, no timer can run.
