@@ -17,3 +17,9 @@ if [ ! -d clients/node/node_modules/typescript ]; then
     (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)
 fi
 unset -f node_major
+# The Node form of the fenced-postgres recipe (examples/node): pg, and the
+# client linked from clients/node.
+if [ ! -d examples/node/node_modules/pg ]; then
+    echo "setup: npm ci in examples/node"
+    (cd examples/node && npm ci --no-audit --no-fund --loglevel=error)
+fi
