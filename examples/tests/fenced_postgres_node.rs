@@ -190,12 +190,15 @@ fn node_no_wait_on_a_busy_lock_exits_75() {
     drop(holder);
 }
 
+/// A bad-input case: what, `DATABASE_URL`, extra flags, exit code, message.
+type BadInput<'a> = (&'a str, Option<&'a str>, &'a [&'a str], i32, &'a str);
+
 /// Bad input: one clear line and the codes of the other forms, no stack
 /// trace, and the URL never repeated.
 #[test]
 fn node_bad_input_is_one_clear_line() {
     let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
-    let cases: [(&str, Option<&str>, &[&str], i32, &str); 4] = [
+    let cases: [BadInput; 4] = [
         (
             "no DATABASE_URL",
             None,
