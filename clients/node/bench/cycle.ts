@@ -1,7 +1,8 @@
 /**
  * Uncontended lock cycle, side by side in one run against one server: this
- * client (`lock` + `release`, and `tryLock` + `release`), and the Python
- * client's sync and asyncio cycles from clients/python/bench/cycle.py.
+ * client (`lock` + `release`, and `tryLock` + `await using`), the Python
+ * client's sync and asyncio cycles from clients/python/bench/cycle.py, and
+ * `redlock` against one Redis when both are at hand.
  *
  * A cycle is connect + ACQUIRE + ACQUIRED + close. `release()` resolves
  * once the server has closed its side (so the lock is free when it
@@ -9,10 +10,18 @@
  *
  * Usage: MONOLOCK_BIN=target/release/monolock node dist/bench/cycle.js [--cycles N]
  * (`npm run bench -- --cycles N` in clients/node). Without python3 the
- * Python rows are left out.
+ * Python rows are left out. The redlock row needs `redis-server` (Debian's
+ * package) and `npm install --no-save redlock@5.0.0-beta.2 ioredis@5` in
+ * clients/node (kept out of package.json: the client's dependencies stay
+ * what the client needs); without them it is left out.
+ *
+ * A redlock cycle is `acquire([name], ttl)` (SET NX PX, no retries) and
+ * `release()` (its release script) on one ioredis connection opened once,
+ * as redlock users run it.
  */
 
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import net from "node:net";
 import path from "node:path";
 
 import { Client } from "../src/index.js";
@@ -82,6 +91,71 @@ function pythonRows(addr: string, cycles: number): Row[] {
   });
 }
 
+/** A loopback port free right now. */
+async function freePort(): Promise<number> {
+  const listener = net.createServer();
+  await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
+  const { port } = listener.address() as net.AddressInfo;
+  await new Promise((resolve) => listener.close(resolve));
+  return port;
+}
+
+/** The redlock row, or null (with why) when redis-server or redlock is missing. */
+async function redlockRow(cycles: number): Promise<Row | null> {
+  const which = spawnSync("sh", ["-c", "command -v redis-server"], { encoding: "utf8" });
+  const redisServer = which.stdout.trim();
+  let Redlock: any;
+  let Redis: any;
+  try {
+    // Variable specifiers: these packages are not dependencies of the client.
+    const redlockName = "redlock";
+    const ioredisName = "ioredis";
+    Redlock = (await import(redlockName)).default;
+    Redis = (await import(ioredisName)).default;
+  } catch {
+    console.log("redlock row left out: npm install --no-save redlock@5.0.0-beta.2 ioredis@5");
+    return null;
+  }
+  if (redisServer === "") {
+    console.log("redlock row left out: no redis-server (apt-get install redis-server)");
+    return null;
+  }
+  const port = await freePort();
+  const redis = spawn(
+    redisServer,
+    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    { stdio: "ignore" },
+  );
+  const client = new Redis({ host: "127.0.0.1", port, retryStrategy: (n: number) => (n > 100 ? null : 50) });
+  client.on("error", () => {}); // refused until redis-server listens; ioredis retries
+  try {
+    await client.ping();
+    const redlock = new Redlock([client], { retryCount: 0 });
+    const samples: number[] = [];
+    let measured = 0;
+    for (let i = 0; i < WARM_UP + cycles; i++) {
+      const start = performance.now();
+      const lock = await redlock.acquire([NAME], 60_000);
+      await lock.release();
+      const took = performance.now() - start;
+      if (i >= WARM_UP) {
+        samples.push(took * 1000);
+        measured += took;
+      }
+    }
+    samples.sort((a, b) => a - b);
+    return {
+      name: "redlock 5.0.0-beta.2 on ioredis (SET NX PX + release script)",
+      p50: percentile(samples, 50),
+      p99: percentile(samples, 99),
+      perSecond: (cycles / measured) * 1000,
+    };
+  } finally {
+    client.disconnect();
+    redis.kill("SIGTERM");
+  }
+}
+
 const at = process.argv.indexOf("--cycles");
 const cycles = at >= 0 ? Number(process.argv[at + 1]) : 5000;
 if (!(cycles > 0)) throw new Error("--cycles takes a positive number");
@@ -105,6 +179,8 @@ try {
 } finally {
   await server.stop();
 }
+const redlock = await redlockRow(cycles);
+if (redlock !== null) rows.push(redlock);
 
 const base = rows[0]?.p50 ?? NaN;
 console.log(
