@@ -220,10 +220,15 @@ describe("loss", () => {
     const holder = await c.lock("kicked", { lease: 5000 });
     const waiter = c.lock("kicked", { lease: 5000 });
     await eventually("the waiter", async () => (await server.waiters("kicked")).length === 1);
-    // A force-release ends the holder's claim; the waiter is granted.
+    // A force-release ends the holder's claim; the waiter is granted. The
+    // two arrive on two connections, in either order.
+    const holderLost = new Promise((resolve) =>
+      holder.signal.addEventListener("abort", resolve, { once: true }),
+    );
     await server.forceRelease("kicked");
     const lock = await waiter;
     assert.ok(lock.token > holder.token);
+    await holderLost;
     assert.equal(holder.loss?.reason, "forced");
     await lock.release();
   });
