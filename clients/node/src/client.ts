@@ -26,7 +26,7 @@ export interface ClientOptions {
   /**
    * TLS: `tls.connect` options (`ca`, and `cert` + `key` for mTLS,
    * `servername` to check another name than the address's host), or `true`
-   * for the system's trust roots. Plain TCP when absent.
+   * for Node's default root certificates. Plain TCP when absent.
    */
   tls?: tls.ConnectionOptions | boolean;
   /** The lease of calls that give none, in milliseconds (default 10000). */

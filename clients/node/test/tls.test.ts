@@ -25,7 +25,7 @@ describe("TLS", () => {
   it("an untrusted or misnamed server is a TLS ConnectError naming the address", async () => {
     await using server = await Server.start(...tlsArgs(false));
     for (const options of [
-      true, // the system's roots only
+      true, // Node's default roots only
       { ...clientTls(false), servername: "elsewhere" },
     ]) {
       await assert.rejects(new Client(server.addr, { tls: options }).lock("tls"), (err: unknown) => {
