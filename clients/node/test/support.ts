@@ -61,6 +61,13 @@ export class Server {
       ],
       { stdio: ["ignore", "ignore", "pipe"] },
     );
+    // A test process that ends early (a failed `before`, a timeout) takes
+    // its servers with it.
+    const orphaned = (): void => {
+      this.proc.kill("SIGKILL");
+    };
+    process.once("exit", orphaned);
+    this.proc.once("exit", () => process.off("exit", orphaned));
     const lines = createInterface({ input: this.proc.stderr! });
     lines.on("line", (raw) => {
       let line: LogLine;
