@@ -1,0 +1,214 @@
+/**
+ * The conformance driver of the Node client (clients/conformance/DRIVER.md):
+ * one JSON command per line on stdin, one JSON reply per line on stdout, in
+ * order. A thin shell around the public API: no protocol logic here.
+ *
+ * Run: `npm run build` in clients/node, then `node dist/conformance/driver.js`.
+ */
+
+import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import type tls from "node:tls";
+
+import {
+  Client,
+  ConnectError,
+  InvalidArgumentError,
+  type Lock,
+  LockLostError,
+  NotAcquiredError,
+} from "../src/index.js";
+
+type Command = Record<string, unknown> & { id?: unknown; cmd?: unknown };
+type Reply = Record<string, unknown>;
+
+/** A failed command, as the reply's `error`. */
+class Failure extends Error {
+  constructor(
+    readonly kind: string,
+    message: string,
+    readonly reason: string | null = null,
+  ) {
+    super(message);
+  }
+}
+
+let client: Client | null = null;
+const handles = new Map<string, Lock>();
+
+function describeError(err: unknown): { kind: string; reason: string | null; message: string } {
+  const message = err instanceof Error ? err.message : String(err);
+  if (err instanceof Failure) return { kind: err.kind, reason: err.reason, message };
+  if (err instanceof InvalidArgumentError) return { kind: "invalid_argument", reason: null, message };
+  if (err instanceof NotAcquiredError) return { kind: "not_acquired", reason: null, message };
+  if (err instanceof ConnectError) {
+    return { kind: err.reason === "tls" ? "tls" : "connect", reason: null, message };
+  }
+  if (err instanceof LockLostError) {
+    if (err.reason === "server_error") return { kind: "server", reason: null, message };
+    return { kind: "lost", reason: err.reason, message };
+  }
+  return { kind: "other", reason: null, message };
+}
+
+function text(command: Command, field: string): string {
+  const value = command[field];
+  if (typeof value !== "string") throw new Failure("other", `"${field}" must be a string`);
+  return value;
+}
+
+function optionalNumber(command: Command, field: string): number | undefined {
+  const value = command[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "number") throw new Failure("other", `"${field}" must be a number`);
+  return value;
+}
+
+function theClient(): Client {
+  if (client === null) throw new Failure("other", "no client: send `open` first");
+  return client;
+}
+
+function handle(command: Command): Lock {
+  const name = text(command, "handle");
+  const lock = handles.get(name);
+  if (lock === undefined) throw new Failure("unknown_handle", `no handle ${JSON.stringify(name)}`);
+  return lock;
+}
+
+function tlsOptions(spec: unknown): tls.ConnectionOptions | undefined {
+  if (spec === undefined || spec === null) return undefined;
+  if (typeof spec !== "object") throw new Failure("other", '"tls" must be an object');
+  const { ca, cert, key, server_name: servername } = spec as Record<string, unknown>;
+  const options: tls.ConnectionOptions = {};
+  const file = (path: unknown): Buffer => {
+    if (typeof path !== "string") throw new Failure("other", "TLS file paths must be strings");
+    return readFileSync(path);
+  };
+  if (ca !== undefined && ca !== null) options.ca = file(ca);
+  if (cert !== undefined && cert !== null) options.cert = file(cert);
+  if (key !== undefined && key !== null) options.key = file(key);
+  if (typeof servername === "string") options.servername = servername;
+  return options;
+}
+
+async function releaseAll(): Promise<void> {
+  const locks = [...handles.values()];
+  handles.clear();
+  await Promise.all(locks.map((lock) => lock.release().catch(() => {})));
+}
+
+/** Runs one command; resolves with the reply's fields on success. */
+async function run(command: Command): Promise<Reply> {
+  switch (command.cmd) {
+    case "open": {
+      const tls = tlsOptions(command.tls);
+      // Protocol v1 is the only version this client speaks: force_v1 is a no-op.
+      client = new Client(text(command, "address"), tls === undefined ? {} : { tls });
+      return {};
+    }
+    case "lock": {
+      const name = text(command, "handle");
+      const wait = optionalNumber(command, "wait_ms");
+      const lock = await theClient().lock(command.name as string, {
+        lease: command.lease_ms as number,
+        wait: wait ?? null,
+      });
+      handles.set(name, lock);
+      return { token: String(lock.token) };
+    }
+    case "try_lock": {
+      const name = text(command, "handle");
+      const lock = await theClient().tryLock(command.name as string, {
+        lease: command.lease_ms as number,
+      });
+      if (lock === null) return { acquired: false };
+      handles.set(name, lock);
+      return { acquired: true, token: String(lock.token) };
+    }
+    case "release": {
+      const lock = handle(command);
+      handles.delete(text(command, "handle"));
+      await lock.release();
+      return {};
+    }
+    case "is_held":
+      return { held: handle(command).isHeld() };
+    case "check":
+      handle(command).check();
+      return {};
+    case "token":
+      return { token: String(handle(command).token) };
+    case "wait_lost": {
+      const signal = handle(command).signal;
+      const timeout = optionalNumber(command, "timeout_ms") ?? 0;
+      const lost = await new Promise<boolean>((resolve) => {
+        if (signal.aborted) return resolve(true);
+        const timer = setTimeout(() => {
+          signal.removeEventListener("abort", onAbort);
+          resolve(false);
+        }, timeout);
+        const onAbort = (): void => {
+          clearTimeout(timer);
+          resolve(true);
+        };
+        signal.addEventListener("abort", onAbort, { once: true });
+      });
+      if (!lost) return { lost: false };
+      const reason = signal.reason instanceof LockLostError ? signal.reason.reason : "connection";
+      return { lost: true, reason };
+    }
+    case "cycles": {
+      const c = theClient();
+      const count = optionalNumber(command, "count") ?? 0;
+      for (let i = 0; i < count; i++) {
+        const lock = await c.lock(command.name as string, { lease: command.lease_ms as number });
+        await lock.release();
+      }
+      return { count };
+    }
+    case "stats": {
+      let fds: number | undefined;
+      try {
+        const { readdirSync } = await import("node:fs");
+        fds = readdirSync("/proc/self/fd").length;
+      } catch {
+        fds = undefined;
+      }
+      return {
+        ...(fds === undefined ? {} : { fds }),
+        handles: process.getActiveResourcesInfo().length,
+      };
+    }
+    case "exit":
+      await releaseAll();
+      return {};
+    default:
+      throw new Failure("other", `unknown command ${JSON.stringify(command.cmd)}`);
+  }
+}
+
+function write(reply: Reply): void {
+  // Writes to a pipe are synchronous on Linux: each line is out before the next read.
+  process.stdout.write(`${JSON.stringify(reply)}\n`);
+}
+
+const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+for await (const line of lines) {
+  if (line.trim() === "") continue;
+  let command: Command;
+  try {
+    command = JSON.parse(line) as Command;
+  } catch (err) {
+    write({ id: null, ok: false, error: describeError(new Failure("other", `bad JSON: ${String(err)}`)) });
+    continue;
+  }
+  try {
+    write({ id: command.id ?? null, ok: true, ...(await run(command)) });
+  } catch (err) {
+    write({ id: command.id ?? null, ok: false, error: describeError(err) });
+  }
+  if (command.cmd === "exit") break;
+}
+await releaseAll();
+process.exit(0);

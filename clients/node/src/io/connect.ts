@@ -1,0 +1,139 @@
+/**
+ * Dialing: the addresses in order, TCP or TLS, each bounded by the connect
+ * timeout and by the caller's abort signal. The first that connects (and
+ * completes the TLS handshake) wins; only this step falls through to the
+ * next address.
+ *
+ * @module
+ */
+
+import net from "node:net";
+import tls from "node:tls";
+
+import type { Address } from "../address.js";
+import { type ConnectAttempt, ConnectError } from "../errors.js";
+
+/** Where the servers are and how to reach them. */
+export interface Endpoints {
+  readonly addresses: readonly Address[];
+  /** `tls.connect` options; null for plain TCP. */
+  readonly tls: tls.ConnectionOptions | null;
+  /** Milliseconds one address may take (TCP and TLS handshake). */
+  readonly connectTimeout: number;
+}
+
+/** A socket connected to one address. */
+export interface Connected {
+  readonly socket: net.Socket;
+  readonly address: Address;
+}
+
+/** A failure of one attempt, with whether it happened in the TLS handshake. */
+class AttemptError extends Error {
+  constructor(
+    message: string,
+    readonly kind: "network" | "timeout" | "tls",
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
+ * Dials the addresses in order.
+ *
+ * @throws ConnectError naming every address tried, or `abort.reason` when
+ * `abort` fires first.
+ */
+export async function connect(endpoints: Endpoints, abort?: AbortSignal): Promise<Connected> {
+  const attempts: ConnectAttempt[] = [];
+  let kind: AttemptError["kind"] = "network";
+  for (const address of endpoints.addresses) {
+    abort?.throwIfAborted();
+    try {
+      const socket = await dial(endpoints, address, abort);
+      return { socket, address };
+    } catch (err) {
+      if (abort?.aborted) throw abort.reason;
+      const error = err instanceof AttemptError ? err : new AttemptError(String(err), "network");
+      attempts.push({ address: address.toString(), error });
+      kind = error.kind;
+    }
+  }
+  throw new ConnectError(attempts, kind);
+}
+
+function dial(endpoints: Endpoints, address: Address, abort?: AbortSignal): Promise<net.Socket> {
+  const options = endpoints.tls;
+  const socket =
+    options === null
+      ? net.connect({ host: address.host, port: address.port, noDelay: true })
+      : tls.connect({ ...options, host: address.host, port: address.port });
+  if (options !== null) socket.setNoDelay(true);
+  return new Promise<net.Socket>((resolve, reject) => {
+    let tcpUp = false;
+    const settle = (err: Error | null): void => {
+      clearTimeout(timer);
+      socket.off("connect", onConnect);
+      socket.off("secureConnect", onReady);
+      socket.off("error", onError);
+      abort?.removeEventListener("abort", onAbort);
+      if (err === null) {
+        resolve(socket);
+      } else {
+        socket.destroy();
+        reject(err);
+      }
+    };
+    const onConnect = (): void => {
+      tcpUp = true;
+      if (options === null) settle(null);
+    };
+    const onReady = (): void => settle(null);
+    const onError = (err: Error): void => {
+      if (options !== null && (tcpUp || isTlsError(err))) {
+        settle(new AttemptError(tlsMessage(err), "tls", { cause: err }));
+      } else {
+        settle(new AttemptError(err.message, "network", { cause: err }));
+      }
+    };
+    const onAbort = (): void => settle(abort?.reason as Error);
+    const timer = setTimeout(() => {
+      settle(
+        new AttemptError(
+          `no connection within the connect timeout of ${endpoints.connectTimeout}ms`,
+          "timeout",
+        ),
+      );
+    }, endpoints.connectTimeout);
+    timer.unref();
+    socket.on("connect", onConnect);
+    socket.on("secureConnect", onReady);
+    socket.on("error", onError);
+    abort?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** Whether a socket error is OpenSSL's or the certificate check's. */
+export function isTlsError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as NodeJS.ErrnoException).code ?? "";
+  return (
+    code.startsWith("ERR_SSL_") ||
+    code.startsWith("ERR_TLS_") ||
+    code.startsWith("CERT_") ||
+    code.includes("CERT") ||
+    code.startsWith("UNABLE_TO_") ||
+    code === "DEPTH_ZERO_SELF_SIGNED_CERT" ||
+    code === "SELF_SIGNED_CERT_IN_CHAIN" ||
+    "library" in err
+  );
+}
+
+function tlsMessage(err: Error): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === "ECONNRESET" || code === "ERR_SSL_WRONG_VERSION_NUMBER" || code === "EPIPE") {
+    return `the TLS handshake failed: ${err.message} (does the server have TLS on?)`;
+  }
+  return `the TLS handshake failed: ${err.message}`;
+}

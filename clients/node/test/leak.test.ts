@@ -1,0 +1,54 @@
+/** No handle, timer or descriptor left behind by many cycles (a server of
+ * its own and nothing else running in this file, so the counts are exact). */
+
+import assert from "node:assert/strict";
+import { readdirSync } from "node:fs";
+import { after, before, describe, it } from "node:test";
+
+import { Client } from "../src/index.js";
+import { eventually, Server } from "./support.js";
+
+let server: Server;
+before(async () => {
+  server = await Server.start();
+});
+after(async () => {
+  await server.stop();
+});
+
+describe("many cycles", () => {
+  it("leaves no handle, timer or descriptor behind after 1000 lock cycles", async () => {
+    const client = new Client(server.addr);
+    // Resources by kind (TCPSocketWrap, Timeout, ...). The test runner's
+    // own timers may end meanwhile, so a kind may only shrink; sockets may not.
+    const resources = (): Map<string, number> => {
+      const counts = new Map<string, number>();
+      for (const kind of process.getActiveResourcesInfo()) {
+        counts.set(kind, (counts.get(kind) ?? 0) + 1);
+      }
+      return counts;
+    };
+    const fds = (): number => readdirSync("/proc/self/fd").length;
+    const warm = await client.lock("cycles", { lease: 5000 });
+    await warm.release();
+    const before = { resources: resources(), fds: fds() };
+    for (let i = 0; i < 1000; i++) {
+      await using lock = await client.lock("cycles", { lease: 5000 });
+      assert.ok(lock.isHeld());
+    }
+    for (let i = 0; i < 200; i++) {
+      const busy = await client.tryLock("cycles", { lease: 5000 });
+      assert.ok(busy !== null);
+      assert.equal(await client.tryLock("cycles", { lease: 5000 }), null);
+      await busy.release();
+    }
+    // A handle closes on a later turn of the loop than its last event.
+    await eventually("the descriptors closed", () => fds() <= before.fds).catch(() => {});
+    const left = resources();
+    assert.equal(left.get("TCPSocketWrap") ?? 0, before.resources.get("TCPSocketWrap") ?? 0);
+    for (const [kind, count] of left) {
+      assert.ok(count <= (before.resources.get(kind) ?? 0), `${count} x ${kind} left`);
+    }
+    assert.equal(fds(), before.fds);
+  });
+});
