@@ -1,4 +1,6 @@
-//! Handing a lock over between clients, against the real server.
+//! Handing a lock over between clients, against the real server (over
+//! TCP, or over in-memory pipes on tokio's paused clock where the subject
+//! is the passage of leases).
 
 mod common;
 
@@ -6,6 +8,7 @@ use std::time::Duration;
 
 use common::{TestServer, eventually, within};
 use monolock_client::{Enqueued, LockGuard, Waiter};
+use monolock_testkit::peer::PipeConnector;
 use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -159,15 +162,19 @@ async fn acquire_timeout_gives_up_its_place_after_the_wait() {
     eventually("the claim to leave the queue", || server.waiters(name) == 0).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// The subject is the passage of leases: the real client and the real
+/// session code over in-memory pipes on tokio's paused clock, so 22
+/// heartbeat intervals pass in no real time and no scheduler stall on a
+/// loaded machine can pass for silence.
+#[tokio::test(start_paused = true)]
 async fn a_lock_stays_held_across_many_heartbeat_intervals() {
     let server = TestServer::start().await;
+    let client = PipeConnector::client(&server.handle);
     let name = "long-hold";
     // lease 1s: a heartbeat every <= 250ms; 5.5s is 22 intervals and 5.5
-    // leases. (Shorter leases make the test hostage to scheduler stalls on a
-    // loaded machine: the client gives up after 0.8 x lease of silence.)
+    // leases (the client gives up after 0.8 x lease of silence).
     let lease = Duration::from_secs(1);
-    let guard = server.client().acquire(name, lease).await.expect("acquire");
+    let guard = client.acquire(name, lease).await.expect("acquire");
     let token = guard.token();
     let until = Instant::now() + Duration::from_millis(5_500);
     let mut checks = 0;
@@ -182,28 +189,27 @@ async fn a_lock_stays_held_across_many_heartbeat_intervals() {
     assert!(checks >= 20, "only {checks} checks in 5.5s");
     assert_eq!(server.lock(name).unwrap().holder.token, token);
     assert!(
-        server
-            .client()
-            .try_acquire(name, lease)
-            .await
-            .unwrap()
-            .is_none(),
+        client.try_acquire(name, lease).await.unwrap().is_none(),
         "the server still sees the holder"
     );
     guard.release().await.expect("release");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// Paused clock over in-memory pipes, as above: five leases of waiting
+/// pass in no real time.
+#[tokio::test(start_paused = true)]
 async fn waiters_heartbeat_while_they_wait() {
     let server = TestServer::start().await;
+    let client = PipeConnector::client(&server.handle);
     let name = "patient";
     let lease = Duration::from_millis(500);
-    let holder = server.client().acquire(name, lease).await.expect("acquire");
-    let Enqueued::Waiting(waiter) = server.client().enqueue(name, lease).await.unwrap() else {
+    let holder = client.acquire(name, lease).await.expect("acquire");
+    let Enqueued::Waiting(waiter) = client.enqueue(name, lease).await.unwrap() else {
         panic!("should wait");
     };
     let granted = tokio::spawn(waiter.granted());
     // Five leases: a silent waiter would have been dropped long before.
+    let started = Instant::now();
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(server.waiters(name), 1);
     drop(holder);
@@ -212,4 +218,5 @@ async fn waiters_heartbeat_while_they_wait() {
         .unwrap()
         .expect("granted");
     assert!(guard.is_held());
+    assert!(started.elapsed() >= Duration::from_millis(2_500));
 }

@@ -143,6 +143,6 @@ async fn a_denied_acquire_gets_0x18_is_counted_logged_and_audited() {
     assert_eq!(denial["lock"], "shard-31");
     assert_eq!(denial["identity"], "spiffe://prod/worker/1");
     assert!(denial.get("token").is_none());
-    server.stop().await;
+    server.stop_and_drop((allowed, denied)).await;
     audit.close().await;
 }

@@ -44,9 +44,9 @@ fn assert_rfc3339_utc(text: &Value) {
 async fn info_shows_version_uptime_config_and_counts() {
     let server = TestServer::start().await;
     let admin = HttpServer::admin(server.handle.clone(), effective(&server)).await;
-    let (_holder, _) = server.hold("a", 30_000).await;
-    let _w1 = server.wait_in_line("a", 30_000).await;
-    let (_other, _) = server.hold("b", 30_000).await;
+    let (holder, _) = server.hold("a", 30_000).await;
+    let w1 = server.wait_in_line("a", 30_000).await;
+    let (other, _) = server.hold("b", 30_000).await;
 
     let info = admin.get_json("/api/info", 200).await;
     assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
@@ -75,7 +75,7 @@ async fn info_shows_version_uptime_config_and_counts() {
     assert_eq!(config["io_timeout_ms"], 5000);
     assert_eq!(config["ops_listen"], Value::Null);
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((holder, w1, other)).await;
 }
 
 #[tokio::test]
@@ -85,8 +85,8 @@ async fn locks_lists_holders_and_fifo_queues_with_match() {
     let (holder, token) = server.hold("nightly/import", 2000).await;
     let w1 = server.wait_in_line("nightly/import", 3000).await;
     let w2 = server.wait_in_line("nightly/import", 4000).await;
-    let (_deep, _) = server.hold("nightly/eu/export", 30_000).await;
-    let (_other, _) = server.hold("shard-3", 30_000).await;
+    let (deep, _) = server.hold("nightly/eu/export", 30_000).await;
+    let (other, _) = server.hold("shard-3", 30_000).await;
 
     let all = admin.get_json("/api/locks", 200).await;
     let names: Vec<&str> = all["locks"]
@@ -130,7 +130,7 @@ async fn locks_lists_holders_and_fifo_queues_with_match() {
         assert_rfc3339_utc(&waiter["queued_at"]);
     }
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((holder, w1, w2, deep, other)).await;
 }
 
 #[tokio::test]
@@ -162,7 +162,7 @@ async fn one_lock_by_percent_encoded_name_or_404() {
     assert_eq!(status, 405, "{body}");
     assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((_holder, _odd)).await;
 }
 
 #[tokio::test]
@@ -192,14 +192,14 @@ async fn release_sends_0x02_to_the_holder_and_promotes_at_once() {
     assert_eq!(status, 404, "{body}");
     assert!(serde_json::from_str::<Value>(&body).unwrap()["error"].is_string());
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((holder, next)).await;
 }
 
 #[tokio::test]
 async fn kick_removes_the_listed_waiter_and_keeps_the_others_in_order() {
     let server = TestServer::start().await;
     let admin = HttpServer::admin(server.handle.clone(), effective(&server)).await;
-    let (_holder, _) = server.hold("q/1", 30_000).await;
+    let (holder, _) = server.hold("q/1", 30_000).await;
     let w1 = server.wait_in_line("q/1", 30_000).await;
     let mut w2 = server.wait_in_line("q/1", 30_000).await;
     let w3 = server.wait_in_line("q/1", 30_000).await;
@@ -244,7 +244,7 @@ async fn kick_removes_the_listed_waiter_and_keeps_the_others_in_order() {
     let (status, _) = admin.delete("/api/locks/unknown/waiters/127.0.0.1:1").await;
     assert_eq!(status, 404);
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((holder, w1, w2, w3)).await;
 }
 
 #[tokio::test]

@@ -132,8 +132,10 @@ async fn every_event_has_exactly_its_fields() {
     let (mut silent, _) = server.hold("c/expired", 50).await;
     silent.expect_eof().await;
     // shutdown.
-    let (_holding, _) = server.hold("d/shutdown", 30_000).await;
-    server.stop().await;
+    let (holding, _) = server.hold("d/shutdown", 30_000).await;
+    server
+        .stop_and_drop((forced, next, kicked, silent, holding))
+        .await;
     audit.close().await;
 
     let lines = read_lines(&path);
@@ -334,7 +336,7 @@ async fn ownership_never_overlaps_under_churn() {
     // Someone holds each lock at shutdown.
     let (_a, _) = server.hold(LOCKS[0], 30_000).await;
     let (_b, _) = server.hold(LOCKS[1], 30_000).await;
-    server.stop().await;
+    server.stop_and_drop((_a, _b)).await;
     audit.close().await;
 
     let lines = read_lines(&path);

@@ -27,10 +27,13 @@ async fn a_huge_io_timeout_never_panics_a_connection() {
     let mut bad = server.connect().await;
     bad.send(&acquire_bytes(9, LEASE_MS, b"huge")).await;
     assert_eq!(bad.expect_error_then_close().await.0, 0x10);
+    drop(bad);
 
     let handle = server.handle.clone();
     let stopping = tokio::spawn(server.stop());
-    for peer in [&mut holder, &mut waiter] {
+    // Each peer closes once it has read the goodbye, so the server's
+    // error drain ends on its EOF.
+    for mut peer in [holder, waiter] {
         assert_eq!(peer.expect_error_then_close().await.0, 0x01);
     }
     stopping.await.expect("stopped");

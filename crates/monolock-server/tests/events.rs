@@ -85,6 +85,13 @@ impl Lab {
         self.admin.stop().await;
         self.server.stop().await;
     }
+
+    /// [`Lab::stop`] that closes the test's open peers as the protocol
+    /// server's shutdown begins (see `TestServer::stop_and_drop`).
+    async fn stop_and_drop<T>(self, open: T) {
+        self.admin.stop().await;
+        self.server.stop_and_drop(open).await;
+    }
 }
 
 fn assert_event(event: &sse::SseEvent, name: &str, lock: &str) -> Value {
@@ -154,7 +161,7 @@ async fn a_subscriber_gets_a_snapshot_then_every_change_in_order() {
     assert_eq!(code, 0x02);
 
     drop(kicked);
-    lab.stop().await;
+    lab.stop_and_drop(next).await;
 }
 
 #[tokio::test]
@@ -246,7 +253,7 @@ async fn a_stalled_subscriber_is_cut_off_without_slowing_grants() {
     let locks = snapshot["locks"].as_array().expect("locks");
     assert_eq!(locks.len(), 1, "{snapshot}");
     assert_eq!(locks[0]["holder"]["token"], token);
-    lab.stop().await;
+    lab.stop_and_drop(_holder).await;
 }
 
 /// Events the dispatcher has not taken yet are bounded: past the limit an
@@ -283,10 +290,10 @@ async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
     assert_eq!(lab.hub.lagged(), 2);
 
     let mut again = lab.subscribe().await;
-    let (_holder, token) = lab.server.hold("after", 30_000).await;
+    let (holder, token) = lab.server.hold("after", 30_000).await;
     let granted = assert_event(&again.next_event().await, "granted", "after");
     assert_eq!(granted["token"], token);
-    lab.stop().await;
+    lab.stop_and_drop(holder).await;
 }
 
 /// A session of `lock` for events observed directly, without a client.
@@ -370,8 +377,8 @@ async fn a_hundred_subscribers_each_see_every_change() {
 #[tokio::test]
 async fn match_narrows_the_snapshot_and_the_events_on_the_server() {
     let lab = Lab::start().await;
-    let (_held_a, token_a) = lab.server.hold("deploy/web", 30_000).await;
-    let (_held_b, _) = lab.server.hold("nightly/import", 30_000).await;
+    let (held_a, token_a) = lab.server.hold("deploy/web", 30_000).await;
+    let (held_b, _) = lab.server.hold("nightly/import", 30_000).await;
 
     let mut deploys = lab.subscribe_to("/api/events?match=deploy%2F*").await;
     let mut nightly = lab.subscribe_to("/api/events?match=nightly/*").await;
@@ -413,7 +420,7 @@ async fn match_narrows_the_snapshot_and_the_events_on_the_server() {
         .collect();
     expected.sort();
     assert_eq!(seen, expected);
-    lab.stop().await;
+    lab.stop_and_drop((held_a, held_b)).await;
 }
 
 #[tokio::test]
@@ -531,7 +538,7 @@ async fn a_conditional_release_never_releases_the_next_holder() {
             .await
             .is_none()
     );
-    lab.stop().await;
+    lab.stop_and_drop((first, second)).await;
 }
 
 #[tokio::test]
@@ -571,7 +578,7 @@ async fn malformed_query_parameters_are_a_json_error_and_change_nothing() {
         lab.server.handle.lock("keep").expect("held").holder.token,
         token
     );
-    lab.stop().await;
+    lab.stop_and_drop(_holder).await;
 }
 
 #[tokio::test]

@@ -5,7 +5,6 @@
 mod common;
 
 use std::{
-    net::SocketAddr,
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -18,22 +17,13 @@ use monolock_proto::ServerFrame;
 use monolock_server::{Server, ServerConfig, ServerHandle, WallClock};
 use tokio::{io::DuplexStream, time::Instant};
 
-/// Connects an in-memory client to the server's session code.
-fn connect(handle: &ServerHandle, port: u16) -> Peer<DuplexStream> {
-    let (client, server_side) = tokio::io::duplex(4096);
-    let handle = handle.clone();
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    tokio::spawn(async move { handle.serve_stream(server_side, addr, "").await });
-    Peer::new(client)
-}
-
 async fn acquire(
     handle: &ServerHandle,
     port: u16,
     name: &str,
     lease_ms: u32,
 ) -> (Peer<DuplexStream>, ServerFrame) {
-    let mut peer = connect(handle, port);
+    let mut peer = Peer::pipe(handle, port);
     peer.send(&acquire_bytes(1, lease_ms, name.as_bytes()))
         .await;
     let reply = peer.recv().await;
@@ -165,7 +155,7 @@ async fn io_timeout_bounds_the_first_acquire() {
     let handle =
         Server::new(ServerConfig::default().with_io_timeout(Duration::from_secs(5))).handle();
     let start = Instant::now();
-    let mut peer = connect(&handle, 1);
+    let mut peer = Peer::pipe(&handle, 1);
     peer.send(&acquire_bytes(1, 1_000, b"half")[..7]).await;
     peer.expect_eof().await;
     let closed = start.elapsed();

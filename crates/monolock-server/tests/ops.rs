@@ -181,7 +181,9 @@ async fn counters_move_with_the_events() {
     // Shutdown: reason shutdown and ERROR 0x01, seen by a scrape after the
     // protocol listener is gone.
     let (_last, _) = server.hold("last", 30_000).await;
-    server.stop().await;
+    server
+        .stop_and_drop((waiter, bad, first, long, denied, silent, _last))
+        .await;
     let now = ops.scrape().await;
     assert_eq!(moved(&base, &now, &release("shutdown")), 1.0);
     assert_eq!(moved(&base, &now, &protocol_error("0x01")), 1.0);
@@ -196,12 +198,12 @@ async fn health_turns_503_at_shutdown_while_the_protocol_port_is_closed() {
     }
     let addr = server.addr;
     let handle = server.handle.clone();
-    let (_holder, _) = server.hold("held", 30_000).await;
+    let (holder, _) = server.hold("held", 30_000).await;
 
     handle.shutdown();
     // 503 from the first moment, even before the sessions are closed.
     assert_eq!(ops.get("/healthz").await.0, 503);
-    server.stop().await;
+    server.stop_and_drop(holder).await;
     assert!(
         TcpStream::connect(addr).await.is_err(),
         "protocol port closed"

@@ -1,12 +1,14 @@
-//! Protocol v1 over real TCP sockets: raw bytes in, raw bytes out.
+//! Protocol v1 over real TCP sockets: raw bytes in, raw bytes out (and,
+//! where the subject is the passage of leases, over in-memory pipes on
+//! tokio's paused clock).
 
 mod common;
 
 use std::time::Duration;
 
-use common::{TestServer, acquire_bytes};
+use common::{Peer, TestServer, acquire_bytes};
 use monolock_proto::{ServerFrame, msg};
-use monolock_server::{AdminRefused, ServerConfig};
+use monolock_server::{AdminRefused, Server, ServerConfig};
 use tokio::time::Instant;
 
 const LEASE_MS: u32 = 10_000;
@@ -74,7 +76,7 @@ async fn oversized_name_error_survives_unread_input() {
     peer.send(&bytes).await;
     let (code, _) = peer.expect_error_then_close().await;
     assert_eq!(code, 0x15);
-    server.stop().await;
+    server.stop_and_drop(peer).await;
 }
 
 #[tokio::test]
@@ -111,7 +113,7 @@ async fn heartbeats_before_a_bad_byte_are_answered() {
     assert_eq!(holder.recv().await, ServerFrame::Acquired { token });
     let (code, _) = holder.expect_error_then_close().await;
     assert_eq!(code, 0x13);
-    server.stop().await;
+    server.stop_and_drop(holder).await;
 }
 
 #[tokio::test]
@@ -134,7 +136,7 @@ async fn heartbeat_replies_carry_state_and_the_grant_token() {
         waiter.heartbeat().await,
         ServerFrame::Acquired { token: new_token }
     );
-    server.stop().await;
+    server.stop_and_drop(waiter).await;
 }
 
 /// A waiter that sends nothing after ACQUIRE is pushed the lock.
@@ -152,7 +154,7 @@ async fn promotion_is_pushed_to_a_silent_waiter() {
         handover < Duration::from_secs(1),
         "handover took {handover:?}"
     );
-    server.stop().await;
+    server.stop_and_drop(waiter).await;
 }
 
 #[tokio::test]
@@ -188,30 +190,34 @@ async fn fifo_over_many_waiters_with_increasing_tokens() {
     server.stop().await;
 }
 
-#[tokio::test]
+/// Heartbeats every quarter lease keep a holder for twelve leases while a
+/// waiter stands in line. The subject is the passage of leases, not the
+/// socket: the real session code over in-memory pipes on tokio's paused
+/// clock (as in lease_timing.rs), so no scheduler stall can pass for
+/// silence and the test waits for no real time.
+#[tokio::test(start_paused = true)]
 async fn heartbeats_keep_a_holder_for_many_leases() {
-    let server = TestServer::start().await;
-    // A lease long enough that a scheduler stall on a loaded machine cannot
-    // pass for silence; expiry itself is timed exactly in lease_timing.rs.
+    let handle = Server::new(ServerConfig::default()).handle();
     let lease = Duration::from_millis(400);
-    let (mut holder, token) = server.hold("long", 400).await;
-    let mut waiter = server.wait_in_line("long", 60_000).await;
+    let mut holder = Peer::pipe(&handle, 1);
+    let ServerFrame::Acquired { token } = holder.acquire("long", 400).await else {
+        panic!("the first ACQUIRE of a free lock is granted");
+    };
+    let mut waiter = Peer::pipe(&handle, 2);
+    assert_eq!(waiter.acquire("long", 60_000).await, ServerFrame::Waiting);
     let start = Instant::now();
     // 12 leases, heartbeating every quarter lease.
     while start.elapsed() < lease * 12 {
         tokio::time::sleep(lease / 4).await;
         assert_eq!(holder.heartbeat().await, ServerFrame::Acquired { token });
     }
+    assert!(start.elapsed() >= lease * 12);
     assert_eq!(
         waiter.recv_within(Duration::ZERO).await,
         None,
         "waiter must not be promoted"
     );
-    assert_eq!(
-        server.handle.lock("long").expect("held").holder.token,
-        token
-    );
-    server.stop().await;
+    assert_eq!(handle.lock("long").expect("held").holder.token, token);
 }
 
 /// Real time: a silent holder is replaced after its lease, not before.
@@ -226,7 +232,7 @@ async fn silent_holder_is_replaced_after_its_lease_and_not_before() {
     // when it reads the frame, which is after this instant (and up to a
     // round trip before the client sees the reply).
     let sent_at = Instant::now();
-    let (_silent_holder, token) = server.hold("silent", 300).await;
+    let (silent_holder, token) = server.hold("silent", 300).await;
     let mut waiter = server.wait_in_line("silent", 60_000).await;
     let ServerFrame::Acquired { token: new_token } = waiter.recv().await else {
         panic!("waiter not promoted");
@@ -238,7 +244,7 @@ async fn silent_holder_is_replaced_after_its_lease_and_not_before() {
         waited < lease + Duration::from_millis(500),
         "promoted late, after {waited:?}"
     );
-    server.stop().await;
+    server.stop_and_drop((silent_holder, waiter)).await;
 }
 
 #[tokio::test]
@@ -252,7 +258,7 @@ async fn silent_waiter_loses_its_place() {
     assert_eq!(server.handle.lock("line").expect("held").waiters.len(), 1);
     drop(holder);
     assert!(matches!(patient.recv().await, ServerFrame::Acquired { .. }));
-    server.stop().await;
+    server.stop_and_drop((silent, patient)).await;
 }
 
 #[tokio::test]
@@ -269,7 +275,7 @@ async fn a_frame_delivered_one_byte_at_a_time() {
     };
     assert_eq!(peer.heartbeat().await, ServerFrame::Acquired { token });
     assert!(server.handle.lock("bytes/€").is_some());
-    server.stop().await;
+    server.stop_and_drop(peer).await;
 }
 
 #[tokio::test]
@@ -303,7 +309,7 @@ async fn names_are_exact_bytes() {
     assert_eq!(held, expected);
     // A second claim on one of them queues: same bytes, same lock.
     server.wait_in_line(" a", LEASE_MS).await;
-    server.stop().await;
+    server.stop_and_drop(holders).await;
 }
 
 /// A client that never reads is dropped after io-timeout; a healthy client
@@ -355,7 +361,7 @@ async fn a_client_that_never_reads_is_dropped_without_delaying_others() {
         "healthy heartbeat took {worst:?}"
     );
     flood.abort();
-    server.stop().await;
+    server.stop_and_drop((waiter, healthy)).await;
 }
 
 #[tokio::test]
@@ -373,18 +379,20 @@ async fn first_acquire_must_arrive_within_io_timeout() {
     let elapsed = started.elapsed();
     assert!(elapsed >= io_timeout, "closed early: {elapsed:?}");
     assert_eq!(server.handle.counts().locks, 0);
-    server.stop().await;
+    server.stop_and_drop((idle, partial)).await;
 }
 
 #[tokio::test]
 async fn shutdown_sends_error_0x01_to_every_session() {
     let server = TestServer::start().await;
-    let (mut holder, _) = server.hold("bye", LEASE_MS).await;
-    let mut waiter = server.wait_in_line("bye", LEASE_MS).await;
-    let (mut other, _) = server.hold("other", LEASE_MS).await;
+    let (holder, _) = server.hold("bye", LEASE_MS).await;
+    let waiter = server.wait_in_line("bye", LEASE_MS).await;
+    let (other, _) = server.hold("other", LEASE_MS).await;
     let handle = server.handle.clone();
     let stopping = tokio::spawn(server.stop());
-    for peer in [&mut holder, &mut waiter, &mut other] {
+    // Each peer closes once it has read the goodbye, so the server's
+    // error drain ends on its EOF.
+    for mut peer in [holder, waiter, other] {
         let (code, _) = peer.expect_error_then_close().await;
         assert_eq!(code, 0x01);
     }
@@ -426,7 +434,7 @@ async fn admin_force_release_and_kick() {
         server.handle.force_release("nobody"),
         Err(AdminRefused::NotFound)
     );
-    server.stop().await;
+    server.stop_and_drop((holder, second, third)).await;
 }
 
 /// TCP is a stream: heartbeats may arrive in the same segment as the

@@ -67,7 +67,7 @@ async fn a_rotated_certificate_serves_new_connections_and_spares_open_ones() {
         .await
         .expect("TLS handshake");
     assert_eq!(server_certificate(&still), new_leaf.der);
-    server.stop().await;
+    server.stop_and_drop(before).await;
 }
 
 #[tokio::test]

@@ -8,15 +8,19 @@ mod http;
 
 use std::{sync::Arc, time::Duration};
 
+use common::Peer;
 use monolock_proto::ServerFrame;
 use monolock_server::{Metrics, ServerConfig, admin::EffectiveConfig};
-use tokio::time::Instant;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    time::Instant,
+};
 
 /// Long enough that the checks made during the grace finish inside it on a
 /// busy machine.
 const GRACE: Duration = Duration::from_millis(4000);
 
-async fn expect_push(peer: &mut common::Peer<tokio::net::TcpStream>) -> u64 {
+async fn expect_push<S: AsyncRead + AsyncWrite + Unpin>(peer: &mut Peer<S>) -> u64 {
     match peer.recv().await {
         ServerFrame::Acquired { token } => token,
         other => panic!("expected a pushed ACQUIRED, got {other:?}"),
@@ -80,21 +84,37 @@ async fn nothing_is_granted_before_the_grace_and_queues_keep_arrival_order() {
 }
 
 /// A session that falls silent during the grace is dropped when its lease
-/// runs out and never gets the lock; one that leaves is simply gone.
-#[tokio::test]
+/// runs out and never gets the lock; one that leaves is simply gone. The
+/// subject is the grace and the leases: sessions over in-memory pipes to
+/// the real session code, on tokio's paused clock (the listener is bound
+/// but unused), so the grace passes in no real time and exactly.
+#[tokio::test(start_paused = true)]
 async fn sessions_that_end_during_the_grace_are_never_granted() {
+    let started = Instant::now();
     let server =
         common::TestServer::start_with(ServerConfig::default().with_startup_grace(GRACE)).await;
-    let mut silent = server.wait_in_line("a", 200).await;
-    let gone = server.wait_in_line("a", 60_000).await;
-    let mut live = server.wait_in_line("a", 60_000).await;
+    let mut silent = Peer::pipe(&server.handle, 1);
+    assert_eq!(silent.acquire("a", 200).await, ServerFrame::Waiting);
+    let mut gone = Peer::pipe(&server.handle, 2);
+    assert_eq!(gone.acquire("a", 60_000).await, ServerFrame::Waiting);
+    let mut live = Peer::pipe(&server.handle, 3);
+    assert_eq!(live.acquire("a", 60_000).await, ServerFrame::Waiting);
     drop(gone);
     silent.expect_eof().await;
+    assert!(
+        started.elapsed() < GRACE,
+        "the silent session outlived the grace"
+    );
     common::eventually("both left", || server.handle.counts().waiters == 1).await;
     let token = expect_push(&mut live).await;
+    assert!(
+        started.elapsed() >= GRACE,
+        "granted after {:?}",
+        started.elapsed()
+    );
     assert!(token > 0);
     assert_eq!(server.handle.counts().waiters, 0);
-    server.stop().await;
+    server.stop_and_drop(live).await;
 }
 
 /// Shutdown during the grace ends every held session with ERROR 0x01.
@@ -108,7 +128,7 @@ async fn shutdown_during_the_grace_tells_every_held_session() {
     server.handle.shutdown();
     let (code, _) = held.expect_error_then_close().await;
     assert_eq!(code, 0x01);
-    server.stop().await;
+    server.stop_and_drop(held).await;
 }
 
 /// Without a grace (the default) the first ACQUIRE is granted at once and
@@ -117,11 +137,11 @@ async fn shutdown_during_the_grace_tells_every_held_session() {
 async fn without_a_grace_nothing_changes() {
     let server = common::TestServer::start().await;
     let admin = http::HttpServer::admin(server.handle.clone(), EffectiveConfig::default()).await;
-    let (_peer, _token) = server.hold("a", 60_000).await;
+    let (peer, _token) = server.hold("a", 60_000).await;
     let info = admin.get_json("/api/info", 200).await;
     assert_eq!(info["startup_grace"]["running"], false, "{info}");
     assert_eq!(info["startup_grace"]["grace_ms"], 0, "{info}");
     assert_eq!(info["token_floor"], serde_json::Value::Null, "{info}");
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop(peer).await;
 }

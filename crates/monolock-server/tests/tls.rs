@@ -66,9 +66,12 @@ async fn plaintext_tls_and_mtls_sessions_work_alike() {
 
     // Plaintext: a bare TCP stream, no identity.
     let plain = TestServer::start().await;
-    let mut peer = plain.connect().await;
-    let token = hold(&mut peer, "job").await;
-    assert_eq!(peer.heartbeat().await, ServerFrame::Acquired { token });
+    let mut plain_peer = plain.connect().await;
+    let token = hold(&mut plain_peer, "job").await;
+    assert_eq!(
+        plain_peer.heartbeat().await,
+        ServerFrame::Acquired { token }
+    );
     assert_eq!(
         &*plain.handle.lock("job").expect("held").holder.identity,
         ""
@@ -80,9 +83,9 @@ async fn plaintext_tls_and_mtls_sessions_work_alike() {
     let stream = connect_tls(tls.addr, client_config(&[&ca], None))
         .await
         .expect("TLS handshake");
-    let mut peer = Peer::new(stream);
-    let token = hold(&mut peer, "job").await;
-    assert_eq!(peer.heartbeat().await, ServerFrame::Acquired { token });
+    let mut tls_peer = Peer::new(stream);
+    let token = hold(&mut tls_peer, "job").await;
+    assert_eq!(tls_peer.heartbeat().await, ServerFrame::Acquired { token });
     assert_eq!(&*tls.handle.lock("job").expect("held").holder.identity, "");
     // A waiter over TLS gets its promotion pushed like any other.
     let stream = connect_tls(tls.addr, client_config(&[&ca], None))
@@ -91,7 +94,7 @@ async fn plaintext_tls_and_mtls_sessions_work_alike() {
     let mut waiter = Peer::new(stream);
     waiter.send(&wire::acquire("job", LEASE_MS)).await;
     assert_eq!(waiter.recv().await, ServerFrame::Waiting);
-    drop(peer);
+    drop(tls_peer);
     assert!(matches!(waiter.recv().await, ServerFrame::Acquired { token: t } if t > token));
 
     // mTLS: the identity comes from the client certificate.
@@ -109,9 +112,9 @@ async fn plaintext_tls_and_mtls_sessions_work_alike() {
         "spiffe://prod/worker/1"
     );
 
-    plain.stop().await;
-    tls.stop().await;
-    mtls.stop().await;
+    plain.stop_and_drop(plain_peer).await;
+    tls.stop_and_drop(waiter).await;
+    mtls.stop_and_drop(peer).await;
 }
 
 #[tokio::test]
@@ -173,7 +176,7 @@ async fn mtls_refuses_clients_without_a_valid_certificate_and_counts_them() {
 
     assert_eq!(holder.heartbeat().await, ServerFrame::Acquired { token });
     assert_eq!(server.handle.counts().locks, 1);
-    server.stop().await;
+    server.stop_and_drop(holder).await;
 }
 
 #[tokio::test]
@@ -224,7 +227,7 @@ async fn the_handshake_is_bounded_by_io_timeout_from_accept() {
         1.0,
         "a completed handshake is no error"
     );
-    server.stop().await;
+    server.stop_and_drop(peer).await;
 }
 
 #[tokio::test]
@@ -275,7 +278,7 @@ async fn identity_is_first_uri_san_then_first_dns_san_then_cn() {
         identity_of_certificate(&clients.client(&[], &[], None).der),
         ""
     );
-    server.stop().await;
+    server.stop_and_drop(peers).await;
 }
 
 #[tokio::test]
@@ -294,5 +297,5 @@ async fn heartbeat_replies_cross_tls_records_unharmed() {
     for _ in 0..50 {
         assert_eq!(peer.recv().await, ServerFrame::Acquired { token });
     }
-    server.stop().await;
+    server.stop_and_drop(peer).await;
 }

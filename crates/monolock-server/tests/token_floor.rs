@@ -67,12 +67,12 @@ async fn tokens_rise_across_a_restart_with_the_clock_stepped_back() {
         ServerConfig::default().with_wall_clock(clock(1_900_000_000 - 3600)),
     )
     .await;
-    let (_peer, unfenced) = without_floor.hold("fence", 10_000).await;
+    let (peer, unfenced) = without_floor.hold("fence", 10_000).await;
     assert!(
         unfenced < before[0],
         "without the file the stepped-back clock issues lower tokens"
     );
-    without_floor.stop().await;
+    without_floor.stop_and_drop(peer).await;
     let server = common::TestServer::start_with(
         ServerConfig::default()
             .with_wall_clock(wall)

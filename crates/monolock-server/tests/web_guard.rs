@@ -165,7 +165,7 @@ async fn a_cross_site_form_post_is_refused_and_the_holder_keeps_the_lock() {
     assert_eq!(lock["waiters"].as_array().map(Vec::len), Some(1), "{lock}");
     still_held(&admin, &mut holder, "deploy", token).await;
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((holder, waiter)).await;
 }
 
 #[tokio::test]
@@ -219,7 +219,7 @@ async fn a_change_needs_a_header_no_page_can_send_cross_site_without_asking() {
     let (code, _) = holder.expect_error_then_close().await;
     assert_eq!(code, 0x02);
 
-    let (_again, token) = server.hold("deploy", 30_000).await;
+    let (again, token) = server.hold("deploy", 30_000).await;
     let answer = raw(
         admin.addr,
         &format!(
@@ -230,7 +230,7 @@ async fn a_change_needs_a_header_no_page_can_send_cross_site_without_asking() {
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(answer.json()["token"], token);
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop((holder, again)).await;
 }
 
 #[tokio::test]
@@ -238,7 +238,7 @@ async fn a_rebinding_host_is_refused_for_reads_the_stream_and_the_page() {
     let server = TestServer::start().await;
     let admin = admin(&server).await;
     let port = admin.addr.port();
-    let _held = server.hold("deploy", 30_000).await;
+    let held = server.hold("deploy", 30_000).await;
 
     for path in [
         "/api/locks",
@@ -301,7 +301,7 @@ async fn a_rebinding_host_is_refused_for_reads_the_stream_and_the_page() {
     let answer = raw(admin.addr, "GET /api/locks HTTP/1.0").await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop(held).await;
 }
 
 /// A page that frames the dashboard could lure a click onto its own
@@ -371,7 +371,7 @@ async fn the_checks_apply_with_a_token_too() {
         ServerFrame::Acquired { token: held }
     );
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop(holder).await;
 }
 
 #[tokio::test]
@@ -381,7 +381,7 @@ async fn names_given_with_admin_allowed_host_are_served() {
     let options = AdminOptions::new(server.handle.clone(), EffectiveConfig::default())
         .with_allowed_hosts(Arc::new(allowed));
     let admin = admin_with(options).await;
-    let (_holder, token) = server.hold("deploy", 30_000).await;
+    let (holder, token) = server.hold("deploy", 30_000).await;
 
     for (host, status) in [
         ("locks.example.com", 200),
@@ -412,7 +412,7 @@ async fn names_given_with_admin_allowed_host_are_served() {
     .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     admin.stop().await;
-    server.stop().await;
+    server.stop_and_drop(holder).await;
 }
 
 #[test]

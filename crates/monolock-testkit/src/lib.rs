@@ -1,23 +1,22 @@
 //! Test support shared by the monolock crates' tests (never a runtime
-//! dependency): a lab PKI made at test time with rcgen, the server's TLS
-//! files on disk, rustls clients, and an in-process server on a free port.
+//! dependency), one module per concept:
+//!
+//! - [`patience`]: the one bound on waiting for an event, `eventually`.
+//! - [`server`]: an in-process server on a free port and how to stop it.
+//! - [`peer`]: a raw-bytes protocol peer over TCP or an in-memory pipe.
+//! - [`sse`]: a Server-Sent Events reader for `/api/events`.
+//! - [`http`]: raw HTTP requests over a blocking socket.
+//! - [`pki`]: a lab PKI made at test time with rcgen, the server's TLS
+//!   files on disk, rustls clients.
 #![forbid(unsafe_code)]
 
+pub mod http;
+pub mod patience;
+pub mod peer;
 pub mod pki;
+pub mod server;
+pub mod sse;
 
-use std::net::SocketAddr;
-
-use monolock_server::{Server, ServerConfig, ServerHandle};
-use tokio::{net::TcpListener, task::JoinHandle};
-
-/// Starts a server on 127.0.0.1 with a free port, on the current runtime.
-/// Returns its address, its handle, and the task running it.
-pub async fn spawn_server(
-    config: ServerConfig,
-) -> (SocketAddr, ServerHandle, JoinHandle<std::io::Result<()>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    let server = Server::new(config);
-    let handle = server.handle();
-    (addr, handle, tokio::spawn(server.run(listener)))
-}
+pub use patience::{PATIENCE, eventually, within};
+pub use peer::{Peer, acquire_bytes};
+pub use server::{TestServer, spawn_server};

@@ -6,8 +6,9 @@ mod common;
 
 use std::process::Command;
 
-use common::{Follower, MONOLOCK, PATIENCE, ServerProcess, acquire};
+use common::{Follower, MONOLOCK, ServerProcess, acquire};
 use monolock_proto::ServerFrame;
+use monolock_testkit::http;
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -263,7 +264,7 @@ fn metrics_name_the_build_and_count_refused_admin_requests() {
     let (server, _dir) = with_token("metrics-token", &["--ops-listen", "127.0.0.1:0"]);
     let output = cli_env(&server, &["locks"], &[("MONOLOCK_ADMIN_TOKEN", "wrong")]);
     assert_eq!(output.status.code(), Some(1));
-    let metrics = http_get(server.ops.expect("ops"), "/metrics");
+    let metrics = http::get_ok(server.ops.expect("ops"), "/metrics");
     let commit = Command::new(MONOLOCK)
         .arg("--version")
         .output()
@@ -283,39 +284,6 @@ fn metrics_name_the_build_and_count_refused_admin_requests() {
         metrics.contains("monolock_admin_unauthorized_total 1"),
         "{metrics}"
     );
-}
-
-/// A plain HTTP/1.0 GET; the body as text.
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    assert!(response.starts_with("HTTP/1.0 200"), "{response}");
-    response
-}
-
-/// One raw HTTP/1.1 request (`head` without the blank line); the status
-/// and the whole answer.
-fn http_raw(addr: std::net::SocketAddr, head: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    write!(
-        stream,
-        "{head}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-    )
-    .expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {response:?}"));
-    (status, response)
 }
 
 #[test]
@@ -349,7 +317,7 @@ fn a_cross_site_form_post_cannot_release_what_monolock_exec_holds() {
     let token = lock["holder"]["token"].clone();
 
     // What a web page's form post sends: refused, in one JSON line.
-    let (status, answer) = http_raw(
+    let (status, answer) = http::raw(
         admin,
         &format!(
             "POST /api/locks/deploy/release HTTP/1.1\r\nHost: {admin}\r\n\
@@ -364,11 +332,12 @@ fn a_cross_site_form_post_cannot_release_what_monolock_exec_holds() {
         "{answer}"
     );
     // A rebinding name for the reads; the named hosts are served.
-    let (status, answer) = http_raw(admin, "GET /api/locks HTTP/1.1\r\nHost: evil.example");
+    let (status, answer) = http::raw(admin, "GET /api/locks HTTP/1.1\r\nHost: evil.example");
     assert_eq!(status, 403, "{answer}");
     assert!(!answer.contains("deploy"), "{answer}");
     for host in ["locks.example.com", "proxy.example:8443", "localhost"] {
-        let (status, answer) = http_raw(admin, &format!("GET /api/locks HTTP/1.1\r\nHost: {host}"));
+        let (status, answer) =
+            http::raw(admin, &format!("GET /api/locks HTTP/1.1\r\nHost: {host}"));
         assert_eq!(status, 200, "{host}: {answer}");
         assert!(answer.contains("deploy"), "{answer}");
     }

@@ -1,14 +1,12 @@
 //! `monolock exec` as a process, against a server running in the test.
 
 use std::{
-    net::SocketAddr,
     path::PathBuf,
     process::{ExitStatus, Stdio},
     time::Duration,
 };
 
-use monolock_client::Client;
-use monolock_server::{ServerConfig, ServerHandle};
+use monolock_testkit::{PATIENCE, TestServer, eventually};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines},
     net::TcpListener,
@@ -23,46 +21,7 @@ const EXIT_UNAVAILABLE: i32 = 69;
 const EXIT_NOT_ACQUIRED: i32 = 75;
 const EXIT_LOST: i32 = 79;
 
-/// How long a test waits for something that should happen at once.
-const PATIENCE: Duration = Duration::from_secs(10);
-
 const LEASE: Duration = Duration::from_secs(2);
-
-struct TestServer {
-    addr: SocketAddr,
-    handle: ServerHandle,
-}
-
-impl TestServer {
-    async fn start() -> Self {
-        let (addr, handle, _) = monolock_testkit::spawn_server(ServerConfig::default()).await;
-        Self { addr, handle }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(self.addr.to_string())
-    }
-
-    fn waiters(&self, name: &str) -> usize {
-        self.handle.lock(name).map_or(0, |lock| lock.waiters.len())
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-    }
-}
-
-/// Polls `check` every few milliseconds until it holds; panics after
-/// [`PATIENCE`].
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
 
 /// A running `monolock exec`.
 struct Exec {

@@ -5,23 +5,21 @@ use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
-    time::Duration,
 };
 
 use monolock_server::{ServerConfig, ServerHandle};
-use monolock_testkit::pki::{Ca, Files};
+use monolock_testkit::{
+    PATIENCE, eventually,
+    pki::{Ca, Files},
+};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, BufReader},
     process::{Child, Command},
-    time::Instant,
 };
 
 const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
 
 const EXIT_USAGE: i32 = 64;
-
-/// How long a test waits for something that should happen at once.
-const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The identity in the client certificate.
 const IDENTITY: &str = "spiffe://prod/worker/exec";
@@ -105,16 +103,6 @@ async fn finish(mut child: Child) -> (ExitStatus, String, String) {
         .await
         .expect("exec exits in time");
     (status, stdout, stderr)
-}
-
-/// Polls `check` every few milliseconds until it holds; panics after
-/// [`PATIENCE`].
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 fn path(path: &Path) -> &str {

@@ -3,10 +3,11 @@
 
 mod common;
 
-use std::{os::unix::net::UnixDatagram, process::Command, time::Duration};
+use std::{os::unix::net::UnixDatagram, process::Command};
 
 use common::{MONOLOCK, PATIENCE, ServerProcess, acquire};
 use monolock_proto::ServerFrame;
+use monolock_testkit::http;
 
 /// Acquires `name` and returns the token, waiting for the push if the
 /// previous holder's close has not reached the server yet.
@@ -116,20 +117,8 @@ fn readiness_is_sent_to_the_notify_socket() {
     // The ops port was bound before READY=1 (it answers now), and
     // readiness reports the grace.
     let ops = server.ops.expect("ops");
-    let body = http_get(ops, "/readyz");
+    let (_, body) = http::get(ops, "/readyz");
     assert!(body.contains("startup grace: "), "{body}");
     let (_stream, reply) = acquire(server.addr, "g");
     assert_eq!(reply, ServerFrame::Waiting);
-}
-
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    response
 }

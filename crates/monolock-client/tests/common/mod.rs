@@ -1,18 +1,15 @@
 //! Helpers for tests against the real server, in-process on 127.0.0.1:0.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
 use std::{
-    future::Future,
     net::SocketAddr,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
-    time::Duration,
 };
 
 use monolock_client::Client;
-use monolock_server::{LockSnapshot, ServerConfig, ServerHandle};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{
@@ -23,83 +20,7 @@ use tokio::{
     time::Instant,
 };
 
-/// How long a test waits for something that should happen at once.
-pub const PATIENCE: Duration = Duration::from_secs(5);
-
-/// A server running on the test's runtime.
-pub struct TestServer {
-    pub addr: SocketAddr,
-    pub handle: ServerHandle,
-    task: Option<JoinHandle<std::io::Result<()>>>,
-}
-
-impl TestServer {
-    pub async fn start() -> Self {
-        Self::start_with(ServerConfig::default()).await
-    }
-
-    /// A server with `config` (TLS, say).
-    pub async fn start_with(config: ServerConfig) -> Self {
-        let (addr, handle, task) = monolock_testkit::spawn_server(config).await;
-        Self {
-            addr,
-            handle,
-            task: Some(task),
-        }
-    }
-
-    pub fn client(&self) -> Client {
-        Client::new(self.addr.to_string())
-    }
-
-    /// The lock's state on the server, if it has a holder.
-    pub fn lock(&self, name: &str) -> Option<LockSnapshot> {
-        self.handle.lock(name)
-    }
-
-    /// Number of waiters queued on `name`.
-    pub fn waiters(&self, name: &str) -> usize {
-        self.lock(name).map_or(0, |lock| lock.waiters.len())
-    }
-
-    /// Polls until `name` has exactly `n` waiters.
-    pub async fn wait_for_waiters(&self, name: &str, n: usize) {
-        eventually(&format!("{n} waiters on {name}"), || {
-            self.waiters(name) == n
-        })
-        .await;
-    }
-
-    /// Shuts the server down and waits until it has closed every session.
-    pub async fn stop(mut self) {
-        self.handle.shutdown();
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(PATIENCE, task).await;
-        }
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-    }
-}
-
-/// Polls `check` every millisecond until it holds; panics after [`PATIENCE`].
-pub async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + PATIENCE;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-/// Awaits `fut`, panicking after [`PATIENCE`].
-pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(PATIENCE, fut)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
+pub use monolock_testkit::{PATIENCE, TestServer, eventually, within};
 
 /// A TCP proxy in front of a server that can go silent: while silenced it
 /// keeps every connection open but forwards nothing, in either direction,

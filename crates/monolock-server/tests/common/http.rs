@@ -2,7 +2,7 @@
 //! client (hyper-util), and a parser for the metrics exposition.
 #![allow(dead_code)] // each test binary uses a different subset
 
-use std::{collections::BTreeMap, net::SocketAddr, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, net::SocketAddr, sync::Arc};
 
 use http_body_util::{BodyExt, Empty};
 use hyper::{Method, Request, body::Bytes};
@@ -11,7 +11,7 @@ use monolock_server::{Metrics, ServerHandle, admin, admin::EffectiveConfig, ops}
 use tokio::{net::TcpListener, task::JoinHandle, time::timeout};
 use tokio_util::sync::CancellationToken;
 
-const PATIENCE: Duration = Duration::from_secs(10);
+use monolock_testkit::PATIENCE;
 
 /// An HTTP server (admin or ops) running in this process.
 pub struct HttpServer {
