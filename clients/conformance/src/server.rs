@@ -137,22 +137,12 @@ impl Server {
     /// once a SIGSTOP has been delivered.
     pub fn wait_stopped(&self) -> Check {
         let pid = self.pid();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // The state follows the parenthesised command name.
-            let state = stat
-                .rsplit_once(") ")
-                .and_then(|(_, rest)| rest.chars().next());
-            if state == Some('T') {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(Failure::new(format!(
-                    "the server (pid {pid}) did not stop within {PATIENCE:?}"
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if monolock_testkit::sys::wait_until_stopped(pid, PATIENCE) {
+            Ok(())
+        } else {
+            Err(Failure::new(format!(
+                "the server (pid {pid}) did not stop within {PATIENCE:?}"
+            )))
         }
     }
 
@@ -187,19 +177,7 @@ impl Drop for Server {
 
 /// Sends `signal` to process `pid`, a child of this process that has not
 /// been waited for.
-#[allow(unsafe_code)]
 pub(crate) fn send_signal(pid: u32, signal: libc::c_int) -> Check {
-    let target = libc::pid_t::try_from(pid)
-        .map_err(|_| Failure::new(format!("pid {pid} does not fit pid_t")))?;
-    // SAFETY: kill(2) takes two integers and touches no memory of this
-    // process; `pid` is a child of this process that has not been reaped
-    // (the `Child` is still owned), so it names no other process.
-    let rc = unsafe { libc::kill(target, signal) };
-    if rc != 0 {
-        return Err(Failure::new(format!(
-            "kill({pid}, {signal}) failed: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(())
+    monolock_testkit::sys::send_signal(pid, signal)
+        .map_err(|err| Failure::new(format!("kill({pid}, {signal}) failed: {err}")))
 }

@@ -1,55 +1,20 @@
 //! The few operating-system calls the bench needs that std does not offer:
-//! CPU affinity, signals, descriptor limits, socket options and process
-//! figures from `/proc`. Every `unsafe` block of the crate lives here.
+//! priorities, socket options and process figures from `/proc`. Every
+//! `unsafe` block of the crate lives here; CPU affinity, signals, CPU time
+//! and the descriptor limit are the testkit's, shared with the tests and
+//! the fault suite.
 
 use std::{
     fs,
     io::{self, ErrorKind},
     net::Ipv4Addr,
-    os::{fd::AsRawFd, unix::process::CommandExt},
-    process::Command,
+    os::fd::AsRawFd,
     time::Duration,
 };
 
-/// Online CPUs of the machine (not of this process's affinity mask).
-pub fn online_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1).max(1)
-}
-
-/// Restricts the calling thread to one CPU; threads and processes it starts
-/// afterwards inherit the mask.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            ErrorKind::InvalidInput,
-            "cpu index out of range",
-        ));
-    }
-    // SAFETY: a zeroed cpu_set_t is a valid empty set, CPU_SET writes inside it
-    // (the index was checked above), and sched_setaffinity only reads it.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Makes a child process start pinned to `cpu` (set between fork and exec,
-/// so every thread the child ever creates inherits it).
-pub fn pin_command(cmd: &mut Command, cpu: usize) {
-    // SAFETY: the closure only calls sched_setaffinity, which is
-    // async-signal-safe, and allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || pin_current_thread(cpu));
-    }
-}
+pub use monolock_testkit::sys::{
+    online_cpus, own_cpu_time, pin_command, pin_current_thread, raise_nofile_limit, send_signal,
+};
 
 /// Sets the calling thread's nice value; threads and processes it starts
 /// afterwards inherit it. Lowering it below 0 needs privileges.
@@ -76,58 +41,6 @@ pub fn set_realtime(priority: i32) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// Sends `signal` to process `pid`.
-pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: kill has no memory-safety preconditions; the pid is a child we
-    // have not reaped, so it cannot have been reused.
-    if unsafe { libc::kill(pid, signal) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// Raises the soft descriptor limit to the hard limit; returns the new soft limit.
-pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: setrlimit reads the struct we own.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(lim.rlim_cur)
-}
-
-/// CPU time (user + system) this process has used so far, all threads.
-pub fn own_cpu_time() -> Duration {
-    // SAFETY: an all-zero rusage is valid; getrusage writes into it.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return Duration::ZERO;
-        }
-        usage
-    };
-    timeval(usage.ru_utime) + timeval(usage.ru_stime)
-}
-
-fn timeval(tv: libc::timeval) -> Duration {
-    let secs = u64::try_from(tv.tv_sec).unwrap_or(0);
-    let micros = u64::try_from(tv.tv_usec).unwrap_or(0);
-    Duration::from_secs(secs) + Duration::from_micros(micros)
 }
 
 /// Binds `socket` to `ip` with the port chosen only at connect time

@@ -240,27 +240,7 @@ impl ChildProcess {
     }
 }
 
-/// Sends a signal to a process.
-///
-/// # Errors
-/// The OS error.
-#[allow(unsafe_code)]
-pub fn send_signal(pid: u32, signal: i32) -> std::io::Result<()> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::other("pid out of range"))?;
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { libc::kill(pid, signal) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// The state letter of a process from `/proc/PID/stat` (`T` when stopped).
-pub fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may contain spaces.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().next()?.chars().next()
-}
+pub use monolock_testkit::sys::{process_state, send_signal};
 
 /// Waits until the process is stopped (SIGSTOP took effect), at most
 /// `limit`. The kernel sends no event to a non-parent, so this polls

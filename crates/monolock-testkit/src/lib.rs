@@ -8,7 +8,9 @@
 //! - [`http`]: raw HTTP requests over a blocking socket.
 //! - [`pki`]: a lab PKI made at test time with rcgen, the server's TLS
 //!   files on disk, rustls clients.
-#![forbid(unsafe_code)]
+//! - [`sys`]: signals, `/proc` states, CPU pinning and CPU time, the
+//!   descriptor limit, for the tests, the bench and the fault suite.
+#![deny(unsafe_code)]
 
 pub mod http;
 pub mod patience;
@@ -16,6 +18,7 @@ pub mod peer;
 pub mod pki;
 pub mod server;
 pub mod sse;
+pub mod sys;
 
 pub use patience::{PATIENCE, eventually, within};
 pub use peer::{Peer, acquire_bytes};

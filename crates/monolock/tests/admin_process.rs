@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Follower, MONOLOCK, ServerProcess, acquire};
+use common::{Follower, MONOLOCK, PATIENCE, ServerProcess, acquire};
 use monolock_proto::ServerFrame;
 use monolock_testkit::http;
 

@@ -55,11 +55,8 @@ impl Exec {
     }
 
     fn signal(&self, signal: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id().expect("running")).expect("pid");
-        // SAFETY: kill(2) reads no memory; the pid is our unreaped child.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill failed");
+        let pid = self.child.id().expect("running");
+        monolock_testkit::sys::send_signal(pid, signal).expect("kill");
     }
 
     /// SIGKILL, then waits for the exit status only (an orphan of the
@@ -284,24 +281,12 @@ async fn the_command_dies_when_exec_is_killed() {
 
 /// Waits until process `pid` has ended (gone, or a zombie nobody reaped).
 async fn process_ends(what: &str, pid: i32) {
+    let pid = u32::try_from(pid).expect("a positive pid");
     eventually(what, || {
-        // SAFETY: kill(2) with signal 0 only probes; it reads no memory.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(pid, 0) };
-        rc != 0 || is_zombie(pid)
+        !monolock_testkit::sys::exists(pid)
+            || monolock_testkit::sys::process_state(pid) == Some('Z')
     })
     .await;
-}
-
-/// A killed process that init has not reaped yet still answers signal 0.
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s == "Z"))
-        })
-        .unwrap_or(true)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -725,12 +710,8 @@ async fn a_pid_namespace_takes_escaped_descendants_down() {
         if kill_exec {
             running.kill().await;
         } else {
-            // SAFETY: kill(2) reads no memory; the pid was printed by the
-            // test's own command a moment ago and is alive (`wait` holds
-            // its shell).
-            #[allow(unsafe_code)]
-            let rc = unsafe { libc::kill(escaped, libc::SIGTERM) };
-            assert_eq!(rc, 0);
+            let pid = u32::try_from(escaped).expect("a positive pid");
+            monolock_testkit::sys::send_signal(pid, libc::SIGTERM).expect("kill");
             let status = tokio::time::timeout(PATIENCE, running.child.wait())
                 .await
                 .expect("exec exits in time")
@@ -978,11 +959,10 @@ async fn usage_errors_name_exec_and_negative_durations() {
 /// without a holder: exec -v says it may be the grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verbose_names_the_startup_grace_as_a_reason_to_wait() {
-    let (addr, handle, _) = monolock_testkit::spawn_server(
-        ServerConfig::default().with_startup_grace(Duration::from_secs(30)),
+    let server = TestServer::start_with(
+        monolock_server::ServerConfig::default().with_startup_grace(Duration::from_secs(30)),
     )
     .await;
-    let server = TestServer { addr, handle };
     let (status, _, err) = exec(&server, &["-v", "--wait", "200ms", "graced", "true"]).await;
     assert_eq!(status.code(), Some(EXIT_NOT_ACQUIRED), "{err}");
     assert!(err.contains("startup grace"), "{err}");

@@ -245,28 +245,18 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
 
 /// Sends `signal` to process `pid`.
 pub fn signal(pid: u32, signal: libc::c_int) {
-    let pid = libc::pid_t::try_from(pid).expect("pid");
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    let rc = unsafe { libc::kill(pid, signal) };
-    assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    if let Err(err) = monolock_testkit::sys::send_signal(pid, signal) {
+        panic!("kill({pid}, {signal}) failed: {err}");
+    }
 }
 
 /// Waits until process `pid` is stopped (state `T` in /proc), as it is
 /// after a SIGSTOP has been delivered.
 pub fn wait_stopped(pid: u32) {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        // The state follows the parenthesised command name.
-        let state = stat
-            .rsplit_once(") ")
-            .and_then(|(_, rest)| rest.chars().next());
-        if state == Some('T') {
-            return;
-        }
-        assert!(Instant::now() < deadline, "process {pid} never stopped");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert!(
+        monolock_testkit::sys::wait_until_stopped(pid, PATIENCE),
+        "process {pid} never stopped"
+    );
 }
 
 /// The number in `line` after `word` (e.g. the token after "token ").
