@@ -66,6 +66,7 @@ mod reload;
 mod server;
 mod service;
 mod session;
+mod session_v2;
 mod slot;
 mod table;
 mod tls;
@@ -78,7 +79,10 @@ pub use audit::{
     AUDIT_BLOCK_MAX, AUDIT_QUEUE_CAPACITY, AUDIT_STOP_TIMEOUT, AuditError, AuditLog, AuditOptions,
     AuditOverflow, AuditTarget, rfc3339,
 };
-pub use config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
+pub use config::{
+    Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS_PER_SESSION,
+    ERROR_DRAIN_TIMEOUT, ServerConfig,
+};
 pub use events::{Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo};
 pub use glob::Glob;
 pub use grace::GraceStatus;

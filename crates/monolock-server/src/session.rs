@@ -15,8 +15,8 @@ use std::{
 };
 
 use monolock_proto::{
-    ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, LockName, Phase, RequestError, ServerFrame,
-    acquired_frame, decode_acquire_header, decode_request, waiting_frame,
+    ACQUIRE_HEADER_LEN, ErrorCode, Lease, LockName, Phase, RequestError, ServerFrame,
+    acquired_frame, decode_acquire_header, decode_request, msg, v2, waiting_frame,
 };
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
@@ -39,7 +39,7 @@ use crate::{
 const BUF_LEN: usize = 64;
 
 /// How a session ends, decided by its own task.
-enum End {
+pub(crate) enum End {
     /// Release with this reason and close, sending nothing.
     Quiet(ReleaseReason),
     /// Release with this reason, send this ERROR, drain and close.
@@ -49,14 +49,14 @@ enum End {
 }
 
 /// The end of every session at shutdown.
-const SHUTTING_DOWN: End = End::Error(
+pub(crate) const SHUTTING_DOWN: End = End::Error(
     ReleaseReason::Shutdown,
     ErrorCode::SHUTTING_DOWN,
     "server shutting down",
 );
 
 /// A write could not complete.
-enum WriteFailed {
+pub(crate) enum WriteFailed {
     /// Blocked for io-timeout: the client does not read.
     IoTimeout,
     /// The session's lease ran out while the write was blocked.
@@ -79,7 +79,7 @@ impl From<WriteFailed> for End {
 /// lease (ending at `lease_end`) runs out first. The flush matters for TLS:
 /// rustls buffers what it encrypts, and a push left there would wait for
 /// the next write; on plain TCP it is a no-op.
-async fn write_bounded<S: AsyncWrite + Unpin>(
+pub(crate) async fn write_bounded<S: AsyncWrite + Unpin>(
     stream: &mut S,
     bytes: &[u8],
     io_timeout: Duration,
@@ -148,8 +148,18 @@ pub(crate) async fn serve<S>(
     };
     // Boxed: the handshake's timers live only until the ACQUIRE, so they are
     // not kept in every session's task for its whole life.
-    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
-        return;
+    let info = match Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await {
+        None => return,
+        Some(Opening::V1(info)) => info,
+        // Boxed: a version 1 session's task stays as small as it was.
+        Some(Opening::V2 {
+            lease,
+            remote_addr,
+            identity,
+        }) => {
+            Box::pin(crate::session_v2::serve(&mut conn, lease, remote_addr, identity)).await;
+            return;
+        }
     };
     let now = Instant::now();
     let slot = Arc::new(SessionSlot::new(info, now));
@@ -165,11 +175,31 @@ pub(crate) async fn serve<S>(
 }
 
 /// The stream and its buffer.
-struct Connection<'a, S> {
-    stream: S,
-    shared: &'a Shared,
-    buf: [u8; BUF_LEN],
-    filled: usize,
+pub(crate) struct Connection<'a, S> {
+    pub(crate) stream: S,
+    pub(crate) shared: &'a Shared,
+    pub(crate) buf: [u8; BUF_LEN],
+    pub(crate) filled: usize,
+}
+
+/// What the first frame opened.
+enum Opening {
+    /// A version 1 session: one claim, admitted by the ACL.
+    V1(SessionInfo),
+    /// A version 2 session with this lease (claims are checked one by one).
+    V2 {
+        lease: Lease,
+        remote_addr: SocketAddr,
+        identity: Arc<str>,
+    },
+}
+
+/// The first frame of a connection.
+enum First {
+    /// A version 1 ACQUIRE.
+    Acquire { lease: Lease, name: LockName },
+    /// A version 2 OPEN.
+    Open(Lease),
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
@@ -181,7 +211,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         remote_addr: SocketAddr,
         identity: Arc<str>,
         accepted_at: Instant,
-    ) -> Option<SessionInfo> {
+    ) -> Option<Opening> {
         let shared = self.shared;
         let first = tokio::select! {
             biased;
@@ -192,8 +222,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             first = timeout_at(deadline_after(accepted_at, shared.config.io_timeout), self.read_acquire()) => first,
         };
         let (lease, lock) = match first {
-            Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
-            Ok(Ok(_)) => return None, // closed before a whole ACQUIRE
+            Ok(Ok(Some(First::Acquire { lease, name }))) => (lease, name),
+            Ok(Ok(Some(First::Open(lease)))) => {
+                return Some(Opening::V2 {
+                    lease,
+                    remote_addr,
+                    identity,
+                });
+            }
+            Ok(Ok(None)) => return None, // closed before a whole ACQUIRE
             Ok(Err(err)) => {
                 debug!(%remote_addr, code = %err.code, reason = %err.reason, "refusing first frame");
                 self.close_with(err.code, &err.reason).await;
@@ -220,14 +257,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             self.close_with(ErrorCode::NOT_AUTHORIZED, &reason).await;
             return None;
         }
-        Some(info)
+        Some(Opening::V1(info))
     }
 
-    /// Reads one whole ACQUIRE, failing as soon as the bytes seen allow
-    /// (see `decode_acquire_header`), or `None` at EOF. Bytes after the
-    /// ACQUIRE stay in the buffer.
-    async fn read_acquire(&mut self) -> Result<Option<ClientFrame>, RequestError> {
+    /// Reads one whole ACQUIRE (or a version 2 OPEN: type 0x01, version
+    /// 2), failing as soon as the bytes seen allow (see
+    /// `decode_acquire_header`), or `None` at EOF. Bytes after the first
+    /// frame stay in the buffer.
+    async fn read_acquire(&mut self) -> Result<Option<First>, RequestError> {
         let header = loop {
+            if self.filled >= 2 && self.buf[0] == msg::ACQUIRE && self.buf[1] == v2::VERSION {
+                return self.read_open().await;
+            }
             if let Some(header) = decode_acquire_header(&self.buf[..self.filled])? {
                 break header;
             }
@@ -249,10 +290,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             }
         }
         let name = LockName::from_bytes(&name)?;
-        Ok(Some(ClientFrame::Acquire {
+        Ok(Some(First::Acquire {
             lease: header.lease,
             name,
         }))
+    }
+
+    /// Reads the rest of a version 2 OPEN.
+    async fn read_open(&mut self) -> Result<Option<First>, RequestError> {
+        loop {
+            if let Some((lease, used)) = v2::decode_open(&self.buf[..self.filled])? {
+                self.consume(used);
+                return Ok(Some(First::Open(lease)));
+            }
+            if !self.fill().await {
+                return Ok(None);
+            }
+        }
     }
 
     /// Reads more input after what is buffered; false at EOF or on error.
@@ -277,7 +331,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     ///
     /// Boxed: it is the cold end of every connection, and inline its timers
     /// would enlarge every session's task for its whole life.
-    async fn close_with(&mut self, code: ErrorCode, reason: &str) {
+    pub(crate) async fn close_with(&mut self, code: ErrorCode, reason: &str) {
         Box::pin(self.send_error_and_drain(code, reason)).await;
     }
 
@@ -319,7 +373,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, token, "granted");
                 Reply::Acquired(token)
             }
-            Acquired::Queued => Reply::Waiting,
+            Acquired::Queued | Acquired::Busy => Reply::Waiting,
             Acquired::ShuttingDown => return SHUTTING_DOWN,
         };
         if let Err(failed) = self.write_replies(first_reply, 1).await {

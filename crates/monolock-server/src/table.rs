@@ -42,6 +42,8 @@ pub(crate) enum Acquired {
     Granted(u64),
     /// Queued behind the holder.
     Queued,
+    /// Held by someone else, and the request was try-only: nothing queued.
+    Busy,
     /// Refused: the server is shutting down.
     ShuttingDown,
 }
@@ -247,12 +249,21 @@ impl LockTable {
 
     /// Grants the lock to `slot` if it is free, else queues it last.
     pub(crate) fn acquire(&self, slot: &Arc<SessionSlot>) -> Acquired {
+        self.acquire_or(slot, true)
+    }
+
+    /// Grants the lock to `slot` if it is free; else queues it last if
+    /// `wait`, or answers [`Acquired::Busy`] and changes nothing.
+    pub(crate) fn acquire_or(&self, slot: &Arc<SessionSlot>, wait: bool) -> Acquired {
         let mut state = self.lock_state();
         let state = &mut *state;
         if state.closing {
             return Acquired::ShuttingDown;
         }
         if let Some(entry) = state.locks.get_mut(&slot.info.lock) {
+            if !wait {
+                return Acquired::Busy;
+            }
             let seq = state.next_seq;
             state.next_seq += 1;
             slot.queue_seq.store(seq, Ordering::Relaxed);
@@ -295,9 +306,41 @@ impl LockTable {
     /// Idempotent: a session already removed by the admin API is a no-op.
     /// Returns true when a waiter was promoted.
     pub(crate) fn end(&self, slot: &Arc<SessionSlot>, reason: ReleaseReason) -> bool {
-        self.leases.forget(slot);
+        if slot.claim.is_none() {
+            self.leases.forget(slot);
+        }
         let mut state = self.lock_state();
-        let state = &mut *state;
+        self.end_locked(&mut state, slot, reason)
+    }
+
+    /// Ends every claim of a version 2 session in one critical section:
+    /// its held locks are handed on and its waiters leave their queues at
+    /// the same instant. Returns true when some waiter was promoted.
+    pub(crate) fn end_claims<'s>(
+        &self,
+        claims: impl IntoIterator<Item = &'s Arc<SessionSlot>>,
+        reason: ReleaseReason,
+    ) -> bool {
+        let mut state = self.lock_state();
+        let mut promoted = false;
+        for slot in claims {
+            promoted |= self.end_locked(&mut state, slot, reason);
+        }
+        promoted
+    }
+
+    /// Stops watching the lease of a version 2 session (its own slot, which
+    /// is never in the table).
+    pub(crate) fn forget_lease(&self, slot: &SessionSlot) {
+        self.leases.forget(slot);
+    }
+
+    fn end_locked(
+        &self,
+        state: &mut TableState,
+        slot: &Arc<SessionSlot>,
+        reason: ReleaseReason,
+    ) -> bool {
         let Some(entry) = state.locks.get_mut(&slot.info.lock) else {
             return false;
         };
@@ -343,7 +386,7 @@ impl LockTable {
             state.waiters -= 1;
             // Skipped: a waiter already told to end, or silent past its
             // lease (unless the simulation's known mistake is switched on).
-            let ending = next.end_notice().is_some();
+            let ending = next.is_ending();
             let expired = ending || next.is_silent(self.epoch, now);
             if closing || (expired && !mutation::active(Mutation::PromoteExpiredWaiter)) {
                 self.observer.observe(&Event::WaiterLeft(&next.info));
@@ -353,7 +396,7 @@ impl LockTable {
                 continue;
             }
             entry.holder = self.grant(&mut state.tokens, &next, now);
-            next.notify.notify_one();
+            next.wake();
             return true;
         }
         state.locks.remove(&name);

@@ -1,9 +1,11 @@
 //! Test support shared by the monolock crates' tests (never a runtime
 //! dependency): a lab PKI made at test time with rcgen, the server's TLS
-//! files on disk, rustls clients, and an in-process server on a free port.
+//! files on disk, rustls clients, a raw protocol v2 client ([`v2`]), and an
+//! in-process server on a free port.
 #![forbid(unsafe_code)]
 
 pub mod pki;
+pub mod v2;
 
 use std::net::SocketAddr;
 
