@@ -757,6 +757,17 @@ mod tests {
         }
     }
 
+    /// What a server that speaks only version 1 does with an OPEN: its
+    /// decoder answers 0x10, the client's signal to fall back to v1.
+    #[test]
+    fn a_v1_decoder_answers_an_open_with_unsupported_version() {
+        let open = ClientFrame::Open { lease: lease(2000) }.to_bytes();
+        let err = crate::decode_request(&open, crate::Phase::AwaitingAcquire).unwrap_err();
+        assert_eq!(err.code, ErrorCode::UNSUPPORTED_VERSION);
+        let err = crate::decode_acquire_header(&open[..2]).unwrap_err();
+        assert_eq!(err.code, ErrorCode::UNSUPPORTED_VERSION);
+    }
+
     #[test]
     fn open_is_checked_in_the_documented_order() {
         let code = |bytes: &[u8]| decode_open(bytes).unwrap_err().code;

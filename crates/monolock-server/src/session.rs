@@ -147,19 +147,11 @@ pub(crate) async fn serve<S>(
         filled: 0,
     };
     // Boxed: the handshake's timers live only until the ACQUIRE, so they are
-    // not kept in every session's task for its whole life.
-    let info = match Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await {
-        None => return,
-        Some(Opening::V1(info)) => info,
-        // Boxed: a version 1 session's task stays as small as it was.
-        Some(Opening::V2 {
-            lease,
-            remote_addr,
-            identity,
-        }) => {
-            Box::pin(crate::session_v2::serve(&mut conn, lease, remote_addr, identity)).await;
-            return;
-        }
+    // not kept in every session's task for its whole life. A version 2
+    // session is served from inside it (boxed again), so it adds nothing
+    // to a version 1 session's task either.
+    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
+        return;
     };
     let now = Instant::now();
     let slot = Arc::new(SessionSlot::new(info, now));
@@ -182,18 +174,6 @@ pub(crate) struct Connection<'a, S> {
     pub(crate) filled: usize,
 }
 
-/// What the first frame opened.
-enum Opening {
-    /// A version 1 session: one claim, admitted by the ACL.
-    V1(SessionInfo),
-    /// A version 2 session with this lease (claims are checked one by one).
-    V2 {
-        lease: Lease,
-        remote_addr: SocketAddr,
-        identity: Arc<str>,
-    },
-}
-
 /// The first frame of a connection.
 enum First {
     /// A version 1 ACQUIRE.
@@ -205,13 +185,14 @@ enum First {
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     /// Reads the first frame within io-timeout of accept, validates it and
     /// checks the ACL. `None` when the connection ended instead (after an
-    /// ERROR where one is due).
+    /// ERROR where one is due), or was a version 2 session, served here
+    /// to its end.
     async fn handshake(
         &mut self,
         remote_addr: SocketAddr,
         identity: Arc<str>,
         accepted_at: Instant,
-    ) -> Option<Opening> {
+    ) -> Option<SessionInfo> {
         let shared = self.shared;
         let first = tokio::select! {
             biased;
@@ -224,11 +205,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         let (lease, lock) = match first {
             Ok(Ok(Some(First::Acquire { lease, name }))) => (lease, name),
             Ok(Ok(Some(First::Open(lease)))) => {
-                return Some(Opening::V2 {
-                    lease,
-                    remote_addr,
-                    identity,
-                });
+                Box::pin(crate::session_v2::serve(self, lease, remote_addr, identity)).await;
+                return None;
             }
             Ok(Ok(None)) => return None, // closed before a whole ACQUIRE
             Ok(Err(err)) => {
@@ -257,7 +235,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             self.close_with(ErrorCode::NOT_AUTHORIZED, &reason).await;
             return None;
         }
-        Some(Opening::V1(info))
+        Some(info)
     }
 
     /// Reads one whole ACQUIRE (or a version 2 OPEN: type 0x01, version
