@@ -69,7 +69,10 @@ impl Server {
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--log-format")
-            .arg("json");
+            .arg("json")
+            // One v2 session holds every lock of the many-locks figures.
+            .arg("--max-claims-per-session")
+            .arg("100000");
         Self::spawn(System::Monolock, "monolock", cmd, addr, cpu, log_dir).await
     }
 

@@ -516,3 +516,30 @@ async fn two_claims_of_one_session_on_one_lock_queue() {
     ));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn metrics_count_sessions_and_idle_closes() {
+    let metrics = Arc::new(monolock_server::Metrics::new());
+    let server = TestServer::start_with(
+        ServerConfig::default()
+            .with_observer(metrics.clone())
+            .with_idle_timeout(Duration::from_millis(100)),
+    )
+    .await;
+    let (mut idle, _) = RawV2::open(server.addr, LEASE).await;
+    let (mut busy, _) = RawV2::open(server.addr, LEASE).await;
+    busy.acquire(1, Mode::Wait, "m").await;
+    let text = metrics.render(&server.handle);
+    assert!(text.contains("monolock_v2_sessions_active 2"), "{text}");
+    assert!(text.contains("monolock_locks_held 1"), "{text}");
+    assert_eq!(idle.expect_error().await, ErrorCode::IDLE_SESSION);
+    eventually("one session left", || server.handle.sessions_v2() == 1).await;
+    let text = metrics.render(&server.handle);
+    assert!(
+        text.contains("monolock_v2_idle_sessions_closed_total 1"),
+        "{text}"
+    );
+    assert!(text.contains("monolock_v2_sessions_active 1"), "{text}");
+    assert_eq!(busy.ping().await, ServerFrame::Pong);
+    server.stop().await;
+}
