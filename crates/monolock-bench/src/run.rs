@@ -299,7 +299,10 @@ impl Bench {
         for v2 in [false, true] {
             let id = self.steps.id();
             let step = async {
-                let fresh = Server::start_monolock(&s.mono_bin, s.server_cpu, &s.logs).await?;
+                // One v2 session holds every lock.
+                let extra = ["--max-claims-per-session".into(), locks.to_string().into()];
+                let fresh =
+                    Server::start_monolock_with(&s.mono_bin, s.server_cpu, &s.logs, &extra).await?;
                 if v2 {
                     crate::v2_scenarios::hold_v2(&fresh, id, locks, m).await
                 } else {

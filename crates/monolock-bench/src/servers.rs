@@ -79,10 +79,7 @@ impl Server {
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--log-format")
-            .arg("json")
-            // One v2 session holds every lock of the many-locks figures.
-            .arg("--max-claims-per-session")
-            .arg("100000");
+            .arg("json");
         cmd.args(extra);
         Self::spawn(System::Monolock, "monolock", cmd, addr, cpu, log_dir).await
     }
