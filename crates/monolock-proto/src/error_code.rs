@@ -54,6 +54,27 @@ impl ErrorCode {
     /// 0x18: not authorized for this lock by the server's ACL.
     pub const NOT_AUTHORIZED: Self = Self(0x18);
 
+    /// v2 session, 0x03: an idle session (no claims) was closed.
+    pub const IDLE_SESSION: Self = Self(0x03);
+    /// v2 session, 0x19: a frame out of state (a v1 frame on a v2 session).
+    pub const OUT_OF_STATE: Self = Self(0x19);
+    /// v2 claim, 0x08: the claim was ended by an administrator.
+    pub const CLAIM_REVOKED: Self = Self(0x08);
+    /// v2 claim, 0x09: the session has as many claims as it may.
+    pub const TOO_MANY_CLAIMS: Self = Self(0x09);
+    /// v2 claim, 0x20: no claim in use under this id.
+    pub const UNKNOWN_CLAIM: Self = Self(0x20);
+    /// v2 claim, 0x21: the claim id is already in use.
+    pub const CLAIM_IN_USE: Self = Self(0x21);
+    /// v2 claim, 0x22: empty lock name.
+    pub const CLAIM_EMPTY_NAME: Self = Self(0x22);
+    /// v2 claim, 0x23: lock name is not valid UTF-8.
+    pub const CLAIM_NAME_NOT_UTF8: Self = Self(0x23);
+    /// v2 claim, 0x24: not authorized for this lock by the server's ACL.
+    pub const CLAIM_NOT_AUTHORIZED: Self = Self(0x24);
+    /// v2 claim, 0x25: an ACQUIRE mode other than wait (0) or try (1).
+    pub const UNKNOWN_MODE: Self = Self(0x25);
+
     /// Every code protocol v1 defines, in ascending order.
     pub const ALL: [Self; 11] = [
         Self::SHUTTING_DOWN,
@@ -67,6 +88,21 @@ impl ErrorCode {
         Self::NAME_NOT_UTF8,
         Self::LEASE_NOT_POSITIVE,
         Self::NOT_AUTHORIZED,
+    ];
+
+    /// Every code protocol v2 adds, in ascending order: session codes
+    /// (in ERROR) and claim codes (in REFUSED and REVOKED).
+    pub const ALL_V2: [Self; 10] = [
+        Self::IDLE_SESSION,
+        Self::CLAIM_REVOKED,
+        Self::TOO_MANY_CLAIMS,
+        Self::OUT_OF_STATE,
+        Self::UNKNOWN_CLAIM,
+        Self::CLAIM_IN_USE,
+        Self::CLAIM_EMPTY_NAME,
+        Self::CLAIM_NAME_NOT_UTF8,
+        Self::CLAIM_NOT_AUTHORIZED,
+        Self::UNKNOWN_MODE,
     ];
 
     /// The class of this code, by range (unknown codes included).
@@ -89,6 +125,9 @@ impl ErrorCode {
         Some(match self.0 {
             0x01 => "server shutting down",
             0x02 => "closed by administrator",
+            0x03 => "idle session closed",
+            0x08 => "claim revoked by administrator",
+            0x09 => "too many claims on this session",
             0x10 => "unsupported protocol version",
             0x11 => "first message must be ACQUIRE",
             0x12 => "duplicate ACQUIRE",
@@ -98,6 +137,13 @@ impl ErrorCode {
             0x16 => "lock name is not valid UTF-8",
             0x17 => "lease must be positive",
             0x18 => "not authorized for lock",
+            0x19 => "frame out of state",
+            0x20 => "unknown claim id",
+            0x21 => "claim id already in use",
+            0x22 => "empty lock name (claim)",
+            0x23 => "lock name is not valid UTF-8 (claim)",
+            0x24 => "not authorized for lock (claim)",
+            0x25 => "unknown ACQUIRE mode",
             _ => return None,
         })
     }
@@ -120,7 +166,7 @@ mod tests {
             let code = ErrorCode(code);
             assert_eq!(code.is_temporary(), code.0 < 0x10, "{code}");
         }
-        for code in ErrorCode::ALL {
+        for code in ErrorCode::ALL.into_iter().chain(ErrorCode::ALL_V2) {
             assert!(code.description().is_some(), "{code}");
         }
         assert_eq!(ErrorCode(0x7f).description(), None);

@@ -1,4 +1,4 @@
-//! The monolock wire protocol, version 1.
+//! The monolock wire protocol, versions 1 and 2 (the latter in [`v2`]).
 //!
 //! This crate is the single source of the wire format: frame types, their
 //! byte layout, the error codes and their classes, the lock-name rules and
@@ -27,6 +27,7 @@ mod error_code;
 mod frame;
 mod name;
 mod token;
+pub mod v2;
 
 pub use error_code::{ErrorClass, ErrorCode};
 pub use frame::{

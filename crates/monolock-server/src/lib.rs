@@ -56,7 +56,10 @@ pub mod ops;
 pub use crate::ops::admin;
 
 pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
-pub use crate::core::config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
+pub use crate::core::config::{
+    Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS_PER_SESSION,
+    ERROR_DRAIN_TIMEOUT, ServerConfig,
+};
 pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
     Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo,

@@ -24,7 +24,8 @@ async fn first_frame_errors_carry_their_codes_and_close() {
         ("unknown type first", vec![0x7f, 1, 2, 3], 0x11),
         ("server frame type first", vec![msg::ACQUIRED], 0x11),
         ("version 0", acquire_bytes(0, LEASE_MS, b"v"), 0x10),
-        ("version 2", acquire_bytes(2, LEASE_MS, b"v"), 0x10),
+        // Version 2 opens a v2 session (tests/v2_sessions.rs).
+        ("version 3", acquire_bytes(3, LEASE_MS, b"v"), 0x10),
         ("zero lease", acquire_bytes(1, 0, b"z"), 0x17),
         ("empty name", acquire_bytes(1, LEASE_MS, b""), 0x14),
         (

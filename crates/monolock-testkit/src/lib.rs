@@ -1,5 +1,6 @@
-//! Test support shared by the monolock crates' tests (never a runtime
-//! dependency), one module per concept:
+//! Test support shared by the monolock crates' tests, the bench and the
+//! fault suite (never a dependency of the server, the clients or the
+//! `monolock` binary), one module per concept:
 //!
 //! - [`patience`]: the one bound on waiting for an event, `eventually`.
 //! - [`server`]: an in-process server on a free port and how to stop it.
@@ -8,6 +9,7 @@
 //! - [`http`]: raw HTTP requests over a blocking socket.
 //! - [`pki`]: a lab PKI made at test time with rcgen, the server's TLS
 //!   files on disk, rustls clients.
+//! - [`v2`]: a raw protocol v2 client (sessions carrying many claims).
 //! - [`sys`]: signals, `/proc` states, CPU pinning and CPU time, the
 //!   descriptor limit, for the tests, the bench and the fault suite.
 #![deny(unsafe_code)]
@@ -19,6 +21,7 @@ pub mod pki;
 pub mod server;
 pub mod sse;
 pub mod sys;
+pub mod v2;
 
 pub use patience::{PATIENCE, eventually, within};
 pub use peer::{Peer, acquire_bytes};

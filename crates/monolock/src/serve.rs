@@ -149,6 +149,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION", allow_hyphen_values = true)]
     startup_grace: Duration,
 
+    /// Protocol v2: the most claims (held or waiting) one session may have at once; one
+    /// more ACQUIRE is refused (REFUSED 0x09) and the session lives on.
+    #[arg(long, env = "MONOLOCK_MAX_CLAIMS_PER_SESSION", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS_PER_SESSION, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    max_claims_per_session: u32,
+
+    /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03).
+    #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    idle_timeout: Duration,
+
     /// Diagnostic log level.
     #[arg(long, env = "MONOLOCK_LOG_LEVEL", default_value = "info", value_enum)]
     log_level: LogLevel,
@@ -222,6 +231,8 @@ struct Settings {
     io_timeout: Duration,
     token_floor: Option<PathBuf>,
     startup_grace: Duration,
+    max_claims_per_session: u32,
+    idle_timeout: Duration,
 }
 
 /// A value given as empty (flag or environment variable) means "off".
@@ -313,6 +324,8 @@ impl Settings {
             io_timeout: args.io_timeout,
             token_floor: path(args.token_floor),
             startup_grace: args.startup_grace,
+            max_claims_per_session: args.max_claims_per_session,
+            idle_timeout: args.idle_timeout,
         })
     }
 }
@@ -467,7 +480,9 @@ fn build_service(
     } = loaded;
     let mut config = ServerConfig::default()
         .with_io_timeout(settings.io_timeout)
-        .with_startup_grace(settings.startup_grace);
+        .with_startup_grace(settings.startup_grace)
+        .with_max_claims_per_session(settings.max_claims_per_session)
+        .with_idle_timeout(settings.idle_timeout);
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
     }

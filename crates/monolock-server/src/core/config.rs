@@ -19,6 +19,12 @@ pub trait Authorizer: Send + Sync + 'static {
 /// Default for [`ServerConfig::io_timeout`].
 pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default for [`ServerConfig::max_claims_per_session`] (protocol v2).
+pub const DEFAULT_MAX_CLAIMS_PER_SESSION: u32 = monolock_proto::v2::DEFAULT_MAX_CLAIMS;
+
+/// Default for [`ServerConfig::idle_timeout`] (protocol v2).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// How long a connection is drained after an ERROR frame (write side shut
 /// down, input discarded) before it is closed, so the ERROR is not lost to a
 /// reset when unread input remains.
@@ -52,6 +58,13 @@ pub struct ServerConfig {
     /// grace at least as long as the longest lease in use grants nothing
     /// before every holder of the failed primary has given up its claim.
     pub startup_grace: Duration,
+    /// Protocol v2: the most claims (held or waiting) one session may have
+    /// at once; one more ACQUIRE is refused (REFUSED 0x09), the session
+    /// lives on.
+    pub max_claims_per_session: u32,
+    /// Protocol v2: how long a session may stay open with no claim before
+    /// it is closed (ERROR 0x03).
+    pub idle_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +77,8 @@ impl Default for ServerConfig {
             tls: None,
             token_floor: None,
             startup_grace: Duration::ZERO,
+            max_claims_per_session: DEFAULT_MAX_CLAIMS_PER_SESSION,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 }
@@ -111,6 +126,20 @@ impl ServerConfig {
         self
     }
 
+    /// Sets [`ServerConfig::max_claims_per_session`].
+    #[must_use]
+    pub fn with_max_claims_per_session(mut self, max: u32) -> Self {
+        self.max_claims_per_session = max;
+        self
+    }
+
+    /// Sets [`ServerConfig::idle_timeout`].
+    #[must_use]
+    pub fn with_idle_timeout(mut self, idle_timeout: Duration) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
+    }
+
     /// Sets [`ServerConfig::tls`].
     #[must_use]
     pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
@@ -127,6 +156,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("acl", &self.authorizer.is_some())
             .field("token_floor", &self.token_floor)
             .field("startup_grace", &self.startup_grace)
+            .field("max_claims_per_session", &self.max_claims_per_session)
+            .field("idle_timeout", &self.idle_timeout)
             .finish_non_exhaustive()
     }
 }

@@ -119,6 +119,9 @@ pub enum Event<'a> {
     WaiterLeft(&'a SessionInfo),
     /// A waiter joined a queue.
     WaiterJoined(&'a SessionInfo),
+    /// A protocol v2 session with no claims was closed (idle timeout, or
+    /// descriptors ran out).
+    IdleSessionClosed,
 }
 
 /// Receives [`Event`]s. See [`Event`] for the rules an observer must follow.

@@ -89,17 +89,32 @@ impl StartupGrace {
     /// Hands `slot` to the table, or holds it (answered WAITING) while the
     /// grace runs.
     pub(crate) fn admit(&self, slot: &Arc<SessionSlot>, table: &LockTable) -> Acquired {
+        self.admit_or(slot, table, true)
+    }
+
+    /// As [`admit`](Self::admit) for a request that may wait (`wait`) or
+    /// only try: while the grace runs, a try is answered busy (nothing is
+    /// granted yet).
+    pub(crate) fn admit_or(
+        &self,
+        slot: &Arc<SessionSlot>,
+        table: &LockTable,
+        wait: bool,
+    ) -> Acquired {
         if !self.is_open() {
             let mut held = self.lock();
             if held.closing {
                 return Acquired::ShuttingDown;
             }
             if !self.is_open() {
+                if !wait {
+                    return Acquired::Busy;
+                }
                 held.queue.push_back(Arc::clone(slot));
                 return Acquired::Queued;
             }
         }
-        table.acquire(slot)
+        table.acquire_or(slot, wait)
     }
 
     /// Takes `slot` out of the gate if it is still held there (its session
@@ -136,9 +151,9 @@ impl StartupGrace {
             match table.acquire(&slot) {
                 Acquired::Granted(_) => {
                     granted += 1;
-                    slot.notify.notify_one();
+                    slot.wake();
                 }
-                Acquired::Queued => {}
+                Acquired::Queued | Acquired::Busy => {}
                 Acquired::ShuttingDown => {
                     slot.end_from_outside(EndNotice::Shutdown);
                 }

@@ -1,12 +1,13 @@
 //! The accept loop, the server's shared state and its control handle.
 
 use std::{
+    collections::HashMap,
     future::Future,
     io,
     net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -25,7 +26,7 @@ use crate::{
     core::events::Event,
     core::grace::{GraceStatus, StartupGrace},
     core::session,
-    core::slot::deadline_after,
+    core::slot::{EndNotice, SessionLink, deadline_after},
     core::table::{
         AdminRefused, HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot,
     },
@@ -49,6 +50,30 @@ pub(crate) struct Shared {
     started: std::time::Instant,
     /// Shared by every plaintext connection, so they allocate no identity.
     no_identity: Arc<str>,
+    /// The next version 2 session's id (ids start at 1).
+    pub(crate) next_session_id: AtomicU64,
+    /// Every open version 2 session, by id: for shutdown, for closing idle
+    /// sessions when descriptors run out, and for counts. Touched once at
+    /// a session's open and once at its end, never per claim.
+    pub(crate) sessions: parking_lot::Mutex<HashMap<u64, Arc<SessionLink>>>,
+}
+
+impl Shared {
+    /// Asks every idle version 2 session to close (ERROR 0x03); returns how
+    /// many were asked. A session that has a claim by the time it looks
+    /// stays open.
+    pub(crate) fn shed_idle_sessions(&self) -> usize {
+        let sessions = self.sessions.lock();
+        let mut asked = 0;
+        for link in sessions.values() {
+            if link.idle.load(Ordering::Acquire) {
+                link.shed.store(true, Ordering::Release);
+                link.lease.notify.notify_one();
+                asked += 1;
+            }
+        }
+        asked
+    }
 }
 
 /// A lock server: build it, take a [`ServerHandle`], then [`Server::run`] it.
@@ -90,6 +115,8 @@ impl Server {
                 connections: AtomicUsize::new(0),
                 started: std::time::Instant::now(),
                 no_identity: Arc::from(""),
+                next_session_id: AtomicU64::new(1),
+                sessions: parking_lot::Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -166,6 +193,15 @@ impl Server {
                 }
                 Err(err) => {
                     shared.config.observer.observe(&Event::AcceptFailed(&err));
+                    if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                        let asked = shared.shed_idle_sessions();
+                        if asked > 0 {
+                            info!(
+                                sessions = asked,
+                                "out of descriptors: closing idle v2 sessions"
+                            );
+                        }
+                    }
                     warn!(error = %err, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
                     tokio::select! {
                         () = shared.shutdown.cancelled() => break,
@@ -305,6 +341,23 @@ impl ServerHandle {
         self.shared.grace.close();
         self.shared.table.close();
         self.shared.shutdown.cancel();
+        // After the cancel: a version 2 session registered later sees it
+        // when it checks, one registered earlier is told here.
+        for link in self.shared.sessions.lock().values() {
+            link.lease.end_from_outside(EndNotice::Shutdown);
+        }
+    }
+
+    /// Open version 2 sessions.
+    pub fn sessions_v2(&self) -> usize {
+        self.shared.sessions.lock().len()
+    }
+
+    /// Asks every idle version 2 session (one with no claim) to close with
+    /// ERROR 0x03, as the server does itself when it runs out of file
+    /// descriptors; returns how many were asked.
+    pub fn close_idle_sessions(&self) -> usize {
+        self.shared.shed_idle_sessions()
     }
 
     /// True from the first moment of shutdown.

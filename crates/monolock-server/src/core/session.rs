@@ -15,8 +15,8 @@ use std::{
 };
 
 use monolock_proto::{
-    ACQUIRE_HEADER_LEN, ClientFrame, ErrorCode, LockName, Phase, RequestError, ServerFrame,
-    acquired_frame, decode_acquire_header, decode_request, waiting_frame,
+    ACQUIRE_HEADER_LEN, ErrorCode, Lease, LockName, Phase, RequestError, ServerFrame,
+    acquired_frame, decode_acquire_header, decode_request, msg, v2, waiting_frame,
 };
 use tokio::{
     io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt},
@@ -39,7 +39,7 @@ use crate::{
 const BUF_LEN: usize = 64;
 
 /// How a session ends, decided by its own task.
-enum End {
+pub(crate) enum End {
     /// Release with this reason and close, sending nothing.
     Quiet(ReleaseReason),
     /// Release with this reason, send this ERROR, drain and close.
@@ -49,14 +49,14 @@ enum End {
 }
 
 /// The end of every session at shutdown.
-const SHUTTING_DOWN: End = End::Error(
+pub(crate) const SHUTTING_DOWN: End = End::Error(
     ReleaseReason::Shutdown,
     ErrorCode::SHUTTING_DOWN,
     "server shutting down",
 );
 
 /// A write could not complete.
-enum WriteFailed {
+pub(crate) enum WriteFailed {
     /// Blocked for io-timeout: the client does not read.
     IoTimeout,
     /// The session's lease ran out while the write was blocked.
@@ -79,7 +79,7 @@ impl From<WriteFailed> for End {
 /// lease (ending at `lease_end`) runs out first. The flush matters for TLS:
 /// rustls buffers what it encrypts, and a push left there would wait for
 /// the next write; on plain TCP it is a no-op.
-async fn write_bounded<S: AsyncWrite + Unpin>(
+pub(crate) async fn write_bounded<S: AsyncWrite + Unpin>(
     stream: &mut S,
     bytes: &[u8],
     io_timeout: Duration,
@@ -147,7 +147,9 @@ pub(crate) async fn serve<S>(
         filled: 0,
     };
     // Boxed: the handshake's timers live only until the ACQUIRE, so they are
-    // not kept in every session's task for its whole life.
+    // not kept in every session's task for its whole life. A version 2
+    // session is served from inside it (boxed again), so it adds nothing
+    // to a version 1 session's task either.
     let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
         return;
     };
@@ -165,17 +167,26 @@ pub(crate) async fn serve<S>(
 }
 
 /// The stream and its buffer.
-struct Connection<'a, S> {
-    stream: S,
-    shared: &'a Shared,
-    buf: [u8; BUF_LEN],
-    filled: usize,
+pub(crate) struct Connection<'a, S> {
+    pub(crate) stream: S,
+    pub(crate) shared: &'a Shared,
+    pub(crate) buf: [u8; BUF_LEN],
+    pub(crate) filled: usize,
+}
+
+/// The first frame of a connection.
+enum First {
+    /// A version 1 ACQUIRE.
+    Acquire { lease: Lease, name: LockName },
+    /// A version 2 OPEN.
+    Open(Lease),
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     /// Reads the first frame within io-timeout of accept, validates it and
     /// checks the ACL. `None` when the connection ended instead (after an
-    /// ERROR where one is due).
+    /// ERROR where one is due), or was a version 2 session, served here
+    /// to its end.
     async fn handshake(
         &mut self,
         remote_addr: SocketAddr,
@@ -192,8 +203,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             first = timeout_at(deadline_after(accepted_at, shared.config.io_timeout), self.read_acquire()) => first,
         };
         let (lease, lock) = match first {
-            Ok(Ok(Some(ClientFrame::Acquire { lease, name }))) => (lease, name),
-            Ok(Ok(_)) => return None, // closed before a whole ACQUIRE
+            Ok(Ok(Some(First::Acquire { lease, name }))) => (lease, name),
+            Ok(Ok(Some(First::Open(lease)))) => {
+                Box::pin(crate::core::session_v2::serve(
+                    self,
+                    lease,
+                    remote_addr,
+                    identity,
+                ))
+                .await;
+                return None;
+            }
+            Ok(Ok(None)) => return None, // closed before a whole ACQUIRE
             Ok(Err(err)) => {
                 debug!(%remote_addr, code = %err.code, reason = %err.reason, "refusing first frame");
                 self.close_with(err.code, &err.reason).await;
@@ -223,11 +244,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         Some(info)
     }
 
-    /// Reads one whole ACQUIRE, failing as soon as the bytes seen allow
-    /// (see `decode_acquire_header`), or `None` at EOF. Bytes after the
-    /// ACQUIRE stay in the buffer.
-    async fn read_acquire(&mut self) -> Result<Option<ClientFrame>, RequestError> {
+    /// Reads one whole ACQUIRE (or a version 2 OPEN: type 0x01, version
+    /// 2), failing as soon as the bytes seen allow (see
+    /// `decode_acquire_header`), or `None` at EOF. Bytes after the first
+    /// frame stay in the buffer.
+    async fn read_acquire(&mut self) -> Result<Option<First>, RequestError> {
         let header = loop {
+            if self.filled >= 2 && self.buf[0] == msg::ACQUIRE && self.buf[1] == v2::VERSION {
+                return self.read_open().await;
+            }
             if let Some(header) = decode_acquire_header(&self.buf[..self.filled])? {
                 break header;
             }
@@ -249,10 +274,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             }
         }
         let name = LockName::from_bytes(&name)?;
-        Ok(Some(ClientFrame::Acquire {
+        Ok(Some(First::Acquire {
             lease: header.lease,
             name,
         }))
+    }
+
+    /// Reads the rest of a version 2 OPEN.
+    async fn read_open(&mut self) -> Result<Option<First>, RequestError> {
+        loop {
+            if let Some((lease, used)) = v2::decode_open(&self.buf[..self.filled])? {
+                self.consume(used);
+                return Ok(Some(First::Open(lease)));
+            }
+            if !self.fill().await {
+                return Ok(None);
+            }
+        }
     }
 
     /// Reads more input after what is buffered; false at EOF or on error.
@@ -277,7 +315,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
     ///
     /// Boxed: it is the cold end of every connection, and inline its timers
     /// would enlarge every session's task for its whole life.
-    async fn close_with(&mut self, code: ErrorCode, reason: &str) {
+    pub(crate) async fn close_with(&mut self, code: ErrorCode, reason: &str) {
         Box::pin(self.send_error_and_drain(code, reason)).await;
     }
 
@@ -319,7 +357,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, token, "granted");
                 Reply::Acquired(token)
             }
-            Acquired::Queued => Reply::Waiting,
+            Acquired::Queued | Acquired::Busy => Reply::Waiting,
             Acquired::ShuttingDown => return SHUTTING_DOWN,
         };
         if let Err(failed) = self.write_replies(first_reply, 1).await {

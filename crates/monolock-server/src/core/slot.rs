@@ -7,7 +7,10 @@
 //! keeps expiry.
 
 use std::{
-    sync::atomic::{AtomicU8, AtomicU64, Ordering},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -94,6 +97,42 @@ pub(crate) struct SessionSlot {
     /// Its place in its lock's queue while it waits; only read and written
     /// under the table's lock.
     pub(crate) queue_seq: AtomicU64,
+    /// For a claim of a version 2 session: the session it belongs to, and
+    /// its claim id. `None` for a version 1 session (the connection is the
+    /// claim).
+    pub(crate) claim: Option<ClaimOf>,
+}
+
+/// Where a version 2 claim belongs.
+pub(crate) struct ClaimOf {
+    /// The session: its lease, its task's wake-up and its inbox.
+    pub(crate) link: Arc<SessionLink>,
+    /// The claim id the client chose.
+    pub(crate) id: u32,
+}
+
+/// What a version 2 session shares with the table, the wheel and the
+/// server: one per session, however many claims it has.
+///
+/// The session's lease lives in `lease`, a slot of its own that is filed in
+/// the lease wheel (one entry per session, not per claim) and never enters
+/// the table; its claims read their deadline from it. The table tells the
+/// session's task which claims it changed (granted, force-released,
+/// kicked) by pushing their ids onto `changed` and waking `lease.notify`:
+/// the task swaps the list out once per wakeup, so a wakeup costs what its
+/// changes cost, whatever the number of claims.
+pub(crate) struct SessionLink {
+    /// The server's id for the session (in OPENED, logs and events).
+    pub(crate) id: u64,
+    /// The session's lease slot.
+    pub(crate) lease: Arc<SessionSlot>,
+    /// Ids of claims the table changed since the task last looked.
+    pub(crate) changed: parking_lot::Mutex<Vec<u32>>,
+    /// True while the session has no claim (an idle session).
+    pub(crate) idle: AtomicBool,
+    /// Set when the server asks idle sessions to close (descriptors ran
+    /// out); the task closes if it is still idle when it looks.
+    pub(crate) shed: AtomicBool,
 }
 
 impl SessionSlot {
@@ -107,12 +146,43 @@ impl SessionSlot {
             notify: Notify::new(),
             wheel_pos: AtomicU64::new(NOT_FILED),
             queue_seq: AtomicU64::new(0),
+            claim: None,
         }
     }
 
-    /// The deadline, in nanoseconds since the table's epoch.
+    /// A claim of a version 2 session: its deadline is the session's, and
+    /// waking it wakes the session's task with its id.
+    pub(crate) fn new_claim(
+        info: SessionInfo,
+        queued_at: Instant,
+        link: Arc<SessionLink>,
+        id: u32,
+    ) -> Self {
+        let mut slot = Self::new(info, queued_at);
+        slot.claim = Some(ClaimOf { link, id });
+        slot
+    }
+
+    /// The deadline, in nanoseconds since the table's epoch (a claim's is
+    /// its session's).
     pub(crate) fn deadline_nanos(&self) -> u64 {
-        self.deadline.load(Ordering::Acquire)
+        match &self.claim {
+            None => self.deadline.load(Ordering::Acquire),
+            Some(claim) => claim.link.lease.deadline_nanos(),
+        }
+    }
+
+    /// Wakes the task that serves this slot, after the state it will read
+    /// was written: a version 1 session's own task, or a claim's session
+    /// task, told which claim changed.
+    pub(crate) fn wake(&self) {
+        match &self.claim {
+            None => self.notify.notify_one(),
+            Some(claim) => {
+                claim.link.changed.lock().push(claim.id);
+                claim.link.lease.notify.notify_one();
+            }
+        }
     }
 
     /// Records that the session was heard from at `now`: its lease runs
@@ -125,6 +195,15 @@ impl SessionSlot {
     #[cfg(test)]
     pub(crate) fn set_deadline_nanos(&self, nanos: u64) {
         self.deadline.store(nanos, Ordering::Release);
+    }
+
+    /// Told to end already: itself, or (a claim) its session.
+    pub(crate) fn is_ending(&self) -> bool {
+        self.end_notice().is_some()
+            || self
+                .claim
+                .as_ref()
+                .is_some_and(|claim| claim.link.lease.end_notice().is_some())
     }
 
     /// Silent past its lease at `now`.
@@ -164,7 +243,7 @@ impl SessionSlot {
         let first =
             self.end_notice
                 .compare_exchange(0, notice as u8, Ordering::AcqRel, Ordering::Acquire);
-        self.notify.notify_one();
+        self.wake();
         match first {
             Ok(_) => notice,
             Err(_) => self.end_notice().unwrap_or(notice),

@@ -41,6 +41,8 @@ pub(crate) enum Acquired {
     Granted(u64),
     /// Queued behind the holder.
     Queued,
+    /// Held by someone else, and the request was try-only: nothing queued.
+    Busy,
     /// Refused: the server is shutting down.
     ShuttingDown,
 }
@@ -246,12 +248,21 @@ impl LockTable {
 
     /// Grants the lock to `slot` if it is free, else queues it last.
     pub(crate) fn acquire(&self, slot: &Arc<SessionSlot>) -> Acquired {
+        self.acquire_or(slot, true)
+    }
+
+    /// Grants the lock to `slot` if it is free; else queues it last if
+    /// `wait`, or answers [`Acquired::Busy`] and changes nothing.
+    pub(crate) fn acquire_or(&self, slot: &Arc<SessionSlot>, wait: bool) -> Acquired {
         let mut state = self.lock_state();
         let state = &mut *state;
         if state.closing {
             return Acquired::ShuttingDown;
         }
         if let Some(entry) = state.locks.get_mut(&slot.info.lock) {
+            if !wait {
+                return Acquired::Busy;
+            }
             let seq = state.next_seq;
             state.next_seq += 1;
             slot.queue_seq.store(seq, Ordering::Relaxed);
@@ -294,9 +305,41 @@ impl LockTable {
     /// Idempotent: a session already removed by the admin API is a no-op.
     /// Returns true when a waiter was promoted.
     pub(crate) fn end(&self, slot: &Arc<SessionSlot>, reason: ReleaseReason) -> bool {
-        self.leases.forget(slot);
+        if slot.claim.is_none() {
+            self.leases.forget(slot);
+        }
         let mut state = self.lock_state();
-        let state = &mut *state;
+        self.end_locked(&mut state, slot, reason)
+    }
+
+    /// Ends every claim of a version 2 session in one critical section:
+    /// its held locks are handed on and its waiters leave their queues at
+    /// the same instant. Returns true when some waiter was promoted.
+    pub(crate) fn end_claims<'s>(
+        &self,
+        claims: impl IntoIterator<Item = &'s Arc<SessionSlot>>,
+        reason: ReleaseReason,
+    ) -> bool {
+        let mut state = self.lock_state();
+        let mut promoted = false;
+        for slot in claims {
+            promoted |= self.end_locked(&mut state, slot, reason);
+        }
+        promoted
+    }
+
+    /// Stops watching the lease of a version 2 session (its own slot, which
+    /// is never in the table).
+    pub(crate) fn forget_lease(&self, slot: &SessionSlot) {
+        self.leases.forget(slot);
+    }
+
+    fn end_locked(
+        &self,
+        state: &mut TableState,
+        slot: &Arc<SessionSlot>,
+        reason: ReleaseReason,
+    ) -> bool {
         let Some(entry) = state.locks.get_mut(&slot.info.lock) else {
             return false;
         };
@@ -342,7 +385,7 @@ impl LockTable {
             state.waiters -= 1;
             // Skipped: a waiter already told to end, or silent past its
             // lease (unless the simulation's known mistake is switched on).
-            let ending = next.end_notice().is_some();
+            let ending = next.is_ending();
             let expired = ending || next.is_silent(self.epoch, now);
             if closing || (expired && !planted_promote_expired_waiter()) {
                 self.observer.observe(&Event::WaiterLeft(&next.info));
@@ -352,7 +395,7 @@ impl LockTable {
                 continue;
             }
             entry.holder = self.grant(&mut state.tokens, &next, now);
-            next.notify.notify_one();
+            next.wake();
             return true;
         }
         state.locks.remove(&name);
@@ -903,6 +946,85 @@ mod tests {
         ));
         assert_eq!(queue(&table, "l"), [2, 4]);
         assert_eq!(events.take(), ["kick_waiter 3"]);
+    }
+
+    /// A protocol v2 session's link, its lease running an hour from now.
+    fn v2_link(table: &LockTable) -> Arc<crate::core::slot::SessionLink> {
+        let lease = session(table, "(v2 session)", 9);
+        Arc::new(crate::core::slot::SessionLink {
+            id: 1,
+            lease,
+            changed: parking_lot::Mutex::new(Vec::new()),
+            idle: std::sync::atomic::AtomicBool::new(false),
+            shed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// A claim `id` of `link`'s session on `lock`, from port `port`.
+    fn claim(
+        link: &Arc<crate::core::slot::SessionLink>,
+        lock: &str,
+        port: u16,
+        id: u32,
+    ) -> Arc<SessionSlot> {
+        let info = SessionInfo {
+            lock: LockName::new(lock).expect("valid name"),
+            lease: link.lease.info.lease,
+            remote_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            identity: Arc::from(""),
+            queued_at: SystemTime::now(),
+        };
+        Arc::new(SessionSlot::new_claim(
+            info,
+            Instant::now(),
+            Arc::clone(link),
+            id,
+        ))
+    }
+
+    /// The wheel expired a v2 session; before its task acted, a frame of
+    /// its moved the session's deadline on. Its waiting claim is still
+    /// never granted.
+    #[test]
+    fn a_claim_of_an_ending_session_is_never_granted() {
+        let (table, events, a, _w) = line(0);
+        let link = v2_link(&table);
+        let waiting = claim(&link, "l", 5, 7);
+        assert_eq!(table.acquire(&waiting), Acquired::Queued);
+        link.lease.end_from_outside(EndNotice::Expired); // the wheel
+        table.touch(&link.lease, Instant::now()); // the late frame
+        assert!(!table.end(&a, ReleaseReason::Graceful));
+        assert_eq!(waiting.granted_token(), None);
+        assert_eq!(table.counts(), TableCounts::default());
+        assert_eq!(events.take(), ["released 1 graceful", "left 5"]);
+    }
+
+    /// A claim's grant and its revocation reach its session's task as its
+    /// id, and the session's end ends every claim in one step.
+    #[test]
+    fn claims_wake_their_session_and_end_together() {
+        let (table, events) = table();
+        let link = v2_link(&table);
+        let held = claim(&link, "x", 5, 1);
+        let other = session(&table, "y", 2);
+        let waiting = claim(&link, "y", 5, 2);
+        let behind = session(&table, "x", 3);
+        assert!(matches!(table.acquire(&held), Acquired::Granted(_)));
+        assert!(matches!(table.acquire(&other), Acquired::Granted(_)));
+        assert_eq!(table.acquire_or(&waiting, false), Acquired::Busy);
+        assert_eq!(table.acquire(&waiting), Acquired::Queued);
+        assert_eq!(table.acquire(&behind), Acquired::Queued);
+        assert!(table.end(&other, ReleaseReason::Graceful));
+        assert!(waiting.granted_token().is_some());
+        assert_eq!(std::mem::take(&mut *link.changed.lock()), [2]);
+        events.take();
+        assert!(table.end_claims([&held, &waiting], ReleaseReason::Expired));
+        assert_eq!(holder(&table, "x"), Some(3));
+        assert_eq!(holder(&table, "y"), None);
+        assert_eq!(
+            events.take(),
+            ["released 5 expired", "granted 3", "released 5 expired"]
+        );
     }
 
     #[test]

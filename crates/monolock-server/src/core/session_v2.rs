@@ -1,0 +1,584 @@
+//! A protocol version 2 session: one connection carrying many claims.
+//!
+//! The connection is the session, and every claim dies with it. One task
+//! serves the session, whatever its number of claims; a claim is a
+//! [`SessionSlot`] in the lock table like a version 1 session, whose
+//! deadline is the session's and whose wake-up wakes this task with the
+//! claim's id (see `slot.rs`, [`SessionLink`]). One lease wheel entry
+//! serves the whole session.
+//!
+//! I/O is batched per wakeup, for few system calls per claim: one read
+//! takes in every frame that has arrived and all of them are handled; the
+//! replies, and the grants and revocations the table pushed meanwhile, are
+//! collected in one buffer and written with one write. A RELEASE and the
+//! next ACQUIRE written together by a client therefore cost one read and
+//! one write here. Nothing is spawned per claim and, beyond the claim's
+//! slot and name, nothing is allocated per frame.
+//!
+//! Order on the wire (docs/protocol.md, "Claims"): every frame is answered
+//! in order; a claim's GRANTED, when the grant landed before its RELEASE
+//! was handled, is written before the RELEASED; a claim revoked by an
+//! administrator is told REVOKED before the reply to any later frame that
+//! names it.
+
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, atomic::AtomicBool, atomic::Ordering},
+    time::{Duration, SystemTime},
+};
+
+use monolock_proto::{
+    ErrorCode, Lease, LockName, RequestError,
+    v2::{self, Mode, Request},
+};
+use tokio::{
+    io::{AsyncRead, AsyncReadExt, AsyncWrite},
+    time::{Instant, Sleep},
+};
+use tracing::debug;
+
+use crate::{
+    core::events::{Event, ReleaseReason, SessionInfo},
+    core::session::{Connection, End, SHUTTING_DOWN, WriteFailed, write_bounded},
+    core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
+    core::table::Acquired,
+};
+
+/// The session's read buffer: far more than the longest frame (262 bytes),
+/// so one read takes in a whole pipelined batch.
+const READ_BUF_LEN: usize = 4096;
+
+/// The name a session's own lease slot carries. That slot is filed in the
+/// lease wheel only and never enters the lock table, so the name is never
+/// looked up; it shows in nothing a user reads.
+const LEASE_SLOT_NAME: &str = "(v2 session)";
+
+/// Why an idle session is closed, in its ERROR frame.
+const IDLE_REASON: &str = "idle session closed: no claims";
+
+/// One claim of the session.
+struct Claim {
+    slot: Arc<SessionSlot>,
+    /// Whether ACQUIRED or GRANTED has been written for it.
+    announced: bool,
+}
+
+struct Session<'c, 'a, S> {
+    conn: &'c mut Connection<'a, S>,
+    link: Arc<SessionLink>,
+    claims: HashMap<u32, Claim>,
+    /// Replies and pushes waiting for this wakeup's one write.
+    out: Vec<u8>,
+    /// Claim ids taken from the link's inbox (kept to reuse its capacity).
+    changed: Vec<u32>,
+    lease: Lease,
+    remote_addr: SocketAddr,
+    identity: Arc<str>,
+    /// Since when the session has had no claim (`None`: it has claims).
+    idle_since: Option<Instant>,
+    /// Since when a started frame has waited for its remaining bytes.
+    partial_since: Option<Instant>,
+    /// When the session's one timer is set to fire; never later than any
+    /// deadline it must catch (idle, a started frame), so it is reset only
+    /// when a deadline comes earlier, which is rare.
+    armed: Instant,
+}
+
+/// Serves a version 2 session whose OPEN has been read from `conn`, to its
+/// end.
+pub(crate) async fn serve<S>(
+    conn: &mut Connection<'_, S>,
+    lease: Lease,
+    remote_addr: SocketAddr,
+    identity: Arc<str>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let shared = conn.shared;
+    let id = shared.next_session_id.fetch_add(1, Ordering::Relaxed);
+    let now = Instant::now();
+    let Ok(lock) = LockName::new(LEASE_SLOT_NAME) else {
+        return;
+    };
+    let info = SessionInfo {
+        lock,
+        lease,
+        remote_addr,
+        identity: Arc::clone(&identity),
+        queued_at: SystemTime::now(),
+    };
+    let lease_slot = Arc::new(SessionSlot::new(info, now));
+    shared.table.touch(&lease_slot, now);
+    shared.table.watch_lease(&lease_slot);
+    let link = Arc::new(SessionLink {
+        id,
+        lease: lease_slot,
+        changed: parking_lot::Mutex::new(Vec::new()),
+        idle: AtomicBool::new(true),
+        shed: AtomicBool::new(false),
+    });
+    shared.sessions.lock().insert(id, Arc::clone(&link));
+    // Registered before this check, so a shutdown either finds the session
+    // in the registry or is seen here.
+    if shared.shutdown.is_cancelled() {
+        link.lease.end_from_outside(EndNotice::Shutdown);
+    }
+    debug!(%remote_addr, session = id, lease_ms = lease.as_millis(), "v2 session opened");
+    let mut read = vec![0; READ_BUF_LEN].into_boxed_slice();
+    let filled = conn.filled;
+    read[..filled].copy_from_slice(&conn.buf[..filled]);
+    conn.filled = 0;
+    let mut session = Session {
+        conn,
+        link,
+        claims: HashMap::new(),
+        out: Vec::with_capacity(256),
+        changed: Vec::new(),
+        lease,
+        remote_addr,
+        identity,
+        idle_since: Some(now),
+        partial_since: None,
+        armed: deadline_after(now, shared.config.idle_timeout),
+    };
+    session
+        .out
+        .extend_from_slice(&v2::opened_frame(id, shared.config.max_claims_per_session));
+    let end = session.run(&mut read, filled).await;
+    session.finish(end).await;
+    shared.sessions.lock().remove(&id);
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
+    async fn run(&mut self, read: &mut [u8], mut filled: usize) -> End {
+        let shared = self.conn.shared;
+        let link = Arc::clone(&self.link);
+        let notified = link.lease.notify.notified();
+        tokio::pin!(notified);
+        let timer: Sleep = tokio::time::sleep_until(self.armed);
+        tokio::pin!(timer);
+        loop {
+            if filled > 0 {
+                let end = self.handle_input(read, &mut filled);
+                if let Some(end) = end {
+                    return end;
+                }
+                if let Some(needed) = self.next_deadline()
+                    && needed < self.armed
+                {
+                    self.armed = needed;
+                    timer.as_mut().reset(needed);
+                }
+            }
+            if !self.out.is_empty()
+                && let Err(failed) = self.flush().await
+            {
+                return failed.into();
+            }
+            tokio::select! {
+                biased;
+                () = notified.as_mut() => {
+                    notified.set(link.lease.notify.notified());
+                    if let Some(end) = self.sync() {
+                        return end;
+                    }
+                }
+                got = self.conn.stream.read(&mut read[filled..]) => match got {
+                    Ok(0) | Err(_) => return End::Quiet(ReleaseReason::Graceful),
+                    Ok(n) => filled += n,
+                },
+                () = timer.as_mut() => {
+                    let now = Instant::now();
+                    if let Some(end) = self.check_deadlines(now) {
+                        return end;
+                    }
+                    let period = shared.config.idle_timeout.max(Duration::from_millis(1));
+                    self.armed = self
+                        .next_deadline()
+                        .unwrap_or_else(|| deadline_after(now, period));
+                    timer.as_mut().reset(self.armed);
+                }
+            }
+        }
+    }
+
+    /// The earliest instant the timer must catch, if any.
+    fn next_deadline(&self) -> Option<Instant> {
+        let config = &self.conn.shared.config;
+        let idle = self
+            .idle_since
+            .map(|since| deadline_after(since, config.idle_timeout));
+        let partial = self
+            .partial_since
+            .map(|since| deadline_after(since, config.io_timeout));
+        match (idle, partial) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Ends the session if it has been idle for the idle timeout, or a
+    /// started frame has waited for io-timeout.
+    fn check_deadlines(&mut self, now: Instant) -> Option<End> {
+        let config = &self.conn.shared.config;
+        if let Some(since) = self.partial_since
+            && deadline_after(since, config.io_timeout) <= now
+        {
+            debug!(remote_addr = %self.remote_addr, session = self.link.id, "v2 frame not complete within io-timeout");
+            return Some(End::Quiet(ReleaseReason::IoTimeout));
+        }
+        if let Some(since) = self.idle_since
+            && deadline_after(since, config.idle_timeout) <= now
+        {
+            return Some(self.idle_end());
+        }
+        None
+    }
+
+    fn idle_end(&self) -> End {
+        self.conn
+            .shared
+            .config
+            .observer
+            .observe(&Event::IdleSessionClosed);
+        debug!(remote_addr = %self.remote_addr, session = self.link.id, "idle v2 session closed");
+        End::Error(
+            ReleaseReason::Graceful,
+            ErrorCode::IDLE_SESSION,
+            IDLE_REASON,
+        )
+    }
+
+    /// Handles every whole frame in `read[..filled]`, leaving a started
+    /// frame's bytes at the front.
+    fn handle_input(&mut self, read: &mut [u8], filled: &mut usize) -> Option<End> {
+        // The session may have been expired (or shut down) since it last
+        // looked: frames read after that are not served.
+        if let Some(notice) = self.link.lease.end_notice() {
+            return Some(end_for(notice));
+        }
+        let mut at = 0;
+        let mut pings = 0;
+        let mut end = None;
+        let mut now = None;
+        while at < *filled {
+            match v2::decode_request(&read[at..*filled]) {
+                Ok(Some((request, used))) => {
+                    at += used;
+                    if now.is_none() {
+                        // Every frame restarts the session's silence window.
+                        let instant = Instant::now();
+                        self.conn.shared.table.touch(&self.link.lease, instant);
+                        now = Some(instant);
+                    }
+                    if matches!(request, Request::Ping) {
+                        pings += 1;
+                    }
+                    if let Some(ended) = self.handle(request) {
+                        end = Some(ended);
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    end = Some(End::Protocol(err));
+                    break;
+                }
+            }
+        }
+        read.copy_within(at..*filled, 0);
+        *filled -= at;
+        if pings > 0 {
+            self.conn
+                .shared
+                .config
+                .observer
+                .observe(&Event::Heartbeats(pings));
+        }
+        self.partial_since = match (*filled, self.partial_since) {
+            (0, _) => None,
+            (_, Some(since)) if at == 0 => Some(since),
+            _ => Some(now.unwrap_or_else(Instant::now)),
+        };
+        end
+    }
+
+    fn handle(&mut self, request: Request<'_>) -> Option<End> {
+        match request {
+            Request::Ping => {
+                self.out.push(v2::msg::PONG);
+                None
+            }
+            Request::BadAcquire {
+                claim,
+                code,
+                reason,
+            } => {
+                self.refuse(claim, code, reason);
+                None
+            }
+            Request::Release { claim } => self.release(claim),
+            Request::Acquire { claim, mode, name } => self.acquire(claim, mode, name),
+        }
+    }
+
+    fn refuse(&mut self, claim: u32, code: ErrorCode, reason: &str) {
+        v2::encode_claim_error(&mut self.out, v2::msg::REFUSED, claim, code, reason);
+    }
+
+    fn acquire(&mut self, claim: u32, mode: Mode, name: &str) -> Option<End> {
+        let shared = self.conn.shared;
+        if let Some(existing) = self.claims.get(&claim) {
+            match existing.slot.end_notice() {
+                Some(notice @ (EndNotice::Forced | EndNotice::Kicked)) => {
+                    self.claims.remove(&claim);
+                    self.revoked(claim, notice);
+                }
+                Some(notice) => return Some(end_for(notice)),
+                None => {
+                    self.refuse(
+                        claim,
+                        ErrorCode::CLAIM_IN_USE,
+                        &format!("claim id {claim} is already in use: RELEASE it first"),
+                    );
+                    return None;
+                }
+            }
+        }
+        let max = shared.config.max_claims_per_session;
+        if self.claims.len() >= max as usize {
+            self.refuse(
+                claim,
+                ErrorCode::TOO_MANY_CLAIMS,
+                &format!("too many claims on this session: the limit is {max}"),
+            );
+            return None;
+        }
+        let Ok(lock) = LockName::new(name) else {
+            // The decoder let through only 1..=255 bytes of UTF-8.
+            self.refuse(claim, ErrorCode::CLAIM_EMPTY_NAME, "lock name is empty");
+            return None;
+        };
+        let info = SessionInfo {
+            lock,
+            lease: self.lease,
+            remote_addr: self.remote_addr,
+            identity: Arc::clone(&self.identity),
+            queued_at: SystemTime::now(),
+        };
+        if let Some(authorizer) = &shared.config.authorizer
+            && !authorizer.allows(&info.identity, &info.lock)
+        {
+            shared.config.observer.observe(&Event::Denied(&info));
+            let reason = crate::core::acl::refusal(&info.identity, info.lock.as_str());
+            tracing::info!(lock = %info.lock, identity = %info.identity, remote_addr = %self.remote_addr, session = self.link.id, claim, "ACQUIRE denied by ACL: {reason}");
+            self.refuse(claim, ErrorCode::CLAIM_NOT_AUTHORIZED, &reason);
+            return None;
+        }
+        let slot = Arc::new(SessionSlot::new_claim(
+            info,
+            Instant::now(),
+            Arc::clone(&self.link),
+            claim,
+        ));
+        let announced = match shared
+            .grace
+            .admit_or(&slot, &shared.table, mode == Mode::Wait)
+        {
+            Acquired::Granted(token) => {
+                self.out
+                    .extend_from_slice(&v2::acquired_frame(claim, token));
+                true
+            }
+            Acquired::Queued => {
+                self.out.extend_from_slice(&v2::waiting_frame(claim));
+                false
+            }
+            Acquired::Busy => {
+                self.out.extend_from_slice(&v2::busy_frame(claim));
+                return None;
+            }
+            Acquired::ShuttingDown => return Some(SHUTTING_DOWN),
+        };
+        self.claims.insert(claim, Claim { slot, announced });
+        self.set_idle(false);
+        None
+    }
+
+    fn release(&mut self, claim: u32) -> Option<End> {
+        let shared = self.conn.shared;
+        let Some(Claim { slot, announced }) = self.claims.remove(&claim) else {
+            self.refuse(
+                claim,
+                ErrorCode::UNKNOWN_CLAIM,
+                &format!("unknown claim id: {claim}"),
+            );
+            return None;
+        };
+        shared.grace.leave(&slot);
+        // A no-op if an administrator ended the claim first.
+        shared.table.end(&slot, ReleaseReason::Graceful);
+        match slot.end_notice() {
+            Some(notice @ (EndNotice::Forced | EndNotice::Kicked)) => {
+                self.revoked(claim, notice);
+                self.refuse(
+                    claim,
+                    ErrorCode::UNKNOWN_CLAIM,
+                    &format!("unknown claim id: {claim}"),
+                );
+            }
+            Some(notice) => return Some(end_for(notice)),
+            None => {
+                if !announced && let Some(token) = slot.granted_token() {
+                    self.out.extend_from_slice(&v2::granted_frame(claim, token));
+                }
+                self.out.extend_from_slice(&v2::released_frame(claim));
+                // The lock may have gone to another claim of this session:
+                // its GRANTED follows the RELEASED at once.
+                if let Some(end) = self.apply_changes() {
+                    return Some(end);
+                }
+            }
+        }
+        if self.claims.is_empty() {
+            self.set_idle(true);
+        }
+        None
+    }
+
+    fn revoked(&mut self, claim: u32, notice: EndNotice) {
+        let reason = match notice {
+            EndNotice::Kicked => "removed from queue by administrator",
+            _ => "force-release",
+        };
+        debug!(remote_addr = %self.remote_addr, session = self.link.id, claim, reason, "v2 claim revoked");
+        v2::encode_claim_error(
+            &mut self.out,
+            v2::msg::REVOKED,
+            claim,
+            ErrorCode::CLAIM_REVOKED,
+            reason,
+        );
+    }
+
+    fn set_idle(&mut self, idle: bool) {
+        if idle == self.idle_since.is_some() {
+            return;
+        }
+        self.idle_since = idle.then(Instant::now);
+        self.link.idle.store(idle, Ordering::Release);
+    }
+
+    /// Acts on what the table, the wheel or the server decided: the
+    /// session's end, a request to close if idle, and each claim the table
+    /// changed (granted: push GRANTED; force-released or kicked: REVOKED).
+    fn sync(&mut self) -> Option<End> {
+        if let Some(notice) = self.link.lease.end_notice() {
+            return Some(end_for(notice));
+        }
+        if self.link.shed.swap(false, Ordering::AcqRel) && self.claims.is_empty() {
+            return Some(self.idle_end());
+        }
+        self.apply_changes()
+    }
+
+    /// Acts on each claim the table changed since the last look.
+    fn apply_changes(&mut self) -> Option<End> {
+        std::mem::swap(&mut self.changed, &mut *self.link.changed.lock());
+        let mut changed = std::mem::take(&mut self.changed);
+        let mut end = None;
+        for &id in &changed {
+            let Some(claim) = self.claims.get_mut(&id) else {
+                continue;
+            };
+            match claim.slot.end_notice() {
+                Some(notice @ (EndNotice::Forced | EndNotice::Kicked)) => {
+                    self.claims.remove(&id);
+                    self.revoked(id, notice);
+                }
+                Some(notice) => {
+                    end = Some(end_for(notice));
+                    break;
+                }
+                None => {
+                    if !claim.announced
+                        && let Some(token) = claim.slot.granted_token()
+                    {
+                        claim.announced = true;
+                        self.out.extend_from_slice(&v2::granted_frame(id, token));
+                    }
+                }
+            }
+        }
+        changed.clear();
+        self.changed = changed;
+        if self.claims.is_empty() {
+            self.set_idle(true);
+        }
+        end
+    }
+
+    /// Writes what this wakeup collected, in one write.
+    async fn flush(&mut self) -> Result<(), WriteFailed> {
+        let shared = self.conn.shared;
+        let lease_end = shared.table.lease_end(&self.link.lease);
+        let written = write_bounded(
+            &mut self.conn.stream,
+            &self.out,
+            shared.config.io_timeout,
+            lease_end,
+        )
+        .await;
+        self.out.clear();
+        written
+    }
+
+    /// Ends every claim at once (held locks handed on, waiters out of their
+    /// queues, in one step of the table), then tells the client if there
+    /// is anything to tell.
+    async fn finish(mut self, end: End) {
+        let shared = self.conn.shared;
+        let reason = match &end {
+            End::Quiet(reason) | End::Error(reason, ..) => *reason,
+            End::Protocol(_) => ReleaseReason::ProtocolError,
+        };
+        debug!(remote_addr = %self.remote_addr, session = self.link.id, claims = self.claims.len(), reason = reason.as_str(), "v2 session ended");
+        let slots: Vec<Arc<SessionSlot>> = self.claims.drain().map(|(_, c)| c.slot).collect();
+        for slot in &slots {
+            shared.grace.leave(slot);
+        }
+        let promoted = shared.table.end_claims(&slots, reason);
+        shared.table.forget_lease(&self.link.lease);
+        self.link.idle.store(false, Ordering::Release);
+        let (code, text): (ErrorCode, String) = match end {
+            End::Quiet(_) => {
+                if promoted {
+                    tokio::task::yield_now().await;
+                }
+                return;
+            }
+            End::Error(_, code, text) => (code, text.to_owned()),
+            End::Protocol(RequestError { code, reason }) => (code, reason),
+        };
+        // The replies to the frames before the one that ended the session
+        // go first.
+        if !self.out.is_empty() && self.flush().await.is_err() {
+            return;
+        }
+        self.conn.close_with(code, &text).await;
+    }
+}
+
+/// How the session ends for an end notice on itself or one of its claims.
+fn end_for(notice: EndNotice) -> End {
+    match notice {
+        EndNotice::Expired => End::Quiet(ReleaseReason::Expired),
+        EndNotice::Shutdown => SHUTTING_DOWN,
+        EndNotice::Forced | EndNotice::Kicked => End::Error(
+            ReleaseReason::Force,
+            ErrorCode::CLOSED_BY_ADMIN,
+            "closed by administrator",
+        ),
+    }
+}
