@@ -34,13 +34,13 @@ struct Args {
     /// (sessions carrying many claims).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     protocol: u8,
-    /// Lease, in ticks [default: 5 / 8].
+    /// Lease, in ticks [default: 5 / 4].
     #[arg(long)]
     lease: Option<u32>,
-    /// Most ticks a message is in flight [default: 1].
+    /// Most ticks a message is in flight [default: 1 / 0].
     #[arg(long)]
     max_delay: Option<u32>,
-    /// Ticks explored [default: 10 / 11].
+    /// Ticks explored [default: 10 / 5].
     #[arg(long)]
     horizon: Option<u32>,
     /// Clients (v2: sessions), 1 to 3 [default: 2].
@@ -55,7 +55,7 @@ struct Args {
     /// Uplinks that may stall for good (over all clients) [default: 0 / 1].
     #[arg(long)]
     stalls: Option<u8>,
-    /// Acquires per client (v2: ACQUIRE frames per session) [default: 1 / 3].
+    /// Acquires per client (v2: ACQUIRE frames per session) [default: 1 / 2].
     #[arg(long)]
     acquires: Option<u8>,
     /// v2: claims a session may have in use at once, 1 or 2 [default: 2].

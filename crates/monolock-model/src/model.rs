@@ -130,18 +130,20 @@ impl Params {
         }
     }
 
-    /// The bounds of the version 2 figures in RELIABILITY.md: two sessions
-    /// on one lock, lease 8 ticks (a tick is 12.5 % of the lease, finer than
-    /// the 20 % margin), two claims in use per session and three ACQUIREs
-    /// each, one administrator act, one close, one stalled uplink.
+    /// The version 2 bounds of CI and of `monolock-model --protocol 2`:
+    /// two sessions on one lock, lease 4 ticks, every message read within
+    /// the tick it is written (`max_delay` 0), horizon 5 ticks, two claims
+    /// in use and two ACQUIREs per session, one administrator act, one
+    /// close, one stalled uplink, no pause.
     pub const fn sessions() -> Self {
         Self {
-            lease: 8,
-            second: 8,
-            horizon: 11,
+            lease: 4,
+            second: 4,
+            max_delay: 0,
+            horizon: 5,
             pauses: 0,
             stalls: 1,
-            acquires: 3,
+            acquires: 2,
             protocol: 2,
             ..Self::small()
         }
