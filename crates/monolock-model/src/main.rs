@@ -5,7 +5,7 @@
 //! monolock-model                                  # shipped + the 3 mistakes
 //! monolock-model --lease 16 --horizon 40 --margins
 //! monolock-model --clients 3 --lease 12 --horizon 16 --only-shipped
-//! monolock-model --protocol 2                     # v2: shipped + its 3 mistakes
+//! monolock-model --protocol 2                     # v2: shipped + its 4 mistakes
 //! ```
 
 use std::process::ExitCode;
@@ -24,9 +24,9 @@ may write, --claims the claims it may have in use at once, --locks the locks \
 they choose from; --revokes and --closes bound the administrator's acts and the \
 closes of sessions with claims in use. The defaults change with the protocol \
 (shown as v1 / v2). Its mistakes: ReleasedBeforeHandOn, ClaimOutlivesSession, \
-GrantedConfirmsPing. Restarts are modelled for version 1 only.\n\n\
-  monolock-model --protocol 2                      # shipped + the 3 v2 mistakes\n\
-  monolock-model --protocol 2 --only-shipped --locks 2 --horizon 10\n\
+GrantedConfirmsPing, GrantedAfterRelease. Restarts are modelled for version 1 only.\n\n\
+  monolock-model --protocol 2                      # shipped + the 4 v2 mistakes, CI bounds\n\
+  monolock-model --protocol 2 --only-shipped --lease 8 --horizon 10\n\
   monolock-model --protocol 2 --mistake GrantedConfirmsPing"
 )]
 struct Args {

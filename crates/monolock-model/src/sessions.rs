@@ -710,7 +710,6 @@ impl State {
             (frame, Life::Live { .. }) => {
                 // Every frame read restarts the silence window.
                 self.server.sessions[c] = Life::Live { last_seen: now };
-                let key = (c as u8, 0);
                 match frame {
                     Frame::Acquire { claim, lock } => {
                         let lock_ = usize::from(lock);
@@ -723,7 +722,7 @@ impl State {
                         }
                     }
                     Frame::Release { claim } => {
-                        let key = (key.0, claim);
+                        let key = (c as u8, claim);
                         if !self.server.has(key) || self.server.deferred.contains(&key) {
                             self.send_down(c, Answer::Refused { claim });
                         } else if p.variant == Variant::ReleasedBeforeHandOn {
