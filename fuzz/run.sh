@@ -6,7 +6,8 @@
 #   FUZZ_TOOLCHAIN=stable fuzz/run.sh     (force the stable route below)
 #
 # Targets: decode_request_acquire, decode_request_established (the server
-# decoder from each phase) and decode_response (the client decoder).
+# decoder from each phase), decode_response (the client decoder) and
+# decode_v2 (protocol v2, both sides).
 #
 # Toolchain: cargo-fuzz builds with unstable rustc flags. With a nightly
 # toolchain installed it uses it, with AddressSanitizer. Otherwise it uses
@@ -22,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 seconds="${1:-${FUZZ_SECONDS:-60}}"
-targets=(decode_request_acquire decode_request_established decode_response)
+targets=(decode_request_acquire decode_request_established decode_response decode_v2)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "== installing cargo-fuzz"

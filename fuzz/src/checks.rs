@@ -8,7 +8,7 @@
 
 use monolock_proto::{
     ClientFrame, DecodeError, Phase, RequestError, ServerFrame, decode_request, decode_response,
-    msg,
+    msg, v2,
 };
 
 /// How a stream of requests ended.
@@ -145,5 +145,89 @@ pub fn check_responses(data: &[u8]) {
             whole,
             "chunks of {chunk} decode differently"
         );
+    }
+}
+
+/// Decodes `data` as the requests of an open protocol v2 session, received
+/// in chunks of `chunk` bytes: each whole frame's bytes, and the code that
+/// ended the session, if any.
+fn feed_v2_requests(data: &[u8], chunk: usize) -> (Vec<Vec<u8>>, Option<u8>) {
+    let mut frames = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let end = offset + chunk.min(data.len() - offset);
+        buf.extend_from_slice(&data[offset..end]);
+        offset = end;
+        loop {
+            match v2::decode_request(&buf) {
+                Ok(Some((request, used))) => {
+                    assert!(
+                        used > 0 && used <= buf.len(),
+                        "used {used} of {}",
+                        buf.len()
+                    );
+                    // A valid frame re-encodes to exactly its bytes.
+                    let again = match request {
+                        v2::Request::Acquire { claim, mode, name } => {
+                            let name = monolock_proto::LockName::new(name)
+                                .expect("the decoder checked the name");
+                            Some(v2::ClientFrame::Acquire { claim, mode, name }.to_bytes())
+                        }
+                        v2::Request::Release { claim } => Some(v2::release_frame(claim).to_vec()),
+                        v2::Request::Ping => Some(vec![v2::msg::PING]),
+                        v2::Request::BadAcquire { code, .. } => {
+                            assert!(!code.is_temporary(), "a refused ACQUIRE is a client error");
+                            None
+                        }
+                    };
+                    if let Some(again) = again {
+                        assert_eq!(again, buf[..used], "{request:?} does not re-encode");
+                    }
+                    frames.push(buf.drain(..used).collect());
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    assert!(!err.code.is_temporary(), "{}", err.code);
+                    return (frames, Some(err.code.0));
+                }
+            }
+        }
+        if offset == data.len() {
+            return (frames, None);
+        }
+    }
+}
+
+/// Checks the protocol v2 decoders on `data`: the server side (an OPEN,
+/// then the requests of a session), whole and chunked, and the client side.
+pub fn check_v2(data: &[u8]) {
+    let _ = v2::decode_open(data);
+    let whole = feed_v2_requests(data, usize::MAX);
+    for chunk in [1, 2, 3, 7] {
+        assert_eq!(
+            feed_v2_requests(data, chunk),
+            whole,
+            "chunks of {chunk} decode differently"
+        );
+    }
+    let mut buf = data;
+    while let Ok(Some((frame, used))) = v2::decode_response(buf) {
+        assert!(used > 0 && used <= buf.len());
+        let lossless = match &frame {
+            v2::ServerFrame::Refused { .. } | v2::ServerFrame::Revoked { .. } => {
+                std::str::from_utf8(&buf[7..used]).is_ok()
+            }
+            v2::ServerFrame::Error { .. } => std::str::from_utf8(&buf[3..used]).is_ok(),
+            _ => true,
+        };
+        if lossless {
+            assert_eq!(
+                frame.to_bytes(),
+                buf[..used],
+                "{frame:?} does not re-encode"
+            );
+        }
+        buf = &buf[used..];
     }
 }

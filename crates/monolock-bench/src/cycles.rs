@@ -16,6 +16,7 @@ use tokio::time::{sleep_until, timeout};
 
 use crate::{
     mono::{self, Conn},
+    mono_v2,
     report::Metrics,
     resp::{self, RedisLock},
     servers::{Server, System},
@@ -268,6 +269,118 @@ pub async fn throughput(
             queued as f64 * 100.0 / total as f64,
         );
     }
+    m.put(
+        &format!("{pre}.server_cpu_ms_per_1k"),
+        server_cpu * 1e3 / (total as f64 / 1e3),
+    );
+    m.put(&format!("{pre}.server_cpu_cores"), server_cpu / secs);
+    m.put(
+        &format!("{pre}.client_cpu_cores"),
+        (c1 - c0).as_secs_f64() / secs,
+    );
+    Ok(())
+}
+
+/// One protocol v2 client's lock cycles on its own name until the window
+/// ends, over one session: ACQUIRE, then each cycle writes the RELEASE and
+/// the next ACQUIRE together and reads RELEASED and ACQUIRED (one round
+/// trip per cycle, the short-lock case of docs/protocol.md's checklist).
+async fn client_cycles_v2(
+    addr: SocketAddr,
+    name: String,
+    win: Window,
+    keep_samples: bool,
+) -> Result<ClientCycles> {
+    const CLAIM: u32 = 1;
+    let mut cyc_lat = Samples::default();
+    let mut count = 0u64;
+    let mut queued = 0u64;
+    let acquire = mono_v2::acquire_bytes(CLAIM, &name)?;
+    let mut cycle = monolock_proto::v2::release_frame(CLAIM).to_vec();
+    cycle.extend_from_slice(&acquire);
+    let mut s = timeout(OP_TIMEOUT, mono_v2::Session::open(addr, CYCLE_LEASE))
+        .await
+        .context("v2 OPEN timed out")??;
+    sleep_until(win.start.into()).await;
+    timeout(OP_TIMEOUT, async {
+        s.send(&acquire).await?;
+        s.until_granted(CLAIM).await
+    })
+    .await
+    .context("v2 first ACQUIRE timed out")??;
+    for _ in 0..MAX_CYCLES {
+        let t0 = Instant::now();
+        if t0 >= win.end {
+            break;
+        }
+        let waited = timeout(OP_TIMEOUT, async {
+            s.send(&cycle).await?;
+            s.until_released(CLAIM).await?;
+            s.until_granted(CLAIM).await
+        })
+        .await
+        .context("v2 cycle timed out")??;
+        let t2 = Instant::now();
+        if t0 >= win.measure_from && t2 <= win.end {
+            count += 1;
+            queued += u64::from(waited);
+            if keep_samples {
+                cyc_lat.push(t2 - t0);
+            }
+        }
+    }
+    Ok(ClientCycles {
+        count,
+        queued,
+        acquire: Samples::default(),
+        cycle: cyc_lat,
+    })
+}
+
+/// Scenario 2 for protocol v2: `clients` sessions, each cycling on its own
+/// name. Records `throughput.c<N>.monolock_v2.{cycles_per_s,...}`, the same
+/// figures as [`throughput`] records for v1 and Redis.
+pub async fn throughput_v2(
+    server: &Server,
+    run_id: u64,
+    clients: usize,
+    warmup: Duration,
+    length: Duration,
+    m: &mut Metrics,
+) -> Result<()> {
+    let win = Window::new(warmup, length);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..clients {
+        tasks.spawn(client_cycles_v2(
+            server.addr,
+            format!("bench/tp2/{run_id}/{i}"),
+            win,
+            false,
+        ));
+    }
+    sleep_until(win.measure_from.into()).await;
+    let s0 = server.sample()?;
+    let c0 = sys::own_cpu_time();
+    sleep_until(win.end.into()).await;
+    let s1 = server.sample()?;
+    let c1 = sys::own_cpu_time();
+    let (mut total, mut queued) = (0u64, 0u64);
+    while let Some(joined) = tasks.join_next().await {
+        let c = joined.context("client task panicked")??;
+        total += c.count;
+        queued += c.queued;
+    }
+    if total == 0 {
+        bail!("monolock v2: no lock cycle completed with {clients} clients");
+    }
+    let secs = win.secs();
+    let server_cpu = (s1.cpu - s0.cpu).as_secs_f64();
+    let pre = format!("throughput.c{clients}.monolock_v2");
+    m.put(&format!("{pre}.cycles_per_s"), total as f64 / secs);
+    m.put(
+        &format!("{pre}.queued_pct"),
+        queued as f64 * 100.0 / total as f64,
+    );
     m.put(
         &format!("{pre}.server_cpu_ms_per_1k"),
         server_cpu * 1e3 / (total as f64 / 1e3),

@@ -20,6 +20,7 @@ mod cycles;
 mod dead;
 mod floor;
 mod mono;
+mod mono_v2;
 mod output;
 mod plan;
 mod report;
@@ -30,6 +31,8 @@ mod sessions;
 mod setup;
 mod stats;
 mod sys;
+mod tls_claims;
+mod v2_scenarios;
 mod worker;
 
 use std::{path::PathBuf, process::ExitCode};

@@ -46,6 +46,11 @@ pub(crate) fn summary_markdown(
     if !delays.is_empty() {
         let _ = writeln!(md, "### Redis, every retry delay\n\n{delays}");
     }
+    let _ = writeln!(
+        md,
+        "### Protocol v2 against v1 and Redis\n\n{}",
+        report::v2_table(summary, &plan.throughput_clients)
+    );
     let _ = writeln!(md, "## Targets\n\n{}", report::targets_table(targets));
     if let Some(text) = report::extrapolation(summary, plan.sessions.lease) {
         let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
@@ -177,6 +182,12 @@ pub(crate) fn smoke_checks(s: &Summary, plan: &Plan, redis_ran: bool) -> Vec<Str
                 &mut problems,
             );
         }
+    }
+    for c in &plan.throughput_clients {
+        positive(
+            &format!("throughput.c{c}.monolock_v2.cycles_per_s"),
+            &mut problems,
+        );
     }
     for (label, _, _) in plan.contention_variants() {
         positive(

@@ -57,6 +57,8 @@ pub struct Plan {
     pub long_ttl: Option<Duration>,
     /// The sessions-at-scale scenario.
     pub sessions: sessions::Params,
+    /// Locks held by one process, v1 connections against one v2 session.
+    pub many_locks: usize,
 }
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -78,6 +80,7 @@ impl Plan {
                 redis_delays: vec![MS(1)],
                 dead_lease: MS(300),
                 long_ttl: None,
+                many_locks: 200,
                 sessions: sessions::Params {
                     sessions: 200,
                     workers: 2,
@@ -99,6 +102,7 @@ impl Plan {
                 redis_delays: vec![MS(1), MS(10), MS(50)],
                 dead_lease: MS(1_000),
                 long_ttl: None,
+                many_locks: 10_000,
                 sessions: sessions::Params {
                     sessions: 5_000,
                     workers: 2,
@@ -120,6 +124,7 @@ impl Plan {
                 redis_delays: vec![MS(1), MS(10), MS(50)],
                 dead_lease: MS(1_000),
                 long_ttl: Some(Duration::from_secs(30)),
+                many_locks: 10_000,
                 sessions: sessions::Params {
                     sessions: 19_000,
                     workers: 4,

@@ -700,6 +700,16 @@ fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize])
         section(
             &mut rows,
             &format!(
+                "throughput, {c} client{}, protocol v2 (a session each; RELEASE + next ACQUIRE in one write)",
+                if *c == 1 { "" } else { "s" }
+            ),
+            THROUGHPUT_FIGS,
+            |f| format!("throughput.c{c}.monolock_v2.{}", f.key),
+            |f| RedisFigure::key(format!("throughput.c{c}.redis.{}", f.key)),
+        );
+        section(
+            &mut rows,
+            &format!(
                 "connection floor, {c} client{}: accept, read, write, close; no lock",
                 if *c == 1 { "" } else { "s" }
             ),
@@ -755,6 +765,94 @@ fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize])
         |f| RedisFigure::key(format!("sessions.redis.{}", f.key)),
     );
     rows
+}
+
+/// Protocol v2 against v1 and Redis, one row per figure that has a v2
+/// counterpart (markdown): medians with [min–max] over rounds.
+pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
+    let mut t = String::from(
+        "| figure | v1 | v2 | Redis | v2 / v1 | v2 / Redis |\n|---|---|---|---|---|---|\n",
+    );
+    let mut rows: Vec<(String, String, String, Option<String>)> = Vec::new();
+    for c in throughput_clients {
+        for (label, key) in [
+            ("cycles/s", "cycles_per_s"),
+            ("server CPU µs / cycle", "server_cpu_ms_per_1k"),
+        ] {
+            let pre = format!("throughput.c{c}");
+            rows.push((
+                format!("short-lock cycles, {c} client(s): {label}"),
+                format!("{pre}.monolock.{key}"),
+                format!("{pre}.monolock_v2.{key}"),
+                Some(format!("{pre}.redis.{key}")),
+            ));
+        }
+    }
+    for key in ["acq_per_s", "server_cpu_cores"] {
+        rows.push((
+            format!("contention, one lock, no work: {key}"),
+            format!("contention.w0.monolock.{key}"),
+            format!("contention.w0.monolock_v2.{key}"),
+            None,
+        ));
+    }
+    for (label, key) in [
+        ("locks held", "locks"),
+        ("connections", "connections"),
+        ("server RSS growth (MiB)", "rss_growth_mib"),
+        ("server RSS per lock (B)", "rss_bytes_per_lock"),
+        ("heartbeats per round", "heartbeats_per_round"),
+        (
+            "server CPU per heartbeat round (µs)",
+            "heartbeat_round_server_cpu_us",
+        ),
+        (
+            "heartbeats/s at a 60 s lease",
+            "heartbeats_per_s_at_60s_lease",
+        ),
+    ] {
+        rows.push((
+            format!("many locks, one process: {label}"),
+            format!("many_locks.monolock.{key}"),
+            format!("many_locks.monolock_v2.{key}"),
+            None,
+        ));
+    }
+    for mode in ["tls", "mtls"] {
+        for (label, key) in [
+            ("claims/s", "claims_per_s"),
+            ("server CPU µs / claim", "server_cpu_us_per_claim"),
+        ] {
+            rows.push((
+                format!("one client claiming in sequence, {mode}: {label}"),
+                format!("tls_claims.{mode}.monolock.{key}"),
+                format!("tls_claims.{mode}.monolock_v2.{key}"),
+                None,
+            ));
+        }
+    }
+    let ratio = |a: Option<&Spread>, b: Option<&Spread>| match (a, b) {
+        (Some(a), Some(b)) if b.median > 0.0 => fmt_num(a.median / b.median),
+        _ => "—".to_owned(),
+    };
+    let cell = |sp: Option<&Spread>| sp.map_or("—".to_owned(), fmt_spread);
+    for (label, v1, v2, redis) in rows {
+        let (v1, v2) = (s.get(&v1), s.get(&v2));
+        if v2.is_none() {
+            continue;
+        }
+        let redis = redis.as_deref().and_then(|k| s.get(k));
+        let _ = writeln!(
+            t,
+            "| {label} | {} | {} | {} | {} | {} |",
+            cell(v1),
+            cell(v2),
+            cell(redis),
+            ratio(v2, v1),
+            ratio(v2, redis)
+        );
+    }
+    t
 }
 
 /// The main results table (markdown): medians with [min–max] over rounds.

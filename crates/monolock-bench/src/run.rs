@@ -232,6 +232,23 @@ impl Bench {
                     )
                     .await;
             }
+            if let Some(server) = self.servers.get(System::Monolock) {
+                let plan = &self.setup.plan;
+                let id = self.steps.id();
+                self.steps
+                    .step(
+                        format!("throughput, {clients} client(s), monolock protocol v2"),
+                        cycles::throughput_v2(
+                            server,
+                            id,
+                            clients,
+                            plan.warmup,
+                            plan.throughput_len,
+                            m,
+                        ),
+                    )
+                    .await;
+            }
             let pre = format!("throughput.c{clients}");
             let cpu = |series: &str| m.get(&format!("{pre}.{series}.server_cpu_ms_per_1k"));
             let ratios: Vec<(System, f64)> = match cpu("floor").filter(|f| *f > 0.0) {
@@ -246,7 +263,62 @@ impl Bench {
             }
             self.revive_monolock().await?;
         }
+        self.many_locks(m).await;
+        self.tls_claims(m).await;
         Ok(())
+    }
+
+    /// One client claiming in sequence over TLS and mTLS, v1 against v2,
+    /// each on a fresh TLS server (recorded with the throughput figures).
+    async fn tls_claims(&mut self, m: &mut Metrics) {
+        let s = &self.setup;
+        for mutual in [false, true] {
+            let id = self.steps.id();
+            let params = crate::tls_claims::Params {
+                bin: &s.mono_bin,
+                cpu: s.server_cpu,
+                logs: &s.logs,
+                mutual,
+                length: s.plan.throughput_len,
+            };
+            let what = format!(
+                "one client claiming in sequence over {}, v1 and v2",
+                if mutual { "mTLS" } else { "TLS" }
+            );
+            self.steps
+                .step(what, crate::tls_claims::run(params, id, m))
+                .await;
+        }
+    }
+
+    /// Many locks held by one process, v1 against v2, each on a fresh
+    /// server (recorded with the throughput figures).
+    async fn many_locks(&mut self, m: &mut Metrics) {
+        let s = &self.setup;
+        let locks = s.plan.many_locks;
+        for v2 in [false, true] {
+            let id = self.steps.id();
+            let step = async {
+                // One v2 session holds every lock.
+                let extra = ["--max-claims-per-session".into(), locks.to_string().into()];
+                let fresh =
+                    Server::start_monolock_with(&s.mono_bin, s.server_cpu, &s.logs, &extra).await?;
+                if v2 {
+                    crate::v2_scenarios::hold_v2(&fresh, id, locks, m).await
+                } else {
+                    crate::v2_scenarios::hold_v1(&fresh, id, locks, m).await
+                }
+            };
+            let what = format!(
+                "{locks} locks held by one process, {}",
+                if v2 {
+                    "one v2 session"
+                } else {
+                    "v1 connections"
+                }
+            );
+            self.steps.step(what, step).await;
+        }
     }
 
     /// Scenario 3, contention: every variant, monolock and every Redis retry delay.
@@ -280,6 +352,7 @@ impl Bench {
                             format!("contention, {human}, redis retry {} ms", delay.as_millis())
                         }
                     };
+                    let v2_too = sys == System::Monolock && work.is_zero();
                     if let Some(o) = self
                         .steps
                         .step(what, contention::run(server, id, &label, p, m))
@@ -292,6 +365,23 @@ impl Bench {
                             .or_default()
                             .extend(&o.handover);
                         self.chart.waits.entry(key).or_default().extend(&o.waits);
+                    }
+                    if v2_too {
+                        let id = self.steps.id();
+                        self.steps
+                            .step(
+                                format!("contention, {human}, monolock protocol v2"),
+                                crate::v2_scenarios::contention(
+                                    server,
+                                    id,
+                                    &label,
+                                    plan.contention_clients,
+                                    plan.warmup,
+                                    plan.contention_len,
+                                    m,
+                                ),
+                            )
+                            .await;
                     }
                 }
             }

@@ -62,6 +62,16 @@ pub struct Server {
 impl Server {
     /// Starts `monolock serve --listen 127.0.0.1:PORT --log-format json`.
     pub async fn start_monolock(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
+        Self::start_monolock_with(bin, cpu, log_dir, &[]).await
+    }
+
+    /// [`Server::start_monolock`] with extra flags (e.g. TLS files).
+    pub async fn start_monolock_with(
+        bin: &Path,
+        cpu: Option<usize>,
+        log_dir: &Path,
+        extra: &[std::ffi::OsString],
+    ) -> Result<Self> {
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut cmd = Command::new(bin);
@@ -70,6 +80,7 @@ impl Server {
             .arg(addr.to_string())
             .arg("--log-format")
             .arg("json");
+        cmd.args(extra);
         Self::spawn(System::Monolock, "monolock", cmd, addr, cpu, log_dir).await
     }
 

@@ -55,6 +55,11 @@ fn regressions_decode_response() {
     replay("decode_response", checks::check_responses);
 }
 
+#[test]
+fn regressions_decode_v2() {
+    replay("decode_v2", checks::check_v2);
+}
+
 /// A structured mutation of a corpus input: flip, insert, delete, splice,
 /// or overwrite a length field with an extreme value.
 fn mutate(rng: &mut StdRng, seeds: &[Vec<u8>]) -> Vec<u8> {
@@ -98,6 +103,7 @@ fn random_and_mutated_inputs() {
         "decode_request_acquire",
         "decode_request_established",
         "decode_response",
+        "decode_v2",
     ]
     .iter()
     .flat_map(|t| corpus(t).into_iter().map(|(_, b)| b))
@@ -114,6 +120,7 @@ fn random_and_mutated_inputs() {
             checks::check_requests(&input, Phase::AwaitingAcquire);
             checks::check_requests(&input, Phase::Established);
             checks::check_responses(&input);
+            checks::check_v2(&input);
         });
         assert!(
             outcome.is_ok(),

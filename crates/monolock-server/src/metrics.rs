@@ -89,6 +89,8 @@ pub struct Metrics {
     accept_errors: Counter,
     tls_handshake_errors: Counter,
     heartbeats: Counter,
+    v2_sessions_active: Gauge,
+    v2_idle_sessions_closed: Counter,
     wait: Summary,
     hold: Summary,
 }
@@ -183,6 +185,18 @@ impl Metrics {
             "HEARTBEAT frames received",
             Counter::default(),
         );
+        let v2_sessions_active = registered(
+            &mut registry,
+            "monolock_v2_sessions_active",
+            "Open protocol v2 sessions (their claims count in locks_held and waiters)",
+            Gauge::default(),
+        );
+        let v2_idle_sessions_closed = registered(
+            &mut registry,
+            "monolock_v2_idle_sessions_closed",
+            "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
+            Counter::default(),
+        );
         registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
             registry,
@@ -198,6 +212,8 @@ impl Metrics {
             accept_errors,
             tls_handshake_errors,
             heartbeats,
+            v2_sessions_active,
+            v2_idle_sessions_closed,
             wait: Summary::default(),
             hold: Summary::default(),
         }
@@ -303,6 +319,8 @@ impl Metrics {
             .set(i64::try_from(counts.locks).unwrap_or(i64::MAX));
         self.waiters
             .set(i64::try_from(counts.waiters).unwrap_or(i64::MAX));
+        self.v2_sessions_active
+            .set(i64::try_from(handle.sessions_v2()).unwrap_or(i64::MAX));
         let mut out = String::with_capacity(8 * 1024);
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
@@ -347,6 +365,9 @@ impl Observer for Metrics {
             }
             Event::Heartbeats(n) => {
                 self.heartbeats.inc_by(n);
+            }
+            Event::IdleSessionClosed => {
+                self.v2_idle_sessions_closed.inc();
             }
             Event::ErrorSent(code) => self.protocol_error(code),
             Event::Denied(_) => {

@@ -434,6 +434,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     self.out.extend_from_slice(&v2::granted_frame(claim, token));
                 }
                 self.out.extend_from_slice(&v2::released_frame(claim));
+                // The lock may have gone to another claim of this session:
+                // its GRANTED follows the RELEASED at once.
+                if let Some(end) = self.apply_changes() {
+                    return Some(end);
+                }
             }
         }
         if self.claims.is_empty() {
@@ -475,6 +480,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         if self.link.shed.swap(false, Ordering::AcqRel) && self.claims.is_empty() {
             return Some(self.idle_end());
         }
+        self.apply_changes()
+    }
+
+    /// Acts on each claim the table changed since the last look.
+    fn apply_changes(&mut self) -> Option<End> {
         std::mem::swap(&mut self.changed, &mut *self.link.changed.lock());
         let mut changed = std::mem::take(&mut self.changed);
         let mut end = None;

@@ -935,6 +935,85 @@ mod tests {
         assert_eq!(events.take(), ["kick_waiter 3"]);
     }
 
+    /// A protocol v2 session's link, its lease running an hour from now.
+    fn v2_link(table: &LockTable) -> Arc<crate::slot::SessionLink> {
+        let lease = session(table, "(v2 session)", 9);
+        Arc::new(crate::slot::SessionLink {
+            id: 1,
+            lease,
+            changed: parking_lot::Mutex::new(Vec::new()),
+            idle: std::sync::atomic::AtomicBool::new(false),
+            shed: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// A claim `id` of `link`'s session on `lock`, from port `port`.
+    fn claim(
+        link: &Arc<crate::slot::SessionLink>,
+        lock: &str,
+        port: u16,
+        id: u32,
+    ) -> Arc<SessionSlot> {
+        let info = SessionInfo {
+            lock: LockName::new(lock).expect("valid name"),
+            lease: link.lease.info.lease,
+            remote_addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            identity: Arc::from(""),
+            queued_at: SystemTime::now(),
+        };
+        Arc::new(SessionSlot::new_claim(
+            info,
+            Instant::now(),
+            Arc::clone(link),
+            id,
+        ))
+    }
+
+    /// The wheel expired a v2 session; before its task acted, a frame of
+    /// its moved the session's deadline on. Its waiting claim is still
+    /// never granted.
+    #[test]
+    fn a_claim_of_an_ending_session_is_never_granted() {
+        let (table, events, a, _w) = line(0);
+        let link = v2_link(&table);
+        let waiting = claim(&link, "l", 5, 7);
+        assert_eq!(table.acquire(&waiting), Acquired::Queued);
+        link.lease.end_from_outside(EndNotice::Expired); // the wheel
+        table.touch(&link.lease, Instant::now()); // the late frame
+        assert!(!table.end(&a, ReleaseReason::Graceful));
+        assert_eq!(waiting.granted_token(), None);
+        assert_eq!(table.counts(), TableCounts::default());
+        assert_eq!(events.take(), ["released 1 graceful", "left 5"]);
+    }
+
+    /// A claim's grant and its revocation reach its session's task as its
+    /// id, and the session's end ends every claim in one step.
+    #[test]
+    fn claims_wake_their_session_and_end_together() {
+        let (table, events) = table();
+        let link = v2_link(&table);
+        let held = claim(&link, "x", 5, 1);
+        let other = session(&table, "y", 2);
+        let waiting = claim(&link, "y", 5, 2);
+        let behind = session(&table, "x", 3);
+        assert!(matches!(table.acquire(&held), Acquired::Granted(_)));
+        assert!(matches!(table.acquire(&other), Acquired::Granted(_)));
+        assert_eq!(table.acquire_or(&waiting, false), Acquired::Busy);
+        assert_eq!(table.acquire(&waiting), Acquired::Queued);
+        assert_eq!(table.acquire(&behind), Acquired::Queued);
+        assert!(table.end(&other, ReleaseReason::Graceful));
+        assert!(waiting.granted_token().is_some());
+        assert_eq!(std::mem::take(&mut *link.changed.lock()), [2]);
+        events.take();
+        assert!(table.end_claims([&held, &waiting], ReleaseReason::Expired));
+        assert_eq!(holder(&table, "x"), Some(3));
+        assert_eq!(holder(&table, "y"), None);
+        assert_eq!(
+            events.take(),
+            ["released 5 expired", "granted 3", "released 5 expired"]
+        );
+    }
+
     #[test]
     fn close_ends_everyone_and_grants_nothing_more() {
         let (table, events, a, w) = line(1);

@@ -507,19 +507,39 @@ async fn two_claims_of_one_session_on_one_lock_queue() {
         a.acquire(2, Mode::Wait, "self").await,
         ServerFrame::Waiting { claim: 2 }
     );
-    a.send_raw(&v2::release_frame(1)).await;
-    // The push is collected with the reply in the same write; either order
-    // is allowed by the protocol only as written here.
-    let frames = [a.recv().await, a.recv().await];
+    // The GRANTED of the session's own next claim follows the RELEASED at
+    // once.
+    assert_eq!(a.release(1).await, ServerFrame::Released { claim: 1 });
+    assert!(matches!(
+        a.recv().await,
+        ServerFrame::Granted { claim: 2, .. }
+    ));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn metrics_count_sessions_and_idle_closes() {
+    let metrics = Arc::new(monolock_server::Metrics::new());
+    let server = TestServer::start_with(
+        ServerConfig::default()
+            .with_observer(metrics.clone())
+            .with_idle_timeout(Duration::from_millis(100)),
+    )
+    .await;
+    let (mut idle, _) = RawV2::open(server.addr, LEASE).await;
+    let (mut busy, _) = RawV2::open(server.addr, LEASE).await;
+    busy.acquire(1, Mode::Wait, "m").await;
+    let text = metrics.render(&server.handle);
+    assert!(text.contains("monolock_v2_sessions_active 2"), "{text}");
+    assert!(text.contains("monolock_locks_held 1"), "{text}");
+    assert_eq!(idle.expect_error().await, ErrorCode::IDLE_SESSION);
+    eventually("one session left", || server.handle.sessions_v2() == 1).await;
+    let text = metrics.render(&server.handle);
     assert!(
-        frames.contains(&ServerFrame::Released { claim: 1 }),
-        "{frames:?}"
+        text.contains("monolock_v2_idle_sessions_closed_total 1"),
+        "{text}"
     );
-    assert!(
-        frames
-            .iter()
-            .any(|f| matches!(f, ServerFrame::Granted { claim: 2, .. })),
-        "{frames:?}"
-    );
+    assert!(text.contains("monolock_v2_sessions_active 1"), "{text}");
+    assert_eq!(busy.ping().await, ServerFrame::Pong);
     server.stop().await;
 }

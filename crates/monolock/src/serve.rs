@@ -139,6 +139,15 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_STARTUP_GRACE", default_value = "0s", value_parser = parse_grace, value_name = "DURATION")]
     startup_grace: Duration,
 
+    /// Protocol v2: the most claims (held or waiting) one session may have at once; one
+    /// more ACQUIRE is refused (REFUSED 0x09) and the session lives on.
+    #[arg(long, env = "MONOLOCK_MAX_CLAIMS_PER_SESSION", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS_PER_SESSION, value_parser = clap::value_parser!(u32).range(1..), value_name = "CLAIMS")]
+    max_claims_per_session: u32,
+
+    /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03).
+    #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    idle_timeout: Duration,
+
     /// Diagnostic log level.
     #[arg(long, env = "MONOLOCK_LOG_LEVEL", default_value = "info", value_enum)]
     log_level: LogLevel,
@@ -211,6 +220,8 @@ struct Settings {
     io_timeout: Duration,
     token_floor: Option<PathBuf>,
     startup_grace: Duration,
+    max_claims_per_session: u32,
+    idle_timeout: Duration,
 }
 
 /// A value given as empty (flag or environment variable) means "off".
@@ -293,6 +304,8 @@ impl Settings {
             io_timeout: args.io_timeout,
             token_floor: path(args.token_floor),
             startup_grace: args.startup_grace,
+            max_claims_per_session: args.max_claims_per_session,
+            idle_timeout: args.idle_timeout,
         })
     }
 }
@@ -417,7 +430,9 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     } = loaded;
     let mut config = ServerConfig::default()
         .with_io_timeout(settings.io_timeout)
-        .with_startup_grace(settings.startup_grace);
+        .with_startup_grace(settings.startup_grace)
+        .with_max_claims_per_session(settings.max_claims_per_session)
+        .with_idle_timeout(settings.idle_timeout);
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
     }
