@@ -11,7 +11,21 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::{Params, State, Step};
+use crate::model::{Params, Step};
+
+/// A transition system the search explores: the protocol of version 1
+/// (`model::State`) or of version 2 (`sessions::State`).
+pub(crate) trait Model: Sized {
+    /// The state at tick 0.
+    fn initial(params: &Params) -> Self;
+    /// A 64-bit fingerprint, equal for states that differ only by a
+    /// renaming of identical clients.
+    fn fingerprint(&self) -> u64;
+    /// The first rule this state breaks, if any.
+    fn violation(&self, params: &Params) -> Option<String>;
+    /// Every state one step away.
+    fn successors(&self, params: &Params, out: &mut Vec<(Step, Self)>);
+}
 
 /// What the search covered.
 #[derive(Clone, Copy, Debug, Default)]
@@ -64,9 +78,18 @@ impl Hasher for Identity {
     }
 }
 
-/// Explores every interleaving of `params` up to its horizon.
+/// Explores every interleaving of `params` up to its horizon: the model of
+/// protocol version 1, or of version 2 when `params.protocol` is 2.
 pub fn check(params: &Params) -> Outcome {
-    let initial = State::initial(params);
+    if params.protocol == 2 {
+        search::<crate::sessions::State>(params)
+    } else {
+        search::<crate::model::State>(params)
+    }
+}
+
+fn search<M: Model>(params: &Params) -> Outcome {
+    let initial = M::initial(params);
     let mut seen: HashSet<u64, BuildHasherDefault<Identity>> = HashSet::default();
     // Each visited state's predecessor (index here) and the step from it,
     // for the counterexample: 24 bytes a state.

@@ -18,13 +18,22 @@
 //! flight), client pauses (no I/O while the clock runs), server restarts
 //! (the process: clients see their connections reset; or the machine: they
 //! see nothing) with today's token rule, and client clocks that run slow by
-//! up to `drift`, and uplinks that may stall for good. See docs/safety.md
-//! for the mapping to the code and for the checker's reductions.
+//! up to `drift`, and uplinks that may stall for good.
+//!
+//! With `Params::protocol` 2, the model of protocol version 2 instead
+//! (`sessions.rs`): two or three sessions, each carrying up to two claims
+//! on one or two locks, RELEASE and its RELEASED ("handed on"), a RELEASE
+//! crossing a GRANTED, an administrator's REVOKED of one claim, and
+//! sessions ending by close or lease expiry with claims held and waiting.
+//! See docs/safety.md for the mapping to the code and for the checker's
+//! reductions.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod check;
 mod model;
+mod sessions;
 
 pub use check::{Outcome, Stats, check};
-pub use model::{Params, Variant};
+pub use model::{Params, Step, Variant};
+pub use sessions::{Answer, Frame};

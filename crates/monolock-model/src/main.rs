@@ -5,47 +5,80 @@
 //! monolock-model                                  # shipped + the 3 mistakes
 //! monolock-model --lease 16 --horizon 40 --margins
 //! monolock-model --clients 3 --lease 12 --horizon 16 --only-shipped
+//! monolock-model --protocol 2                     # v2: shipped + its 4 mistakes
 //! ```
 
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use monolock_model::{Outcome, Params, Variant, check};
+use monolock_model::{Outcome, Params, Step, Variant, check};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Exhaustive check of the monolock protocol model")]
+#[command(
+    version,
+    about = "Exhaustive check of the monolock protocol model",
+    after_help = "Protocol version 2 (--protocol 2): sessions carrying many claims. \
+--clients is then the number of sessions, --acquires the ACQUIREs each session \
+may write, --claims the claims it may have in use at once, --locks the locks \
+they choose from; --revokes and --closes bound the administrator's acts and the \
+closes of sessions with claims in use. The defaults change with the protocol \
+(shown as v1 / v2). Its mistakes: ReleasedBeforeHandOn, ClaimOutlivesSession, \
+GrantedConfirmsPing, GrantedAfterRelease. Restarts are modelled for version 1 only.\n\n\
+  monolock-model --protocol 2                      # shipped + the 4 v2 mistakes, CI bounds\n\
+  monolock-model --protocol 2 --only-shipped --lease 8 --horizon 10\n\
+  monolock-model --protocol 2 --mistake GrantedConfirmsPing"
+)]
 struct Args {
-    /// Lease, in ticks.
-    #[arg(long, default_value_t = Params::small().lease)]
-    lease: u32,
-    /// Most ticks a message is in flight.
-    #[arg(long, default_value_t = Params::small().max_delay)]
-    max_delay: u32,
-    /// Ticks explored.
-    #[arg(long, default_value_t = Params::small().horizon)]
-    horizon: u32,
-    /// Clients (2 or 3).
-    #[arg(long, default_value_t = Params::small().clients, value_parser = clap::value_parser!(u8).range(1..=3))]
-    clients: u8,
-    /// Pauses per client.
-    #[arg(long, default_value_t = Params::small().pauses)]
-    pauses: u8,
-    /// Server restarts.
-    #[arg(long, default_value_t = Params::small().restarts)]
-    restarts: u8,
-    /// Uplinks that may stall for good (over all clients).
-    #[arg(long, default_value_t = Params::small().stalls)]
-    stalls: u8,
-    /// Acquires per client.
-    #[arg(long, default_value_t = Params::small().acquires)]
-    acquires: u8,
-    /// Abandon fraction, in thousandths of the lease.
-    #[arg(long, default_value_t = Params::small().fraction)]
-    fraction: u32,
-    /// Client clock drift, in thousandths (its deadline falls this much later).
-    #[arg(long, default_value_t = Params::small().drift)]
-    drift: u32,
+    /// The protocol version modelled: 1 (a connection is a claim) or 2
+    /// (sessions carrying many claims).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    protocol: u8,
+    /// Lease, in ticks [default: 5 / 4].
+    #[arg(long)]
+    lease: Option<u32>,
+    /// Most ticks a message is in flight [default: 1 / 0].
+    #[arg(long)]
+    max_delay: Option<u32>,
+    /// Ticks explored [default: 10 / 5].
+    #[arg(long)]
+    horizon: Option<u32>,
+    /// Clients (v2: sessions), 1 to 3 [default: 2].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=3))]
+    clients: Option<u8>,
+    /// Pauses per client [default: 1 / 0].
+    #[arg(long)]
+    pauses: Option<u8>,
+    /// Server restarts (v1 only) [default: 0].
+    #[arg(long)]
+    restarts: Option<u8>,
+    /// Uplinks that may stall for good (over all clients) [default: 0 / 1].
+    #[arg(long)]
+    stalls: Option<u8>,
+    /// Acquires per client (v2: ACQUIRE frames per session) [default: 1 / 2].
+    #[arg(long)]
+    acquires: Option<u8>,
+    /// v2: claims a session may have in use at once, 1 or 2 [default: 2].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    claims: Option<u8>,
+    /// v2: locks, 1 or 2 [default: 1].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    locks: Option<u8>,
+    /// v2: administrator acts, force-release or kick of one claim (over all
+    /// sessions) [default: 1].
+    #[arg(long)]
+    revokes: Option<u8>,
+    /// v2: closes of a session with claims in use (over all sessions)
+    /// [default: 1].
+    #[arg(long)]
+    closes: Option<u8>,
+    /// Abandon fraction, in thousandths of the lease [default: 800].
+    #[arg(long)]
+    fraction: Option<u32>,
+    /// Client clock drift, in thousandths (its deadline falls this much
+    /// later) [default: 0].
+    #[arg(long)]
+    drift: Option<u32>,
     /// Check only this known mistake (the variant's name).
     #[arg(long)]
     mistake: Option<String>,
@@ -56,6 +89,36 @@ struct Args {
     /// largest safe clock drift (at f = 0.8), by bisection in thousandths.
     #[arg(long)]
     margins: bool,
+}
+
+impl Args {
+    /// The preset of the protocol, with the flags given.
+    fn params(&self) -> Params {
+        let preset = if self.protocol == 2 {
+            Params::sessions()
+        } else {
+            Params::small()
+        };
+        let lease = self.lease.unwrap_or(preset.lease);
+        Params {
+            lease,
+            second: lease,
+            max_delay: self.max_delay.unwrap_or(preset.max_delay),
+            horizon: self.horizon.unwrap_or(preset.horizon),
+            clients: self.clients.unwrap_or(preset.clients),
+            pauses: self.pauses.unwrap_or(preset.pauses),
+            restarts: self.restarts.unwrap_or(preset.restarts),
+            stalls: self.stalls.unwrap_or(preset.stalls),
+            acquires: self.acquires.unwrap_or(preset.acquires),
+            claims: self.claims.unwrap_or(preset.claims),
+            locks: self.locks.unwrap_or(preset.locks),
+            revokes: self.revokes.unwrap_or(preset.revokes),
+            closes: self.closes.unwrap_or(preset.closes),
+            fraction: self.fraction.unwrap_or(preset.fraction),
+            drift: self.drift.unwrap_or(preset.drift),
+            ..preset
+        }
+    }
 }
 
 fn run(label: &str, params: &Params) -> bool {
@@ -72,8 +135,19 @@ fn run(label: &str, params: &Params) -> bool {
                 "{label}: BROKEN after {} states ({secs:.1} s): {what}",
                 stats.states
             );
-            let steps: Vec<String> = path.iter().map(ToString::to_string).collect();
-            println!("  path: {}", steps.join(", "));
+            // One line a tick: its steps in order.
+            let mut tick = 0;
+            let mut line: Vec<String> = Vec::new();
+            for step in path {
+                if matches!(step, Step::Tick) {
+                    println!("  t={tick}: {}", line.join("; "));
+                    line.clear();
+                    tick += 1;
+                } else {
+                    line.push(step.to_string());
+                }
+            }
+            println!("  t={tick}: {}", line.join("; "));
         }
     }
     outcome.holds()
@@ -98,36 +172,46 @@ fn bisect(mut safe: u32, mut broken: u32, holds: impl Fn(u32) -> bool) -> u32 {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let base = Params {
-        lease: args.lease,
-        max_delay: args.max_delay,
-        horizon: args.horizon,
-        clients: args.clients,
-        pauses: args.pauses,
-        restarts: args.restarts,
-        stalls: args.stalls,
-        fraction: args.fraction,
-        drift: args.drift,
-        acquires: args.acquires,
-        second: args.lease,
-        ..Params::small()
-    };
+    if args.protocol == 2 && args.restarts.is_some_and(|r| r > 0) {
+        eprintln!(
+            "monolock-model: --restarts: the version 2 model has no restarts \
+             (tokens across restarts are checked with --protocol 1); drop the flag"
+        );
+        return ExitCode::from(64);
+    }
+    let base = args.params();
     println!(
         "lease {} ticks (a tick is {:.1} % of the lease), heartbeat every {} to {} ticks, \
-         delays up to {} ticks, {} clients, horizon {} ticks",
+         delays up to {} ticks, {} clients, horizon {} ticks{}",
         base.lease,
         100.0 / f64::from(base.lease),
         base.floor(),
         base.base(),
         base.max_delay,
         base.clients,
-        base.horizon
+        base.horizon,
+        if base.protocol == 2 {
+            format!(
+                "; protocol 2: {} claims in use and {} ACQUIREs per session, {} lock(s), \
+                 {} revoke(s), {} close(s), {} stall(s), {} pause(s) each",
+                base.claims,
+                base.acquires,
+                base.locks,
+                base.revokes,
+                base.closes,
+                base.stalls,
+                base.pauses
+            )
+        } else {
+            String::new()
+        }
     );
     if let Some(name) = &args.mistake {
-        let Some(variant) = Variant::ALL.into_iter().find(|v| format!("{v:?}") == *name) else {
+        let mistakes = Variant::mistakes(base.protocol);
+        let Some(&variant) = mistakes.iter().find(|v| format!("{v:?}") == *name) else {
             eprintln!(
-                "monolock-model: --mistake: unknown {name:?} (one of {:?})",
-                Variant::ALL
+                "monolock-model: --mistake: unknown {name:?} for protocol {} (one of {mistakes:?})",
+                base.protocol
             );
             return ExitCode::from(64);
         };
@@ -154,7 +238,7 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    for variant in Variant::ALL {
+    for &variant in Variant::mistakes(base.protocol) {
         run(&format!("{variant:?}"), &Params { variant, ..base });
     }
     if args.margins {

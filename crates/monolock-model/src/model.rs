@@ -3,6 +3,9 @@
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
+use crate::check::Model;
+use crate::sessions::{Answer, Frame};
+
 /// A known mistake the model can be switched to, to show the checker finds
 /// what the simulation finds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,15 +18,45 @@ pub enum Variant {
     DeadlineFromReceive,
     /// Promotion does not skip a waiter whose lease ran out.
     PromoteExpiredWaiter,
+    /// Version 2: the server writes RELEASED before the lock table has
+    /// released the claim and handed the lock on (a separate, later step).
+    ReleasedBeforeHandOn,
+    /// Version 2: a session's end leaves its waiting claims in their queues,
+    /// and promotion grants them.
+    ClaimOutlivesSession,
+    /// Version 2: the client counts a GRANTED push as the reply to its PING
+    /// in flight, and moves its session deadline.
+    GrantedConfirmsPing,
+    /// Version 2: a GRANTED read after the claim's RELEASE was written (the
+    /// RELEASE crossed the push) makes the client believe it holds the
+    /// claim, until RELEASED arrives.
+    GrantedAfterRelease,
 }
 
 impl Variant {
-    /// The known mistakes.
+    /// The known mistakes of the version 1 model.
     pub const ALL: [Self; 3] = [
         Self::PushConfirmsHeartbeat,
         Self::DeadlineFromReceive,
         Self::PromoteExpiredWaiter,
     ];
+
+    /// The known mistakes of the version 2 model.
+    pub const SESSIONS: [Self; 4] = [
+        Self::ReleasedBeforeHandOn,
+        Self::ClaimOutlivesSession,
+        Self::GrantedConfirmsPing,
+        Self::GrantedAfterRelease,
+    ];
+
+    /// The known mistakes of the model of protocol version `protocol`.
+    pub fn mistakes(protocol: u8) -> &'static [Self] {
+        if protocol == 2 {
+            &Self::SESSIONS
+        } else {
+            &Self::ALL
+        }
+    }
 }
 
 /// The model's parameters, in ticks and thousandths.
@@ -55,6 +88,19 @@ pub struct Params {
     pub second: u32,
     /// Correct, or a known mistake.
     pub variant: Variant,
+    /// The protocol version modelled: 1 (a connection is a claim) or 2
+    /// (sessions carrying many claims).
+    pub protocol: u8,
+    /// Version 2: claims each session may have in use at once (1 or 2).
+    pub claims: u8,
+    /// Version 2: locks the claims choose from (1 or 2).
+    pub locks: u8,
+    /// Version 2: administrator acts (force-release of a held claim, kick
+    /// of a waiting one), over all sessions.
+    pub revokes: u8,
+    /// Version 2: sessions a client may close with claims in use, over all
+    /// sessions.
+    pub closes: u8,
 }
 
 impl Params {
@@ -76,6 +122,30 @@ impl Params {
             acquires: 1,
             second: 5,
             variant: Variant::Correct,
+            protocol: 1,
+            claims: 2,
+            locks: 1,
+            revokes: 1,
+            closes: 1,
+        }
+    }
+
+    /// The version 2 bounds of CI and of `monolock-model --protocol 2`:
+    /// two sessions on one lock, lease 4 ticks, every message read within
+    /// the tick it is written (`max_delay` 0), horizon 5 ticks, two claims
+    /// in use and two ACQUIREs per session, one administrator act, one
+    /// close, one stalled uplink, no pause.
+    pub const fn sessions() -> Self {
+        Self {
+            lease: 4,
+            second: 4,
+            max_delay: 0,
+            horizon: 5,
+            pauses: 0,
+            stalls: 1,
+            acquires: 2,
+            protocol: 2,
+            ..Self::small()
         }
     }
 
@@ -219,6 +289,38 @@ pub enum Step {
     },
     /// One tick passed.
     Tick,
+    /// Version 2: a client wrote a frame.
+    Sends {
+        /// The client.
+        client: usize,
+        /// What it wrote.
+        frame: Frame,
+    },
+    /// Version 2: the server read a client's next frame.
+    Takes {
+        /// The client.
+        client: usize,
+        /// What the server read.
+        frame: Frame,
+    },
+    /// Version 2: a client read the server's next frame.
+    Reads {
+        /// The client.
+        client: usize,
+        /// What it read.
+        answer: Answer,
+    },
+    /// Version 2: an administrator force-released (held) or kicked
+    /// (waiting) one claim.
+    Revoke {
+        /// The client whose session has the claim.
+        client: usize,
+        /// The claim id.
+        claim: u8,
+    },
+    /// Version 2, the mistake `ReleasedBeforeHandOn` only: the table
+    /// releases a claim whose RELEASED was already written.
+    HandOn,
 }
 
 impl fmt::Display for Step {
@@ -232,12 +334,19 @@ impl fmt::Display for Step {
             Self::Stall(c) => write!(f, "c{c}'s uplink stalls"),
             Self::Restart { machine } => write!(f, "server restarts (machine: {machine})"),
             Self::Tick => write!(f, "tick"),
+            Self::Sends { client, frame } => write!(f, "c{client} sends {frame}"),
+            Self::Takes { client, frame } => write!(f, "server reads {frame} from c{client}"),
+            Self::Reads { client, answer } => write!(f, "c{client} reads {answer}"),
+            Self::Revoke { client, claim } => {
+                write!(f, "administrator revokes c{client}'s claim {claim}")
+            }
+            Self::HandOn => write!(f, "server's table releases and hands on"),
         }
     }
 }
 
-impl State {
-    pub(crate) fn initial(p: &Params) -> Self {
+impl Model for State {
+    fn initial(p: &Params) -> Self {
         let client = Client {
             phase: Phase::Idle,
             conn: 0,
@@ -269,21 +378,8 @@ impl State {
         }
     }
 
-    /// Whether client `c` believes it holds the lock now (`is_held()`: the
-    /// clock is read against the deadline, so a paused client believes
-    /// only until its deadline too).
-    pub(crate) fn believes(&self, p: &Params, c: usize) -> Option<(u32, u8)> {
-        let client = &self.clients[c];
-        match client.phase {
-            Phase::Held { token, process } if self.now < client.confirmed + p.abandon_after() => {
-                Some((token, process))
-            }
-            _ => None,
-        }
-    }
-
     /// The first rule this state breaks, if any.
-    pub(crate) fn violation(&self, p: &Params) -> Option<String> {
+    fn violation(&self, p: &Params) -> Option<String> {
         if let Some(broken) = self.broken {
             return Some(broken.to_owned());
         }
@@ -311,7 +407,7 @@ impl State {
     /// clients are sorted (each with its server session) and the queue and
     /// holder renamed before hashing: states that differ only by a
     /// renaming share one fingerprint, and the search visits one of them.
-    pub(crate) fn fingerprint(&self) -> u64 {
+    fn fingerprint(&self) -> u64 {
         let n = self.clients.len();
         let mut order: Vec<usize> = (0..n).collect();
         order.sort_by(|&a, &b| {
@@ -348,7 +444,7 @@ impl State {
     }
 
     /// Every state one step away.
-    pub(crate) fn successors(&self, p: &Params, out: &mut Vec<(Step, State)>) {
+    fn successors(&self, p: &Params, out: &mut Vec<(Step, Self)>) {
         for c in 0..self.clients.len() {
             if !self.clients[c].up.is_empty() && !self.clients[c].stalled {
                 let mut next = self.clone();
@@ -397,6 +493,21 @@ impl State {
             let mut next = self.clone();
             next.tick(p);
             out.push((Step::Tick, next));
+        }
+    }
+}
+
+impl State {
+    /// Whether client `c` believes it holds the lock now (`is_held()`: the
+    /// clock is read against the deadline, so a paused client believes
+    /// only until its deadline too).
+    pub(crate) fn believes(&self, p: &Params, c: usize) -> Option<(u32, u8)> {
+        let client = &self.clients[c];
+        match client.phase {
+            Phase::Held { token, process } if self.now < client.confirmed + p.abandon_after() => {
+                Some((token, process))
+            }
+            _ => None,
         }
     }
 

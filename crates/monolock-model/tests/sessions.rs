@@ -1,0 +1,86 @@
+//! The model of protocol version 2 (sessions carrying many claims), checked
+//! exhaustively at the small bounds CI affords.
+
+use monolock_model::{Outcome, Params, Variant, check};
+
+/// Two sessions on one lock, lease 4 ticks, messages read within the tick
+/// they are written, horizon 5 ticks; two claims in use and two ACQUIREs
+/// per session, one administrator act, one close, one stalled uplink.
+fn small() -> Params {
+    Params::sessions()
+}
+
+/// The checker finds a counterexample with `variant`; the protocol as
+/// shipped holds at the same bounds
+/// (`the_v2_protocol_as_shipped_holds_at_small_bounds`).
+fn caught(variant: Variant) -> String {
+    match check(&Params { variant, ..small() }) {
+        Outcome::Broken { what, path, .. } => {
+            assert!(!path.is_empty(), "{variant:?}: empty counterexample");
+            what
+        }
+        outcome => panic!("{variant:?} not found: {outcome:?}"),
+    }
+}
+
+#[test]
+fn the_v2_protocol_as_shipped_holds_at_small_bounds() {
+    let outcome = check(&small());
+    assert!(outcome.holds(), "{outcome:?}");
+}
+
+#[test]
+fn released_written_before_the_table_hands_on_is_caught() {
+    let what = caught(Variant::ReleasedBeforeHandOn);
+    assert!(what.contains("RELEASED read while the table"), "{what}");
+}
+
+#[test]
+fn a_waiting_claim_outliving_its_session_is_caught() {
+    let what = caught(Variant::ClaimOutlivesSession);
+    assert!(what.contains("after its session ended"), "{what}");
+}
+
+#[test]
+fn a_granted_push_counted_as_the_ping_reply_is_caught() {
+    // The waiter's uplink stalls with a PING in flight; the GRANTED moves
+    // its deadline past its lease, and the lock goes on to the other
+    // session's second claim while it still believes.
+    let what = caught(Variant::GrantedConfirmsPing);
+    assert!(what.contains("believe they hold"), "{what}");
+}
+
+#[test]
+fn a_granted_read_after_writing_release_is_not_a_hold() {
+    // A RELEASE crosses the GRANTED: believing the push hands the lock to
+    // two sessions at once.
+    let what = caught(Variant::GrantedAfterRelease);
+    assert!(what.contains("believe they hold"), "{what}");
+}
+
+#[test]
+fn two_locks_keep_exclusion_at_small_bounds() {
+    let params = Params {
+        locks: 2,
+        revokes: 0,
+        closes: 0,
+        stalls: 0,
+        ..small()
+    };
+    let outcome = check(&params);
+    assert!(outcome.holds(), "{outcome:?}");
+}
+
+#[test]
+fn messages_in_flight_across_ticks_keep_exclusion_at_small_bounds() {
+    let params = Params {
+        max_delay: 1,
+        horizon: 3,
+        revokes: 0,
+        closes: 0,
+        stalls: 0,
+        ..small()
+    };
+    let outcome = check(&params);
+    assert!(outcome.holds(), "{outcome:?}");
+}
