@@ -33,6 +33,7 @@ pub(crate) mod listen;
 pub(crate) mod server;
 pub(crate) mod session;
 pub(crate) mod session_v2;
+pub(crate) mod shared;
 pub(crate) mod slot;
 pub(crate) mod table;
 pub(crate) mod tls;

@@ -1,14 +1,11 @@
-//! The accept loop, the server's shared state and its control handle.
+//! The accept loop and the server's control handle; the state they share
+//! with every connection is in `shared.rs`.
 
 use std::{
-    collections::HashMap,
     future::Future,
     io,
     net::SocketAddr,
-    sync::{
-        Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
-    },
+    sync::{Arc, atomic::Ordering},
     time::Duration,
 };
 
@@ -18,63 +15,24 @@ use tokio::{
     time::{Instant, timeout_at},
 };
 use tokio_rustls::TlsAcceptor;
-use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
     core::events::Event,
-    core::grace::{GraceStatus, StartupGrace},
+    core::grace::GraceStatus,
     core::session,
-    core::slot::{EndNotice, SessionLink, deadline_after},
-    core::table::{
-        AdminRefused, HolderSnapshot, LockSnapshot, LockTable, TableCounts, WaiterSnapshot,
-    },
+    core::shared::Shared,
+    core::slot::{EndNotice, deadline_after},
+    core::table::{AdminRefused, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot},
     core::tls::identity_of_certificate,
-    core::token::TokenIssuer,
 };
 
 /// First pause after a failed `accept` (e.g. EMFILE); doubles up to the cap.
 pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 /// Longest pause between `accept` retries.
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
-
-/// State shared by the accept loop, every connection and the handle.
-pub(crate) struct Shared {
-    pub(crate) config: ServerConfig,
-    pub(crate) table: LockTable,
-    /// Holds grants back for `--startup-grace` after start.
-    pub(crate) grace: StartupGrace,
-    pub(crate) shutdown: CancellationToken,
-    connections: AtomicUsize,
-    started: std::time::Instant,
-    /// Shared by every plaintext connection, so they allocate no identity.
-    no_identity: Arc<str>,
-    /// The next version 2 session's id (ids start at 1).
-    pub(crate) next_session_id: AtomicU64,
-    /// Every open version 2 session, by id: for shutdown, for closing idle
-    /// sessions when descriptors run out, and for counts. Touched once at
-    /// a session's open and once at its end, never per claim.
-    pub(crate) sessions: parking_lot::Mutex<HashMap<u64, Arc<SessionLink>>>,
-}
-
-impl Shared {
-    /// Asks every idle version 2 session to close (ERROR 0x03); returns how
-    /// many were asked. A session that has a claim by the time it looks
-    /// stays open.
-    pub(crate) fn shed_idle_sessions(&self) -> usize {
-        let sessions = self.sessions.lock();
-        let mut asked = 0;
-        for link in sessions.values() {
-            if link.idle.load(Ordering::Acquire) {
-                link.shed.store(true, Ordering::Release);
-                link.lease.notify.notify_one();
-                asked += 1;
-            }
-        }
-        asked
-    }
-}
 
 /// A lock server: build it, take a [`ServerHandle`], then [`Server::run`] it.
 ///
@@ -99,25 +57,8 @@ pub struct Server {
 impl Server {
     /// A server with this configuration, not yet listening.
     pub fn new(config: ServerConfig) -> Self {
-        let tokens = TokenIssuer::new(&*config.wall_clock, config.token_floor.clone());
-        let table = LockTable::new(
-            Arc::clone(&config.wall_clock),
-            Arc::clone(&config.observer),
-            tokens,
-        );
-        let grace = StartupGrace::new(config.startup_grace, Instant::now());
         Self {
-            shared: Arc::new(Shared {
-                config,
-                table,
-                grace,
-                shutdown: CancellationToken::new(),
-                connections: AtomicUsize::new(0),
-                started: std::time::Instant::now(),
-                no_identity: Arc::from(""),
-                next_session_id: AtomicU64::new(1),
-                sessions: parking_lot::Mutex::new(HashMap::new()),
-            }),
+            shared: Arc::new(Shared::new(config)),
         }
     }
 

@@ -27,7 +27,7 @@ use tracing::debug;
 use crate::{
     core::config::ERROR_DRAIN_TIMEOUT,
     core::events::{Event, ReleaseReason, SessionInfo},
-    core::server::Shared,
+    core::shared::Shared,
     core::slot::{EndNotice, SessionSlot, deadline_after},
     core::table::Acquired,
 };

@@ -1,0 +1,81 @@
+//! The state the accept loop, every connection and the handle share: the
+//! configuration, the lock table, the startup grace, the shutdown signal,
+//! the counts, and the open version 2 sessions. Its own module so that the
+//! server and the session code both depend on it, not on each other.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+};
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    ServerConfig, core::grace::StartupGrace, core::slot::SessionLink, core::table::LockTable,
+    core::token::TokenIssuer,
+};
+
+/// State shared by the accept loop, every connection and the handle.
+pub(crate) struct Shared {
+    pub(crate) config: ServerConfig,
+    pub(crate) table: LockTable,
+    /// Holds grants back for `--startup-grace` after start.
+    pub(crate) grace: StartupGrace,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) connections: AtomicUsize,
+    pub(crate) started: std::time::Instant,
+    /// Shared by every plaintext connection, so they allocate no identity.
+    pub(crate) no_identity: Arc<str>,
+    /// The next version 2 session's id (ids start at 1).
+    pub(crate) next_session_id: AtomicU64,
+    /// Every open version 2 session, by id: for shutdown, for closing idle
+    /// sessions when descriptors run out, and for counts. Touched once at
+    /// a session's open and once at its end, never per claim.
+    pub(crate) sessions: parking_lot::Mutex<HashMap<u64, Arc<SessionLink>>>,
+}
+
+impl Shared {
+    /// The state of a server with this configuration: an empty table whose
+    /// tokens start above any earlier process's, and the startup grace
+    /// counted from now.
+    pub(crate) fn new(config: ServerConfig) -> Self {
+        let tokens = TokenIssuer::new(&*config.wall_clock, config.token_floor.clone());
+        let table = LockTable::new(
+            Arc::clone(&config.wall_clock),
+            Arc::clone(&config.observer),
+            tokens,
+        );
+        let grace = StartupGrace::new(config.startup_grace, Instant::now());
+        Self {
+            config,
+            table,
+            grace,
+            shutdown: CancellationToken::new(),
+            connections: AtomicUsize::new(0),
+            started: std::time::Instant::now(),
+            no_identity: Arc::from(""),
+            next_session_id: AtomicU64::new(1),
+            sessions: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Asks every idle version 2 session to close (ERROR 0x03); returns how
+    /// many were asked. A session that has a claim by the time it looks
+    /// stays open.
+    pub(crate) fn shed_idle_sessions(&self) -> usize {
+        let sessions = self.sessions.lock();
+        let mut asked = 0;
+        for link in sessions.values() {
+            if link.idle.load(Ordering::Acquire) {
+                link.shed.store(true, Ordering::Release);
+                link.lease.notify.notify_one();
+                asked += 1;
+            }
+        }
+        asked
+    }
+}
