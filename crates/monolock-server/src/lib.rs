@@ -75,7 +75,7 @@ pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenF
 pub use crate::ops::admin_auth::{AdminToken, AdminTokenError};
 pub use crate::ops::audit::{
     AUDIT_BLOCK_MAX, AUDIT_QUEUE_CAPACITY, AUDIT_STOP_TIMEOUT, AuditError, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, rfc3339,
+    AuditOverflow, AuditTarget,
 };
 pub use crate::ops::https::{HANDSHAKE_TIMEOUT, TlsListener};
 pub use crate::ops::live::{
@@ -85,6 +85,7 @@ pub use crate::ops::live::{
 pub use crate::ops::metrics::{
     METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
 };
+pub use crate::ops::record::rfc3339;
 pub use crate::ops::reload::{ReloadReport, Reloader};
 pub use crate::ops::service::{EVENT_FLUSH_PATIENCE, Listeners, Service};
 pub use crate::ops::web_guard::{

@@ -58,7 +58,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::{Event, Glob, Observer, ops::audit::Fact};
+use crate::{Event, Glob, Observer, ops::record::Fact};
 
 /// How often an idle stream sends a `: keep-alive` comment, so proxies and
 /// load balancers do not close it and a dead peer is noticed.
