@@ -56,6 +56,7 @@ pub mod ops;
 pub use crate::ops::admin;
 
 pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
+pub use crate::core::clock::{SystemWallClock, WallClock};
 pub use crate::core::config::{Authorizer, DEFAULT_IO_TIMEOUT, ERROR_DRAIN_TIMEOUT, ServerConfig};
 pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
@@ -70,7 +71,6 @@ pub use crate::core::table::{
     AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot,
 };
 pub use crate::core::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
-pub use crate::core::token::{SystemWallClock, WallClock};
 pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
 pub use crate::ops::admin_auth::{AdminToken, AdminTokenError};
 pub use crate::ops::audit::{
