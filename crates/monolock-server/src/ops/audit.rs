@@ -142,8 +142,7 @@ pub enum AuditOverflow {
     /// lock service stays available while a log shipper is down).
     #[default]
     Drop,
-    /// Wait for room, at most [`AUDIT_BLOCK_MAX`] per event, and drop only
-    /// then. While it waits, every grant, release and ACQUIRE waits with it
+    /// Wait for room, at most 250 ms per event, and drop only then. While it waits, every grant, release and ACQUIRE waits with it
     /// (the lock table is held); heartbeats do not. For a sink that is slow
     /// rather than gone, when losing lines costs more than slower grants.
     Block,

@@ -289,7 +289,7 @@ impl EventHub {
     }
 
     /// This hub with at most `limit` events (at least 1) waiting for the
-    /// dispatcher (default [`MAX_PENDING_EVENTS`]).
+    /// dispatcher (default 65,536).
     #[must_use]
     pub fn with_pending_limit(mut self, limit: usize) -> Self {
         self.max_pending = limit.max(1);
@@ -343,7 +343,8 @@ impl EventHub {
     /// Resolves once every event observed before the call has been offered
     /// to the subscribers (it is then in their buffers, or they were cut
     /// off), or after `patience` (a dispatcher starved of CPU). At most one
-    /// [`FLUSH_INTERVAL`] later than the batch would have been sent anyway.
+    /// [flush interval](Batching::flush_interval) later than the batch would
+    /// have been sent anyway.
     ///
     /// The shutdown calls it after the last session has ended and before
     /// the admin listener ends the streams, so a subscriber sees the end of
@@ -361,8 +362,8 @@ impl EventHub {
 
 impl Observer for EventHub {
     /// One atomic load without subscribers; else one push onto the inbox,
-    /// or, with [`MAX_PENDING_EVENTS`] already waiting, a dropped event
-    /// that cuts every subscriber off.
+    /// or, with the [pending limit](EventHub::with_pending_limit) already
+    /// waiting, a dropped event that cuts every subscriber off.
     fn observe(&self, event: &Event<'_>) {
         if self.subscribers.load(Ordering::Acquire) == 0 {
             return;
