@@ -25,7 +25,8 @@
 //! waiting. A subscriber whose buffer is full (a stalled browser tab, a
 //! paused terminal) is cut off: its stream ends with a `lagged` event, and
 //! a reconnect gets a fresh snapshot. Neither many subscribers nor a
-//! stalled one slow a grant.
+//! stalled one slow a grant (BENCHMARKS.md, "Live event subscribers", has
+//! the figures).
 //!
 //! At shutdown, [`EventHub::flush`] sends what the dispatcher has gathered
 //! once the last session has ended, and each stream sends what it has
@@ -68,8 +69,8 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 /// at high churn, one write per subscriber per interval instead of one per
 /// event, which is most of what many subscribers cost. 20 ms is below what
 /// a person watching the page can tell apart; where the admin thread must
-/// share the protocol path's only core, 5 ms batches cost that path about
-/// half as much again as 20 ms ones (BENCHMARKS.md, live event subscribers).
+/// share the protocol path's only core, shorter batches cost that path
+/// more (BENCHMARKS.md, "Live event subscribers", has the figures).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Events observed but not yet taken by the dispatcher, at most. Beyond
