@@ -23,14 +23,13 @@ pub(crate) struct ChartData {
     pub(crate) waits: std::collections::BTreeMap<(String, String), Samples>,
 }
 
-/// The markdown summary: results, Redis delays, targets, extrapolation,
-/// plan, notes.
+/// The markdown summary: results, Redis delays, extrapolation, plan,
+/// notes.
 pub(crate) fn summary_markdown(
     summary: &Summary,
     ctx: &TargetContext<'_>,
     plan: &Plan,
     redis_ran: bool,
-    targets: &[report::TargetResult],
     meta: &serde_json::Value,
     errors: &[String],
 ) -> String {
@@ -46,7 +45,6 @@ pub(crate) fn summary_markdown(
     if !delays.is_empty() {
         let _ = writeln!(md, "### Redis, every retry delay\n\n{delays}");
     }
-    let _ = writeln!(md, "## Targets\n\n{}", report::targets_table(targets));
     if let Some(text) = report::extrapolation(summary, plan.sessions.lease) {
         let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
     }
