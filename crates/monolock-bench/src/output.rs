@@ -23,14 +23,13 @@ pub(crate) struct ChartData {
     pub(crate) waits: std::collections::BTreeMap<(String, String), Samples>,
 }
 
-/// The markdown summary: results, Redis delays, targets, extrapolation,
-/// plan, notes.
+/// The markdown summary: results, Redis delays, extrapolation, plan,
+/// notes.
 pub(crate) fn summary_markdown(
     summary: &Summary,
     ctx: &TargetContext<'_>,
     plan: &Plan,
     redis_ran: bool,
-    targets: &[report::TargetResult],
     meta: &serde_json::Value,
     errors: &[String],
 ) -> String {
@@ -51,7 +50,6 @@ pub(crate) fn summary_markdown(
         "### Protocol v2 against v1 and Redis\n\n{}",
         report::v2_table(summary, &plan.throughput_clients)
     );
-    let _ = writeln!(md, "## Targets\n\n{}", report::targets_table(targets));
     if let Some(text) = report::extrapolation(summary, plan.sessions.lease) {
         let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
     }

@@ -1,5 +1,5 @@
-//! Figures of a run: per-round metrics, their median and spread, the
-//! targets with PASS/MISS, and the tables (markdown, printed and saved).
+//! Figures of a run: per-round metrics, their median and spread, and the
+//! tables of figures and ratios (markdown, printed and saved).
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
@@ -126,58 +126,15 @@ pub fn fmt_spread(sp: &Spread) -> String {
     }
 }
 
-/// The outcome of one target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
-    /// Met.
-    Pass,
-    /// Not met.
-    Miss,
-    /// Could not be judged (a side was not run or produced no figure).
-    NotRun,
-}
-
-impl Status {
-    fn word(self) -> &'static str {
-        match self {
-            Self::Pass => "PASS",
-            Self::Miss => "MISS",
-            Self::NotRun => "not run",
-        }
-    }
-}
-
-/// One target and how the run fared against it.
-#[derive(Clone, Debug)]
-pub struct TargetResult {
-    /// What is measured.
-    pub name: String,
-    /// The goal, in words.
-    pub goal: String,
-    /// The figures behind the verdict.
-    pub observed: String,
-    /// The verdict.
-    pub status: Status,
-}
-
-impl TargetResult {
-    /// As JSON.
-    pub fn to_json(&self) -> Value {
-        json!({"target": self.name, "goal": self.goal, "observed": self.observed, "result": self.status.word()})
-    }
-}
-
-/// What the targets need to know about the run besides its figures.
+/// What the tables need to know about the run besides its figures.
 pub struct TargetContext<'a> {
     /// Contention variants (e.g. `w0`, `w1ms`) with a human label.
     pub contention: &'a [(String, String)],
     /// The monolock lease (and Redis TTL) of the dead-holder trials, ms.
     pub dead_lease_ms: f64,
-    /// Sessions aimed at.
-    pub sessions: usize,
 }
 
-/// Where the Redis figure of a target or a table row comes from.
+/// Where the Redis figure of a table row comes from.
 #[derive(Clone, Debug)]
 enum RedisFigure {
     /// None: a figure of monolock only.
@@ -185,13 +142,8 @@ enum RedisFigure {
     /// The monolock figure itself: one measurement for both systems (the
     /// machine floors), shown in both columns without a ratio.
     Shared,
-    /// This key; `series` names it in a target's observation.
-    Key {
-        /// The summary key.
-        key: String,
-        /// Its name in words.
-        series: &'static str,
-    },
+    /// This key.
+    Key(String),
     /// Of contention variant `label`, the Redis retry delay with the best
     /// median of `figure`.
     BestDelay {
@@ -206,14 +158,14 @@ enum RedisFigure {
 
 impl RedisFigure {
     fn key(key: String) -> Self {
-        Self::Key { key, series: "" }
+        Self::Key(key)
     }
 
     /// The Redis series and its spread, if there is a figure.
     fn look_up(&self, s: &Summary) -> Option<(String, Spread)> {
         match self {
             Self::None | Self::Shared => None,
-            Self::Key { key, series } => s.get(key).map(|sp| ((*series).to_owned(), *sp)),
+            Self::Key(key) => s.get(key).map(|sp| (String::new(), *sp)),
             Self::BestDelay {
                 label,
                 figure,
@@ -221,306 +173,6 @@ impl RedisFigure {
             } => redis_best(s, label, figure, *higher_is_better),
         }
     }
-}
-
-/// Which of a figure's per-round values a bound is checked against.
-#[derive(Clone, Copy, Debug)]
-enum Pick {
-    /// The median round.
-    Median,
-    /// The worst round (or trial).
-    Max,
-}
-
-/// How a target is judged.
-enum Check {
-    /// monolock's median over Redis's, at least (`at_least`) or at most
-    /// `limit`.
-    Ratio {
-        mono: String,
-        redis: RedisFigure,
-        limit: f64,
-        at_least: bool,
-        unit: &'static str,
-    },
-    /// monolock's figure (`pick` of the rounds) at most `limit`; `how`
-    /// says which value that was.
-    Bound {
-        key: String,
-        pick: Pick,
-        limit: f64,
-        unit: &'static str,
-        how: String,
-    },
-}
-
-/// One target: what, the goal in words, and how it is judged.
-struct TargetSpec {
-    name: String,
-    goal: String,
-    check: Check,
-}
-
-impl TargetSpec {
-    fn ratio(
-        name: impl Into<String>,
-        goal: &str,
-        mono: String,
-        redis: RedisFigure,
-        (limit, at_least): (f64, bool),
-        unit: &'static str,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            goal: goal.to_owned(),
-            check: Check::Ratio {
-                mono,
-                redis,
-                limit,
-                at_least,
-                unit,
-            },
-        }
-    }
-
-    fn bound(
-        name: impl Into<String>,
-        goal: impl Into<String>,
-        (key, pick): (String, Pick),
-        limit: f64,
-        unit: &'static str,
-        how: impl Into<String>,
-    ) -> Self {
-        Self {
-            name: name.into(),
-            goal: goal.into(),
-            check: Check::Bound {
-                key,
-                pick,
-                limit,
-                unit,
-                how: how.into(),
-            },
-        }
-    }
-
-    fn judge(self, s: &Summary) -> TargetResult {
-        let (status, observed) = match self.check {
-            Check::Ratio {
-                mono,
-                redis,
-                limit,
-                at_least,
-                unit,
-            } => match (s.get(&mono), redis.look_up(s)) {
-                (Some(m), Some((series, r))) if r.median > 0.0 => {
-                    let ratio = m.median / r.median;
-                    let ok = if at_least {
-                        ratio >= limit
-                    } else {
-                        ratio <= limit
-                    };
-                    (
-                        if ok { Status::Pass } else { Status::Miss },
-                        format!(
-                            "{}× ({} vs {} {unit}, Redis {series})",
-                            fmt_num(ratio),
-                            fmt_num(m.median),
-                            fmt_num(r.median)
-                        ),
-                    )
-                }
-                (Some(m), _) => (
-                    Status::NotRun,
-                    format!("monolock {} {unit}; Redis not run", fmt_num(m.median)),
-                ),
-                _ => (Status::NotRun, "no figure".to_owned()),
-            },
-            Check::Bound {
-                key,
-                pick,
-                limit,
-                unit,
-                how,
-            } => match s.get(&key).map(|sp| match pick {
-                Pick::Median => sp.median,
-                Pick::Max => sp.max,
-            }) {
-                Some(v) => (
-                    if v <= limit {
-                        Status::Pass
-                    } else {
-                        Status::Miss
-                    },
-                    if unit.is_empty() {
-                        format!("{} ({how})", fmt_num(v))
-                    } else {
-                        format!("{} {unit} ({how})", fmt_num(v))
-                    },
-                ),
-                None => (Status::NotRun, "no figure".to_owned()),
-            },
-        };
-        TargetResult {
-            name: self.name,
-            goal: self.goal,
-            observed,
-            status,
-        }
-    }
-}
-
-/// Every target of the issue, in report order.
-fn target_specs(s: &Summary, ctx: &TargetContext<'_>) -> Vec<TargetSpec> {
-    const AT_LEAST: bool = true;
-    const AT_MOST: bool = false;
-    let mut out = Vec::new();
-    for (label, human) in ctx.contention {
-        let mono = |f: &str| format!("contention.{label}.monolock.{f}");
-        let best = |figure: &'static str, higher_is_better: bool| RedisFigure::BestDelay {
-            label: label.clone(),
-            figure,
-            higher_is_better,
-        };
-        out.extend([
-            TargetSpec::ratio(
-                format!("contention acquisitions/s, {human}"),
-                "≥ 2× Redis best",
-                mono("acq_per_s"),
-                best("acq_per_s", true),
-                (2.0, AT_LEAST),
-                "/s",
-            ),
-            TargetSpec::ratio(
-                format!("contention handover p99, {human}"),
-                "≤ 1/3 of Redis best",
-                mono("handover_p99_us"),
-                best("handover_p99_us", false),
-                (1.0 / 3.0, AT_MOST),
-                "µs",
-            ),
-            TargetSpec::bound(
-                format!("contention fairness max/min, {human}"),
-                "≤ 1.1",
-                (mono("fairness"), Pick::Median),
-                1.1,
-                "",
-                "median",
-            ),
-            TargetSpec::ratio(
-                format!("contention worst wait, {human}"),
-                "≤ 1/2 of Redis best",
-                mono("worst_wait_ms"),
-                best("worst_wait_ms", false),
-                (0.5, AT_MOST),
-                "ms",
-            ),
-        ]);
-    }
-    let measured_at = s
-        .get("sessions.monolock.sessions")
-        .map_or(ctx.sessions as f64, |sp| sp.median);
-    let sessions_how = if measured_at < 18_000.0 {
-        format!(
-            "measured at {} sessions, scaled linearly to 19k",
-            fmt_num(measured_at)
-        )
-    } else {
-        format!(
-            "measured at {} sessions, scaled to 19k",
-            fmt_num(measured_at)
-        )
-    };
-    let key = |k: &str, pick: Pick| (k.to_owned(), pick);
-    out.extend([
-        TargetSpec::ratio(
-            "uncontended cycle p50",
-            "≤ 1.5× Redis",
-            "latency.monolock.cycle_p50_us".into(),
-            RedisFigure::Key {
-                key: "latency.redis.cycle_p50_us".into(),
-                series: "cycle",
-            },
-            (1.5, AT_MOST),
-            "µs",
-        ),
-        TargetSpec::ratio(
-            "throughput at 64 clients",
-            "≥ 0.5× Redis",
-            "throughput.c64.monolock.cycles_per_s".into(),
-            RedisFigure::Key {
-                key: "throughput.c64.redis.cycles_per_s".into(),
-                series: "c64",
-            },
-            (0.5, AT_LEAST),
-            "cycles/s",
-        ),
-        TargetSpec::bound(
-            "SIGKILLed holder: next grant",
-            "< 10 ms",
-            key("dead.kill.monolock.handover_ms", Pick::Max),
-            10.0,
-            "ms",
-            "worst trial",
-        ),
-        TargetSpec::bound(
-            "SIGSTOPped holder: next grant",
-            format!("≤ lease + 10 ms = {} ms", fmt_num(ctx.dead_lease_ms + 10.0)),
-            key("dead.stop.monolock.handover_ms", Pick::Max),
-            ctx.dead_lease_ms + 10.0,
-            "ms",
-            "worst trial",
-        ),
-        TargetSpec::bound(
-            "server memory per session",
-            "≤ 2 KiB (2048 B)",
-            key("sessions.monolock.rss_per_session_bytes", Pick::Median),
-            2048.0,
-            "B",
-            "median RSS growth / sessions",
-        ),
-        TargetSpec::bound(
-            "server CPU, ~19k sessions at 10 s lease",
-            "< 0.25 core",
-            key("sessions.monolock.server_cpu_cores_at_19k", Pick::Median),
-            0.25,
-            "core",
-            sessions_how,
-        ),
-        TargetSpec::bound(
-            "probe heartbeat p99 under session load",
-            "< 5 ms (5000 µs)",
-            key("sessions.monolock.probe_p99_us", Pick::Max),
-            5000.0,
-            "µs",
-            "worst round",
-        ),
-    ]);
-    out
-}
-
-/// Judges every target of the issue against the summary.
-pub fn evaluate_targets(s: &Summary, ctx: &TargetContext<'_>) -> Vec<TargetResult> {
-    target_specs(s, ctx)
-        .into_iter()
-        .map(|t| t.judge(s))
-        .collect()
-}
-
-/// The targets as a markdown table.
-pub fn targets_table(targets: &[TargetResult]) -> String {
-    let mut t = String::from("| target | goal | observed | result |\n|---|---|---|---|\n");
-    for r in targets {
-        let _ = writeln!(
-            t,
-            "| {} | {} | {} | **{}** |",
-            r.name,
-            r.goal,
-            r.observed,
-            r.status.word()
-        );
-    }
-    t
 }
 
 /// A figure of a results-table section: its label, the last part of its
@@ -1019,28 +671,6 @@ mod tests {
     }
 
     #[test]
-    fn targets_pass_miss_and_not_run() {
-        let s = summary(&[
-            ("contention.w0.monolock.acq_per_s", 5000.0),
-            ("contention.w0.redis-d1.acq_per_s", 2000.0),
-            ("contention.w0.monolock.fairness", 1.05),
-            ("dead.kill.monolock.handover_ms", 12.0),
-        ]);
-        let ctx = TargetContext {
-            contention: &[("w0".into(), "no work".into())],
-            dead_lease_ms: 1000.0,
-            sessions: 5000,
-        };
-        let t = evaluate_targets(&s, &ctx);
-        let by = |n: &str| t.iter().find(|r| r.name.starts_with(n)).unwrap().status;
-        assert_eq!(by("contention acquisitions/s"), Status::Pass);
-        assert_eq!(by("contention fairness"), Status::Pass);
-        assert_eq!(by("SIGKILLed"), Status::Miss);
-        assert_eq!(by("contention handover p99"), Status::NotRun);
-        assert!(targets_table(&t).contains("**MISS**"));
-    }
-
-    #[test]
     fn throughput_rows_set_each_system_against_the_connection_floor() {
         let s = summary(&[
             ("throughput.c16.monolock.server_cpu_vs_floor", 1.1),
@@ -1050,7 +680,6 @@ mod tests {
         let ctx = TargetContext {
             contention: &[],
             dead_lease_ms: 1000.0,
-            sessions: 0,
         };
         let t = results_table(&s, &ctx, &[16], true);
         assert!(

@@ -13,8 +13,8 @@
 //!    [`Bench::throughput`]), and its arm in [`Bench::scenario`] (the
 //!    compiler asks for it).
 //! 3. Its rows in `report.rs` (a figure table and a line in
-//!    `row_specs`), its targets if it has any (`target_specs`), and the
-//!    figures `--smoke` must produce (`smoke_checks` in `output.rs`).
+//!    `row_specs`), and the figures `--smoke` must produce (`smoke_checks`
+//!    in `output.rs`).
 
 use std::{
     future::Future,
@@ -545,24 +545,14 @@ impl Bench {
         let ctx = TargetContext {
             contention: &variant_labels,
             dead_lease_ms: plan.dead_lease.as_secs_f64() * 1e3,
-            sessions: plan.sessions.sessions,
         };
-        let targets = report::evaluate_targets(&summary, &ctx);
         let elapsed = started.elapsed().as_secs_f64();
         if s.mode == Mode::Smoke {
             for problem in smoke_checks(&summary, plan, redis_ran) {
                 steps.errors.push(format!("sanity check: {problem}"));
             }
         }
-        let md = summary_markdown(
-            &summary,
-            &ctx,
-            plan,
-            redis_ran,
-            &targets,
-            meta,
-            &steps.errors,
-        );
+        let md = summary_markdown(&summary, &ctx, plan, redis_ran, meta, &steps.errors);
         println!("\n{md}");
         println!("finished in {elapsed:.0} s; results in {}", s.out.display());
 
@@ -572,7 +562,6 @@ impl Bench {
             "elapsed_s": elapsed,
             "rounds": rounds.iter().map(Metrics::to_json).collect::<Vec<_>>(),
             "summary": report::summary_json(&summary),
-            "targets": targets.iter().map(report::TargetResult::to_json).collect::<Vec<_>>(),
             "errors": steps.errors,
         });
         std::fs::write(

@@ -56,9 +56,10 @@ pub mod ops;
 pub use crate::ops::admin;
 
 pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
+pub use crate::core::clock::{SystemWallClock, WallClock};
 pub use crate::core::config::{
     Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS_PER_SESSION,
-    ERROR_DRAIN_TIMEOUT, ServerConfig,
+    ServerConfig,
 };
 pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
@@ -68,28 +69,21 @@ pub use crate::core::glob::Glob;
 pub use crate::core::grace::GraceStatus;
 pub use crate::core::limits::raise_fd_limit;
 pub use crate::core::listen::{LISTEN_BACKLOG, bind};
-pub use crate::core::server::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN, Server, ServerHandle, run};
+pub use crate::core::server::{Server, ServerHandle, run};
 pub use crate::core::table::{
     AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot,
 };
 pub use crate::core::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
-pub use crate::core::token::{SystemWallClock, WallClock};
 pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
 pub use crate::ops::admin_auth::{AdminToken, AdminTokenError};
 pub use crate::ops::audit::{
-    AUDIT_BLOCK_MAX, AUDIT_QUEUE_CAPACITY, AUDIT_STOP_TIMEOUT, AuditError, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, rfc3339,
+    AUDIT_QUEUE_CAPACITY, AuditError, AuditLog, AuditOptions, AuditOverflow, AuditTarget,
 };
-pub use crate::ops::https::{HANDSHAKE_TIMEOUT, TlsListener};
-pub use crate::ops::live::{
-    Batching, EventHub, FLUSH_INTERVAL, KEEPALIVE_INTERVAL, MAX_BATCH_BYTES, MAX_PENDING_EVENTS,
-    SUBSCRIBER_BUFFER, Subscription,
-};
-pub use crate::ops::metrics::{
-    METRICS_CONTENT_TYPE, Metrics, SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES, Summary,
-};
+pub use crate::ops::https::TlsListener;
+pub use crate::ops::live::{Batching, EventHub, Subscription};
+pub use crate::ops::metrics::{METRICS_CONTENT_TYPE, Metrics};
 pub use crate::ops::reload::{ReloadReport, Reloader};
-pub use crate::ops::service::{EVENT_FLUSH_PATIENCE, Listeners, Service, ServiceBuilder};
+pub use crate::ops::service::{Listeners, Service, ServiceBuilder};
 pub use crate::ops::web_guard::{
     AllowedHostError, AllowedHosts, HostCheck, REQUEST_HEADER, WebGuard,
 };

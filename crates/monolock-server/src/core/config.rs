@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use monolock_proto::LockName;
 
-use crate::{Observer, ServerTls, TokenFloor, core::token::WallClock};
+use crate::{Observer, ServerTls, TokenFloor, core::clock::WallClock};
 
 /// Decides whether an identity may claim a lock (the ACL).
 ///
@@ -71,7 +71,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             io_timeout: DEFAULT_IO_TIMEOUT,
-            wall_clock: Arc::new(crate::core::token::SystemWallClock),
+            wall_clock: Arc::new(crate::core::clock::SystemWallClock),
             observer: Arc::new(crate::core::events::NoopObserver),
             authorizer: None,
             tls: None,

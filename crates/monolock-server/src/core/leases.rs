@@ -8,12 +8,12 @@
 //! heartbeats came in between); one whose deadline has passed is told it
 //! expired through its end notice, and its own task ends it as usual.
 //!
-//! Why not one tokio `Sleep` per session: each costs its task ~100 bytes, a
+//! Why not one tokio `Sleep` per session: each adds to its task's memory, a
 //! reset that moves it earlier takes the timer driver's lock, and tokio's
 //! hierarchical wheel moves every entry of a 4.096 s level at once, which at
-//! tens of thousands of sessions stalls the runtime for milliseconds every
-//! 4 s. Here a look is a few nanoseconds, one slot at a time, and a session
-//! costs one pointer in a slot plus its position.
+//! tens of thousands of sessions stalls the runtime every 4 s (BENCHMARKS.md,
+//! "Server-side observations", has the figures). Here a look is one slot at
+//! a time, and a session costs one pointer in a slot plus its position.
 //!
 //! Expiry is never early (a session is expired only once its deadline is
 //! `<=` now) and no later than a timer of its own would fire: the driver

@@ -446,7 +446,7 @@ pub async fn run(
 mod tests {
     /// Every held session is one task holding this future for its whole
     /// life, so its size is most of the per-session memory the server adds
-    /// to the kernel's (the benchmark's figure is ~1.9 KB per session).
+    /// to the kernel's (BENCHMARKS.md, "Sessions at scale", has the figure).
     /// Cold paths (handshake, ERROR and drain, blocked writes) are boxed to
     /// keep it here.
     #[tokio::test]

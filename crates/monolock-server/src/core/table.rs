@@ -28,10 +28,11 @@ use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
 use crate::{
+    core::clock::WallClock,
     core::events::{Event, Observer, ReleaseReason},
     core::leases::LeaseWheel,
     core::slot::{EndNotice, Epoch, SessionSlot},
-    core::token::{TokenIssuer, WallClock},
+    core::token::TokenIssuer,
 };
 
 /// What an ACQUIRE led to.
@@ -72,8 +73,8 @@ struct TableState {
     closing: bool,
 }
 
-/// Locks a snapshot copies per turn under the table's mutex (about 0.1 ms
-/// at 100,000 locks held).
+/// Locks a snapshot copies per turn under the table's mutex (what a turn
+/// costs: BENCHMARKS.md, "Snapshots of a large table").
 const SNAPSHOT_CHUNK: usize = 256;
 
 /// The shared lock table.
@@ -489,13 +490,13 @@ impl LockTable {
     /// locks are then taken in chunks of [`SNAPSHOT_CHUNK`], each under the
     /// mutex once, handed fairly to any session waiting for it in between: one
     /// pass over 100,000 locks would hold every grant up for as long as the
-    /// whole copy takes (tens of milliseconds; BENCHMARKS.md, snapshots of
-    /// a large table). Each lock is copied whole and consistent; the list
+    /// whole copy takes (BENCHMARKS.md, "Snapshots of a large table", has
+    /// the figures). Each lock is copied whole and consistent; the list
     /// as a whole may mix moments, as the event stream allows (its events
     /// apply idempotently over any snapshot taken after they subscribed).
     pub(crate) fn snapshot(&self, filter: impl Fn(&str) -> bool) -> Vec<LockSnapshot> {
-        // Filtered outside the mutex: a `?match=` pattern can cost ~0.1 ms
-        // per name at worst, which grants must not wait for.
+        // Filtered outside the mutex: a costly `?match=` pattern must not
+        // hold grants up (BENCHMARKS.md, "Snapshots of a large table").
         let mut names: Vec<LockName> = self.lock_state().locks.keys().cloned().collect();
         names.retain(|name| filter(name.as_str()));
         names.sort_unstable();
@@ -585,7 +586,7 @@ mod tests {
     use monolock_proto::{Lease, LockName};
 
     use super::*;
-    use crate::{core::events::SessionInfo, core::token::SystemWallClock};
+    use crate::{core::clock::SystemWallClock, core::events::SessionInfo};
 
     /// Ownership events as `kind port`, in order.
     #[derive(Default)]

@@ -37,7 +37,7 @@ use std::{
 use monolock_proto::token_floor_for_unix_seconds;
 use tracing::{debug, error, warn};
 
-use crate::core::token::{WallClock, start_after_restart};
+use crate::core::clock::{WallClock, start_after_restart};
 
 /// How far ahead of the clock a reservation reaches.
 pub const TOKEN_FLOOR_RESERVE_AHEAD: Duration = Duration::from_secs(10);

@@ -45,7 +45,7 @@ use tracing::{info, warn};
 use crate::{
     AdminRefused, AdminToken, AllowedHosts, Ending, EventHub, Glob, GraceStatus, HolderSnapshot,
     HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot, WebGuard,
-    ops::audit::rfc3339, ops::dashboard, ops::live,
+    ops::dashboard, ops::live, ops::record::rfc3339,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.

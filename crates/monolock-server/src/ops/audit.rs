@@ -22,7 +22,6 @@ use std::{
     collections::VecDeque,
     fs::{File, OpenOptions},
     io::{self, Write},
-    net::SocketAddr,
     path::{Path, PathBuf},
     sync::{
         Arc, Condvar, Mutex, MutexGuard, PoisonError,
@@ -32,12 +31,14 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use monolock_proto::LockName;
 use serde::Serialize;
 use tokio::sync::oneshot;
 use tracing::{error, info};
 
-use crate::{Event, Observer, ReleaseReason, SessionInfo};
+use crate::{
+    Event, Observer,
+    ops::record::{Record, rfc3339},
+};
 
 /// Where audit lines go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,199 +97,6 @@ pub enum AuditError {
     },
 }
 
-/// An ownership event, copied out of the table's critical section (also
-/// what the live event stream sends, as the same JSON).
-pub(crate) struct Record {
-    fact: Fact,
-    lock: LockName,
-    identity: Arc<str>,
-}
-
-/// What happened, when, and to whose connection: a record without its two
-/// strings. Plain data, so the live stream can hand it to another thread
-/// with the strings copied beside it, sharing no reference count with the
-/// protocol path.
-#[derive(Clone, Copy)]
-pub(crate) struct Fact {
-    time: SystemTime,
-    remote_addr: SocketAddr,
-    kind: Kind,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) enum Kind {
-    Granted {
-        token: u64,
-        wait: Duration,
-        /// The holder's lease: read from the session the event already
-        /// points at, so it costs the observer one load.
-        lease_ms: u32,
-    },
-    Released {
-        token: u64,
-        held: Duration,
-        reason: ReleaseReason,
-    },
-    Denied,
-    ForceRelease {
-        token: u64,
-    },
-    KickWaiter,
-    /// A waiter joined a queue (live stream only), with its lease.
-    Queued {
-        lease_ms: u32,
-    },
-    /// A waiter left a queue without being granted (live stream only).
-    Dequeued,
-}
-
-/// The JSON shape of one line; fields in this order.
-#[derive(Serialize)]
-struct Line<'a> {
-    time: String,
-    event: &'static str,
-    lock: &'a str,
-    identity: &'a str,
-    remote_addr: SocketAddr,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    token: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    wait_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    lease_ms: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    held_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<&'static str>,
-}
-
-impl Record {
-    /// The record of `event`, if it is one the audit log or the live stream
-    /// reports (`queued` and `dequeued` only the stream).
-    pub(crate) fn of_event(event: &Event<'_>) -> Option<Self> {
-        Fact::of_event(event).map(|(fact, session)| Self::new(session, fact))
-    }
-
-    fn new(session: &SessionInfo, fact: Fact) -> Self {
-        Self {
-            fact,
-            lock: session.lock.clone(),
-            identity: Arc::clone(&session.identity),
-        }
-    }
-
-    /// The JSON object and a newline.
-    pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
-        self.fact
-            .write_json(self.lock.as_str(), &self.identity, out);
-    }
-}
-
-impl Fact {
-    /// The fact of `event` and the session it is about, if the event is
-    /// one the audit log or the live stream reports.
-    pub(crate) fn of_event<'e>(event: &'e Event<'_>) -> Option<(Self, &'e SessionInfo)> {
-        let (session, kind) = match *event {
-            Event::Granted {
-                session,
-                token,
-                wait,
-            } => (
-                session,
-                Kind::Granted {
-                    token,
-                    wait,
-                    lease_ms: session.lease.as_millis(),
-                },
-            ),
-            Event::Released {
-                session,
-                token,
-                held,
-                reason,
-            } => (
-                session,
-                Kind::Released {
-                    token,
-                    held,
-                    reason,
-                },
-            ),
-            Event::Denied(session) => (session, Kind::Denied),
-            Event::ForceRelease { session, token } => (session, Kind::ForceRelease { token }),
-            Event::KickWaiter(session) => (session, Kind::KickWaiter),
-            Event::WaiterJoined(session) => (
-                session,
-                Kind::Queued {
-                    lease_ms: session.lease.as_millis(),
-                },
-            ),
-            Event::WaiterLeft(session) => (session, Kind::Dequeued),
-            _ => return None,
-        };
-        let fact = Self {
-            time: SystemTime::now(),
-            remote_addr: session.remote_addr,
-            kind,
-        };
-        Some((fact, session))
-    }
-
-    /// The audit log's `event` name of this fact.
-    pub(crate) fn event_name(&self) -> &'static str {
-        match self.kind {
-            Kind::Granted { .. } => "granted",
-            Kind::Released { .. } => "released",
-            Kind::Denied => "denied",
-            Kind::ForceRelease { .. } => "force_release",
-            Kind::KickWaiter => "kick_waiter",
-            Kind::Queued { .. } => "queued",
-            Kind::Dequeued => "dequeued",
-        }
-    }
-
-    /// The JSON object of this fact about `lock` and `identity`, and a
-    /// newline.
-    pub(crate) fn write_json(&self, lock: &str, identity: &str, out: &mut Vec<u8>) {
-        let (token, wait_ms, lease_ms, held_ms, reason) = match self.kind {
-            Kind::Granted {
-                token,
-                wait,
-                lease_ms,
-            } => (Some(token), Some(millis(wait)), Some(lease_ms), None, None),
-            Kind::Released {
-                token,
-                held,
-                reason,
-            } => (
-                Some(token),
-                None,
-                None,
-                Some(millis(held)),
-                Some(reason.as_str()),
-            ),
-            Kind::ForceRelease { token } => (Some(token), None, None, None, None),
-            Kind::Queued { lease_ms } => (None, None, Some(lease_ms), None, None),
-            Kind::Denied | Kind::KickWaiter | Kind::Dequeued => (None, None, None, None, None),
-        };
-        let line = Line {
-            time: rfc3339(self.time),
-            event: self.event_name(),
-            lock,
-            identity,
-            remote_addr: self.remote_addr,
-            token,
-            wait_ms,
-            lease_ms,
-            held_ms,
-            reason,
-        };
-        // Serialising plain strings and integers into a Vec cannot fail.
-        let _ = serde_json::to_writer(&mut *out, &line);
-        out.push(b'\n');
-    }
-}
-
 /// The line that stands for lines dropped while the queue was full.
 #[derive(Serialize)]
 struct GapLine {
@@ -310,16 +118,6 @@ impl Gap {
         let _ = serde_json::to_writer(&mut *out, &line);
         out.push(b'\n');
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A wall-clock time as RFC 3339 in UTC, to the millisecond
-/// (`2026-08-08T12:00:00.123Z`): the format of the audit log and the admin API.
-pub fn rfc3339(time: SystemTime) -> String {
-    humantime::format_rfc3339_millis(time).to_string()
 }
 
 enum Msg {
@@ -344,8 +142,7 @@ pub enum AuditOverflow {
     /// lock service stays available while a log shipper is down).
     #[default]
     Drop,
-    /// Wait for room, at most [`AUDIT_BLOCK_MAX`] per event, and drop only
-    /// then. While it waits, every grant, release and ACQUIRE waits with it
+    /// Wait for room, at most 250 ms per event, and drop only then. While it waits, every grant, release and ACQUIRE waits with it
     /// (the lock table is held); heartbeats do not. For a sink that is slow
     /// rather than gone, when losing lines costs more than slower grants.
     Block,
@@ -490,7 +287,7 @@ impl Queue {
                 None => {
                     state.gap = Some(Gap {
                         lost: 1,
-                        since: record.fact.time,
+                        since: record.time(),
                     });
                     error!(
                         capacity = self.options.capacity,
@@ -854,9 +651,10 @@ mod tests {
 
     use std::{net::SocketAddr, time::Instant};
 
-    use monolock_proto::Lease;
+    use monolock_proto::{Lease, LockName};
 
     use super::*;
+    use crate::SessionInfo;
 
     fn queue(capacity: usize, overflow: AuditOverflow) -> Arc<Queue> {
         queue_blocking_for(capacity, overflow, AUDIT_BLOCK_MAX)

@@ -66,17 +66,17 @@ async fn accept_loop(
     tls: Arc<ServerTls>,
     ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
 ) {
-    let mut backoff = crate::ACCEPT_BACKOFF_MIN;
+    let mut backoff = crate::core::server::ACCEPT_BACKOFF_MIN;
     loop {
         let (tcp, addr) = match listener.accept().await {
             Ok(accepted) => {
-                backoff = crate::ACCEPT_BACKOFF_MIN;
+                backoff = crate::core::server::ACCEPT_BACKOFF_MIN;
                 accepted
             }
             Err(err) => {
                 debug!(error = %err, "HTTPS accept failed; backing off");
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(crate::ACCEPT_BACKOFF_MAX);
+                backoff = (backoff * 2).min(crate::core::server::ACCEPT_BACKOFF_MAX);
                 continue;
             }
         };

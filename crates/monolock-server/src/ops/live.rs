@@ -25,7 +25,8 @@
 //! waiting. A subscriber whose buffer is full (a stalled browser tab, a
 //! paused terminal) is cut off: its stream ends with a `lagged` event, and
 //! a reconnect gets a fresh snapshot. Neither many subscribers nor a
-//! stalled one slow a grant.
+//! stalled one slow a grant (BENCHMARKS.md, "Live event subscribers", has
+//! the figures).
 //!
 //! At shutdown, [`EventHub::flush`] sends what the dispatcher has gathered
 //! once the last session has ended, and each stream sends what it has
@@ -58,7 +59,7 @@ use tokio::sync::{mpsc as tokio_mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::{Event, Glob, Observer, ops::audit::Fact};
+use crate::{Event, Glob, Observer, ops::record::Fact};
 
 /// How often an idle stream sends a `: keep-alive` comment, so proxies and
 /// load balancers do not close it and a dead peer is noticed.
@@ -68,8 +69,8 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 /// at high churn, one write per subscriber per interval instead of one per
 /// event, which is most of what many subscribers cost. 20 ms is below what
 /// a person watching the page can tell apart; where the admin thread must
-/// share the protocol path's only core, 5 ms batches cost that path about
-/// half as much again as 20 ms ones (BENCHMARKS.md, live event subscribers).
+/// share the protocol path's only core, shorter batches cost that path
+/// more (BENCHMARKS.md, "Live event subscribers", has the figures).
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Events observed but not yet taken by the dispatcher, at most. Beyond
@@ -289,7 +290,7 @@ impl EventHub {
     }
 
     /// This hub with at most `limit` events (at least 1) waiting for the
-    /// dispatcher (default [`MAX_PENDING_EVENTS`]).
+    /// dispatcher (default 65,536).
     #[must_use]
     pub fn with_pending_limit(mut self, limit: usize) -> Self {
         self.max_pending = limit.max(1);
@@ -343,7 +344,8 @@ impl EventHub {
     /// Resolves once every event observed before the call has been offered
     /// to the subscribers (it is then in their buffers, or they were cut
     /// off), or after `patience` (a dispatcher starved of CPU). At most one
-    /// [`FLUSH_INTERVAL`] later than the batch would have been sent anyway.
+    /// [flush interval](Batching::flush_interval) later than the batch would
+    /// have been sent anyway.
     ///
     /// The shutdown calls it after the last session has ended and before
     /// the admin listener ends the streams, so a subscriber sees the end of
@@ -361,8 +363,8 @@ impl EventHub {
 
 impl Observer for EventHub {
     /// One atomic load without subscribers; else one push onto the inbox,
-    /// or, with [`MAX_PENDING_EVENTS`] already waiting, a dropped event
-    /// that cuts every subscriber off.
+    /// or, with the [pending limit](EventHub::with_pending_limit) already
+    /// waiting, a dropped event that cuts every subscriber off.
     fn observe(&self, event: &Event<'_>) {
         if self.subscribers.load(Ordering::Acquire) == 0 {
             return;

@@ -16,6 +16,7 @@ mod endpoints;
 pub(crate) mod https;
 pub(crate) mod live;
 pub(crate) mod metrics;
+pub(crate) mod record;
 pub(crate) mod reload;
 pub(crate) mod service;
 pub(crate) mod web_guard;

@@ -27,7 +27,7 @@ pub struct Listeners {
 }
 
 /// How long the shutdown waits for the event hub to send its last events
-/// (it takes one [`FLUSH_INTERVAL`](crate::FLUSH_INTERVAL) unless its
+/// (it takes one [`FLUSH_INTERVAL`](crate::ops::live::FLUSH_INTERVAL) unless its
 /// thread is starved of CPU).
 pub const EVENT_FLUSH_PATIENCE: Duration = Duration::from_secs(1);
 
@@ -39,8 +39,7 @@ pub const EVENT_FLUSH_PATIENCE: Duration = Duration::from_secs(1);
 /// 2. the protocol listener closes and every session gets ERROR 0x01 and is
 ///    closed;
 /// 3. the event hub sends what it has gathered (the sessions' last
-///    `released` events, reason `shutdown`; bounded by
-///    [`EVENT_FLUSH_PATIENCE`]), then the admin API sends what each event
+///    `released` events, reason `shutdown`; bounded by a second), then the admin API sends what each event
 ///    stream has queued and stops (it runs on a thread of its own: see
 ///    [`admin::spawn`]);
 /// 4. the audit log writes what is queued and closes (bounded in time);
