@@ -154,6 +154,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_MAX_CLAIMS_PER_SESSION", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS_PER_SESSION, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     max_claims_per_session: u32,
 
+    /// After SIGTERM, how long /metrics, /healthz and /readyz stay up (answering 503)
+    /// once the protocol listener has closed, so probes and scrapes see the shutdown.
+    #[arg(long, env = "MONOLOCK_OPS_SHUTDOWN_GRACE", default_value = "2s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
+    ops_shutdown_grace: Duration,
+
     /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03).
     #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
     idle_timeout: Duration,
@@ -233,6 +238,7 @@ struct Settings {
     startup_grace: Duration,
     max_claims_per_session: u32,
     idle_timeout: Duration,
+    ops_shutdown_grace: Duration,
 }
 
 /// A value given as empty (flag or environment variable) means "off".
@@ -326,6 +332,7 @@ impl Settings {
             startup_grace: args.startup_grace,
             max_claims_per_session: args.max_claims_per_session,
             idle_timeout: args.idle_timeout,
+            ops_shutdown_grace: args.ops_shutdown_grace,
         })
     }
 }
@@ -507,7 +514,8 @@ fn build_service(
     let commit = env!("MONOLOCK_GIT_COMMIT");
     let mut service = Service::builder(config)
         .with_admin_config(effective.clone())
-        .with_commit(commit);
+        .with_commit(commit)
+        .with_ops_grace(settings.ops_shutdown_grace);
     if let Some(tls) = &tls {
         service = service.reload_tls(tls.clone());
     }

@@ -95,6 +95,11 @@ fn serve_help_lists_every_flag_with_its_env_and_default() {
         ),
         ("--audit-queue", "MONOLOCK_AUDIT_QUEUE", "[default: 65536]"),
         ("--io-timeout", "MONOLOCK_IO_TIMEOUT", "[default: 5s]"),
+        (
+            "--ops-shutdown-grace",
+            "MONOLOCK_OPS_SHUTDOWN_GRACE",
+            "[default: 2s]",
+        ),
         ("--log-level", "MONOLOCK_LOG_LEVEL", "[default: info]"),
         ("--log-format", "MONOLOCK_LOG_FORMAT", "[default: text]"),
     ];
@@ -538,7 +543,8 @@ fn churn(server: &ServerProcess, held: Option<TcpStream>, cycles: usize) -> TcpS
 fn stalled(ops: bool) -> (ServerProcess, TcpStream) {
     let mut args = vec!["--audit-log", "-", "--audit-queue", "64"];
     if ops {
-        args.extend(["--ops-listen", "127.0.0.1:0"]);
+        // The ops grace is not what these tests look at: none.
+        args.extend(["--ops-listen", "127.0.0.1:0", "--ops-shutdown-grace", "0s"]);
     }
     let server = ServerProcess::start(&args);
     // The pipe (64 KiB) and the writer's batch fill up: the writer blocks.
