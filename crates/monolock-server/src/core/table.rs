@@ -322,8 +322,20 @@ impl LockTable {
         reason: ReleaseReason,
     ) -> bool {
         let mut state = self.lock_state();
+        // Waiting claims leave their queues first, so that ending a held
+        // claim never hands its lock to another claim of this same ending
+        // session; held claims then end in lock-name order, so the tokens
+        // their next holders get do not depend on the session's map order.
+        let (mut held, waiting): (Vec<&Arc<SessionSlot>>, Vec<&Arc<SessionSlot>>) =
+            claims.into_iter().partition(|slot| {
+                state
+                    .locks
+                    .get(&slot.info.lock)
+                    .is_some_and(|entry| Arc::ptr_eq(&entry.holder.slot, slot))
+            });
+        held.sort_by(|a, b| a.info.lock.cmp(&b.info.lock));
         let mut promoted = false;
-        for slot in claims {
+        for slot in waiting.into_iter().chain(held) {
             promoted |= self.end_locked(&mut state, slot, reason);
         }
         promoted
@@ -1026,6 +1038,38 @@ mod tests {
             events.take(),
             ["released 5 expired", "granted 3", "released 5 expired"]
         );
+    }
+
+    /// A session that holds a lock and also queues behind itself on it
+    /// ends: the lock goes to the next live waiter, never to the ending
+    /// session's own queued claim (no grant, no token for a dead session),
+    /// whatever order the session hands its claims over in.
+    #[test]
+    fn an_ending_session_never_hands_a_lock_to_its_own_queued_claim() {
+        for held_first in [true, false] {
+            let (table, events) = table();
+            let link = v2_link(&table);
+            let held = claim(&link, "x", 5, 1);
+            let again = claim(&link, "x", 5, 2);
+            assert!(matches!(table.acquire(&held), Acquired::Granted(_)));
+            assert_eq!(table.acquire(&again), Acquired::Queued);
+            let behind = session(&table, "x", 3);
+            assert_eq!(table.acquire(&behind), Acquired::Queued);
+            events.take();
+            let order = if held_first {
+                [&held, &again]
+            } else {
+                [&again, &held]
+            };
+            assert!(table.end_claims(order, ReleaseReason::Graceful));
+            assert_eq!(again.granted_token(), None, "held first: {held_first}");
+            assert_eq!(holder(&table, "x"), Some(3));
+            assert_eq!(
+                events.take(),
+                ["left 5", "released 5 graceful", "granted 3"],
+                "held first: {held_first}"
+            );
+        }
     }
 
     #[test]
