@@ -351,15 +351,27 @@ impl Checker {
             .collect()
     }
 
-    /// Connections holding two locks or more, with those locks: where a
-    /// force-release ends one claim of a version 2 session and leaves the
-    /// others.
+    /// Connections with two claims or more in use (held or queued) of
+    /// which at least one holds, with the locks held: where a
+    /// force-release ends one claim of a version 2 session and must leave
+    /// the others as they are.
     pub(crate) fn multi_holders(&self) -> Vec<(SocketAddr, Vec<String>)> {
-        let mut by_peer: BTreeMap<SocketAddr, Vec<String>> = BTreeMap::new();
+        let mut by_peer: BTreeMap<SocketAddr, (Vec<String>, usize)> = BTreeMap::new();
         for ((peer, _), (lock, _)) in &self.held_by {
-            by_peer.entry(*peer).or_default().push(lock.clone());
+            by_peer.entry(*peer).or_default().0.push(lock.clone());
         }
-        by_peer.into_iter().filter(|(_, locks)| locks.len() > 1).collect()
+        for queue in self.queues.values() {
+            for (peer, _, _) in queue {
+                if let Some((_, queued)) = by_peer.get_mut(peer) {
+                    *queued += 1;
+                }
+            }
+        }
+        by_peer
+            .into_iter()
+            .filter(|(_, (held, queued))| held.len() + queued > 1)
+            .map(|(peer, (held, _))| (peer, held))
+            .collect()
     }
 }
 

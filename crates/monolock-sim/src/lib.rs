@@ -70,7 +70,7 @@ pub struct Options {
     /// The faults to draw from, by name; `None`: a random half of
     /// [`FAULTS`] per seed (swarm testing), and [`V2_FAULTS`] when `v2`.
     pub faults: Option<Vec<&'static str>>,
-    /// Add 1 to 3 protocol version 2 hosts (the simulation's own v2
+    /// Add 2 or 3 protocol version 2 hosts (the simulation's own v2
     /// client, several claims per session) beside the version 1 clients,
     /// on the same locks. Off: the version 1 run of the seed, unchanged.
     pub v2: bool,
@@ -181,7 +181,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     // Drawn apart, so that the version 1 draws of a seed stay as they were.
     let mut v2_rng = SmallRng::seed_from_u64(seed ^ 0x7632_7632_7632_7632);
     let v2_hosts = if options.v2 {
-        v2_rng.random_range(1..=3)
+        v2_rng.random_range(2..=3)
     } else {
         0
     };

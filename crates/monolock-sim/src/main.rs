@@ -40,7 +40,7 @@ struct Args {
     /// v2-belief-until-released (repeatable).
     #[arg(long, value_parser = parse_mutation)]
     mutation: Vec<Known>,
-    /// Run 1 to 3 protocol version 2 hosts (several claims per session)
+    /// Run 2 or 3 protocol version 2 hosts (several claims per session)
     /// beside the version 1 clients, on the same locks.
     #[arg(long)]
     v2: bool,

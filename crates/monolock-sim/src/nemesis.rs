@@ -96,9 +96,9 @@ pub const BOUNDARY_FAULTS: [&str; 5] = [
 pub const V2_FAULTS: [&str; 1] = [V2_MENU[0].0];
 
 /// Version 2 faults by name, as weights: a force-release through the
-/// server handle of one claim of a session holding several (the others
-/// must live on).
-const V2_MENU: [(&str, u32); 1] = [("revoke-one-claim", 3)];
+/// server handle of one held claim of a session with several claims in
+/// use (the others must live on).
+const V2_MENU: [(&str, u32); 1] = [("revoke-one-claim", 4)];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
