@@ -201,7 +201,9 @@ async fn session(
             }
             wake.unwrap_or(now + lease)
         };
+        // Biased: tokio's random branch order would break the replay.
         tokio::select! {
+            biased;
             read = stream.read(&mut chunk) => match read {
                 Ok(0) | Err(_) => {
                     lab.trace(format_args!("c{id} v2 session closed by the server: every claim lost"));
@@ -425,7 +427,10 @@ impl Workload {
         };
         let claim = self.next_claim;
         self.next_claim = self.next_claim.wrapping_add(1);
-        lab.trace(format_args!("c{} claim {claim} asks for {lock} ({mode:?})", self.id));
+        lab.trace(format_args!(
+            "c{} claim {claim} asks for {lock} ({mode:?})",
+            self.id
+        ));
         core.acquire(claim, mode, name, now, out);
         let patience = (!self.healed && self.rng.random_bool(0.4))
             .then(|| now + Duration::from_millis(self.rng.random_range(10..1500)));

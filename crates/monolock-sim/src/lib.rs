@@ -38,8 +38,8 @@ use std::{
 pub use checker::{Tally, Violation};
 pub use monolock_proto::mutation::Mutation;
 pub use nemesis::{BOUNDARY_FAULTS, FAULTS, V2_FAULTS};
-pub use v2::Mistake as V2Mistake;
 use rand::{Rng, SeedableRng, rngs::SmallRng};
+pub use v2::Mistake as V2Mistake;
 
 use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
 

@@ -160,7 +160,9 @@ fn main() -> ExitCode {
             *v2_events.entry(*event).or_insert(0u64) += count;
         }
         if let Some(count) = outcome.faults.get("revoke-one-claim") {
-            *v2_events.entry("force-release of one claim of several").or_insert(0) += count;
+            *v2_events
+                .entry("force-release of one claim of several")
+                .or_insert(0) += count;
         }
         if args.trace {
             for line in &outcome.trace {

@@ -352,7 +352,9 @@ impl Core {
 
     fn reply(&mut self, reply: ServerFrame, now: Instant) -> Result<Note, Ended> {
         let Some((sent, sent_at)) = self.sent.pop_front() else {
-            return Err(Ended::Violation(format!("{reply:?} with nothing in flight")));
+            return Err(Ended::Violation(format!(
+                "{reply:?} with nothing in flight"
+            )));
         };
         // Every reply confirms its request's send instant.
         self.confirmed = self.confirmed.max(sent_at);
@@ -393,10 +395,9 @@ impl Core {
                 Sent::Release(id),
                 ServerFrame::Released { claim } | ServerFrame::Refused { claim, .. },
             ) if id == *claim => {
-                match self.claims.get(&id).and_then(VecDeque::front) {
-                    Some(Claim::Releasing(..)) => self.drop_generation(id, true),
-                    // A RELEASE of an id not in use: nothing to end.
-                    _ => {}
+                // A RELEASE of an id not in use has nothing to end.
+                if let Some(Claim::Releasing(..)) = self.claims.get(&id).and_then(VecDeque::front) {
+                    self.drop_generation(id, true);
                 }
                 Ok(Note::Released(id))
             }

@@ -164,7 +164,10 @@ fn v2_sessions_beside_v1_clients_keep_every_invariant_over_the_ci_seeds() {
         simulated.as_secs_f64() / 60.0
     );
     for event in V2_EVENTS {
-        assert!(events.get(event).is_some_and(|n| *n > 0), "no {event:?} in {events:?}");
+        assert!(
+            events.get(event).is_some_and(|n| *n > 0),
+            "no {event:?} in {events:?}"
+        );
     }
     assert!(revoked_one > 0, "no force-release of one claim of several");
 }
@@ -252,8 +255,8 @@ fn found_v2(
 #[test]
 fn a_v2_claim_believed_until_released_arrives_is_found() {
     found_v2(
-        5,
-        Duration::from_secs(13),
+        4,
+        Duration::from_secs(5),
         None,
         V2Mistake::BeliefUntilReleased,
         "two holders",
@@ -263,8 +266,8 @@ fn a_v2_claim_believed_until_released_arrives_is_found() {
 #[test]
 fn v2_claims_believed_past_the_session_deadline_are_found() {
     found_v2(
-        3,
-        Duration::from_secs(15),
+        1,
+        Duration::from_secs(5),
         None,
         V2Mistake::BeliefPastDeadline,
         "two holders",
@@ -275,7 +278,7 @@ fn v2_claims_believed_past_the_session_deadline_are_found() {
 fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
     found_v2(
         2,
-        Duration::from_secs(6),
+        Duration::from_secs(14),
         Some(BOUNDARY_FAULTS.to_vec()),
         V2Mistake::GrantedConfirmsSession,
         "two holders",
