@@ -13,9 +13,18 @@
 //! is granted; and once the faults stop, every client is granted again
 //! (liveness).
 //!
+//! With [`Options::v2`], protocol version 2 hosts run beside the version 1
+//! clients on the same locks: the simulation's own v2 client (`v2.rs`, a
+//! sans-I/O session with several claims; the Rust client library speaks
+//! version 1 only), driven by `client_v2.rs`. Its beliefs are checked like
+//! every other, claim by claim, and [`V2Mistake`]s plant known client
+//! errors for the CI tests to find.
+//!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
-//! `monolock-sim --seed N`.
+//! `monolock-sim --seed N`. With v2 hosts, every host's acts and beliefs
+//! replay exactly; the server's own lines of one instant may come in
+//! another order (it ends a v2 session's claims in its `HashMap`'s order).
 //!
 //! [`ServerHandle::serve_stream`]: monolock_server::ServerHandle::serve_stream
 #![forbid(unsafe_code)]
