@@ -31,6 +31,7 @@ mod sessions;
 mod setup;
 mod stats;
 mod sys;
+mod tls_claims;
 mod v2_scenarios;
 mod worker;
 

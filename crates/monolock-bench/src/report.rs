@@ -818,6 +818,19 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
             None,
         ));
     }
+    for mode in ["tls", "mtls"] {
+        for (label, key) in [
+            ("claims/s", "claims_per_s"),
+            ("server CPU µs / claim", "server_cpu_us_per_claim"),
+        ] {
+            rows.push((
+                format!("one client claiming in sequence, {mode}: {label}"),
+                format!("tls_claims.{mode}.monolock.{key}"),
+                format!("tls_claims.{mode}.monolock_v2.{key}"),
+                None,
+            ));
+        }
+    }
     let ratio = |a: Option<&Spread>, b: Option<&Spread>| match (a, b) {
         (Some(a), Some(b)) if b.median > 0.0 => fmt_num(a.median / b.median),
         _ => "—".to_owned(),

@@ -264,7 +264,31 @@ impl Bench {
             self.revive_monolock().await?;
         }
         self.many_locks(m).await;
+        self.tls_claims(m).await;
         Ok(())
+    }
+
+    /// One client claiming in sequence over TLS and mTLS, v1 against v2,
+    /// each on a fresh TLS server (recorded with the throughput figures).
+    async fn tls_claims(&mut self, m: &mut Metrics) {
+        let s = &self.setup;
+        for mutual in [false, true] {
+            let id = self.steps.id();
+            let params = crate::tls_claims::Params {
+                bin: &s.mono_bin,
+                cpu: s.server_cpu,
+                logs: &s.logs,
+                mutual,
+                length: s.plan.throughput_len,
+            };
+            let what = format!(
+                "one client claiming in sequence over {}, v1 and v2",
+                if mutual { "mTLS" } else { "TLS" }
+            );
+            self.steps
+                .step(what, crate::tls_claims::run(params, id, m))
+                .await;
+        }
     }
 
     /// Many locks held by one process, v1 against v2, each on a fresh
@@ -275,7 +299,10 @@ impl Bench {
         for v2 in [false, true] {
             let id = self.steps.id();
             let step = async {
-                let fresh = Server::start_monolock(&s.mono_bin, s.server_cpu, &s.logs).await?;
+                // One v2 session holds every lock.
+                let extra = ["--max-claims-per-session".into(), locks.to_string().into()];
+                let fresh =
+                    Server::start_monolock_with(&s.mono_bin, s.server_cpu, &s.logs, &extra).await?;
                 if v2 {
                     crate::v2_scenarios::hold_v2(&fresh, id, locks, m).await
                 } else {

@@ -62,6 +62,16 @@ pub struct Server {
 impl Server {
     /// Starts `monolock serve --listen 127.0.0.1:PORT --log-format json`.
     pub async fn start_monolock(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
+        Self::start_monolock_with(bin, cpu, log_dir, &[]).await
+    }
+
+    /// [`Server::start_monolock`] with extra flags (e.g. TLS files).
+    pub async fn start_monolock_with(
+        bin: &Path,
+        cpu: Option<usize>,
+        log_dir: &Path,
+        extra: &[std::ffi::OsString],
+    ) -> Result<Self> {
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut cmd = Command::new(bin);
@@ -69,10 +79,8 @@ impl Server {
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--log-format")
-            .arg("json")
-            // One v2 session holds every lock of the many-locks figures.
-            .arg("--max-claims-per-session")
-            .arg("100000");
+            .arg("json");
+        cmd.args(extra);
         Self::spawn(System::Monolock, "monolock", cmd, addr, cpu, log_dir).await
     }
 

@@ -141,7 +141,7 @@ pub struct ServeArgs {
 
     /// Protocol v2: the most claims (held or waiting) one session may have at once; one
     /// more ACQUIRE is refused (REFUSED 0x09) and the session lives on.
-    #[arg(long, env = "MONOLOCK_MAX_CLAIMS_PER_SESSION", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS_PER_SESSION, value_parser = clap::value_parser!(u32).range(1..), value_name = "CLAIMS")]
+    #[arg(long, env = "MONOLOCK_MAX_CLAIMS_PER_SESSION", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS_PER_SESSION, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     max_claims_per_session: u32,
 
     /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03).
