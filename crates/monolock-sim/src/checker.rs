@@ -45,12 +45,26 @@ pub(crate) struct Grant {
     pub(crate) lease: Duration,
     /// Whether the session had been silent for its whole lease.
     pub(crate) silent: bool,
+    /// Which claim of the connection (see [`Checker::joined`]).
+    pub(crate) slot: usize,
 }
 
 struct Belief {
     client: usize,
+    /// The claim id, for a version 2 session.
+    claim: Option<u32>,
     lock: String,
     token: u64,
+}
+
+impl std::fmt::Display for Belief {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "c{}", self.client)?;
+        if let Some(claim) = self.claim {
+            write!(f, " claim {claim}")?;
+        }
+        write!(f, " (token {})", self.token)
+    }
 }
 
 /// Counts for the report.
@@ -75,9 +89,12 @@ pub(crate) struct Checker {
     excused: BTreeSet<u64>,
     incarnation: u32,
     holders: BTreeMap<String, u64>,
-    /// Client address -> the token it holds, in the current process.
-    held_by: BTreeMap<SocketAddr, (u64, Duration)>,
-    queues: BTreeMap<String, VecDeque<(SocketAddr, Duration)>>,
+    /// (client address, token) -> the lock and lease, for every grant of
+    /// the current process still held (a version 2 session holds several).
+    held_by: BTreeMap<(SocketAddr, u64), (String, Duration)>,
+    /// Waiters by lock: the client address, the claim's slot (a version 2
+    /// session may queue two claims on one lock), the lease.
+    queues: BTreeMap<String, VecDeque<(SocketAddr, usize, Duration)>>,
     violation: Option<Violation>,
     tally: Tally,
 }
@@ -122,6 +139,32 @@ impl Checker {
         if let Some((lock, token)) = held {
             self.beliefs.entry(at).or_default().push(Belief {
                 client,
+                claim: None,
+                lock,
+                token,
+            });
+        }
+    }
+
+    /// Version 2 client `client` read its session at `at`: `held` is every
+    /// claim it believed in, as (claim id, lock, token).
+    pub(crate) fn probe_claims(
+        &mut self,
+        client: usize,
+        at: Duration,
+        held: Vec<(u32, String, u64)>,
+    ) {
+        if let Some(reported) = self.reported.get_mut(client) {
+            *reported = (*reported).max(at);
+        }
+        if held.is_empty() {
+            return;
+        }
+        let beliefs = self.beliefs.entry(at).or_default();
+        for (claim, lock, token) in held {
+            beliefs.push(Belief {
+                client,
+                claim: Some(claim),
                 lock,
                 token,
             });
@@ -159,8 +202,8 @@ impl Checker {
         for (i, a) in beliefs.iter().enumerate() {
             let Some(&inc_a) = self.issued_by.get(&a.token) else {
                 let what = format!(
-                    "client c{} believes it holds {} under token {}, which no server issued",
-                    a.client, a.lock, a.token
+                    "client {a} believes it holds {}, a token no server issued",
+                    a.lock
                 );
                 self.fail(at, what);
                 return;
@@ -174,8 +217,8 @@ impl Checker {
                     continue;
                 }
                 let what = format!(
-                    "two holders of {}: c{} (token {}) and c{} (token {}), both granted by server process {}",
-                    a.lock, a.client, a.token, b.client, b.token, inc_a
+                    "two holders of {}: {a} and {b}, both granted by server process {inc_a}",
+                    a.lock
                 );
                 self.fail(at, what);
                 return;
@@ -200,6 +243,7 @@ impl Checker {
             token,
             lease,
             silent,
+            slot,
         } = grant;
         if token <= self.last_token {
             let what = format!(
@@ -210,7 +254,7 @@ impl Checker {
         }
         self.last_token = self.last_token.max(token);
         self.issued_by.insert(token, self.incarnation);
-        self.held_by.insert(peer, (token, lease));
+        self.held_by.insert((peer, token), (lock.clone(), lease));
         if let Some(holder) = self.holders.insert(lock.clone(), token) {
             let what = format!("{lock} granted (token {token}) while token {holder} holds it");
             self.fail(at, what);
@@ -221,7 +265,7 @@ impl Checker {
             self.fail(at, what);
         }
         let queue = self.queues.entry(lock.clone()).or_default();
-        match queue.iter().position(|(w, _)| *w == peer) {
+        match queue.iter().position(|(w, s, _)| (*w, *s) == (peer, slot)) {
             Some(0) => {
                 queue.pop_front();
             }
@@ -248,25 +292,24 @@ impl Checker {
         if self.holders.get(lock) == Some(&token) {
             self.holders.remove(lock);
         }
-        if self
-            .held_by
-            .get(&peer)
-            .is_some_and(|(held, _)| *held == token)
-        {
-            self.held_by.remove(&peer);
-        }
+        self.held_by.remove(&(peer, token));
     }
 
-    pub(crate) fn joined(&mut self, lock: &str, peer: SocketAddr, lease: Duration) {
+    /// A claim joined the queue of `lock`. `slot` tells the claims of one
+    /// connection apart: the server's `SessionInfo` of the claim is the
+    /// same object from its queueing to its grant or its leaving, so its
+    /// address serves (compared only for equality, never ordered or shown,
+    /// so it does not touch the replay).
+    pub(crate) fn joined(&mut self, lock: &str, peer: SocketAddr, slot: usize, lease: Duration) {
         self.queues
             .entry(lock.to_owned())
             .or_default()
-            .push_back((peer, lease));
+            .push_back((peer, slot, lease));
     }
 
-    pub(crate) fn left(&mut self, lock: &str, peer: SocketAddr) {
+    pub(crate) fn left(&mut self, lock: &str, peer: SocketAddr, slot: usize) {
         if let Some(queue) = self.queues.get_mut(lock) {
-            queue.retain(|(w, _)| *w != peer);
+            queue.retain(|(w, s, _)| (*w, *s) != (peer, slot));
         }
     }
 
@@ -282,28 +325,58 @@ impl Checker {
             .filter_map(|(lock, queue)| {
                 queue
                     .front()
-                    .map(|(head, lease)| (lock.clone(), *head, *lease))
+                    .map(|(head, _, lease)| (lock.clone(), *head, *lease))
             })
             .collect()
     }
 
     /// Holders that have someone waiting behind them.
     pub(crate) fn holders_with_waiters(&self) -> Vec<(SocketAddr, Duration)> {
-        self.held_by
+        let mut holders: Vec<(SocketAddr, Duration)> = self
+            .held_by
             .iter()
-            .filter(|(_, (token, _))| {
-                self.holders.iter().any(|(lock, held)| {
-                    held == token && self.queues.get(lock).is_some_and(|q| !q.is_empty())
-                })
-            })
-            .map(|(peer, (_, lease))| (*peer, *lease))
+            .filter(|(_, (lock, _))| self.queues.get(lock).is_some_and(|q| !q.is_empty()))
+            .map(|((peer, _), (_, lease))| (*peer, *lease))
+            .collect();
+        holders.dedup_by_key(|(peer, _)| *peer);
+        holders
+    }
+
+    /// The tokens the client at `peer` holds, as the server's current
+    /// process sees it (several for a version 2 session).
+    pub(crate) fn holder_of(&self, peer: SocketAddr) -> Vec<u64> {
+        self.held_by
+            .range((peer, 0)..=(peer, u64::MAX))
+            .map(|((_, token), _)| *token)
             .collect()
     }
 
-    /// The token the client at `peer` holds, as the server's current
-    /// process sees it.
-    pub(crate) fn holder_of(&self, peer: SocketAddr) -> Option<u64> {
-        self.held_by.get(&peer).map(|(token, _)| *token)
+    /// Connections with two claims or more in use (held or queued) of
+    /// which at least one holds, with the locks held: where a
+    /// force-release ends one claim of a version 2 session and must leave
+    /// the others as they are.
+    pub(crate) fn multi_holders(&self) -> Vec<(SocketAddr, Vec<String>)> {
+        let mut by_peer: BTreeMap<SocketAddr, (Vec<String>, usize)> = BTreeMap::new();
+        for ((peer, _), (lock, _)) in &self.held_by {
+            by_peer.entry(*peer).or_default().0.push(lock.clone());
+        }
+        for queue in self.queues.values() {
+            for (peer, _, _) in queue {
+                if let Some((_, queued)) = by_peer.get_mut(peer) {
+                    *queued += 1;
+                }
+            }
+        }
+        by_peer
+            .into_iter()
+            .filter(|(_, (held, queued))| held.len() + queued > 1)
+            .map(|(peer, (mut held, _))| {
+                // By name, not by token: the server may number the grants
+                // of one instant in another order from run to run.
+                held.sort();
+                (peer, held)
+            })
+            .collect()
     }
 }
 
@@ -321,6 +394,7 @@ mod tests {
                 token,
                 lease: Duration::from_secs(1),
                 silent: false,
+                slot: 0,
             },
         );
     }
@@ -365,13 +439,54 @@ mod tests {
     }
 
     #[test]
+    fn two_claims_of_one_session_on_one_lock_are_told_apart() {
+        let mut checker = Checker::new(2);
+        checker.server_started(1);
+        let lease = Duration::from_secs(1);
+        let session = SocketAddr::from(([10, 0, 0, 1], 9));
+        let other = SocketAddr::from(([10, 0, 0, 1], 2));
+        grant(&mut checker, "a", 1, 10);
+        // Claims 1 and 2 of one session queue around another waiter; the
+        // later one leaves, and the earlier is still first in line.
+        checker.joined("a", session, 1, lease);
+        checker.joined("a", other, 0, lease);
+        checker.joined("a", session, 2, lease);
+        checker.left("a", session, 2);
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        let granted = |slot, token| Grant {
+            lock: "a".into(),
+            peer: session,
+            token,
+            lease,
+            silent: false,
+            slot,
+        };
+        checker.granted(Duration::ZERO, granted(1, 11));
+        assert_eq!(checker.violation(), None);
+        assert_eq!(checker.holder_of(session), vec![11]);
+        // Two claims of one session believing in one lock at once are two
+        // holders like any others.
+        let at = Duration::from_millis(5);
+        checker.probe_claims(0, at, vec![(1, "a".into(), 11), (2, "a".into(), 10)]);
+        checker.probe(1, at, None);
+        checker.settle();
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("c0 claim 1 (token 11) and c0 claim 2")),
+            "{:?}",
+            checker.violation()
+        );
+    }
+
+    #[test]
     fn grants_out_of_queue_order_or_with_old_tokens_are_violations() {
         let mut checker = Checker::new(1);
         checker.server_started(1);
         grant(&mut checker, "a", 1, 10);
         let lease = Duration::from_secs(1);
-        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 2)), lease);
-        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 3)), lease);
+        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 2)), 0, lease);
+        checker.joined("a", SocketAddr::from(([10, 0, 0, 1], 3)), 0, lease);
         checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
         grant(&mut checker, "a", 3, 11);
         assert!(

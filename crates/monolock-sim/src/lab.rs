@@ -39,6 +39,8 @@ pub(crate) struct Lab {
     last_heard: BTreeMap<SocketAddr, Instant>,
     admin: Option<mpsc::UnboundedSender<Admin>>,
     incarnation: u32,
+    /// Version 2 events of the run, by name (each must happen in CI).
+    v2_events: BTreeMap<&'static str, u64>,
 }
 
 /// The lab, shared.
@@ -54,6 +56,7 @@ impl SharedLab {
             last_heard: BTreeMap::new(),
             admin: None,
             incarnation: 0,
+            v2_events: BTreeMap::new(),
         })))
     }
 
@@ -132,5 +135,14 @@ impl Lab {
 
     pub(crate) fn take_trace(&mut self) -> Vec<String> {
         std::mem::take(&mut self.trace)
+    }
+
+    /// Counts one version 2 event.
+    pub(crate) fn count_v2(&mut self, event: &'static str) {
+        *self.v2_events.entry(event).or_default() += 1;
+    }
+
+    pub(crate) fn v2_events(&self) -> BTreeMap<&'static str, u64> {
+        self.v2_events.clone()
     }
 }

@@ -13,9 +13,18 @@
 //! is granted; and once the faults stop, every client is granted again
 //! (liveness).
 //!
+//! With [`Options::v2`], protocol version 2 hosts run beside the version 1
+//! clients on the same locks: the simulation's own v2 client (`v2.rs`, a
+//! sans-I/O session with several claims; the Rust client library speaks
+//! version 1 only), driven by `client_v2.rs`. Its beliefs are checked like
+//! every other, claim by claim, and [`V2Mistake`]s plant known client
+//! errors for the CI tests to find.
+//!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
-//! `monolock-sim --seed N`.
+//! `monolock-sim --seed N`. With v2 hosts, every host's acts and beliefs
+//! replay exactly; the server's own lines of one instant may come in
+//! another order (it ends a v2 session's claims in its `HashMap`'s order).
 //!
 //! [`ServerHandle::serve_stream`]: monolock_server::ServerHandle::serve_stream
 #![forbid(unsafe_code)]
@@ -23,10 +32,12 @@
 
 mod checker;
 mod client;
+mod client_v2;
 mod lab;
 mod nemesis;
 mod server;
 mod stream;
+mod v2;
 
 use std::{
     collections::BTreeMap,
@@ -35,8 +46,9 @@ use std::{
 
 pub use checker::{Tally, Violation};
 pub use monolock_mutation::Mutation;
-pub use nemesis::{BOUNDARY_FAULTS, FAULTS};
+pub use nemesis::{BOUNDARY_FAULTS, FAULTS, V2_FAULTS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
+pub use v2::Mistake as V2Mistake;
 
 use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
 
@@ -65,8 +77,14 @@ pub struct Options {
     /// check): for replaying the first part of a seed.
     pub until: Option<Duration>,
     /// The faults to draw from, by name; `None`: a random half of
-    /// [`FAULTS`] per seed (swarm testing).
+    /// [`FAULTS`] per seed (swarm testing), and [`V2_FAULTS`] when `v2`.
     pub faults: Option<Vec<&'static str>>,
+    /// Add 2 or 3 protocol version 2 hosts (the simulation's own v2
+    /// client, several claims per session) beside the version 1 clients,
+    /// on the same locks. Off: the version 1 run of the seed, unchanged.
+    pub v2: bool,
+    /// Known mistakes of the v2 client to switch on (none: as documented).
+    pub v2_mistakes: Vec<V2Mistake>,
 }
 
 impl Default for Options {
@@ -77,6 +95,8 @@ impl Default for Options {
             mutations: Vec::new(),
             until: None,
             faults: None,
+            v2: false,
+            v2_mistakes: Vec::new(),
         }
     }
 }
@@ -94,25 +114,47 @@ pub struct Outcome {
     pub tally: Tally,
     /// Faults injected, by name.
     pub faults: BTreeMap<&'static str, u64>,
-    /// Clients and locks of this seed.
+    /// Clients of this seed (version 1 and version 2 hosts).
     pub clients: usize,
+    /// Of which version 2 hosts.
+    pub v2_hosts: usize,
+    /// Version 2 events seen, by name (RELEASE and ACQUIRE in one write,
+    /// a GRANTED crossing a RELEASE, sessions ended with held and waiting
+    /// claims, ...).
+    pub v2_events: BTreeMap<&'static str, u64>,
     /// Locks the clients share.
     pub locks: usize,
     /// Every event, stamped with simulated time: equal seeds give equal
     /// traces.
     pub trace: Vec<String>,
+    /// The command that replays this seed with these options.
+    pub replay: String,
 }
 
 impl Outcome {
-    /// The command that replays this seed.
-    pub fn replay_command(&self, mutations: &[Mutation]) -> String {
-        let mut command = format!("monolock-sim --seed {}", self.seed);
-        for mutation in mutations {
-            command.push_str(" --mutation ");
-            command.push_str(mutation.as_str());
-        }
-        command
+    /// The command that replays this seed (with the options it ran with).
+    pub fn replay_command(&self) -> String {
+        self.replay.clone()
     }
+}
+
+fn replay_command(seed: u64, options: &Options) -> String {
+    let mut command = format!("monolock-sim --seed {seed}");
+    if options.faulty != Options::default().faulty {
+        command.push_str(&format!(" --faulty-seconds {}", options.faulty.as_secs()));
+    }
+    if let Some(faults) = &options.faults {
+        command.push_str(&format!(" --faults {}", faults.join(",")));
+    }
+    if options.v2 {
+        command.push_str(" --v2");
+    }
+    let names = options.mutations.iter().map(|m| m.as_str());
+    for name in names.chain(options.v2_mistakes.iter().map(|m| m.as_str())) {
+        command.push_str(" --mutation ");
+        command.push_str(name);
+    }
+    command
 }
 
 /// Switches mutations on for this thread while it lives.
@@ -145,8 +187,15 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     // A new fault every 50 ms to 500 ms on average.
     let rate = TICK.as_secs_f64() / rng.random_range(0.05..0.5);
     let heal_at = options.faulty;
+    // Drawn apart, so that the version 1 draws of a seed stay as they were.
+    let mut v2_rng = SmallRng::seed_from_u64(seed ^ 0x7632_7632_7632_7632);
+    let v2_hosts = if options.v2 {
+        v2_rng.random_range(2..=3)
+    } else {
+        0
+    };
 
-    let lab = SharedLab::new(clients);
+    let lab = SharedLab::new(clients + v2_hosts);
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_UNIX_SECONDS))
@@ -183,6 +232,24 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         hosts.push(host);
         gates.push(gate);
     }
+    for id in clients..clients + v2_hosts {
+        let host = format!("c{id}");
+        let gate = Gate::default();
+        let plan = client_v2::Plan {
+            id,
+            seed: v2_rng.random(),
+            locks: locks.clone(),
+            heal_at,
+            max_hold,
+            mistakes: options.v2_mistakes.clone(),
+        };
+        sim.client(
+            host.as_str(),
+            client_v2::process(plan, lab.clone(), gate.clone()),
+        );
+        hosts.push(host);
+        gates.push(gate);
+    }
     let mut nemesis = Nemesis::new(
         &sim,
         SmallRng::seed_from_u64(rng.random()),
@@ -193,6 +260,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         base_latency,
         rate,
         options.faults.as_deref(),
+        options.v2,
     );
 
     let mut healed = false;
@@ -242,8 +310,11 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         simulated,
         tally: lab.checker.tally(),
         faults: nemesis.counts().clone(),
-        clients,
+        clients: clients + v2_hosts,
+        v2_hosts,
+        v2_events: lab.v2_events(),
         locks: locks.len(),
         trace: lab.take_trace(),
+        replay: replay_command(seed, options),
     }
 }

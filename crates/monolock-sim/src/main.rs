@@ -4,6 +4,8 @@
 //! monolock-sim --seeds 1000            # seeds 0..1000
 //! monolock-sim --seed 42 --trace       # one seed, its whole trace
 //! monolock-sim --seeds 50 --mutation deadline-from-receive
+//! monolock-sim --seeds 100 --v2        # version 2 sessions beside v1 clients
+//! monolock-sim --seeds 50 --v2 --mutation v2-belief-until-released
 //! ```
 //!
 //! Exits 0 when every seed passed, 1 when one failed (its seed and the
@@ -12,7 +14,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use monolock_sim::{BOUNDARY_FAULTS, FAULTS, Mutation, Options, run};
+use monolock_sim::{BOUNDARY_FAULTS, FAULTS, Mutation, Options, V2_FAULTS, V2Mistake, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,9 +35,15 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     faulty_seconds: u64,
     /// Switch a known mistake on: push-confirms-heartbeat,
-    /// deadline-from-receive, promote-expired-waiter (repeatable).
+    /// deadline-from-receive, promote-expired-waiter; with --v2 also
+    /// v2-granted-confirms-session, v2-belief-past-deadline,
+    /// v2-belief-until-released (repeatable).
     #[arg(long, value_parser = parse_mutation)]
-    mutation: Vec<Mutation>,
+    mutation: Vec<Known>,
+    /// Run 2 or 3 protocol version 2 hosts (several claims per session)
+    /// beside the version 1 clients, on the same locks.
+    #[arg(long)]
+    v2: bool,
     /// Draw faults only from these (comma-separated names; "boundary" for
     /// the faults aimed at timing boundaries). Default: a random half of
     /// all faults per seed.
@@ -49,20 +57,40 @@ struct Args {
     keep_going: bool,
 }
 
-fn parse_mutation(text: &str) -> Result<Mutation, String> {
-    Mutation::ALL
+/// A known mistake: of the shipped code, or of the simulation's v2 client.
+#[derive(Clone, Copy, Debug)]
+enum Known {
+    Shipped(Mutation),
+    V2(V2Mistake),
+}
+
+fn parse_mutation(text: &str) -> Result<Known, String> {
+    let shipped = Mutation::ALL
         .into_iter()
         .find(|m| m.as_str() == text)
-        .ok_or_else(|| format!("unknown mutation {text:?}"))
+        .map(Known::Shipped);
+    let v2 = V2Mistake::ALL
+        .into_iter()
+        .find(|m| m.as_str() == text)
+        .map(Known::V2);
+    shipped.or(v2).ok_or_else(|| {
+        let known: Vec<&str> = Mutation::ALL
+            .iter()
+            .map(|m| m.as_str())
+            .chain(V2Mistake::ALL.iter().map(|m| m.as_str()))
+            .collect();
+        format!("unknown mutation {text:?}; known: {}", known.join(", "))
+    })
 }
 
 fn parse_fault(text: &str) -> Result<String, String> {
-    if text == "boundary" || FAULTS.contains(&text) {
+    if text == "boundary" || FAULTS.contains(&text) || V2_FAULTS.contains(&text) {
         Ok(text.to_owned())
     } else {
         Err(format!(
-            "unknown fault {text:?}; known: boundary, {}",
-            FAULTS.join(", ")
+            "unknown fault {text:?}; known: boundary, {}, {}",
+            FAULTS.join(", "),
+            V2_FAULTS.join(", ")
         ))
     }
 }
@@ -79,15 +107,37 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    let mut mutations = Vec::new();
+    let mut v2_mistakes = Vec::new();
+    for known in &args.mutation {
+        match known {
+            Known::Shipped(m) => mutations.push(*m),
+            Known::V2(m) => v2_mistakes.push(*m),
+        }
+    }
+    if !v2_mistakes.is_empty() && !args.v2 {
+        eprintln!(
+            "monolock-sim: a v2 mutation needs v2 hosts; add --v2 to run them beside the v1 clients"
+        );
+        return ExitCode::from(64);
+    }
     let options = Options {
         faulty: Duration::from_secs(args.faulty_seconds),
-        mutations: args.mutation.clone(),
+        mutations,
+        v2: args.v2,
+        v2_mistakes,
         faults: args.faults.as_ref().map(|names| {
             names
                 .iter()
-                .flat_map(|name| match FAULTS.iter().find(|f| **f == name.as_str()) {
-                    Some(fault) => vec![*fault],
-                    None => BOUNDARY_FAULTS.to_vec(),
+                .flat_map(|name| {
+                    match FAULTS
+                        .iter()
+                        .chain(V2_FAULTS.iter())
+                        .find(|f| **f == name.as_str())
+                    {
+                        Some(fault) => vec![*fault],
+                        None => BOUNDARY_FAULTS.to_vec(),
+                    }
                 })
                 .collect()
         }),
@@ -100,11 +150,20 @@ fn main() -> ExitCode {
     let started = std::time::Instant::now();
     let (mut passed, mut failed, mut simulated, mut grants, mut faults) =
         (0u64, 0u64, Duration::ZERO, 0, 0);
+    let mut v2_events = std::collections::BTreeMap::new();
     for seed in seeds {
         let outcome = run(seed, &options);
         simulated += outcome.simulated;
         grants += outcome.tally.grants;
         faults += outcome.faults.values().sum::<u64>();
+        for (event, count) in &outcome.v2_events {
+            *v2_events.entry(*event).or_insert(0u64) += count;
+        }
+        if let Some(count) = outcome.faults.get("revoke-one-claim") {
+            *v2_events
+                .entry("force-release of one claim of several")
+                .or_insert(0) += count;
+        }
         if args.trace {
             for line in &outcome.trace {
                 println!("{line}");
@@ -118,7 +177,7 @@ fn main() -> ExitCode {
                 for line in outcome.trace.iter().rev().take(30).rev() {
                     println!("  {line}");
                 }
-                println!("replay: {}", outcome.replay_command(&options.mutations));
+                println!("replay: {}", outcome.replay_command());
                 if !args.keep_going {
                     break;
                 }
@@ -130,6 +189,13 @@ fn main() -> ExitCode {
         simulated.as_secs_f64() / 3600.0,
         started.elapsed().as_secs_f64()
     );
+    if args.v2 {
+        let events: Vec<String> = v2_events
+            .iter()
+            .map(|(event, count)| format!("{event}: {count}"))
+            .collect();
+        println!("v2 events: {}", events.join("; "));
+    }
     if failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -91,6 +91,15 @@ pub const BOUNDARY_FAULTS: [&str; 5] = [
     "stall-queue-head-uplink",
 ];
 
+/// The faults that only version 2 sessions meet, drawn (all of them) when
+/// version 2 hosts run.
+pub const V2_FAULTS: [&str; 1] = [V2_MENU[0].0];
+
+/// Version 2 faults by name, as weights: a force-release through the
+/// server handle of one held claim of a session with several claims in
+/// use (the others must live on).
+const V2_MENU: [(&str, u32); 1] = [("revoke-one-claim", 4)];
+
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
     ("delay", 6),
@@ -130,6 +139,7 @@ impl Nemesis {
         base_latency: Duration,
         rate: f64,
         faults: Option<&[&'static str]>,
+        v2: bool,
     ) -> Self {
         let clients = hosts.len();
         let ips = hosts.iter().map(|host| sim.lookup(host.as_str())).collect();
@@ -143,6 +153,13 @@ impl Nemesis {
         };
         if menu.is_empty() {
             menu.push(MENU[rng.random_range(0..MENU.len())]);
+        }
+        if v2 {
+            menu.extend(
+                V2_MENU
+                    .into_iter()
+                    .filter(|(name, _)| faults.is_none_or(|names| names.contains(name))),
+            );
         }
         Self {
             menu,
@@ -367,6 +384,18 @@ impl Nemesis {
                 };
                 self.lab.admin(order.clone()).then(|| format!("{order:?}"))
             }
+            "revoke-one-claim" => {
+                let holders = self.lab.lock().checker.multi_holders();
+                if holders.is_empty() || self.server_down {
+                    None
+                } else {
+                    let (peer, locks) = holders[self.rng.random_range(0..holders.len())].clone();
+                    let lock = locks[self.rng.random_range(0..locks.len())].clone();
+                    self.lab
+                        .admin(Admin::ForceRelease(lock.clone()))
+                        .then(|| format!("force-release {lock}, one of {locks:?} held by {peer}"))
+                }
+            }
             "kick" => {
                 let lock = self.locks[self.rng.random_range(0..self.locks.len())].clone();
                 let position = self.rng.random_range(0..3);
@@ -494,7 +523,7 @@ impl Nemesis {
         let (addr, conn): (SocketAddr, _) = conns[self.rng.random_range(0..conns.len())].clone();
         if fault != "reset-client-end" {
             let mut lab = self.lab.lock();
-            if let Some(token) = lab.checker.holder_of(addr) {
+            for token in lab.checker.holder_of(addr) {
                 lab.checker.excuse(token);
             }
         }

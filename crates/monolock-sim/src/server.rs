@@ -10,7 +10,9 @@
 
 use std::{net::Ipv4Addr, sync::Arc};
 
-use monolock_server::{Event, Observer, Server, ServerConfig, ServerHandle, WallClock};
+use monolock_server::{
+    Event, Observer, Server, ServerConfig, ServerHandle, SessionInfo, WallClock,
+};
 use tokio::{sync::mpsc, time::Instant};
 
 use crate::{
@@ -68,6 +70,7 @@ impl Observer for SimObserver {
                         token: *token,
                         lease,
                         silent,
+                        slot: slot_of(session),
                     },
                 );
             }
@@ -99,6 +102,7 @@ impl Observer for SimObserver {
                 lab.checker.joined(
                     session.lock.as_str(),
                     session.remote_addr,
+                    slot_of(session),
                     session.lease.as_duration(),
                 );
             }
@@ -111,11 +115,19 @@ impl Observer for SimObserver {
                         session.remote_addr, session.lock
                     ),
                 );
-                lab.checker.left(session.lock.as_str(), session.remote_addr);
+                lab.checker
+                    .left(session.lock.as_str(), session.remote_addr, slot_of(session));
             }
             _ => {}
         }
     }
+}
+
+/// Which claim an event is about: the server keeps one `SessionInfo` per
+/// claim (a version 1 session is one claim) from its ACQUIRE to its end,
+/// so its address tells apart two claims of one connection on one lock.
+fn slot_of(session: &SessionInfo) -> usize {
+    std::ptr::from_ref(session) as usize
 }
 
 /// One server process, from start to crash.
