@@ -180,6 +180,21 @@ impl Files {
         }
     }
 
+    /// The files another language's client suite reads (its TLS and mTLS
+    /// tests): `ca.pem` and `server.{pem,key}` from one CA,
+    /// `clients-ca.pem` and `client.{pem,key}` (whose identity is the URI
+    /// `client_identity`) from another. `suite` names the CAs.
+    pub fn for_client_suite(suite: &str, client_identity: &str) -> Self {
+        let server_ca = Ca::new(&format!("{suite} test server CA"));
+        let client_ca = Ca::new(&format!("{suite} test client CA"));
+        let files = Self::new();
+        files.ca("ca.pem", &server_ca);
+        files.leaf("server", &server_ca.server());
+        files.ca("clients-ca.pem", &client_ca);
+        files.leaf("client", &client_ca.client_uri(client_identity));
+        files
+    }
+
     /// Writes `contents` to `name`.
     pub fn write(&self, name: &str, contents: &str) -> PathBuf {
         let path = self.path(name);

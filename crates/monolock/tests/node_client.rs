@@ -13,7 +13,7 @@ use std::{
     process::Command,
 };
 
-use monolock_testkit::pki::{Ca, Files};
+use monolock_testkit::pki::Files;
 
 const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
 
@@ -26,18 +26,6 @@ const NODE_MAJOR: u32 = 20;
 
 fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/node")
-}
-
-/// Writes the files the Node TLS tests read.
-fn lab_pki() -> Files {
-    let server_ca = Ca::new("node test server CA");
-    let client_ca = Ca::new("node test client CA");
-    let files = Files::new();
-    files.ca("ca.pem", &server_ca);
-    files.leaf("server", &server_ca.server());
-    files.ca("clients-ca.pem", &client_ca);
-    files.leaf("client", &client_ca.client_uri(CLIENT_IDENTITY));
-    files
 }
 
 /// The major version `node --version` prints (`v20.20.2`), or why not.
@@ -90,7 +78,7 @@ fn node_client_suite_passes_against_the_real_binary() {
     if !package_dir().join("node_modules/typescript").is_dir() {
         npm(&["ci", "--no-audit", "--no-fund"]);
     }
-    let pki = lab_pki();
+    let pki = Files::for_client_suite("node", CLIENT_IDENTITY);
     let output = Command::new("npm")
         .args(["test"])
         .current_dir(package_dir())

@@ -12,7 +12,7 @@ use std::{
     process::Command,
 };
 
-use monolock_testkit::pki::{Ca, Files};
+use monolock_testkit::pki::Files;
 
 const MONOLOCK: &str = env!("CARGO_BIN_EXE_monolock");
 
@@ -22,18 +22,6 @@ const CLIENT_IDENTITY: &str = "spiffe://test/python-client";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Writes the files the Python TLS tests read.
-fn lab_pki() -> Files {
-    let server_ca = Ca::new("python test server CA");
-    let client_ca = Ca::new("python test client CA");
-    let files = Files::new();
-    files.ca("ca.pem", &server_ca);
-    files.leaf("server", &server_ca.server());
-    files.ca("clients-ca.pem", &client_ca);
-    files.leaf("client", &client_ca.client_uri(CLIENT_IDENTITY));
-    files
 }
 
 /// The count from unittest's `Ran N tests` line.
@@ -49,7 +37,7 @@ fn tests_run(report: &str) -> Option<u32> {
 
 #[test]
 fn python_client_suite_passes_against_the_real_binary() {
-    let pki = lab_pki();
+    let pki = Files::for_client_suite("python", CLIENT_IDENTITY);
     let python = repo_root().join("clients/python");
     let output = Command::new("python3")
         .args(["-X", "dev", "-m", "unittest", "discover", "-v"])
