@@ -244,6 +244,31 @@ pub async fn throughput(
             false,
         ));
     }
+    record_throughput(
+        server,
+        tasks,
+        win,
+        clients,
+        sys_key,
+        server.system == System::Monolock,
+        m,
+    )
+    .await
+}
+
+/// Waits out `win` while `tasks` cycle, then records
+/// `throughput.c<clients>.<series>.*`: cycles/s, server CPU per 1,000
+/// cycles, server and client CPU in cores, and (with `queued`) how many
+/// acquisitions were queued.
+async fn record_throughput(
+    server: &Server,
+    mut tasks: tokio::task::JoinSet<Result<ClientCycles>>,
+    win: Window,
+    clients: usize,
+    series: &str,
+    queued_figure: bool,
+    m: &mut Metrics,
+) -> Result<()> {
     sleep_until(win.measure_from.into()).await;
     let s0 = server.sample()?;
     let c0 = sys::own_cpu_time();
@@ -257,13 +282,13 @@ pub async fn throughput(
         queued += c.queued;
     }
     if total == 0 {
-        bail!("{sys_key}: no lock cycle completed with {clients} clients");
+        bail!("{series}: no lock cycle completed with {clients} clients");
     }
     let secs = win.secs();
     let server_cpu = (s1.cpu - s0.cpu).as_secs_f64();
-    let pre = format!("throughput.c{clients}.{sys_key}");
+    let pre = format!("throughput.c{clients}.{series}");
     m.put(&format!("{pre}.cycles_per_s"), total as f64 / secs);
-    if server.system == System::Monolock {
+    if queued_figure {
         m.put(
             &format!("{pre}.queued_pct"),
             queued as f64 * 100.0 / total as f64,
@@ -358,37 +383,5 @@ pub async fn throughput_v2(
             false,
         ));
     }
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    let c0 = sys::own_cpu_time();
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
-    let c1 = sys::own_cpu_time();
-    let (mut total, mut queued) = (0u64, 0u64);
-    while let Some(joined) = tasks.join_next().await {
-        let c = joined.context("client task panicked")??;
-        total += c.count;
-        queued += c.queued;
-    }
-    if total == 0 {
-        bail!("monolock v2: no lock cycle completed with {clients} clients");
-    }
-    let secs = win.secs();
-    let server_cpu = (s1.cpu - s0.cpu).as_secs_f64();
-    let pre = format!("throughput.c{clients}.monolock_v2");
-    m.put(&format!("{pre}.cycles_per_s"), total as f64 / secs);
-    m.put(
-        &format!("{pre}.queued_pct"),
-        queued as f64 * 100.0 / total as f64,
-    );
-    m.put(
-        &format!("{pre}.server_cpu_ms_per_1k"),
-        server_cpu * 1e3 / (total as f64 / 1e3),
-    );
-    m.put(&format!("{pre}.server_cpu_cores"), server_cpu / secs);
-    m.put(
-        &format!("{pre}.client_cpu_cores"),
-        (c1 - c0).as_secs_f64() / secs,
-    );
-    Ok(())
+    record_throughput(server, tasks, win, clients, "monolock_v2", true, m).await
 }
