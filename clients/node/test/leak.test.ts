@@ -36,9 +36,11 @@ describe("many cycles", () => {
       await using lock = await client.lock("cycles", { lease: 5000 });
       assert.ok(lock.isHeld());
     }
+    // With v1 a refused attempt leaves the queue when the server reads its
+    // close, which may come after the holder's release: the next holder
+    // therefore queues (lock), it does not try.
     for (let i = 0; i < 200; i++) {
-      const busy = await client.tryLock("cycles", { lease: 5000 });
-      assert.ok(busy !== null);
+      const busy = await client.lock("cycles", { lease: 5000 });
       assert.equal(await client.tryLock("cycles", { lease: 5000 }), null);
       await busy.release();
     }
