@@ -1,6 +1,6 @@
 # The Node.js client (clients/node) is built and tested with Node.js 20 or
 # newer and npm: crates/monolock/tests/node_client.rs runs its suite, and
-# examples/tests/fenced_postgres_node.rs its recipe. Debian bookworm's own
+# examples/tests/fenced_postgres.rs its Node form. Debian bookworm's own
 # nodejs is 18: a machine without Node 20 gets Debian's packages only to
 # find npm, and the Node tests then fail saying which version they need.
 node_major() { node --version 2>/dev/null | sed -n 's/^v\([0-9]*\)\..*/\1/p'; }

@@ -1,13 +1,14 @@
 //! The fenced-postgres recipe against a real PostgreSQL, in each of its
 //! forms, under the fault that fencing exists for: a holder paused past its
 //! lease, a newer holder granted and writing, then the old one resuming and
-//! attempting its write.
+//! attempting its write. Also: tokens across the whole u64 range, a busy
+//! lock with `--no-wait`, and bad input, for every form.
 
 mod common;
 
 use std::process::Command;
 
-use common::{Lab, Proc, number_after, python, signal, wait_stopped, workspace_binary};
+use common::{Lab, Proc, node, number_after, python, signal, wait_stopped, workspace_binary};
 use monolock_examples::fence;
 
 const JOB: &str = "nightly-import";
@@ -17,8 +18,7 @@ const JOB: &str = "nightly-import";
 /// machine.
 const LEASE: &str = "2s";
 
-/// What `monolock exec`, the Rust and the Python forms exit with when the
-/// lock was lost.
+/// What every form exits with when the lock was lost or the write fenced.
 const EXIT_LOST: i32 = 79;
 
 /// The psql job that `monolock exec` runs.
@@ -36,29 +36,39 @@ enum Form {
     Rust,
     /// `fenced_postgres.py`: the Python client and psycopg.
     Python,
+    /// `node/fenced-postgres.mjs`: the Node client and `pg`.
+    Node,
 }
 
 impl Form {
-    /// Starts one job of this form; with `pause`, it stops itself right
-    /// before its write.
-    fn job(self, lab: &Lab, name: &str, pause: bool) -> Proc {
+    /// The program of this form, with `args` for it (`--job`, `--lease`, ...).
+    fn program(self, args: &[&str]) -> Command {
         let mut command = match self {
             Form::ExecPsql => {
                 let mut command = Command::new(workspace_binary("monolock"));
-                command.args(["exec", "--lease", LEASE, JOB, "--", SCRIPT]);
-                command
+                command.arg("exec").args(args).args([JOB, "--", SCRIPT]);
+                return command;
             }
-            Form::Rust => {
-                let mut command = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"));
-                command.args(["--job", JOB, "--lease", LEASE]);
-                command
-            }
+            Form::Rust => Command::new(env!("CARGO_BIN_EXE_fenced-postgres")),
             Form::Python => {
                 let mut command = python::command();
-                command.args([PYTHON_SCRIPT, "--job", JOB, "--lease", LEASE]);
+                command.arg(PYTHON_SCRIPT);
+                command
+            }
+            Form::Node => {
+                let mut command = node::command();
+                command.arg(node::fenced_postgres_script());
                 command
             }
         };
+        command.args(["--job", JOB]).args(args);
+        command
+    }
+
+    /// Starts one job of this form; with `pause`, it stops itself right
+    /// before its write.
+    fn job(self, lab: &Lab, name: &str, pause: bool) -> Proc {
+        let mut command = self.program(&["--lease", LEASE]);
         command
             .env("MONOLOCK_ADDRESS", lab.addr.to_string())
             .env("DATABASE_URL", lab.postgres.url())
@@ -85,7 +95,8 @@ fn paused_holder_is_fenced_off(form: Form) {
     let pause = first.expect_line("pausing before the write");
     let writer = u32::try_from(number_after(&pause, "kill -CONT ")).expect("pid");
     wait_stopped(writer);
-    // The job's lock holder stops too: no heartbeat leaves any more.
+    // The job's lock holder stops too (for all but `exec` it is the
+    // writer): no heartbeat leaves any more.
     signal(first.pid(), libc::SIGSTOP);
     wait_stopped(first.pid());
 
@@ -129,6 +140,11 @@ fn python_client_paused_holder_is_fenced_off() {
     paused_holder_is_fenced_off(Form::Python);
 }
 
+#[test]
+fn node_client_paused_holder_is_fenced_off() {
+    paused_holder_is_fenced_off(Form::Node);
+}
+
 /// Tokens are u64: the column and every form's SQL must order and store
 /// tokens across the whole range, 2^63 and above included (a `bigint`
 /// column fails there).
@@ -166,38 +182,57 @@ fn tokens_are_fenced_across_the_whole_u64_range() {
     tokens.push((1u64 << 63).to_string());
     let out = python_writes(&lab, &tokens);
     assert!(out.status.success(), "{out:?}");
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect();
     let expected: Vec<String> = boundary
         .iter()
         .map(|token| format!("{token} True {token}"))
         .chain([format!("{} False {}", 1u64 << 63, u64::MAX)])
         .collect();
-    assert_eq!(lines, expected, "{out:?}");
+    assert_eq!(stdout_lines(&out), expected, "{out:?}");
+    assert_eq!(stored(&lab), u64::MAX.to_string());
+
+    // The Node form's statement, through its `write` (a JavaScript number
+    // would fail above 2^53, a bigint column above 2^63).
+    reset(&lab);
+    let out = node_writes(&lab, &tokens);
+    assert!(out.status.success(), "{out:?}");
+    let expected: Vec<String> = expected.iter().map(|line| line.to_lowercase()).collect();
+    assert_eq!(stdout_lines(&out), expected, "{out:?}");
     assert_eq!(stored(&lab), u64::MAX.to_string());
 }
 
-/// `--no-wait` against a held lock: 75 and nothing written, as `exec`.
-#[test]
-fn rust_no_wait_on_a_busy_lock_exits_75() {
+/// `--no-wait` against a held lock: 75, a line saying so, and nothing
+/// written, as `exec`.
+fn no_wait_on_a_busy_lock_exits_75(form: Form) {
     let lab = Lab::start(fence::SCHEMA);
     let client = monolock_client::Client::new(lab.addr.to_string());
     let holder = lab
         .runtime
         .block_on(client.acquire(JOB, std::time::Duration::from_secs(30)))
         .expect("hold the lock");
-    let out = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"))
-        .args(["--job", JOB, "--no-wait"])
+    let out = form
+        .program(&["--no-wait"])
         .env("MONOLOCK_ADDRESS", lab.addr.to_string())
         .env("DATABASE_URL", lab.postgres.url())
         .env_remove("PAUSE_BEFORE_WRITE")
         .output()
-        .expect("run fenced-postgres");
+        .expect("run the form");
     assert_eq!(out.status.code(), Some(75), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is busy"),
+        "{out:?}"
+    );
     assert_eq!(stored(&lab), "0");
     drop(holder);
+}
+
+#[test]
+fn rust_no_wait_on_a_busy_lock_exits_75() {
+    no_wait_on_a_busy_lock_exits_75(Form::Rust);
+}
+
+#[test]
+fn node_no_wait_on_a_busy_lock_exits_75() {
+    no_wait_on_a_busy_lock_exits_75(Form::Node);
 }
 
 fn rust_write(lab: &Lab, token: u64) -> bool {
@@ -236,6 +271,38 @@ for token in sys.argv[2:]:
         .expect("run the Python writes")
 }
 
+/// The same through the Node form's `write`.
+fn node_writes(lab: &Lab, tokens: &[String]) -> std::process::Output {
+    const WRITES: &str = "
+const [url, ...tokens] = process.argv.slice(1);
+const recipe = await import(process.env.RECIPE);
+const db = await recipe.connect(url);
+for (const token of tokens) {
+  const written = await recipe.write(db, 'nightly-import', BigInt(token), 'boundary');
+  const { rows } = await db.query(\"SELECT token::text AS t FROM job_state WHERE job = 'nightly-import'\");
+  console.log(token, written, rows[0].t);
+}
+await db.end();
+";
+    node::command()
+        .args(["--input-type=module", "-e", WRITES, &lab.postgres.url()])
+        .args(tokens)
+        .env(
+            "RECIPE",
+            format!("file://{}", node::fenced_postgres_script().display()),
+        )
+        .current_dir(node::example_dir())
+        .output()
+        .expect("run the Node writes")
+}
+
+fn stdout_lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 fn stored(lab: &Lab) -> String {
     lab.query("SELECT token::text FROM job_state WHERE job = 'nightly-import'")[0].get(0)
 }
@@ -244,42 +311,49 @@ fn reset(lab: &Lab) {
     lab.query("UPDATE job_state SET token = 0");
 }
 
-/// A program of the recipe run with this `DATABASE_URL` (none: unset).
-type JobWithUrl = fn(Option<&str>) -> Command;
-
-/// Bad input: one clear line, a non-zero exit, no panic.
+/// Bad input: one clear line, a non-zero exit, no panic, and the URL never
+/// repeated.
 #[test]
 fn bad_input_is_one_clear_line() {
     let unreachable = format!("postgres://app@127.0.0.1:{}/app", common::free_port());
-    // The Rust and the Python programs: the same codes and messages.
-    let programs: [(&str, JobWithUrl); 2] = [
-        ("fenced-postgres", rust_job),
-        ("fenced_postgres.py", python_job),
+    // The Rust, Python and Node programs: the same codes and messages.
+    let programs = [
+        (Form::Rust, "fenced-postgres"),
+        (Form::Python, "fenced_postgres.py"),
+        (Form::Node, "fenced-postgres.mjs"),
     ];
     let mut cases: Vec<(String, Command, i32, String)> = Vec::new();
-    for (program, job) in programs {
+    for (form, program) in programs {
         let message = |text: &str| format!("{program}: {text}");
         cases.extend([
             (
                 message("no DATABASE_URL"),
-                job(None),
+                database_job(form, None),
                 64,
                 message("no database to write to: set DATABASE_URL"),
             ),
             (
                 message("unreachable database"),
-                job(Some(&unreachable)),
+                database_job(form, Some(&unreachable)),
                 69,
                 message("cannot connect to the database"),
             ),
             (
                 message("invalid DATABASE_URL"),
-                job(Some("postgres://[nonsense")),
+                database_job(form, Some("postgres://[nonsense")),
                 64,
                 message("invalid DATABASE_URL"),
             ),
         ]);
     }
+    let mut bad_lease = Form::Node.program(&["--server", "127.0.0.1:1", "--lease", "soon"]);
+    bad_lease.env("DATABASE_URL", &unreachable);
+    cases.push((
+        "node: a bad lease".into(),
+        bad_lease,
+        64,
+        "fenced-postgres.mjs: invalid duration \"soon\"".into(),
+    ));
     cases.push((
         "psql: no DATABASE_URL".into(),
         script_job(None),
@@ -301,15 +375,19 @@ fn bad_input_is_one_clear_line() {
         assert!(!stderr.contains("backtrace"), "{what}: {stderr}");
         assert!(!stderr.contains("Traceback"), "{what}: {stderr}");
         assert!(!stderr.contains("[nonsense"), "{what}: {stderr}");
+        if !what.starts_with("psql") {
+            assert_eq!(stderr.lines().count(), 1, "{what}: {stderr}");
+        }
     }
 }
 
-fn rust_job(url: Option<&str>) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_fenced-postgres"));
-    // The lock server is never reached: the database comes first.
+/// A form's program with this `DATABASE_URL` (none: unset); the lock
+/// server is never reached, since the database comes first.
+fn database_job(form: Form, url: Option<&str>) -> Command {
+    let mut command = form.program(&["--server", "127.0.0.1:1", "--lease", "1s"]);
     command
-        .args(["--server", "127.0.0.1:1", "--lease", "1s"])
-        .env_remove("DATABASE_URL");
+        .env_remove("DATABASE_URL")
+        .env_remove("PAUSE_BEFORE_WRITE");
     if let Some(url) = url {
         command.env("DATABASE_URL", url);
     }
@@ -320,18 +398,6 @@ fn script_job(url: Option<&str>) -> Command {
     let mut command = Command::new(SCRIPT);
     command
         .env("MONOLOCK_TOKEN", "1")
-        .env_remove("DATABASE_URL")
-        .env_remove("PAUSE_BEFORE_WRITE");
-    if let Some(url) = url {
-        command.env("DATABASE_URL", url);
-    }
-    command
-}
-
-fn python_job(url: Option<&str>) -> Command {
-    let mut command = python::command();
-    command
-        .args([PYTHON_SCRIPT, "--server", "127.0.0.1:1", "--lease", "1s"])
         .env_remove("DATABASE_URL")
         .env_remove("PAUSE_BEFORE_WRITE");
     if let Some(url) = url {
