@@ -93,6 +93,14 @@ async fn exec(server: &TestServer, args: &[&str]) -> (ExitStatus, String, String
     Exec::spawn(server, args).finish().await
 }
 
+/// Runs a `monolock` command with no input to its end, within patience.
+async fn finished(command: &mut Command) -> std::process::Output {
+    tokio::time::timeout(PATIENCE, command.stdin(Stdio::null()).output())
+        .await
+        .expect("monolock exits in time")
+        .expect("monolock ran")
+}
+
 /// An address nothing listens on: a port whose listener was closed.
 async fn closed_port() -> String {
     let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -396,16 +404,13 @@ async fn the_command_group_dies_when_exec_is_killed() {
 async fn retrying_an_unreachable_server_is_bounded_and_logged() {
     let closed_addr = closed_port().await;
     let started = Instant::now();
-    let child = Command::new(MONOLOCK)
-        .args(["exec", "--server", &closed_addr, "--no-wait", "--retry"])
-        .args(["nightly", "--", "echo", "RAN"])
-        .env("MONOLOCK_RETRY_FOR", "1s")
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(PATIENCE, child)
-        .await
-        .expect("exec gives up in time")
-        .expect("ran");
+    let out = finished(
+        Command::new(MONOLOCK)
+            .args(["exec", "--server", &closed_addr, "--no-wait", "--retry"])
+            .args(["nightly", "--", "echo", "RAN"])
+            .env("MONOLOCK_RETRY_FOR", "1s"),
+    )
+    .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(EXIT_UNAVAILABLE), "{err}");
     assert!(out.stdout.is_empty(), "the command ran");
@@ -560,11 +565,8 @@ async fn absurd_durations_are_refused_at_parse_time() {
         assert!(err.contains(flag), "{flag}: {err}");
         assert!(out.is_empty(), "{flag}: the command ran");
     }
-    let out = Command::new(MONOLOCK)
-        .args(["serve", "--io-timeout", "580000000000y"])
-        .output()
-        .await
-        .expect("ran");
+    let out =
+        finished(Command::new(MONOLOCK).args(["serve", "--io-timeout", "580000000000y"])).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
     assert!(err.contains("too long"), "{err}");
@@ -728,15 +730,12 @@ async fn a_pid_namespace_takes_escaped_descendants_down() {
 async fn retry_for_is_used_to_its_end() {
     let closed_addr = closed_port().await;
     let started = Instant::now();
-    let child = Command::new(MONOLOCK)
-        .args(["exec", "--server", &closed_addr, "--retry", "--retry-for"])
-        .args(["2s", "x", "--", "echo", "RAN"])
-        .stdin(Stdio::null())
-        .output();
-    let out = tokio::time::timeout(PATIENCE, child)
-        .await
-        .expect("exec gives up in time")
-        .expect("ran");
+    let out = finished(
+        Command::new(MONOLOCK)
+            .args(["exec", "--server", &closed_addr, "--retry", "--retry-for"])
+            .args(["2s", "x", "--", "echo", "RAN"]),
+    )
+    .await;
     let elapsed = started.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(EXIT_UNAVAILABLE), "{err}");
@@ -825,13 +824,13 @@ async fn switch_variables_take_the_usual_spellings() {
     let run = |env: Vec<(&'static str, String)>| {
         let closed_addr = closed_addr.clone();
         async move {
-            let out = Command::new(MONOLOCK)
-                .args(["exec", "--server", &closed_addr, "x", "--", "true"])
-                .env("MONOLOCK_RETRY_FOR", "200ms")
-                .envs(env)
-                .output()
-                .await
-                .expect("ran");
+            let out = finished(
+                Command::new(MONOLOCK)
+                    .args(["exec", "--server", &closed_addr, "x", "--", "true"])
+                    .env("MONOLOCK_RETRY_FOR", "200ms")
+                    .envs(env),
+            )
+            .await;
             (
                 out.status.code(),
                 String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -858,33 +857,30 @@ async fn switch_variables_take_the_usual_spellings() {
             && err.contains("yes or no"),
         "{err}"
     );
-    let out = Command::new(MONOLOCK)
-        .args(["exec", "x", "true"])
-        .env("MONOLOCK_ADDRESS", "localhost")
-        .output()
-        .await
-        .expect("ran");
+    let out = finished(
+        Command::new(MONOLOCK)
+            .args(["exec", "x", "true"])
+            .env("MONOLOCK_ADDRESS", "localhost"),
+    )
+    .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
     assert!(err.contains("$MONOLOCK_ADDRESS (--server)"), "{err}");
     // Given on the command line, the flag is named.
-    let out = Command::new(MONOLOCK)
-        .args(["exec", "--server", "localhost", "x", "true"])
-        .output()
-        .await
-        .expect("ran");
+    let out =
+        finished(Command::new(MONOLOCK).args(["exec", "--server", "localhost", "x", "true"])).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("'--server") && !err.contains("$MONOLOCK"),
         "{err}"
     );
     // The server's switches too: MONOLOCK_ADMIN_TLS=on is read as set.
-    let out = Command::new(MONOLOCK)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("MONOLOCK_ADMIN_TLS", "on")
-        .output()
-        .await
-        .expect("ran");
+    let out = finished(
+        Command::new(MONOLOCK)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("MONOLOCK_ADMIN_TLS", "on"),
+    )
+    .await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(EXIT_USAGE), "{err}");
     assert!(err.contains("--admin-tls requires --tls-cert"), "{err}");
