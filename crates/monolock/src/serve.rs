@@ -347,36 +347,15 @@ struct Loaded {
 }
 
 fn load(settings: &Settings) -> Result<Loaded, String> {
-    let tls = settings
-        .tls
-        .clone()
-        .map(|files| ServerTls::load(files).map(Arc::new))
-        .transpose()
-        .map_err(|err| err.to_string())?;
-    let acl = settings
-        .acl_file
-        .as_ref()
-        .map(|path| AclFileAuthorizer::load(path.clone()).map(Arc::new))
-        .transpose()
-        .map_err(|err| err.to_string())?;
-    let audit = settings
-        .audit_log
-        .clone()
-        .map(|target| AuditLog::open_with(target, settings.audit_options).map(Arc::new))
-        .transpose()
-        .map_err(|err| err.to_string())?;
-    let admin_token = settings
-        .admin_token_file
-        .as_ref()
-        .map(|path| AdminToken::load(path.clone()).map(Arc::new))
-        .transpose()
-        .map_err(|err| err.to_string())?;
-    let token_floor = settings
-        .token_floor
-        .as_ref()
-        .map(|path| TokenFloor::open(path.clone(), Arc::new(SystemWallClock)).map(Arc::new))
-        .transpose()
-        .map_err(|err| err.to_string())?;
+    let tls = given(settings.tls.clone(), ServerTls::load)?;
+    let acl = given(settings.acl_file.clone(), AclFileAuthorizer::load)?;
+    let audit = given(settings.audit_log.clone(), |target| {
+        AuditLog::open_with(target, settings.audit_options)
+    })?;
+    let admin_token = given(settings.admin_token_file.clone(), AdminToken::load)?;
+    let token_floor = given(settings.token_floor.clone(), |path| {
+        TokenFloor::open(path, Arc::new(SystemWallClock))
+    })?;
     Ok(Loaded {
         tls,
         acl,
@@ -384,6 +363,15 @@ fn load(settings: &Settings) -> Result<Loaded, String> {
         admin_token,
         token_floor,
     })
+}
+
+/// What a flag names, loaded when the flag is given; the error as one line.
+fn given<A, T, E: ToString>(
+    flag: Option<A>,
+    load: impl FnOnce(A) -> Result<T, E>,
+) -> Result<Option<Arc<T>>, String> {
+    flag.map(|arg| load(arg).map(Arc::new).map_err(|err| err.to_string()))
+        .transpose()
 }
 
 /// Runs the server until SIGTERM/SIGINT. Exit 0 after a graceful shutdown,
