@@ -26,21 +26,31 @@ fn path(path: &std::path::Path) -> Value {
     Value::from(path.to_string_lossy().into_owned())
 }
 
+/// A server with the lab's certificate; with `client_ca`, it asks every
+/// client for a certificate of the lab's clients' CA (mTLS).
+fn tls_server(lab: &Lab, client_ca: bool) -> Result<Server, Failure> {
+    let pki = &lab.pki;
+    let mut args = vec![
+        "--tls-cert".to_owned(),
+        pki.server_cert.to_string_lossy().into_owned(),
+        "--tls-key".to_owned(),
+        pki.server_key.to_string_lossy().into_owned(),
+    ];
+    if client_ca {
+        args.push("--tls-client-ca".to_owned());
+        args.push(pki.clients_ca.to_string_lossy().into_owned());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Server::start(&lab.monolock, &args)
+}
+
 /// TLS with the lab PKI: a driver trusting the server's CA takes and
 /// releases a lock (with and without an explicit server name); one that
 /// trusts another CA fails with `tls`.
 pub fn tls(lab: &Lab, client: &Prepared) -> Check {
     let name = client.name();
     let pki = &lab.pki;
-    let server = Server::start(
-        &lab.monolock,
-        &[
-            "--tls-cert",
-            &pki.server_cert.to_string_lossy(),
-            "--tls-key",
-            &pki.server_key.to_string_lossy(),
-        ],
-    )?;
+    let server = tls_server(lab, false)?;
     let address = server.address();
     // Each `open` replaces the driver's client.
     let mut driver = client.driver(lab, 1)?;
@@ -70,17 +80,7 @@ pub fn tls(lab: &Lab, client: &Prepared) -> Check {
 pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
     let name = client.name();
     let pki = &lab.pki;
-    let server = Server::start(
-        &lab.monolock,
-        &[
-            "--tls-cert",
-            &pki.server_cert.to_string_lossy(),
-            "--tls-key",
-            &pki.server_key.to_string_lossy(),
-            "--tls-client-ca",
-            &pki.clients_ca.to_string_lossy(),
-        ],
-    )?;
+    let server = tls_server(lab, true)?;
     let address = server.address();
     let mut driver = client.driver(lab, 1)?;
     driver.open_tls(
