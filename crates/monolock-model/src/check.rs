@@ -27,6 +27,22 @@ pub(crate) trait Model: Sized {
     fn successors(&self, params: &Params, out: &mut Vec<(Step, Self)>);
 }
 
+/// The clients in a canonical order (sorted, each with its server
+/// session), and for each client its number in that order: states that
+/// differ only by a renaming of the clients hash alike once renamed so.
+pub(crate) fn client_renaming<C: Ord, S: Ord>(
+    clients: &[C],
+    sessions: &[S],
+) -> (Vec<usize>, [u8; 8]) {
+    let mut order: Vec<usize> = (0..clients.len()).collect();
+    order.sort_by(|&a, &b| (&clients[a], &sessions[a]).cmp(&(&clients[b], &sessions[b])));
+    let mut rename = [0u8; 8];
+    for (new, &old) in order.iter().enumerate() {
+        rename[old] = u8::try_from(new).unwrap_or(u8::MAX);
+    }
+    (order, rename)
+}
+
 /// What the search covered.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Stats {

@@ -408,16 +408,7 @@ impl Model for State {
     /// holder renamed before hashing: states that differ only by a
     /// renaming share one fingerprint, and the search visits one of them.
     fn fingerprint(&self) -> u64 {
-        let n = self.clients.len();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| {
-            (&self.clients[a], &self.server.sessions[a])
-                .cmp(&(&self.clients[b], &self.server.sessions[b]))
-        });
-        let mut rename = [0u8; 8];
-        for (new, &old) in order.iter().enumerate() {
-            rename[old] = new as u8;
-        }
+        let (order, rename) = crate::check::client_renaming(&self.clients, &self.server.sessions);
         let mut h = DefaultHasher::new();
         self.now.hash(&mut h);
         self.max_token.hash(&mut h);

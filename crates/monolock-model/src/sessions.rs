@@ -329,16 +329,7 @@ impl Model for State {
     /// them: the clients are sorted (each with its server session) and the
     /// table's claims renamed with them before hashing.
     fn fingerprint(&self) -> u64 {
-        let n = self.clients.len();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| {
-            (&self.clients[a], &self.server.sessions[a])
-                .cmp(&(&self.clients[b], &self.server.sessions[b]))
-        });
-        let mut rename = [0u8; 8];
-        for (new, &old) in order.iter().enumerate() {
-            rename[old] = new as u8;
-        }
+        let (order, rename) = crate::check::client_renaming(&self.clients, &self.server.sessions);
         let key = |(c, claim): Key| (rename[usize::from(c)], claim);
         let mut h = DefaultHasher::new();
         (
