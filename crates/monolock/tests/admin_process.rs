@@ -645,7 +645,7 @@ async fn the_cli_names_v2_claims_and_ends_them_one_at_a_time() {
             .unwrap_or_else(|| panic!("{name} in {out}"))
             .clone()
     };
-    let (sa_text, sb_text) = (sa.to_string(), sb.to_string());
+    let sa_text = sa.to_string();
     assert_eq!(
         row("deploy")[6..],
         ["2", "2", sa_text.as_str(), "3"],
