@@ -334,6 +334,7 @@ async fn a_v2_claim_shows_its_session_and_ends_alone_on_a_click() {
             "the holder's session and claim in the row",
             &format!(
                 "const row = document.querySelector('{}');
+                 if (!row) return null;
                  const t = row.innerText, holder = row.querySelector('.holder').title;
                  return t.includes('s{sa} · c3') && t.includes('s{sb} · c9')
                    && holder.includes('session {sa} · claim 3') ? t : null",
