@@ -158,6 +158,9 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
     );
     assert_eq!(by_id(sb)["remote_addr"], b_addr.as_str());
     assert_eq!(by_id(sb)["lease_ms"], LEASE);
+    let info = admin.get_json("/api/info", 200).await;
+    assert_eq!(info["v2_sessions"], 2, "{info}");
+    assert_eq!(info["sessions"], 4, "claims count as sessions: {info}");
 
     // A kick naming claim 10 ends that claim only: claim 9 keeps its place.
     let (status, body) = admin

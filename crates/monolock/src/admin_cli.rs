@@ -431,6 +431,7 @@ fn info_table(info: &ServerInfo) -> String {
             vec!["sessions".into(), info.sessions.to_string()],
             vec!["waiters".into(), info.waiters.to_string()],
             vec!["connections".into(), info.connections.to_string()],
+            vec!["v2 sessions".into(), info.v2_sessions.to_string()],
         ],
     )
 }
@@ -559,6 +560,7 @@ mod tests {
             sessions: 3,
             waiters: 2,
             connections: 4,
+            v2_sessions: 5,
             startup_grace: GraceInfo {
                 grace_ms: 30_000,
                 running: true,
@@ -574,6 +576,7 @@ mod tests {
             "io timeout     5s\n",
             "startup grace  server in startup grace, 12345 ms left (2 queued)\n",
             "sessions       3\n",
+            "v2 sessions    5\n",
         ] {
             assert!(text.contains(row), "{row:?} missing from:\n{text}");
         }

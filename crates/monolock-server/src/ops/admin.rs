@@ -99,6 +99,10 @@ pub struct ServerInfo {
     /// their ACQUIRE).
     #[serde(default)]
     pub connections: usize,
+    /// Open protocol version 2 sessions (their claims count in `locks`,
+    /// `sessions` and `waiters` like version 1 sessions).
+    #[serde(default)]
+    pub v2_sessions: usize,
     /// The startup grace (`--startup-grace`).
     #[serde(default)]
     pub startup_grace: GraceInfo,
@@ -592,6 +596,7 @@ async fn info_handler(State(state): State<Arc<AdminState>>) -> Json<ServerInfo> 
         sessions: counts.locks + counts.waiters,
         waiters: counts.waiters,
         connections: handle.connections(),
+        v2_sessions: handle.sessions_v2(),
         startup_grace: handle.startup_grace().into(),
         token_floor: handle
             .config()
