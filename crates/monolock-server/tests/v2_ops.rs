@@ -13,12 +13,13 @@ use std::{collections::BTreeSet, sync::Arc};
 
 use common::{TestServer, eventually};
 use http::{Exposition, HttpServer};
+use monolock_proto::LockName;
 use monolock_proto::{
     ErrorCode,
     v2::{Mode, ServerFrame},
 };
 use monolock_server::{
-    AuditLog, AuditTarget, EventHub, Metrics, Observers, ServerConfig,
+    AuditLog, AuditTarget, Authorizer, EventHub, Metrics, Observers, ServerConfig,
     admin::{AdminOptions, EffectiveConfig},
 };
 use monolock_testkit::v2::RawV2;
@@ -52,6 +53,15 @@ fn assert_claim(value: &Value, expected: Option<(u64, u32)>) {
     }
 }
 
+/// Denies any lock whose name starts with `forbidden`.
+struct DenyForbidden;
+
+impl Authorizer for DenyForbidden {
+    fn allows(&self, _identity: &str, lock: &LockName) -> bool {
+        !lock.as_str().starts_with("forbidden")
+    }
+}
+
 /// The next event named `name` about `lock`, skipping others.
 async fn next_about(events: &mut SseClient, name: &str, lock: &str) -> Value {
     loop {
@@ -70,9 +80,15 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
     let audit = Arc::new(AuditLog::open(AuditTarget::File(path.clone())).expect("audit"));
     let hub = Arc::new(EventHub::new().expect("hub"));
     let metrics = Arc::new(Metrics::new());
-    let server = TestServer::start_with(ServerConfig::default().with_observer(Arc::new(
-        Observers(vec![audit.clone(), hub.clone(), metrics.clone()]),
-    )))
+    let server = TestServer::start_with(
+        ServerConfig::default()
+            .with_observer(Arc::new(Observers(vec![
+                audit.clone(),
+                hub.clone(),
+                metrics.clone(),
+            ])))
+            .with_authorizer(Arc::new(DenyForbidden)),
+    )
     .await;
     let effective = EffectiveConfig {
         listen: server.addr.to_string(),
@@ -101,6 +117,15 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
             ServerFrame::Waiting { claim }
         );
     }
+
+    assert!(matches!(
+        b.acquire(11, Mode::Wait, "forbidden/x").await,
+        ServerFrame::Refused {
+            claim: 11,
+            code: ErrorCode::CLAIM_NOT_AUTHORIZED,
+            ..
+        }
+    ));
 
     let granted = next_about(&mut events, "granted", "v1/lock").await;
     assert_claim(&granted, None);
@@ -285,6 +310,7 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
     assert_claim(granted[0], Some((sa, 3)));
     assert_claim(granted[1], Some((sb, 9)));
     assert_claim(find("kick_waiter", "shared")[0], Some((sb, 10)));
+    assert_claim(find("denied", "forbidden/x")[0], Some((sb, 11)));
     assert_claim(find("force_release", "shared")[0], Some((sa, 3)));
     let released = find("released", "shared");
     assert_eq!(released.len(), 2, "{lines:?}");

@@ -64,7 +64,7 @@ const PROTOCOLS: [&str; 2] = ["1", "2"];
 
 /// Index into [`PROTOCOLS`] of the session an event is about.
 fn protocol_index(session: &SessionInfo) -> usize {
-    usize::from(session.claim.is_some())
+    usize::from(session.protocol().saturating_sub(1)).min(PROTOCOLS.len() - 1)
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
