@@ -267,7 +267,21 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
         server.handle.lock("shared").is_none()
     })
     .await;
+    // A claim that leaves its queue with its session counts out too.
+    let (mut c, _) = RawV2::open(server.addr, LEASE).await;
+    assert_eq!(
+        c.acquire(1, Mode::Wait, "v1/lock").await,
+        ServerFrame::Waiting { claim: 1 }
+    );
     let scrape = Exposition::parse(&metrics.render(&server.handle));
+    assert_eq!(scrape.value("monolock_v2_claims_waiting"), 1.0);
+    drop(c);
+    eventually("c's claim left the queue", || {
+        server.waiters("v1/lock") == 0
+    })
+    .await;
+    let scrape = Exposition::parse(&metrics.render(&server.handle));
+    assert_eq!(scrape.value("monolock_v2_claims_waiting"), 0.0);
     assert_eq!(scrape.value("monolock_v2_claims_held"), 0.0);
     assert_eq!(
         scrape.value("monolock_releases_by_protocol_total{protocol=\"2\",reason=\"graceful\"}"),
