@@ -59,12 +59,16 @@ struct ProtocolReasonLabels {
     reason: &'static str,
 }
 
-/// The `protocol` label's values, indexed by version - 1.
+/// The `protocol` label's values, indexed by [`V1`] and [`V2`].
 const PROTOCOLS: [&str; 2] = ["1", "2"];
+/// Index of protocol version 1 in [`PROTOCOLS`].
+const V1: usize = 0;
+/// Index of protocol version 2 in [`PROTOCOLS`].
+const V2: usize = 1;
 
 /// Index into [`PROTOCOLS`] of the session an event is about.
 fn protocol_index(session: &SessionInfo) -> usize {
-    usize::from(session.protocol().saturating_sub(1)).min(PROTOCOLS.len() - 1)
+    if session.protocol() == 2 { V2 } else { V1 }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -465,13 +469,15 @@ impl Observer for Metrics {
                 self.acquires.inc();
                 let protocol = protocol_index(session);
                 self.grants_by_protocol[protocol].inc();
-                if protocol == 1 {
+                if protocol == V2 {
                     self.v2_claims_held.inc();
                     if queued {
                         self.v2_claims_waiting.dec();
                     }
                 } else if !queued {
-                    self.sessions_opened[0].inc();
+                    // A v1 session granted at once (a queued one was
+                    // counted when it joined the queue).
+                    self.sessions_opened[V1].inc();
                 }
                 self.wait.observe(wait.as_secs_f64());
             }
@@ -488,7 +494,7 @@ impl Observer for Metrics {
                 self.releases[index].inc();
                 let protocol = protocol_index(session);
                 self.releases_by_protocol[protocol][index].inc();
-                if protocol == 1 {
+                if protocol == V2 {
                     self.v2_claims_held.dec();
                 }
                 self.hold.observe(held.as_secs_f64());
@@ -497,14 +503,14 @@ impl Observer for Metrics {
                 if session.claim.is_some() {
                     self.v2_claims_waiting.inc();
                 } else {
-                    self.sessions_opened[0].inc();
+                    self.sessions_opened[V1].inc();
                 }
             }
             Event::WaiterLeft(session) | Event::KickWaiter(session) if session.claim.is_some() => {
                 self.v2_claims_waiting.dec();
             }
             Event::SessionOpened => {
-                self.sessions_opened[1].inc();
+                self.sessions_opened[V2].inc();
             }
             _ => {}
         }
