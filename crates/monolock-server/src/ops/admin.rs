@@ -7,7 +7,7 @@
 //! | `GET /api/info` | version, uptime, effective config, counts |
 //! | `GET /api/locks[?match=GLOB]` | every lock with its holder and FIFO queue |
 //! | `GET /api/locks/{name}` | one lock (404 if nobody holds it) |
-//! | `POST /api/locks/{name}/release[?token=N]` | force-release: the holder gets ERROR 0x02; with `token`, only that grant (409 with the current holder otherwise) |
+//! | `POST /api/locks/{name}/release[?token=N]` | force-release: the holder gets ERROR 0x02 (a version 2 claim is told REVOKED and its session lives on); with `token`, only that grant (409 with the current holder otherwise) |
 //! | `DELETE /api/locks/{name}/waiters/{remote_addr}[?claim=ID]` | remove one waiter (ERROR 0x02; a version 2 claim is told REVOKED and its session lives on); with `claim`, that claim of the session at that address |
 //! | `GET /api/sessions` | every open protocol version 2 session, with its claims held and waiting |
 //!
@@ -723,7 +723,14 @@ async fn release_handler(
     };
     match released {
         Ok(holder) => {
-            info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, session = ?holder.claim.map(|c| c.session), claim = ?holder.claim.map(|c| c.claim), "force-released by administrator");
+            match holder.claim {
+                Some(c) => {
+                    info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, session = c.session, claim = c.claim, "force-released by administrator");
+                }
+                None => {
+                    info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, "force-released by administrator");
+                }
+            }
             Ok(Json(HolderInfo::from(&holder)))
         }
         Err(AdminRefused::NotFound) => Err(no_holder(&name).into_response()),
@@ -813,7 +820,12 @@ async fn kick_handler(
     };
     match kicked {
         Ok(waiter) => {
-            info!(lock = %name, remote_addr = %addr, claim = ?waiter.claim.map(|c| c.claim), session = ?waiter.claim.map(|c| c.session), "waiter removed by administrator");
+            match waiter.claim {
+                Some(c) => {
+                    info!(lock = %name, remote_addr = %addr, session = c.session, claim = c.claim, "waiter removed by administrator");
+                }
+                None => info!(lock = %name, remote_addr = %addr, "waiter removed by administrator"),
+            }
             Ok(Json(WaiterInfo::from(&waiter)))
         }
         Err(AdminRefused::NotFound) => Err(ApiError(
