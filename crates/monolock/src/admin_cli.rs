@@ -181,7 +181,7 @@ async fn run(command: AdminCommand) -> Result<String, String> {
             Ok(if admin.json {
                 body
             } else {
-                match (holder.session, holder.claim) {
+                match (holder.v2.session, holder.v2.claim) {
                     (Some(session), Some(claim)) => format!(
                         "released {}: claim {claim} of session {session} at {} (token {}) was told REVOKED; its session lives on\n",
                         printable(&name),
@@ -215,7 +215,7 @@ async fn run(command: AdminCommand) -> Result<String, String> {
             Ok(if admin.json {
                 body
             } else {
-                match (waiter.session, waiter.claim) {
+                match (waiter.v2.session, waiter.v2.claim) {
                     (Some(session), Some(claim)) => format!(
                         "removed claim {claim} of session {session} at {} from the queue of {} (it was told REVOKED; its session lives on)\n",
                         waiter.remote_addr,
@@ -258,7 +258,7 @@ fn claim_cells(session: Option<u64>, claim: Option<u32>) -> [String; 3] {
 fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
     // Columns for protocol v2 only when a v2 claim holds a lock, so that
     // a v1-only table stays what scripts already parse.
-    let any_v2 = locks.iter().any(|lock| lock.holder.claim.is_some());
+    let any_v2 = locks.iter().any(|lock| lock.holder.v2.claim.is_some());
     let rows = locks
         .iter()
         .map(|lock| {
@@ -272,7 +272,7 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
                 lock.waiters.len().to_string(),
             ];
             if any_v2 {
-                row.extend(claim_cells(lock.holder.session, lock.holder.claim));
+                row.extend(claim_cells(lock.holder.v2.session, lock.holder.v2.claim));
             }
             row
         })
@@ -321,7 +321,7 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
         vec!["lock".into(), printable(&lock.name).into_owned()],
         vec!["holder".into(), holder.remote_addr.clone()],
     ];
-    if let (Some(session), Some(claim)) = (holder.session, holder.claim) {
+    if let (Some(session), Some(claim)) = (holder.v2.session, holder.v2.claim) {
         rows.push(vec!["protocol".into(), "2".into()]);
         rows.push(vec!["session".into(), session.to_string()]);
         rows.push(vec!["claim".into(), claim.to_string()]);
@@ -339,7 +339,7 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
     let mut out = table(&["", ""], rows);
     if !lock.waiters.is_empty() {
         out.push('\n');
-        let any_v2 = lock.waiters.iter().any(|waiter| waiter.claim.is_some());
+        let any_v2 = lock.waiters.iter().any(|waiter| waiter.v2.claim.is_some());
         let rows = lock
             .waiters
             .iter()
@@ -353,7 +353,7 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
                     millis(waiter.lease_ms),
                 ];
                 if any_v2 {
-                    row.extend(claim_cells(waiter.session, waiter.claim));
+                    row.extend(claim_cells(waiter.v2.session, waiter.v2.claim));
                 }
                 row
             })
@@ -438,7 +438,7 @@ fn info_table(info: &ServerInfo) -> String {
 
 #[cfg(test)]
 mod tests {
-    use monolock_server::admin::EffectiveConfig;
+    use monolock_server::admin::{ClaimFields, EffectiveConfig};
 
     use super::*;
 
@@ -451,18 +451,14 @@ mod tests {
                 since: "2026-08-08T12:00:00Z".into(),
                 lease_ms: 2000,
                 token: 1_872_956_384_870_401,
-                protocol: None,
-                session: None,
-                claim: None,
+                v2: ClaimFields::default(),
             },
             waiters: vec![WaiterInfo {
                 identity: String::new(),
                 remote_addr: "10.0.0.6:41230".into(),
                 queued_at: "2026-08-08T12:00:07Z".into(),
                 lease_ms: 2000,
-                protocol: None,
-                session: None,
-                claim: None,
+                v2: ClaimFields::default(),
             }],
         }
     }
@@ -489,12 +485,16 @@ mod tests {
         let now = humantime::parse_rfc3339("2026-08-08T12:03:12Z").unwrap();
         let mut v2 = lock();
         v2.name = "shard-3".into();
-        v2.holder.protocol = Some(2);
-        v2.holder.session = Some(17);
-        v2.holder.claim = Some(3);
-        v2.waiters[0].protocol = Some(2);
-        v2.waiters[0].session = Some(18);
-        v2.waiters[0].claim = Some(9);
+        v2.holder.v2 = ClaimFields {
+            protocol: Some(2),
+            session: Some(17),
+            claim: Some(3),
+        };
+        v2.waiters[0].v2 = ClaimFields {
+            protocol: Some(2),
+            session: Some(18),
+            claim: Some(9),
+        };
         let text = locks_table(&[lock(), v2.clone()], now);
         assert_eq!(
             text,

@@ -246,7 +246,7 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
         &identity(&holder.identity),
         &format!(
             "{}token={} lease={}",
-            claim_detail(holder.session, holder.claim),
+            claim_detail(holder.v2.session, holder.v2.claim),
             holder.token,
             millis(holder.lease_ms)
         ),
@@ -260,7 +260,7 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
             &identity(&waiter.identity),
             &format!(
                 "{}position={} lease={}",
-                claim_detail(waiter.session, waiter.claim),
+                claim_detail(waiter.v2.session, waiter.v2.claim),
                 position + 1,
                 millis(waiter.lease_ms)
             ),

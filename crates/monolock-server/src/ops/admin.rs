@@ -49,9 +49,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminRefused, AdminToken, AllowedHosts, Ending, EventHub, Glob, GraceStatus, HolderSnapshot,
-    HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot, WebGuard,
-    ops::dashboard, ops::live, ops::record::rfc3339,
+    AdminRefused, AdminToken, AllowedHosts, ClaimRef, Ending, EventHub, Glob, GraceStatus,
+    HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot,
+    WebGuard, ops::dashboard, ops::live, ops::record::rfc3339,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -149,7 +149,16 @@ pub struct HolderInfo {
     pub lease_ms: u32,
     /// Its fencing token.
     pub token: u64,
-    /// `2` for a claim of a version 2 session; absent for version 1.
+    /// Its session and claim, for a version 2 claim.
+    #[serde(flatten)]
+    pub v2: ClaimFields,
+}
+
+/// The fields that name a protocol version 2 claim in the API's JSON (as
+/// in the audit log): all three for a v2 claim, none for version 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimFields {
+    /// `2` for a claim of a version 2 session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<u8>,
     /// The version 2 session's id.
@@ -158,6 +167,16 @@ pub struct HolderInfo {
     /// The version 2 claim's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<u32>,
+}
+
+impl From<Option<ClaimRef>> for ClaimFields {
+    fn from(claim: Option<ClaimRef>) -> Self {
+        Self {
+            protocol: claim.map(|_| 2),
+            session: claim.map(|c| c.session),
+            claim: claim.map(|c| c.claim),
+        }
+    }
 }
 
 /// A waiter in the API's JSON.
@@ -171,15 +190,10 @@ pub struct WaiterInfo {
     pub queued_at: String,
     /// Its lease in milliseconds.
     pub lease_ms: u32,
-    /// `2` for a claim of a version 2 session; absent for version 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub protocol: Option<u8>,
-    /// The version 2 session's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<u64>,
-    /// The version 2 claim's id (the key for a kick, with the address).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub claim: Option<u32>,
+    /// Its session and claim, for a version 2 claim (the claim id is the
+    /// key for a kick, with the address).
+    #[serde(flatten)]
+    pub v2: ClaimFields,
 }
 
 /// An open version 2 session in `GET /api/sessions`.
@@ -251,9 +265,7 @@ impl From<&HolderSnapshot> for HolderInfo {
             since: rfc3339(holder.since),
             lease_ms: holder.lease.as_millis(),
             token: holder.token,
-            protocol: holder.claim.map(|_| 2),
-            session: holder.claim.map(|c| c.session),
-            claim: holder.claim.map(|c| c.claim),
+            v2: holder.claim.into(),
         }
     }
 }
@@ -265,9 +277,7 @@ impl From<&WaiterSnapshot> for WaiterInfo {
             remote_addr: waiter.remote_addr.to_string(),
             queued_at: rfc3339(waiter.queued_at),
             lease_ms: waiter.lease.as_millis(),
-            protocol: waiter.claim.map(|_| 2),
-            session: waiter.claim.map(|c| c.session),
-            claim: waiter.claim.map(|c| c.claim),
+            v2: waiter.claim.into(),
         }
     }
 }
