@@ -245,6 +245,7 @@ fn observe_cost(subscribers: usize, other_cpu: Option<usize>) -> f64 {
         remote_addr: "10.0.0.5:52114".parse().expect("address"),
         identity: Arc::from("spiffe://prod/worker/1"),
         queued_at: std::time::SystemTime::now(),
+        claim: None,
     };
     let mut spent = Duration::ZERO;
     for burst in 0..BURSTS {
@@ -254,6 +255,7 @@ fn observe_cost(subscribers: usize, other_cpu: Option<usize>) -> f64 {
                 session: &session,
                 token: u64::from(burst * BURST + i),
                 wait: Duration::ZERO,
+                queued: false,
             });
         }
         spent += started.elapsed();

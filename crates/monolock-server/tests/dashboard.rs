@@ -3,7 +3,9 @@
 //! dropped stream, and stays fast at 10,000 locks.
 //!
 //! `MONOLOCK_DASHBOARD_SCREENSHOT=docs/dashboard.png` makes the 10,000-lock
-//! test also save a screenshot of the page under load.
+//! test also save a screenshot of the page under load;
+//! `MONOLOCK_DASHBOARD_V2_SCREENSHOT=PATH` makes the protocol v2 test save
+//! one of v2 claims and their sessions.
 
 mod common;
 #[path = "common/http.rs"]
@@ -19,11 +21,15 @@ use std::{
 
 use common::{Peer, TestServer, acquire_bytes};
 use http::HttpServer;
-use monolock_proto::ServerFrame;
+use monolock_proto::{
+    ServerFrame,
+    v2::{Mode, ServerFrame as V2Frame},
+};
 use monolock_server::{
     AdminToken, EventHub, ServerConfig, ServerHandle,
     admin::{self, AdminOptions, EffectiveConfig},
 };
+use monolock_testkit::v2::RawV2;
 use serde_json::Value;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
@@ -287,6 +293,147 @@ async fn the_page_follows_real_clients_and_force_releases_on_a_click() {
     browser.quit().await;
     admin.stop().await;
     lab.server.stop().await;
+}
+
+/// A protocol v2 claim shows as "sS · cC" in its row (in full in the
+/// tooltip), as "session S · claim C" in the queue panel, the details and
+/// the sessions list; the page's kick and force-release
+/// end that claim only (REVOKED), and its session lives on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v2_claim_shows_its_session_and_ends_alone_on_a_click() {
+    let lab = Lab::start().await;
+    let admin = HttpServer::admin_with(lab.options()).await;
+    let browser = Browser::start(1280, 800).await;
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for("the stream is live", "return window.__monolock.connected")
+        .await;
+
+    let (mut a, opened_a) = RawV2::open(lab.server.addr, 30_000).await;
+    let (mut b, opened_b) = RawV2::open(lab.server.addr, 30_000).await;
+    let (sa, sb) = (opened_a.session, opened_b.session);
+    assert!(matches!(
+        a.acquire(3, Mode::Wait, "v2/held").await,
+        V2Frame::Acquired { claim: 3, .. }
+    ));
+    assert_eq!(
+        b.acquire(9, Mode::Wait, "v2/held").await,
+        V2Frame::Waiting { claim: 9 }
+    );
+    assert!(matches!(
+        b.acquire(4, Mode::Wait, "v2/other").await,
+        V2Frame::Acquired { claim: 4, .. }
+    ));
+    let b_addr = lab.server.handle.lock("v2/held").expect("held").waiters[0].remote_addr;
+
+    browser
+        .wait_for("the v2 lock", &row_present("v2/held"))
+        .await;
+    let row = browser
+        .wait_for(
+            "the holder's session and claim in the row",
+            &format!(
+                "const row = document.querySelector('{}');
+                 if (!row) return null;
+                 const t = row.innerText, holder = row.querySelector('.holder').title;
+                 return t.includes('s{sa} · c3') && t.includes('s{sb} · c9')
+                   && holder.includes('session {sa} · claim 3') ? t : null",
+                selector("v2/held")
+            ),
+        )
+        .await;
+    println!("row: {row}");
+
+    // The queue panel keys the waiter by address and claim; the sessions
+    // list shows each session with its claims.
+    browser.click(&selector("v2/held")).await;
+    let waiter = browser
+        .wait_for(
+            "the v2 waiter in the queue panel",
+            "const rows = [...document.querySelectorAll('#queue tbody tr')];
+             return rows.length === 1 ? [rows[0].dataset.waiter, rows[0].innerText] : null",
+        )
+        .await;
+    assert_eq!(waiter[0], format!("{b_addr}#9"));
+    assert!(
+        waiter[1]
+            .as_str()
+            .is_some_and(|t| t.contains(&format!("session {sb} · claim 9"))),
+        "{waiter}"
+    );
+    let listed = browser
+        .wait_for(
+            "both sessions with their claims",
+            "const s = [...document.querySelectorAll('#sessions .session')];
+             return s.length === 2 ? s.map(x => [x.dataset.session, [...x.querySelectorAll('.claim')].map(c => c.textContent)]) : null",
+        )
+        .await;
+    assert_eq!(
+        listed,
+        serde_json::json!([
+            [sa.to_string(), ["claim 3 · holds v2/held"]],
+            [
+                sb.to_string(),
+                [
+                    "claim 4 · holds v2/other",
+                    "claim 9 · waits for v2/held (#1 in line)"
+                ]
+            ],
+        ])
+    );
+
+    if let Ok(path) = std::env::var("MONOLOCK_DASHBOARD_V2_SCREENSHOT") {
+        std::fs::write(&path, browser.screenshot().await).expect("write the screenshot");
+        println!("screenshot written to {path}");
+    }
+
+    // Kick: the confirmation names the claim; b's claim 9 is revoked and
+    // its session, with claim 4, lives on.
+    browser.click("#queue button.kick").await;
+    let text = confirmation(&browser).await;
+    assert!(
+        text.contains(&format!("session {sb} · claim 9")) && text.contains("REVOKED"),
+        "{text}"
+    );
+    browser.click("#confirm-ok").await;
+    assert!(matches!(b.recv().await, V2Frame::Revoked { claim: 9, .. }));
+    assert_eq!(b.ping().await, V2Frame::Pong);
+    assert!(lab.server.handle.lock("v2/other").is_some());
+    browser
+        .wait_for(
+            "the empty queue",
+            "return document.querySelectorAll('#queue tbody tr').length === 0",
+        )
+        .await;
+
+    // Force-release: a's claim 3 is revoked, its session lives on.
+    browser
+        .click(&format!("{} button.release", selector("v2/held")))
+        .await;
+    let text = confirmation(&browser).await;
+    assert!(
+        text.contains(&format!("session {sa} · claim 3")) && text.contains("REVOKED"),
+        "{text}"
+    );
+    browser.click("#confirm-ok").await;
+    assert!(matches!(a.recv().await, V2Frame::Revoked { claim: 3, .. }));
+    assert_eq!(a.ping().await, V2Frame::Pong);
+    browser
+        .wait_for(
+            "the released lock is gone",
+            &row_present("v2/held").replace("!==", "==="),
+        )
+        .await;
+    browser
+        .wait_for(
+            "one session with claims left",
+            "return document.querySelectorAll('#sessions .session').length === 1",
+        )
+        .await;
+
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop_and_drop((a, b)).await;
 }
 
 /// The page asks for the token, says so when a token is refused (instead

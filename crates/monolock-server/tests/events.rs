@@ -280,6 +280,7 @@ async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
             session: &session,
             token,
             wait: Duration::ZERO,
+            queued: false,
         });
     }
     for subscriber in [&mut first, &mut second] {
@@ -304,6 +305,7 @@ fn session(lock: &str, identity: &str, port: u16) -> SessionInfo {
         remote_addr: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         identity: Arc::from(identity),
         queued_at: std::time::SystemTime::now(),
+        claim: None,
     }
 }
 
@@ -330,6 +332,7 @@ async fn every_event_keeps_its_own_lock_name_and_identity() {
             session,
             token,
             wait: Duration::ZERO,
+            queued: false,
         });
         lab.hub.observe(&Event::WaiterJoined(session));
     }

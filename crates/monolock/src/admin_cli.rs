@@ -1,6 +1,10 @@
 //! Operator commands that talk to a running server's admin API:
-//! `monolock locks`, `lock`, `release`, `kick`, `info` (and `events`, in
-//! its own module).
+//! `monolock locks`, `lock`, `release`, `kick`, `sessions`, `info` (and
+//! `events`, in its own module).
+//!
+//! A protocol version 2 claim is named by its session and claim id
+//! (`monolock locks` adds `PROTOCOL SESSION CLAIM` columns when any holder
+//! is one; a table of version 1 holders only is as it always was).
 //!
 //! A readable table by default, the API's JSON with `--json`. Exit status 0
 //! on success, 1 if the server answered with an error (unknown lock, absent
@@ -16,7 +20,9 @@ use std::{
 use clap::Subcommand;
 use hyper::Method;
 use monolock_proto::{LockName, MAX_NAME_LEN};
-use monolock_server::admin::{GraceInfo, HolderInfo, LockInfo, LockList, ServerInfo, WaiterInfo};
+use monolock_server::admin::{
+    GraceInfo, HolderInfo, LockInfo, LockList, ServerInfo, SessionEntry, SessionList, WaiterInfo,
+};
 
 use crate::{
     admin_client::{AdminArgs, call, encode},
@@ -53,12 +59,21 @@ pub enum AdminCommand {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Remove one waiter from a lock's queue (it gets ERROR 0x02); the others keep their order.
+    /// Remove one waiter from a lock's queue (it gets ERROR 0x02, a protocol v2 claim REVOKED); the others keep their order.
     Kick {
         /// The lock's name, exactly (case-sensitive).
         name: String,
         /// The waiter's address exactly as `monolock lock NAME` lists it.
         remote_addr: String,
+        /// For a protocol v2 session: the claim to remove (the CLAIM column of
+        /// `monolock lock NAME`); without it, the first waiter at the address.
+        #[arg(long, value_name = "ID")]
+        claim: Option<u32>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List open protocol v2 sessions with their claims held and waiting.
+    Sessions {
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -75,7 +90,7 @@ impl AdminCommand {
     fn check_name(&self) -> Result<(), String> {
         let name = match self {
             Self::Lock { name, .. } | Self::Release { name, .. } | Self::Kick { name, .. } => name,
-            Self::Locks { .. } | Self::Info { .. } => return Ok(()),
+            Self::Locks { .. } | Self::Sessions { .. } | Self::Info { .. } => return Ok(()),
         };
         LockName::new(name).map(drop).map_err(|err| {
             format!(
@@ -91,6 +106,7 @@ impl AdminCommand {
             | Self::Lock { admin, .. }
             | Self::Release { admin, .. }
             | Self::Kick { admin, .. }
+            | Self::Sessions { admin }
             | Self::Info { admin } => admin,
         }
     }
@@ -165,33 +181,62 @@ async fn run(command: AdminCommand) -> Result<String, String> {
             Ok(if admin.json {
                 body
             } else {
-                format!(
-                    "released {}: holder {} (token {}) got ERROR 0x02\n",
-                    printable(&name),
-                    holder.remote_addr,
-                    holder.token
-                )
+                match (holder.v2.session, holder.v2.claim) {
+                    (Some(session), Some(claim)) => format!(
+                        "released {}: claim {claim} of session {session} at {} (token {}) was told REVOKED; its session lives on\n",
+                        printable(&name),
+                        holder.remote_addr,
+                        holder.token
+                    ),
+                    _ => format!(
+                        "released {}: holder {} (token {}) got ERROR 0x02\n",
+                        printable(&name),
+                        holder.remote_addr,
+                        holder.token
+                    ),
+                }
             })
         }
         AdminCommand::Kick {
             name,
             remote_addr,
+            claim,
             admin,
         } => {
-            let path = format!(
+            let mut path = format!(
                 "/api/locks/{}/waiters/{}",
                 encode(&name),
                 encode(&remote_addr)
             );
+            if let Some(claim) = claim {
+                path.push_str(&format!("?claim={claim}"));
+            }
             let (body, waiter) = call::<WaiterInfo>(&admin, Method::DELETE, &path).await?;
             Ok(if admin.json {
                 body
             } else {
-                format!(
-                    "removed waiter {} from the queue of {} (it got ERROR 0x02)\n",
-                    waiter.remote_addr,
-                    printable(&name)
-                )
+                match (waiter.v2.session, waiter.v2.claim) {
+                    (Some(session), Some(claim)) => format!(
+                        "removed claim {claim} of session {session} at {} from the queue of {} (it was told REVOKED; its session lives on)\n",
+                        waiter.remote_addr,
+                        printable(&name)
+                    ),
+                    _ => format!(
+                        "removed waiter {} from the queue of {} (it got ERROR 0x02)\n",
+                        waiter.remote_addr,
+                        printable(&name)
+                    ),
+                }
+            })
+        }
+        AdminCommand::Sessions { admin } => {
+            let (body, list) = call::<SessionList>(&admin, Method::GET, "/api/sessions").await?;
+            Ok(if admin.json {
+                body
+            } else if list.sessions.is_empty() {
+                "no protocol v2 sessions open\n".to_owned()
+            } else {
+                sessions_table(&list.sessions, SystemTime::now())
             })
         }
         AdminCommand::Info { admin } => {
@@ -201,11 +246,23 @@ async fn run(command: AdminCommand) -> Result<String, String> {
     }
 }
 
+/// The `PROTOCOL`, `SESSION` and `CLAIM` cells of a holder or waiter:
+/// `1 - -` for version 1.
+fn claim_cells(session: Option<u64>, claim: Option<u32>) -> [String; 3] {
+    match (session, claim) {
+        (Some(session), Some(claim)) => ["2".into(), session.to_string(), claim.to_string()],
+        _ => ["1".into(), "-".into(), "-".into()],
+    }
+}
+
 fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
+    // Columns for protocol v2 only when a v2 claim holds a lock, so that
+    // a v1-only table stays what scripts already parse.
+    let any_v2 = locks.iter().any(|lock| lock.holder.v2.claim.is_some());
     let rows = locks
         .iter()
         .map(|lock| {
-            vec![
+            let mut row = vec![
                 printable(&lock.name).into_owned(),
                 lock.holder.remote_addr.clone(),
                 identity(&lock.holder.identity).into_owned(),
@@ -213,12 +270,46 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
                 age(&lock.holder.since, now),
                 millis(lock.holder.lease_ms),
                 lock.waiters.len().to_string(),
+            ];
+            if any_v2 {
+                row.extend(claim_cells(lock.holder.v2.session, lock.holder.v2.claim));
+            }
+            row
+        })
+        .collect();
+    let mut headers = vec![
+        "NAME", "HOLDER", "IDENTITY", "TOKEN", "HELD", "LEASE", "WAITERS",
+    ];
+    if any_v2 {
+        headers.extend(["PROTOCOL", "SESSION", "CLAIM"]);
+    }
+    table(&headers, rows)
+}
+
+fn sessions_table(sessions: &[SessionEntry], now: SystemTime) -> String {
+    let rows = sessions
+        .iter()
+        .map(|session| {
+            vec![
+                session.session.to_string(),
+                session.remote_addr.clone(),
+                identity(&session.identity).into_owned(),
+                millis(session.lease_ms),
+                age(&session.opened_at, now),
+                session.held.to_string(),
+                session.waiting.to_string(),
             ]
         })
         .collect();
     table(
         &[
-            "NAME", "HOLDER", "IDENTITY", "TOKEN", "HELD", "LEASE", "WAITERS",
+            "SESSION",
+            "REMOTE_ADDR",
+            "IDENTITY",
+            "LEASE",
+            "OPEN",
+            "HELD",
+            "WAITING",
         ],
         rows,
     )
@@ -226,41 +317,52 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
 
 fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
     let holder = &lock.holder;
-    let mut out = table(
-        &["", ""],
+    let mut rows = vec![
+        vec!["lock".into(), printable(&lock.name).into_owned()],
+        vec!["holder".into(), holder.remote_addr.clone()],
+    ];
+    if let (Some(session), Some(claim)) = (holder.v2.session, holder.v2.claim) {
+        rows.push(vec!["protocol".into(), "2".into()]);
+        rows.push(vec!["session".into(), session.to_string()]);
+        rows.push(vec!["claim".into(), claim.to_string()]);
+    }
+    rows.extend([
+        vec!["identity".into(), identity(&holder.identity).into_owned()],
+        vec!["token".into(), holder.token.to_string()],
         vec![
-            vec!["lock".into(), printable(&lock.name).into_owned()],
-            vec!["holder".into(), holder.remote_addr.clone()],
-            vec!["identity".into(), identity(&holder.identity).into_owned()],
-            vec!["token".into(), holder.token.to_string()],
-            vec![
-                "since".into(),
-                format!("{} ({} ago)", holder.since, age(&holder.since, now)),
-            ],
-            vec!["lease".into(), millis(holder.lease_ms)],
-            vec!["waiters".into(), lock.waiters.len().to_string()],
+            "since".into(),
+            format!("{} ({} ago)", holder.since, age(&holder.since, now)),
         ],
-    );
+        vec!["lease".into(), millis(holder.lease_ms)],
+        vec!["waiters".into(), lock.waiters.len().to_string()],
+    ]);
+    let mut out = table(&["", ""], rows);
     if !lock.waiters.is_empty() {
         out.push('\n');
+        let any_v2 = lock.waiters.iter().any(|waiter| waiter.v2.claim.is_some());
         let rows = lock
             .waiters
             .iter()
             .enumerate()
             .map(|(i, waiter)| {
-                vec![
+                let mut row = vec![
                     (i + 1).to_string(),
                     waiter.remote_addr.clone(),
                     identity(&waiter.identity).into_owned(),
                     format!("{} ({} ago)", waiter.queued_at, age(&waiter.queued_at, now)),
                     millis(waiter.lease_ms),
-                ]
+                ];
+                if any_v2 {
+                    row.extend(claim_cells(waiter.v2.session, waiter.v2.claim));
+                }
+                row
             })
             .collect();
-        out.push_str(&table(
-            &["#", "REMOTE_ADDR", "IDENTITY", "QUEUED_AT", "LEASE"],
-            rows,
-        ));
+        let mut headers = vec!["#", "REMOTE_ADDR", "IDENTITY", "QUEUED_AT", "LEASE"];
+        if any_v2 {
+            headers.extend(["PROTOCOL", "SESSION", "CLAIM"]);
+        }
+        out.push_str(&table(&headers, rows));
     }
     out
 }
@@ -329,13 +431,14 @@ fn info_table(info: &ServerInfo) -> String {
             vec!["sessions".into(), info.sessions.to_string()],
             vec!["waiters".into(), info.waiters.to_string()],
             vec!["connections".into(), info.connections.to_string()],
+            vec!["v2 sessions".into(), info.v2_sessions.to_string()],
         ],
     )
 }
 
 #[cfg(test)]
 mod tests {
-    use monolock_server::admin::EffectiveConfig;
+    use monolock_server::admin::{ClaimFields, EffectiveConfig};
 
     use super::*;
 
@@ -348,12 +451,14 @@ mod tests {
                 since: "2026-08-08T12:00:00Z".into(),
                 lease_ms: 2000,
                 token: 1_872_956_384_870_401,
+                v2: ClaimFields::default(),
             },
             waiters: vec![WaiterInfo {
                 identity: String::new(),
                 remote_addr: "10.0.0.6:41230".into(),
                 queued_at: "2026-08-08T12:00:07Z".into(),
                 lease_ms: 2000,
+                v2: ClaimFields::default(),
             }],
         }
     }
@@ -371,6 +476,59 @@ mod tests {
         assert!(detail.starts_with("lock      nightly/import\n"), "{detail}");
         assert!(detail.contains("1  10.0.0.6:41230  -"), "{detail}");
         assert!(detail.contains("(3m 5s ago)"), "{detail}");
+    }
+
+    /// A v2 holder adds `PROTOCOL SESSION CLAIM` columns (v1 rows show
+    /// `1 - -`); a v2 waiter adds them to the queue of `monolock lock`.
+    #[test]
+    fn v2_claims_show_protocol_session_and_claim() {
+        let now = humantime::parse_rfc3339("2026-08-08T12:03:12Z").unwrap();
+        let mut v2 = lock();
+        v2.name = "shard-3".into();
+        v2.holder.v2 = ClaimFields {
+            protocol: Some(2),
+            session: Some(17),
+            claim: Some(3),
+        };
+        v2.waiters[0].v2 = ClaimFields {
+            protocol: Some(2),
+            session: Some(18),
+            claim: Some(9),
+        };
+        let text = locks_table(&[lock(), v2.clone()], now);
+        assert_eq!(
+            text,
+            "NAME            HOLDER          IDENTITY                TOKEN             HELD    LEASE  WAITERS  PROTOCOL  SESSION  CLAIM\n\
+             nightly/import  10.0.0.5:52114  spiffe://prod/worker/1  1872956384870401  3m 12s  2s     1        1         -        -\n\
+             shard-3         10.0.0.5:52114  spiffe://prod/worker/1  1872956384870401  3m 12s  2s     1        2         17       3\n"
+        );
+        let detail = lock_detail(&v2, now);
+        assert!(
+            detail.contains("protocol  2\nsession   17\nclaim     3\n"),
+            "{detail}"
+        );
+        assert!(detail.contains("PROTOCOL  SESSION  CLAIM\n"), "{detail}");
+        assert!(
+            detail.trim_end().ends_with("2s     2         18       9"),
+            "{detail}"
+        );
+        let sessions = sessions_table(
+            &[SessionEntry {
+                session: 17,
+                remote_addr: "10.0.0.5:52114".into(),
+                identity: String::new(),
+                lease_ms: 10_000,
+                opened_at: "2026-08-08T12:00:00Z".into(),
+                held: 1,
+                waiting: 2,
+            }],
+            now,
+        );
+        assert_eq!(
+            sessions,
+            "SESSION  REMOTE_ADDR     IDENTITY  LEASE  OPEN    HELD  WAITING\n\
+             17       10.0.0.5:52114  -         10s    3m 12s  1     2\n"
+        );
     }
 
     #[test]
@@ -402,6 +560,7 @@ mod tests {
             sessions: 3,
             waiters: 2,
             connections: 4,
+            v2_sessions: 5,
             startup_grace: GraceInfo {
                 grace_ms: 30_000,
                 running: true,
@@ -417,6 +576,7 @@ mod tests {
             "io timeout     5s\n",
             "startup grace  server in startup grace, 12345 ms left (2 queued)\n",
             "sessions       3\n",
+            "v2 sessions    5\n",
         ] {
             assert!(text.contains(row), "{row:?} missing from:\n{text}");
         }

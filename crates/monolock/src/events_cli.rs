@@ -244,7 +244,12 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
         &printable(&lock.name),
         &holder.remote_addr,
         &identity(&holder.identity),
-        &format!("token={} lease={}", holder.token, millis(holder.lease_ms)),
+        &format!(
+            "{}token={} lease={}",
+            claim_detail(holder.v2.session, holder.v2.claim),
+            holder.token,
+            millis(holder.lease_ms)
+        ),
     ])];
     for (position, waiter) in lock.waiters.iter().enumerate() {
         lines.push(format_line(&[
@@ -254,7 +259,8 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
             &waiter.remote_addr,
             &identity(&waiter.identity),
             &format!(
-                "position={} lease={}",
+                "{}position={} lease={}",
+                claim_detail(waiter.v2.session, waiter.v2.claim),
                 position + 1,
                 millis(waiter.lease_ms)
             ),
@@ -275,11 +281,23 @@ fn print_event(json: bool, data: &str, matches: &impl Fn(&str) -> bool) -> Resul
     write_out(&event_line(&event))
 }
 
+/// `session=17 claim=3 ` for a protocol v2 claim, nothing for version 1.
+fn claim_detail(session: Option<u64>, claim: Option<u32>) -> String {
+    match (session, claim) {
+        (Some(session), Some(claim)) => format!("session={session} claim={claim} "),
+        _ => String::new(),
+    }
+}
+
 /// One event as a line: time, event, lock, address, identity, then its
-/// own fields (`token=.. wait=..ms`, `token=.. held=..ms reason=..`).
+/// own fields (`token=.. wait=..ms`, `token=.. held=..ms reason=..`),
+/// after `session=.. claim=..` for a protocol v2 claim.
 fn event_line(event: &Value) -> String {
     let text = |key: &str| event[key].as_str().unwrap_or_default().to_owned();
     let mut detail = Vec::new();
+    if let (Some(session), Some(claim)) = (event["session"].as_u64(), event["claim"].as_u64()) {
+        detail.push(format!("session={session} claim={claim}"));
+    }
     if let Some(token) = event["token"].as_u64() {
         detail.push(format!("token={token}"));
     }
@@ -346,6 +364,38 @@ mod tests {
         assert_eq!(
             event_line(&event),
             "2026-08-08T12:00:00.123Z  released       evil\\n\\u{1b}[2Jname       10.0.0.5:52114         -                         token=7 held=1500ms reason=force"
+        );
+    }
+
+    #[test]
+    fn a_v2_claim_is_named_before_its_details() {
+        let event: Value = serde_json::from_str(
+            r#"{"time":"2026-08-08T12:00:00.123Z","event":"granted","lock":"shard-3","identity":"","remote_addr":"10.0.0.5:52114","protocol":2,"session":17,"claim":3,"token":7,"wait_ms":0,"lease_ms":10000}"#,
+        )
+        .expect("JSON");
+        assert!(
+            event_line(&event).ends_with("session=17 claim=3 token=7 wait=0ms"),
+            "{}",
+            event_line(&event)
+        );
+        let lock: LockInfo = serde_json::from_str(
+            r#"{"name":"shard-3","holder":{"identity":"","remote_addr":"10.0.0.5:52114","since":"2026-08-08T12:00:00Z","lease_ms":10000,"token":7,"protocol":2,"session":17,"claim":3},
+               "waiters":[{"identity":"","remote_addr":"10.0.0.6:1","queued_at":"2026-08-08T12:00:01Z","lease_ms":2000,"protocol":2,"session":18,"claim":9},
+                          {"identity":"","remote_addr":"10.0.0.7:1","queued_at":"2026-08-08T12:00:02Z","lease_ms":2000}]}"#,
+        )
+        .expect("JSON");
+        let lines = snapshot_lines(&lock);
+        assert!(
+            lines[0].ends_with("session=17 claim=3 token=7 lease=10s"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].ends_with("session=18 claim=9 position=1 lease=2s"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[2].ends_with("-                         position=2 lease=2s"),
+            "{lines:?}"
         );
     }
 

@@ -597,3 +597,148 @@ fn events_reconnect_when_the_server_comes_back_unless_once() {
     let line = Watched::line_with(&events.out, "after-restart");
     assert!(line.contains("granted") || line.contains("held"), "{line}");
 }
+
+/// The operator commands against real protocol v2 sessions: each names a
+/// v2 claim by its session and claim id, `kick --claim` and `release` end
+/// that claim only (REVOKED; the session lives on), and a v1 holder's row
+/// reads `1 - -`.
+#[tokio::test]
+async fn the_cli_names_v2_claims_and_ends_them_one_at_a_time() {
+    use monolock_proto::v2::{Mode, ServerFrame as V2};
+    use monolock_testkit::v2::RawV2;
+
+    let server = ServerProcess::start(&["--admin-listen", "127.0.0.1:0"]);
+    let (_v1, _) = acquire(server.addr, "v1/lock");
+    let (mut a, opened_a) = RawV2::open(server.addr, 30_000).await;
+    let (mut b, opened_b) = RawV2::open(server.addr, 30_000).await;
+    let (sa, sb) = (opened_a.session, opened_b.session);
+    assert!(matches!(
+        a.acquire(3, Mode::Wait, "deploy").await,
+        V2::Acquired { claim: 3, .. }
+    ));
+    for claim in [9, 10] {
+        assert_eq!(
+            b.acquire(claim, Mode::Wait, "deploy").await,
+            V2::Waiting { claim }
+        );
+    }
+
+    let output = server.cli(&["locks"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let out = text(&output.stdout);
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|line| line.split_whitespace().collect())
+        .collect();
+    assert_eq!(
+        lines[0],
+        [
+            "NAME", "HOLDER", "IDENTITY", "TOKEN", "HELD", "LEASE", "WAITERS", "PROTOCOL",
+            "SESSION", "CLAIM"
+        ],
+        "{out}"
+    );
+    let row = |name: &str| {
+        lines
+            .iter()
+            .find(|cells| cells[0] == name)
+            .unwrap_or_else(|| panic!("{name} in {out}"))
+            .clone()
+    };
+    let sa_text = sa.to_string();
+    assert_eq!(
+        row("deploy")[6..],
+        ["2", "2", sa_text.as_str(), "3"],
+        "{out}"
+    );
+    assert_eq!(row("v1/lock")[6..], ["0", "1", "-", "-"], "{out}");
+
+    let output = server.cli(&["lock", "deploy"]);
+    let out = text(&output.stdout);
+    assert!(
+        out.contains(&format!("session   {sa}\n")) && out.contains("claim     3\n"),
+        "{out}"
+    );
+    let b_addr = out
+        .lines()
+        .find(|line| line.starts_with("1  "))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .unwrap_or_else(|| panic!("first waiter in {out}"))
+        .to_owned();
+    for (position, claim) in [(1, 9), (2, 10)] {
+        let line = out
+            .lines()
+            .find(|line| line.starts_with(&format!("{position}  ")))
+            .unwrap_or_else(|| panic!("waiter {position} in {out}"));
+        assert!(
+            line.ends_with(&format!("2         {sb}        {claim}")),
+            "{line:?}"
+        );
+    }
+
+    let output = server.cli(&["sessions"]);
+    let out = text(&output.stdout);
+    let session_b: Vec<&str> = out
+        .lines()
+        .find(|line| line.starts_with(&format!("{sb} ")))
+        .unwrap_or_else(|| panic!("session {sb} in {out}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(session_b[1], b_addr, "{out}");
+    assert_eq!(session_b[session_b.len() - 2..], ["0", "2"], "{out}");
+
+    // kick --claim ends claim 10 alone.
+    let output = server.cli(&["kick", "deploy", &b_addr, "--claim", "10"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(
+        text(&output.stdout),
+        format!(
+            "removed claim 10 of session {sb} at {b_addr} from the queue of deploy \
+             (it was told REVOKED; its session lives on)\n"
+        )
+    );
+    assert!(matches!(b.recv().await, V2::Revoked { claim: 10, .. }));
+    assert_eq!(b.ping().await, V2::Pong);
+    let output = server.cli(&["kick", "deploy", &b_addr, "--claim", "10"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        text(&output.stderr).contains("has no waiter at"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // release ends claim 3 alone; claim 9 is pushed the lock.
+    let output = server.cli(&["release", "deploy"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let out = text(&output.stdout);
+    assert!(
+        out.contains(&format!("claim 3 of session {sa}")) && out.contains("REVOKED"),
+        "{out}"
+    );
+    assert!(matches!(a.recv().await, V2::Revoked { claim: 3, .. }));
+    assert!(matches!(b.recv().await, V2::Granted { claim: 9, .. }));
+    assert_eq!(a.ping().await, V2::Pong);
+
+    // monolock events: the snapshot and the events name the claim.
+    let events = Follower::spawn(Command::new(MONOLOCK).args([
+        "events",
+        "--match",
+        "deploy",
+        "--admin",
+        &server.admin.expect("admin").to_string(),
+    ]));
+    assert!(events.next_line().starts_with("TIME"));
+    let held = events.next_line();
+    assert!(
+        held.contains("  held  ") && held.contains(&format!("session={sb} claim=9 token=")),
+        "{held}"
+    );
+    assert_eq!(b.release(9).await, V2::Released { claim: 9 });
+    let released = events.next_line();
+    assert!(
+        released.contains(" released ")
+            && released.contains(&format!("session={sb} claim=9 token="))
+            && released.contains("reason=graceful"),
+        "{released}"
+    );
+}

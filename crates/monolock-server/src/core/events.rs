@@ -5,6 +5,9 @@ use std::{net::SocketAddr, sync::Arc, time::Duration, time::SystemTime};
 use monolock_proto::{ErrorCode, Lease, LockName};
 
 /// Who a session is: fixed from its ACQUIRE to its end.
+///
+/// For protocol version 2 this is one claim of a session: every claim has
+/// its own, with [`SessionInfo::claim`] naming the session and the claim.
 #[derive(Clone, Debug)]
 pub struct SessionInfo {
     /// The lock it claims.
@@ -17,6 +20,30 @@ pub struct SessionInfo {
     pub identity: Arc<str>,
     /// Wall-clock time of its valid ACQUIRE.
     pub queued_at: SystemTime,
+    /// For a claim of a protocol version 2 session: the session's id and
+    /// the claim's. `None` for a version 1 session (the connection is the
+    /// claim).
+    pub claim: Option<ClaimRef>,
+}
+
+/// Which version 2 claim an event, a holder or a waiter is: the session's
+/// id (the server's, from OPENED, unique for the process's life) and the
+/// claim id (the client's). Plain data, copied into every record of the
+/// claim without allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// The server's id for the session.
+    pub session: u64,
+    /// The claim id the client chose.
+    pub claim: u32,
+}
+
+impl SessionInfo {
+    /// The protocol version the session speaks: 1, or 2 for a claim of a
+    /// version 2 session.
+    pub fn protocol(&self) -> u8 {
+        if self.claim.is_some() { 2 } else { 1 }
+    }
 }
 
 /// Why a holder stopped holding. The names are the audit log's `reason`s.
@@ -92,6 +119,9 @@ pub enum Event<'a> {
         token: u64,
         /// Time from its ACQUIRE to this grant.
         wait: Duration,
+        /// True when the holder came from the lock's queue (its
+        /// `WaiterJoined` came earlier, and no `WaiterLeft` follows).
+        queued: bool,
     },
     /// A holder stopped holding.
     Released {
@@ -122,6 +152,8 @@ pub enum Event<'a> {
     /// A protocol v2 session with no claims was closed (idle timeout, or
     /// descriptors ran out).
     IdleSessionClosed,
+    /// A protocol v2 session was opened (its OPEN was read).
+    SessionOpened,
 }
 
 /// Receives [`Event`]s. See [`Event`] for the rules an observer must follow.

@@ -291,6 +291,7 @@ mod tests {
             remote_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
             identity: Arc::from(""),
             queued_at: SystemTime::now(),
+            claim: None,
         };
         let slot = Arc::new(SessionSlot::new(info, Instant::now()));
         slot.set_deadline_nanos(u64::try_from(deadline.as_nanos()).expect("small"));

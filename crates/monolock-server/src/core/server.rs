@@ -269,6 +269,21 @@ fn closed(shared: &Shared) {
     shared.config.observer.observe(&Event::Closed);
 }
 
+/// An open protocol version 2 session as the admin API shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct V2SessionSnapshot {
+    /// The server's id for the session (in OPENED and every claim's events).
+    pub id: u64,
+    /// The client's address.
+    pub remote_addr: SocketAddr,
+    /// The mTLS identity, or empty.
+    pub identity: Arc<str>,
+    /// The session's lease.
+    pub lease: monolock_proto::Lease,
+    /// When its OPEN was read (wall clock).
+    pub opened_at: std::time::SystemTime,
+}
+
 /// Inspects and controls a running [`Server`]. Cheap to clone.
 #[derive(Clone)]
 pub struct ServerHandle {
@@ -351,7 +366,47 @@ impl ServerHandle {
         name: &str,
         remote_addr: SocketAddr,
     ) -> Result<WaiterSnapshot, AdminRefused<WaiterSnapshot>> {
-        self.shared.table.kick_waiter(name, remote_addr)
+        self.shared.table.kick_waiter(name, remote_addr, None)
+    }
+
+    /// Removes the version 2 claim `claim` of the session at `remote_addr`
+    /// from the queue of `name` (it is told REVOKED; its session and other
+    /// claims live on); the others keep their order.
+    ///
+    /// # Errors
+    /// As [`ServerHandle::force_release`].
+    pub fn kick_claim(
+        &self,
+        name: &str,
+        remote_addr: SocketAddr,
+        claim: u32,
+    ) -> Result<WaiterSnapshot, AdminRefused<WaiterSnapshot>> {
+        self.shared
+            .table
+            .kick_waiter(name, remote_addr, Some(claim))
+    }
+
+    /// Every open version 2 session, by id (its claims are in
+    /// [`ServerHandle::locks`], each naming its session).
+    pub fn v2_sessions(&self) -> Vec<V2SessionSnapshot> {
+        let mut sessions: Vec<V2SessionSnapshot> = self
+            .shared
+            .sessions
+            .lock()
+            .values()
+            .map(|link| {
+                let info = &link.lease.info;
+                V2SessionSnapshot {
+                    id: link.id,
+                    remote_addr: info.remote_addr,
+                    identity: Arc::clone(&info.identity),
+                    lease: info.lease,
+                    opened_at: info.queued_at,
+                }
+            })
+            .collect();
+        sessions.sort_unstable_by_key(|session| session.id);
+        sessions
     }
 
     /// Every lock with a holder whose name `filter` accepts, by name.

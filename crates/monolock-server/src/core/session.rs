@@ -231,6 +231,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
             remote_addr,
             identity,
             queued_at: SystemTime::now(),
+            claim: None,
         };
         if let Some(authorizer) = &shared.config.authorizer
             && !authorizer.allows(&info.identity, &info.lock)

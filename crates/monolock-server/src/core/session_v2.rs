@@ -39,7 +39,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
-    core::events::{Event, ReleaseReason, SessionInfo},
+    core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
     core::session::{Connection, End, SHUTTING_DOWN, WriteFailed, write_bounded},
     core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
     core::table::Acquired,
@@ -107,6 +107,7 @@ pub(crate) async fn serve<S>(
         remote_addr,
         identity: Arc::clone(&identity),
         queued_at: SystemTime::now(),
+        claim: None,
     };
     let lease_slot = Arc::new(SessionSlot::new(info, now));
     shared.table.touch(&lease_slot, now);
@@ -124,6 +125,7 @@ pub(crate) async fn serve<S>(
     if shared.shutdown.is_cancelled() {
         link.lease.end_from_outside(EndNotice::Shutdown);
     }
+    shared.config.observer.observe(&Event::SessionOpened);
     debug!(%remote_addr, session = id, lease_ms = lease.as_millis(), "v2 session opened");
     let mut read = vec![0; READ_BUF_LEN].into_boxed_slice();
     let filled = conn.filled;
@@ -366,6 +368,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             remote_addr: self.remote_addr,
             identity: Arc::clone(&self.identity),
             queued_at: SystemTime::now(),
+            claim: Some(ClaimRef {
+                session: self.link.id,
+                claim,
+            }),
         };
         if let Some(authorizer) = &shared.config.authorizer
             && !authorizer.allows(&info.identity, &info.lock)

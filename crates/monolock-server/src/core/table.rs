@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::{
     core::clock::WallClock,
-    core::events::{Event, Observer, ReleaseReason},
+    core::events::{ClaimRef, Event, Observer, ReleaseReason},
     core::leases::LeaseWheel,
     core::slot::{EndNotice, Epoch, SessionSlot},
     core::token::TokenIssuer,
@@ -105,6 +105,8 @@ pub struct HolderSnapshot {
     pub lease: Lease,
     /// Its fencing token.
     pub token: u64,
+    /// Its session and claim, for a version 2 claim.
+    pub claim: Option<ClaimRef>,
 }
 
 /// A waiter as the admin API shows it.
@@ -118,6 +120,8 @@ pub struct WaiterSnapshot {
     pub queued_at: SystemTime,
     /// Its lease.
     pub lease: Lease,
+    /// Its session and claim, for a version 2 claim.
+    pub claim: Option<ClaimRef>,
 }
 
 /// One lock with its holder and its queue in FIFO order.
@@ -272,7 +276,7 @@ impl LockTable {
             self.observer.observe(&Event::WaiterJoined(&slot.info));
             return Acquired::Queued;
         }
-        let holder = self.grant(&mut state.tokens, slot, Instant::now());
+        let holder = self.grant(&mut state.tokens, slot, Instant::now(), false);
         let token = holder.token;
         state.locks.insert(
             slot.info.lock.clone(),
@@ -284,14 +288,22 @@ impl LockTable {
         Acquired::Granted(token)
     }
 
-    /// Issues a token to `slot` and publishes it (caller holds the lock).
-    fn grant(&self, tokens: &mut TokenIssuer, slot: &Arc<SessionSlot>, now: Instant) -> Holder {
+    /// Issues a token to `slot` (taken from the lock's queue if `queued`)
+    /// and publishes it (caller holds the lock).
+    fn grant(
+        &self,
+        tokens: &mut TokenIssuer,
+        slot: &Arc<SessionSlot>,
+        now: Instant,
+        queued: bool,
+    ) -> Holder {
         let token = tokens.issue(&*self.clock);
         slot.set_token(token);
         self.observer.observe(&Event::Granted {
             session: &slot.info,
             token,
             wait: now.saturating_duration_since(slot.queued_at),
+            queued,
         });
         Holder {
             slot: Arc::clone(slot),
@@ -407,7 +419,7 @@ impl LockTable {
                 }
                 continue;
             }
-            entry.holder = self.grant(&mut state.tokens, &next, now);
+            entry.holder = self.grant(&mut state.tokens, &next, now, true);
             next.wake();
             return true;
         }
@@ -453,13 +465,16 @@ impl LockTable {
         Ok(snapshot)
     }
 
-    /// Removes the waiter at `remote_addr` from the queue of `name`; the
-    /// others keep their order. Returns the removed waiter, or why nothing
-    /// was done (as [`force_release`](Self::force_release)).
+    /// Removes the waiter at `remote_addr` (the first in line there, or,
+    /// given `claim`, that version 2 claim of the session at that address)
+    /// from the queue of `name`; the others keep their order. Returns the
+    /// removed waiter, or why nothing was done (as
+    /// [`force_release`](Self::force_release)).
     pub(crate) fn kick_waiter(
         &self,
         name: &str,
         remote_addr: SocketAddr,
+        claim: Option<u32>,
     ) -> Result<WaiterSnapshot, AdminRefused<WaiterSnapshot>> {
         let mut state = self.lock_state();
         let state = &mut *state;
@@ -468,7 +483,10 @@ impl LockTable {
         let (&seq, waiter) = entry
             .waiters
             .iter()
-            .find(|(_, w)| w.info.remote_addr == remote_addr)
+            .find(|(_, w)| {
+                w.info.remote_addr == remote_addr
+                    && claim.is_none_or(|id| w.info.claim.is_some_and(|c| c.claim == id))
+            })
             .ok_or(AdminRefused::NotFound)?;
         let ending = waiter.end_from_outside(EndNotice::Kicked);
         if ending != EndNotice::Kicked {
@@ -552,6 +570,7 @@ fn holder_snapshot(holder: &Holder) -> HolderSnapshot {
         since: holder.since_wall,
         lease: info.lease,
         token: holder.token,
+        claim: info.claim,
     }
 }
 
@@ -562,6 +581,7 @@ fn waiter_snapshot(slot: &SessionSlot) -> WaiterSnapshot {
         remote_addr: info.remote_addr,
         queued_at: info.queued_at,
         lease: info.lease,
+        claim: info.claim,
     }
 }
 
@@ -650,6 +670,7 @@ mod tests {
             remote_addr: SocketAddr::from(([127, 0, 0, 1], port)),
             identity: Arc::from(""),
             queued_at: SystemTime::now(),
+            claim: None,
         };
         let now = Instant::now();
         let slot = Arc::new(SessionSlot::new(info, now));
@@ -943,15 +964,18 @@ mod tests {
     fn kick_removes_one_waiter_unless_it_is_already_ending() {
         let (table, events, _a, w) = line(3);
         let addr = |port| SocketAddr::from(([127, 0, 0, 1], port));
-        let kicked = table.kick_waiter("l", addr(3)).expect("kicked");
+        let kicked = table.kick_waiter("l", addr(3), None).expect("kicked");
         assert_eq!(kicked.remote_addr.port(), 3);
         assert_eq!(w[1].end_notice(), Some(EndNotice::Kicked));
         assert_eq!(queue(&table, "l"), [2, 4]);
-        assert_eq!(table.kick_waiter("l", addr(3)), Err(AdminRefused::NotFound));
+        assert_eq!(
+            table.kick_waiter("l", addr(3), None),
+            Err(AdminRefused::NotFound)
+        );
         // The wheel got to 4 first.
         w[2].end_from_outside(EndNotice::Expired);
         assert!(matches!(
-            table.kick_waiter("l", addr(4)),
+            table.kick_waiter("l", addr(4), None),
             Err(AdminRefused::AlreadyEnding {
                 ending: Ending::LeaseExpired,
                 ..
@@ -986,6 +1010,10 @@ mod tests {
             remote_addr: SocketAddr::from(([127, 0, 0, 1], port)),
             identity: Arc::from(""),
             queued_at: SystemTime::now(),
+            claim: Some(ClaimRef {
+                session: link.id,
+                claim: id,
+            }),
         };
         Arc::new(SessionSlot::new_claim(
             info,
@@ -1010,6 +1038,35 @@ mod tests {
         assert_eq!(waiting.granted_token(), None);
         assert_eq!(table.counts(), TableCounts::default());
         assert_eq!(events.take(), ["released 1 graceful", "left 5"]);
+    }
+
+    /// Two claims of one session wait on one lock from one address: a kick
+    /// naming a claim removes that claim only, and the snapshot names each.
+    #[test]
+    fn a_kick_naming_a_claim_removes_only_that_claim() {
+        let (table, events, _a, _w) = line(0);
+        let link = v2_link(&table);
+        let first = claim(&link, "l", 5, 7);
+        let second = claim(&link, "l", 5, 8);
+        assert_eq!(table.acquire(&first), Acquired::Queued);
+        assert_eq!(table.acquire(&second), Acquired::Queued);
+        events.take();
+        let kicked = table
+            .kick_waiter("l", SocketAddr::from(([127, 0, 0, 1], 5)), Some(8))
+            .expect("kicked");
+        let named = |session, claim| Some(ClaimRef { session, claim });
+        assert_eq!(kicked.claim, named(1, 8));
+        assert_eq!(second.end_notice(), Some(EndNotice::Kicked));
+        assert_eq!(first.end_notice(), None);
+        let lock = table.lock("l").expect("held");
+        let left: Vec<_> = lock.waiters.iter().map(|w| w.claim).collect();
+        assert_eq!(left, [named(1, 7)]);
+        assert_eq!(lock.holder.claim, None);
+        assert_eq!(
+            table.kick_waiter("l", SocketAddr::from(([127, 0, 0, 1], 5)), Some(8)),
+            Err(AdminRefused::NotFound)
+        );
+        assert_eq!(events.take(), ["kick_waiter 5"]);
     }
 
     /// A claim's grant and its revocation reach its session's task as its

@@ -7,8 +7,14 @@
 //! | `GET /api/info` | version, uptime, effective config, counts |
 //! | `GET /api/locks[?match=GLOB]` | every lock with its holder and FIFO queue |
 //! | `GET /api/locks/{name}` | one lock (404 if nobody holds it) |
-//! | `POST /api/locks/{name}/release[?token=N]` | force-release: the holder gets ERROR 0x02; with `token`, only that grant (409 with the current holder otherwise) |
-//! | `DELETE /api/locks/{name}/waiters/{remote_addr}` | remove one waiter (ERROR 0x02) |
+//! | `POST /api/locks/{name}/release[?token=N]` | force-release: the holder gets ERROR 0x02 (a version 2 claim is told REVOKED and its session lives on); with `token`, only that grant (409 with the current holder otherwise) |
+//! | `DELETE /api/locks/{name}/waiters/{remote_addr}[?claim=ID]` | remove one waiter (ERROR 0x02; a version 2 claim is told REVOKED and its session lives on); with `claim`, that claim of the session at that address |
+//! | `GET /api/sessions` | every open protocol version 2 session, with its claims held and waiting |
+//!
+//! A holder or waiter that is a claim of a version 2 session carries
+//! `"protocol": 2`, `"session"` (the server's id for the session) and
+//! `"claim"` (the client's claim id); a version 1 holder or waiter has
+//! none of the three, as in the audit log.
 //!
 //! Lock names are percent-encoded in paths (`nightly%2Fimport`). Times are
 //! RFC 3339 in UTC. Errors are `{"error": "..."}` with a fitting status;
@@ -24,7 +30,7 @@
 //! so is a change (`POST`, `DELETE`) that a web page could have sent from
 //! another site; a change needs `X-Requested-By` ([`crate::REQUEST_HEADER`]).
 
-use std::{future::Future, io, net::SocketAddr, sync::Arc};
+use std::{collections::HashMap, future::Future, io, net::SocketAddr, sync::Arc};
 
 use axum::{
     Json, Router,
@@ -43,9 +49,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminRefused, AdminToken, AllowedHosts, Ending, EventHub, Glob, GraceStatus, HolderSnapshot,
-    HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot, WebGuard,
-    ops::dashboard, ops::live, ops::record::rfc3339,
+    AdminRefused, AdminToken, AllowedHosts, ClaimRef, Ending, EventHub, Glob, GraceStatus,
+    HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot,
+    WebGuard, ops::dashboard, ops::live, ops::record::rfc3339,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -93,6 +99,10 @@ pub struct ServerInfo {
     /// their ACQUIRE).
     #[serde(default)]
     pub connections: usize,
+    /// Open protocol version 2 sessions (their claims count in `locks`,
+    /// `sessions` and `waiters` like version 1 sessions).
+    #[serde(default)]
+    pub v2_sessions: usize,
     /// The startup grace (`--startup-grace`).
     #[serde(default)]
     pub startup_grace: GraceInfo,
@@ -139,6 +149,34 @@ pub struct HolderInfo {
     pub lease_ms: u32,
     /// Its fencing token.
     pub token: u64,
+    /// Its session and claim, for a version 2 claim.
+    #[serde(flatten)]
+    pub v2: ClaimFields,
+}
+
+/// The fields that name a protocol version 2 claim in the API's JSON (as
+/// in the audit log): all three for a v2 claim, none for version 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimFields {
+    /// `2` for a claim of a version 2 session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<u8>,
+    /// The version 2 session's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    /// The version 2 claim's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<u32>,
+}
+
+impl From<Option<ClaimRef>> for ClaimFields {
+    fn from(claim: Option<ClaimRef>) -> Self {
+        Self {
+            protocol: claim.map(|_| 2),
+            session: claim.map(|c| c.session),
+            claim: claim.map(|c| c.claim),
+        }
+    }
 }
 
 /// A waiter in the API's JSON.
@@ -152,6 +190,37 @@ pub struct WaiterInfo {
     pub queued_at: String,
     /// Its lease in milliseconds.
     pub lease_ms: u32,
+    /// Its session and claim, for a version 2 claim (the claim id is the
+    /// key for a kick, with the address).
+    #[serde(flatten)]
+    pub v2: ClaimFields,
+}
+
+/// An open version 2 session in `GET /api/sessions`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    /// The server's id for the session (as in OPENED and its claims'
+    /// events).
+    pub session: u64,
+    /// The client's address as the server sees it.
+    pub remote_addr: String,
+    /// mTLS identity, or empty.
+    pub identity: String,
+    /// The session's lease in milliseconds.
+    pub lease_ms: u32,
+    /// When its OPEN was read (RFC 3339, UTC).
+    pub opened_at: String,
+    /// Claims holding a lock.
+    pub held: usize,
+    /// Claims waiting in a queue.
+    pub waiting: usize,
+}
+
+/// `GET /api/sessions`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionList {
+    /// The open version 2 sessions, by id.
+    pub sessions: Vec<SessionEntry>,
 }
 
 /// A lock in the API's JSON.
@@ -196,6 +265,7 @@ impl From<&HolderSnapshot> for HolderInfo {
             since: rfc3339(holder.since),
             lease_ms: holder.lease.as_millis(),
             token: holder.token,
+            v2: holder.claim.into(),
         }
     }
 }
@@ -207,6 +277,7 @@ impl From<&WaiterSnapshot> for WaiterInfo {
             remote_addr: waiter.remote_addr.to_string(),
             queued_at: rfc3339(waiter.queued_at),
             lease_ms: waiter.lease.as_millis(),
+            v2: waiter.claim.into(),
         }
     }
 }
@@ -322,6 +393,7 @@ pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
         .route("/api/info", get(info_handler))
         .route("/api/events", get(events_handler))
         .route("/api/locks", get(locks_handler))
+        .route("/api/sessions", get(sessions_handler))
         .route("/api/locks/{name}", get(lock_handler))
         .route("/api/locks/{name}/release", post(release_handler))
         .route(
@@ -534,6 +606,7 @@ async fn info_handler(State(state): State<Arc<AdminState>>) -> Json<ServerInfo> 
         sessions: counts.locks + counts.waiters,
         waiters: counts.waiters,
         connections: handle.connections(),
+        v2_sessions: handle.sessions_v2(),
         startup_grace: handle.startup_grace().into(),
         token_floor: handle
             .config()
@@ -660,7 +733,14 @@ async fn release_handler(
     };
     match released {
         Ok(holder) => {
-            info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, "force-released by administrator");
+            match holder.claim {
+                Some(c) => {
+                    info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, session = c.session, claim = c.claim, "force-released by administrator");
+                }
+                None => {
+                    info!(lock = %name, remote_addr = %holder.remote_addr, token = holder.token, "force-released by administrator");
+                }
+            }
             Ok(Json(HolderInfo::from(&holder)))
         }
         Err(AdminRefused::NotFound) => Err(no_holder(&name).into_response()),
@@ -683,25 +763,84 @@ async fn release_handler(
     }
 }
 
+/// `GET /api/sessions`: the open version 2 sessions, each with its
+/// claims counted from one snapshot of the table (an admin-path cost, as
+/// `/api/locks`).
+async fn sessions_handler(State(state): State<Arc<AdminState>>) -> Json<SessionList> {
+    let handle = &state.options.handle;
+    let sessions = handle.v2_sessions();
+    let mut counts: HashMap<u64, (usize, usize)> = HashMap::with_capacity(sessions.len());
+    if !sessions.is_empty() {
+        for lock in handle.locks(|_| true) {
+            if let Some(claim) = lock.holder.claim {
+                counts.entry(claim.session).or_default().0 += 1;
+            }
+            for waiter in &lock.waiters {
+                if let Some(claim) = waiter.claim {
+                    counts.entry(claim.session).or_default().1 += 1;
+                }
+            }
+        }
+    }
+    let sessions = sessions
+        .iter()
+        .map(|session| {
+            let (held, waiting) = counts.get(&session.id).copied().unwrap_or_default();
+            SessionEntry {
+                session: session.id,
+                remote_addr: session.remote_addr.to_string(),
+                identity: session.identity.to_string(),
+                lease_ms: session.lease.as_millis(),
+                opened_at: rfc3339(session.opened_at),
+                held,
+                waiting,
+            }
+        })
+        .collect();
+    Json(SessionList { sessions })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KickQuery {
+    claim: Option<u32>,
+}
+
 async fn kick_handler(
     State(state): State<Arc<AdminState>>,
     params: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<KickQuery>, QueryRejection>,
 ) -> ApiResult<WaiterInfo> {
     let Path((name, remote_addr)) = params.map_err(bad_path)?;
+    let Query(query) = query.map_err(bad_query)?;
     let addr: SocketAddr = remote_addr.parse().map_err(|_| {
         ApiError(
             StatusCode::BAD_REQUEST,
             format!("{remote_addr:?} is not an address (expected IP:PORT as listed)"),
         )
     })?;
-    match state.options.handle.kick_waiter(&name, addr) {
+    let handle = &state.options.handle;
+    let kicked = match query.claim {
+        Some(claim) => handle.kick_claim(&name, addr, claim),
+        None => handle.kick_waiter(&name, addr),
+    };
+    let whom = match query.claim {
+        Some(claim) => format!("at {addr} with claim {claim}"),
+        None => format!("at {addr}"),
+    };
+    match kicked {
         Ok(waiter) => {
-            info!(lock = %name, remote_addr = %addr, "waiter removed by administrator");
+            match waiter.claim {
+                Some(c) => {
+                    info!(lock = %name, remote_addr = %addr, session = c.session, claim = c.claim, "waiter removed by administrator");
+                }
+                None => info!(lock = %name, remote_addr = %addr, "waiter removed by administrator"),
+            }
             Ok(Json(WaiterInfo::from(&waiter)))
         }
         Err(AdminRefused::NotFound) => Err(ApiError(
             StatusCode::NOT_FOUND,
-            format!("lock {name:?} has no waiter at {addr}"),
+            format!("lock {name:?} has no waiter {whom}"),
         )),
         Err(AdminRefused::AlreadyEnding { ending, .. }) => Err(already_ending(&name, ending)),
         Err(AdminRefused::OtherToken { .. }) => Err(ApiError(

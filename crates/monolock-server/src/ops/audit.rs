@@ -4,6 +4,14 @@
 //! {"time":"2026-08-08T12:00:00.123Z","event":"granted","lock":"nightly/import","identity":"spiffe://prod/worker/1","remote_addr":"10.0.0.5:52114","token":1872956384870401,"wait_ms":0,"lease_ms":30000}
 //! ```
 //!
+//! A claim of a protocol version 2 session also names the session (the
+//! server's id, as in OPENED) and the claim (the client's id), after the
+//! address; a version 1 line has none of the three fields:
+//!
+//! ```json
+//! {"time":"2026-08-08T12:00:01.456Z","event":"granted","lock":"shard-3","identity":"","remote_addr":"10.0.0.7:40112","protocol":2,"session":17,"claim":3,"token":1872956384870402,"wait_ms":0,"lease_ms":10000}
+//! ```
+//!
 //! Ownership events reach the [`Observer`] while the lock table is locked,
 //! in the order they took effect. [`AuditLog::observe`] only copies the event
 //! into a bounded queue (never any I/O there, or every grant would wait on
@@ -686,6 +694,7 @@ mod tests {
             remote_addr: SocketAddr::from(([127, 0, 0, 1], 1)),
             identity: Arc::from(""),
             queued_at: SystemTime::now(),
+            claim: None,
         };
         Record::of_event(&Event::Denied(&info)).expect("an audited event")
     }

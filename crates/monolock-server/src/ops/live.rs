@@ -38,7 +38,10 @@
 //! therefore apply idempotently: a `granted` replaces the holder only if
 //! its token is higher than the one shown (tokens only grow), a `released`
 //! removes the holder only if the token matches, waiters are keyed by
-//! `remote_addr`.
+//! `remote_addr` (and, for a protocol v2 claim, by `claim` too: one
+//! session's claims share its address). A v2 claim's events carry
+//! `protocol`, `session` and `claim` (see `record.rs`); copying them is
+//! copying two integers, no allocation.
 
 use std::{
     convert::Infallible,

@@ -30,7 +30,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{AuditLog, Event, Observer, ReleaseReason, ServerHandle};
+use crate::{AuditLog, Event, Observer, ReleaseReason, ServerHandle, SessionInfo};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -46,6 +46,29 @@ pub const SUMMARY_MAX_SAMPLES: usize = 4096;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProtocolLabels {
+    protocol: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProtocolReasonLabels {
+    protocol: &'static str,
+    reason: &'static str,
+}
+
+/// The `protocol` label's values, indexed by [`V1`] and [`V2`].
+const PROTOCOLS: [&str; 2] = ["1", "2"];
+/// Index of protocol version 1 in [`PROTOCOLS`].
+const V1: usize = 0;
+/// Index of protocol version 2 in [`PROTOCOLS`].
+const V2: usize = 1;
+
+/// Index into [`PROTOCOLS`] of the session an event is about.
+fn protocol_index(session: &SessionInfo) -> usize {
+    if session.protocol() == 2 { V2 } else { V1 }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -91,6 +114,15 @@ pub struct Metrics {
     heartbeats: Counter,
     v2_sessions_active: Gauge,
     v2_idle_sessions_closed: Counter,
+    /// By protocol, indexed like [`PROTOCOLS`].
+    grants_by_protocol: [Counter; 2],
+    /// By protocol, then indexed like [`ReleaseReason::ALL`].
+    releases_by_protocol: [[Counter; ReleaseReason::ALL.len()]; 2],
+    /// By protocol: version 1 sessions admitted (granted at once or
+    /// queued), version 2 sessions opened.
+    sessions_opened: [Counter; 2],
+    v2_claims_held: Gauge,
+    v2_claims_waiting: Gauge,
     wait: Summary,
     hold: Summary,
 }
@@ -197,6 +229,56 @@ impl Metrics {
             "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
             Counter::default(),
         );
+        let grants_family = registered(
+            &mut registry,
+            "monolock_grants",
+            "Grants (fencing tokens issued), by protocol version",
+            Family::<ProtocolLabels, Counter>::default(),
+        );
+        let grants_by_protocol = PROTOCOLS.map(|protocol| {
+            grants_family
+                .get_or_create(&ProtocolLabels { protocol })
+                .clone()
+        });
+        let releases_by_protocol_family = registered(
+            &mut registry,
+            "monolock_releases_by_protocol",
+            "Ends of ownership, by protocol version and reason",
+            Family::<ProtocolReasonLabels, Counter>::default(),
+        );
+        let releases_by_protocol = PROTOCOLS.map(|protocol| {
+            ReleaseReason::ALL.map(|reason| {
+                releases_by_protocol_family
+                    .get_or_create(&ProtocolReasonLabels {
+                        protocol,
+                        reason: reason.as_str(),
+                    })
+                    .clone()
+            })
+        });
+        let sessions_family = registered(
+            &mut registry,
+            "monolock_sessions_opened",
+            "Sessions begun, by protocol version (v1: an ACQUIRE granted or queued; v2: an OPEN)",
+            Family::<ProtocolLabels, Counter>::default(),
+        );
+        let sessions_opened = PROTOCOLS.map(|protocol| {
+            sessions_family
+                .get_or_create(&ProtocolLabels { protocol })
+                .clone()
+        });
+        let v2_claims_held = registered(
+            &mut registry,
+            "monolock_v2_claims_held",
+            "Protocol v2 claims holding a lock (they count in locks_held too)",
+            Gauge::default(),
+        );
+        let v2_claims_waiting = registered(
+            &mut registry,
+            "monolock_v2_claims_waiting",
+            "Protocol v2 claims queued behind a holder (they count in waiters too)",
+            Gauge::default(),
+        );
         registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
             registry,
@@ -214,6 +296,11 @@ impl Metrics {
             heartbeats,
             v2_sessions_active,
             v2_idle_sessions_closed,
+            grants_by_protocol,
+            releases_by_protocol,
+            sessions_opened,
+            v2_claims_held,
+            v2_claims_waiting,
             wait: Summary::default(),
             hold: Summary::default(),
         }
@@ -373,17 +460,57 @@ impl Observer for Metrics {
             Event::Denied(_) => {
                 self.acl_denials.inc();
             }
-            Event::Granted { wait, .. } => {
+            Event::Granted {
+                session,
+                wait,
+                queued,
+                ..
+            } => {
                 self.acquires.inc();
+                let protocol = protocol_index(session);
+                self.grants_by_protocol[protocol].inc();
+                if protocol == V2 {
+                    self.v2_claims_held.inc();
+                    if queued {
+                        self.v2_claims_waiting.dec();
+                    }
+                } else if !queued {
+                    // A v1 session granted at once (a queued one was
+                    // counted when it joined the queue).
+                    self.sessions_opened[V1].inc();
+                }
                 self.wait.observe(wait.as_secs_f64());
             }
-            Event::Released { held, reason, .. } => {
+            Event::Released {
+                session,
+                held,
+                reason,
+                ..
+            } => {
                 let index = ReleaseReason::ALL
                     .iter()
                     .position(|known| *known == reason)
                     .unwrap_or_default();
                 self.releases[index].inc();
+                let protocol = protocol_index(session);
+                self.releases_by_protocol[protocol][index].inc();
+                if protocol == V2 {
+                    self.v2_claims_held.dec();
+                }
                 self.hold.observe(held.as_secs_f64());
+            }
+            Event::WaiterJoined(session) => {
+                if session.claim.is_some() {
+                    self.v2_claims_waiting.inc();
+                } else {
+                    self.sessions_opened[V1].inc();
+                }
+            }
+            Event::WaiterLeft(session) | Event::KickWaiter(session) if session.claim.is_some() => {
+                self.v2_claims_waiting.dec();
+            }
+            Event::SessionOpened => {
+                self.sessions_opened[V2].inc();
             }
             _ => {}
         }

@@ -16,7 +16,7 @@ use std::{
 use monolock_proto::LockName;
 use serde::Serialize;
 
-use crate::{Event, ReleaseReason, SessionInfo};
+use crate::{ClaimRef, Event, ReleaseReason, SessionInfo};
 
 /// An ownership event, copied out of the table's critical section (also
 /// what the live event stream sends, as the same JSON).
@@ -34,6 +34,8 @@ pub(crate) struct Record {
 pub(crate) struct Fact {
     time: SystemTime,
     remote_addr: SocketAddr,
+    /// The session and claim of a version 2 claim (plain data: copied).
+    claim: Option<ClaimRef>,
     kind: Kind,
 }
 
@@ -72,6 +74,14 @@ struct Line<'a> {
     lock: &'a str,
     identity: &'a str,
     remote_addr: SocketAddr,
+    /// `2` on a version 2 claim's line; absent (version 1) otherwise, so a
+    /// version 1 line is what it always was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protocol: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     token: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -120,6 +130,7 @@ impl Fact {
                 session,
                 token,
                 wait,
+                ..
             } => (
                 session,
                 Kind::Granted {
@@ -156,6 +167,7 @@ impl Fact {
         let fact = Self {
             time: SystemTime::now(),
             remote_addr: session.remote_addr,
+            claim: session.claim,
             kind,
         };
         Some((fact, session))
@@ -204,6 +216,9 @@ impl Fact {
             lock,
             identity,
             remote_addr: self.remote_addr,
+            protocol: self.claim.map(|_| 2),
+            session: self.claim.map(|c| c.session),
+            claim: self.claim.map(|c| c.claim),
             token,
             wait_ms,
             lease_ms,
