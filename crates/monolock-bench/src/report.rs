@@ -420,7 +420,9 @@ fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize])
 }
 
 /// Protocol v2 against v1 and Redis, one row per figure that has a v2
-/// counterpart (markdown): medians with [min–max] over rounds.
+/// counterpart (markdown): medians with [min–max] over rounds. v2 / v1 is
+/// the median [min–max] of each round's own ratio where both ran in every
+/// round (see `paired_ratios` in `run.rs`), else the ratio of the medians.
 pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
     let mut t = String::from(
         "| figure | v1 | v2 | Redis | v2 / v1 | v2 / Redis |\n|---|---|---|---|---|---|\n",
@@ -470,7 +472,7 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
             None,
         ));
     }
-    for mode in ["tls", "mtls"] {
+    for mode in ["plain", "tls", "mtls"] {
         for (label, key) in [
             ("claims/s", "claims_per_s"),
             ("server CPU µs / claim", "server_cpu_us_per_claim"),
@@ -488,23 +490,57 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
         _ => "—".to_owned(),
     };
     let cell = |sp: Option<&Spread>| sp.map_or("—".to_owned(), fmt_spread);
-    for (label, v1, v2, redis) in rows {
-        let (v1, v2) = (s.get(&v1), s.get(&v2));
+    for (label, v1_key, v2_key, redis) in rows {
+        let (v1, v2) = (s.get(&v1_key), s.get(&v2_key));
         if v2.is_none() {
             continue;
         }
         let redis = redis.as_deref().and_then(|k| s.get(k));
+        let paired = s.get(&v2_key.replacen(".monolock_v2.", ".v2_over_v1.", 1));
+        let v2_over_v1 = match (paired, v1, v2) {
+            (Some(p), Some(a), Some(b)) if p.n == a.n && p.n == b.n => fmt_spread(p),
+            _ => ratio(v2, v1),
+        };
         let _ = writeln!(
             t,
-            "| {label} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {v2_over_v1} | {} |",
             cell(v1),
             cell(v2),
             cell(redis),
-            ratio(v2, v1),
             ratio(v2, redis)
         );
     }
     t
+}
+
+/// The v1 figures of this build against the `--baseline-bin` build, both
+/// measured in the same rounds, interleaved (markdown); empty without a
+/// baseline. The ratio is this build's over the baseline's, per round,
+/// median [min–max]: 1.00 is no change.
+pub fn baseline_table(s: &Summary) -> String {
+    let mut t = String::from(
+        "| figure | this build | baseline | this / baseline, per round |\n|---|---|---|---|\n",
+    );
+    let mut any = false;
+    for (key, paired) in s {
+        let Some(at) = key.find(".over_base.") else {
+            continue;
+        };
+        let (scenario, figure) = (&key[..at], &key[at + ".over_base.".len()..]);
+        let cell = |series: &str| {
+            s.get(&format!("{scenario}.{series}.{figure}"))
+                .map_or("—".to_owned(), fmt_spread)
+        };
+        any = true;
+        let _ = writeln!(
+            t,
+            "| {scenario}: {figure} | {} | {} | {} |",
+            cell("monolock"),
+            cell("monolock_base"),
+            fmt_spread(paired)
+        );
+    }
+    if any { t } else { String::new() }
 }
 
 /// The main results table (markdown): medians with [min–max] over rounds.
