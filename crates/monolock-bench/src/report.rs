@@ -107,6 +107,9 @@ pub fn fmt_num(v: f64) -> String {
         format!("{v:.1}")
     } else if v.abs() >= 1.0 {
         format!("{v:.2}")
+    } else if v != 0.0 && v.abs() < 0.001 {
+        // Ratios of ten thousand to one keep two digits, not "0.000".
+        format!("{v:.1e}")
     } else {
         format!("{v:.3}")
     }
