@@ -227,7 +227,7 @@ pub(crate) fn smoke_checks(s: &Summary, plan: &Plan, redis_ran: bool) -> Vec<Str
     positive("contention.w0.v2_over_v1.acq_per_s", &mut problems);
     positive("many_locks.monolock.locks", &mut problems);
     positive("many_locks.monolock_v2.locks", &mut problems);
-    for transport in ["plain", "tls", "mtls"] {
+    for transport in ["plain", "tls", "mtls", "mtls_c16"] {
         for series in ["monolock", "monolock_v2"] {
             positive(
                 &format!("tls_claims.{transport}.{series}.server_cpu_us_per_claim"),

@@ -475,13 +475,18 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
             None,
         ));
     }
-    for mode in ["plain", "tls", "mtls"] {
+    let many = format!("mtls_c{}", crate::tls_claims::MANY_CLIENTS);
+    for mode in ["plain", "tls", "mtls", many.as_str()] {
+        let who = match mode.strip_prefix("mtls_c") {
+            Some(n) => format!("{n} clients claiming in sequence each, mtls"),
+            None => format!("one client claiming in sequence, {mode}"),
+        };
         for (label, key) in [
             ("claims/s", "claims_per_s"),
             ("server CPU µs / claim", "server_cpu_us_per_claim"),
         ] {
             rows.push((
-                format!("one client claiming in sequence, {mode}: {label}"),
+                format!("{who}: {label}"),
                 format!("tls_claims.{mode}.monolock.{key}"),
                 format!("tls_claims.{mode}.monolock_v2.{key}"),
                 None,

@@ -298,6 +298,7 @@ impl Bench {
                 cpu: s.server_cpu,
                 logs: &s.logs,
                 transport,
+                warmup: s.plan.warmup,
                 length: s.plan.throughput_len,
             };
             let what = format!(

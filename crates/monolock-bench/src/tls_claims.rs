@@ -4,7 +4,10 @@
 //! certificate's verification under mTLS, per claim; v2 pays them once per
 //! session, then a RELEASE and the next ACQUIRE in one write per claim.
 //! Recorded as
-//! `tls_claims.<plain|tls|mtls>.<monolock|monolock_v2>.{claims_per_s,server_cpu_us_per_claim}`.
+//! `tls_claims.<plain|tls|mtls>.<monolock|monolock_v2>.{claims_per_s,server_cpu_us_per_claim}`;
+//! under mTLS also with [`MANY_CLIENTS`] clients claiming in sequence each
+//! (`tls_claims.mtls_c16.*`), where one wake-up of the server can serve
+//! several clients' claims.
 //!
 //! `monolock-bench claim-loop` drives one protocol over one transport
 //! alone for as long as asked, and prints the server's process id first,
@@ -28,10 +31,17 @@ use tokio::{
     time::timeout,
 };
 
-use crate::{cycles::OP_TIMEOUT, mono, report::Metrics, servers::Server};
+use crate::{
+    cycles::{OP_TIMEOUT, Window},
+    mono,
+    report::Metrics,
+    servers::Server,
+};
 
 /// Upper bound on claims per measured window, whatever the speed.
 const MAX_CLAIMS: u64 = 100_000_000;
+/// Clients of the mTLS figures with several clients.
+pub const MANY_CLIENTS: usize = 16;
 
 /// How the client reaches the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -65,6 +75,8 @@ pub struct Params<'a> {
     pub logs: &'a Path,
     /// Plain TCP, TLS or mTLS.
     pub transport: Transport,
+    /// Load before the window of the figures with several clients.
+    pub warmup: Duration,
     /// How long each protocol is driven.
     pub length: Duration,
 }
@@ -159,6 +171,137 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// `clients` clients claiming in sequence each, on names of their own,
+    /// over v1 or v2, counted in a window after `warmup`.
+    async fn many(
+        &self,
+        v2: bool,
+        name: &str,
+        clients: usize,
+        warmup: Duration,
+        length: Duration,
+    ) -> Result<Claims> {
+        let win = Window::new(warmup, length);
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..clients {
+            let (addr, config) = (self.server.addr, self.client.clone());
+            let name = format!("{name}/{i}");
+            tasks.spawn(async move {
+                if v2 {
+                    v2_client(addr, config, &name, win).await
+                } else {
+                    v1_client(addr, config, &name, win).await
+                }
+            });
+        }
+        tokio::time::sleep_until(win.measure_from.into()).await;
+        let s0 = self.server.sample()?;
+        tokio::time::sleep_until(win.end.into()).await;
+        let s1 = self.server.sample()?;
+        let mut claims = 0;
+        while let Some(joined) = tasks.join_next().await {
+            claims += joined.context("client task panicked")??;
+        }
+        Ok(Claims {
+            claims,
+            secs: win.secs(),
+            server_cpu: s1.cpu - s0.cpu,
+        })
+    }
+}
+
+/// One v1 client of [`Lab::many`]: its claims inside the window.
+async fn v1_client(
+    addr: std::net::SocketAddr,
+    config: Option<Arc<ClientConfig>>,
+    name: &str,
+    win: Window,
+) -> Result<u64> {
+    let acquire = mono::acquire_bytes(name, Duration::from_secs(60))?;
+    tokio::time::sleep_until(win.start.into()).await;
+    let mut claims = 0;
+    for _ in 0..MAX_CLAIMS {
+        let t0 = Instant::now();
+        if t0 >= win.end {
+            break;
+        }
+        timeout(OP_TIMEOUT, async {
+            match &config {
+                None => v1_claim(mono::connect(addr, None).await?, &acquire).await,
+                Some(config) => {
+                    v1_claim(connect_tls(addr, Arc::clone(config)).await?, &acquire).await
+                }
+            }
+        })
+        .await
+        .context("v1 claim timed out")??;
+        if t0 >= win.measure_from && Instant::now() <= win.end {
+            claims += 1;
+        }
+    }
+    Ok(claims)
+}
+
+/// One v2 client of [`Lab::many`]: its claims inside the window.
+async fn v2_client(
+    addr: std::net::SocketAddr,
+    config: Option<Arc<ClientConfig>>,
+    name: &str,
+    win: Window,
+) -> Result<u64> {
+    match config {
+        None => {
+            let tcp = timeout(OP_TIMEOUT, mono::connect(addr, None))
+                .await
+                .context("v2 connect timed out")??;
+            v2_window(tcp, name, win).await
+        }
+        Some(config) => {
+            let tls = timeout(OP_TIMEOUT, connect_tls(addr, config))
+                .await
+                .context("v2 TLS connect timed out")??;
+            v2_window(tls, name, win).await
+        }
+    }
+}
+
+/// One v2 session's claims inside `win`.
+async fn v2_window<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    name: &str,
+    win: Window,
+) -> Result<u64> {
+    let (first, cycle) = v2_frames(name)?;
+    let mut buf = Vec::with_capacity(64);
+    exchange(&mut stream, &first, &mut buf, 2).await?;
+    tokio::time::sleep_until(win.start.into()).await;
+    let mut claims = 0;
+    for _ in 0..MAX_CLAIMS {
+        let t0 = Instant::now();
+        if t0 >= win.end {
+            break;
+        }
+        exchange(&mut stream, &cycle, &mut buf, 2).await?;
+        if t0 >= win.measure_from && Instant::now() <= win.end {
+            claims += 1;
+        }
+    }
+    Ok(claims)
+}
+
+/// A v2 session's first bytes (OPEN and the first ACQUIRE of `name`) and
+/// each claim's after that (RELEASE and the next ACQUIRE).
+fn v2_frames(name: &str) -> Result<(Vec<u8>, Vec<u8>)> {
+    let lease = monolock_proto::Lease::from_millis(60_000).context("lease")?;
+    let mut first = v2::ClientFrame::Open { lease }.to_bytes();
+    let acquire = crate::mono_v2::acquire_bytes(1, name)?;
+    first.extend_from_slice(&acquire);
+    let mut cycle = v2::release_frame(1).to_vec();
+    cycle.extend_from_slice(&acquire);
+    Ok((first, cycle))
+}
+
 /// Claims made in a window, and the server CPU they cost.
 struct Claims {
     claims: u64,
@@ -170,10 +313,21 @@ struct Claims {
 pub async fn run(p: Params<'_>, run_id: u64, m: &mut Metrics) -> Result<()> {
     let lab = Lab::start(&p).await?;
     let name = format!("bench/claims/{run_id}");
+    let key = p.transport.key();
     let v1 = lab.v1(&name, p.length).await?;
-    put(m, p.transport, "monolock", &v1);
+    put(m, key, "monolock", &v1);
     let v2 = lab.v2(&format!("{name}/v2"), p.length).await?;
-    put(m, p.transport, "monolock_v2", &v2);
+    put(m, key, "monolock_v2", &v2);
+    if p.transport == Transport::Mtls {
+        let key = format!("{key}_c{MANY_CLIENTS}");
+        for (v2, series) in [(false, "monolock"), (true, "monolock_v2")] {
+            let name = format!("{name}/many/{series}");
+            let c = lab
+                .many(v2, &name, MANY_CLIENTS, p.warmup, p.length)
+                .await?;
+            put(m, &key, series, &c);
+        }
+    }
     Ok(())
 }
 
@@ -208,12 +362,7 @@ async fn v2_claims<S: AsyncRead + AsyncWrite + Unpin>(
     name: &str,
     length: Duration,
 ) -> Result<Claims> {
-    let lease = monolock_proto::Lease::from_millis(60_000).context("lease")?;
-    let mut first = v2::ClientFrame::Open { lease }.to_bytes();
-    let acquire = crate::mono_v2::acquire_bytes(1, name)?;
-    first.extend_from_slice(&acquire);
-    let mut cycle = v2::release_frame(1).to_vec();
-    cycle.extend_from_slice(&acquire);
+    let (first, cycle) = v2_frames(name)?;
     let mut buf = Vec::with_capacity(64);
     exchange(&mut stream, &first, &mut buf, 2).await?;
     let s0 = server.sample()?;
@@ -265,8 +414,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     .context("v2 exchange timed out")?
 }
 
-fn put(m: &mut Metrics, transport: Transport, series: &str, c: &Claims) {
-    let pre = format!("tls_claims.{}.{series}", transport.key());
+fn put(m: &mut Metrics, mode: &str, series: &str, c: &Claims) {
+    let pre = format!("tls_claims.{mode}.{series}");
     m.put(&format!("{pre}.claims_per_s"), c.claims as f64 / c.secs);
     if c.claims > 0 {
         m.put(
@@ -315,6 +464,7 @@ pub async fn claim_loop(args: ClaimLoopArgs) -> Result<()> {
         cpu: args.server_cpu,
         logs: &logs,
         transport: args.transport,
+        warmup: Duration::from_secs(1),
         length: Duration::from_secs(args.seconds.clamp(1, 600)),
     };
     let lab = Lab::start(&p).await?;
