@@ -699,6 +699,28 @@ mod tests {
     }
 
     #[test]
+    fn v2_table_shows_the_paired_ratio_and_baseline_table_this_build_over_the_baseline() {
+        let s = summary(&[
+            ("contention.w0.monolock.acq_per_s", 100.0),
+            ("contention.w0.monolock_v2.acq_per_s", 130.0),
+            ("contention.w0.v2_over_v1.acq_per_s", 1.2),
+            ("contention.w0.monolock_base.acq_per_s", 90.0),
+            ("contention.w0.over_base.acq_per_s", 1.05),
+        ]);
+        let v2 = v2_table(&s, &[]);
+        assert!(
+            v2.contains("| contention, one lock, no work: acq_per_s | 100 | 130 | — | 1.20 | — |"),
+            "{v2}"
+        );
+        let base = baseline_table(&s);
+        assert!(
+            base.contains("| contention.w0: acq_per_s | 100 | 90.0 | 1.05 |"),
+            "{base}"
+        );
+        assert_eq!(baseline_table(&summary(&[])), "");
+    }
+
+    #[test]
     fn best_redis_delay_per_figure() {
         let s = summary(&[
             ("contention.w0.redis-d1.acq_per_s", 900.0),

@@ -775,3 +775,25 @@ fn ttl_key(ttl: Duration) -> String {
         format!("{ms}ms")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_ratios_set_v2_and_this_build_against_v1_of_the_same_round() {
+        let mut m = Metrics::default();
+        m.put("contention.w0.monolock.acq_per_s", 100.0);
+        m.put("contention.w0.monolock_v2.acq_per_s", 125.0);
+        m.put("contention.w0.monolock_base.acq_per_s", 80.0);
+        m.put("latency.monolock_base.cycle_p50_us", 50.0);
+        m.put("throughput.c1.monolock_v2.cycles_per_s", 10.0);
+        m.put("throughput.c1.monolock.cycles_per_s", 0.0);
+        paired_ratios(&mut m);
+        assert_eq!(m.get("contention.w0.v2_over_v1.acq_per_s"), Some(1.25));
+        assert_eq!(m.get("contention.w0.over_base.acq_per_s"), Some(1.25));
+        // No v1 figure to pair with, or a zero one: no ratio.
+        assert_eq!(m.get("latency.over_base.cycle_p50_us"), None);
+        assert_eq!(m.get("throughput.c1.v2_over_v1.cycles_per_s"), None);
+    }
+}
