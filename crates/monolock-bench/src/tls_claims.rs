@@ -169,9 +169,7 @@ impl Lab {
             }
         }
     }
-}
 
-impl Lab {
     /// `clients` clients claiming in sequence each, on names of their own,
     /// over v1 or v2, counted in a window after `warmup`.
     async fn many(
