@@ -179,7 +179,8 @@ pub struct Outcome {
 }
 
 /// Runs one contention measurement and records
-/// `contention.<label>.<series>.*` where series is `monolock` or
+/// `contention.<label>.<series>.*` where series is the monolock server's
+/// (`monolock`, or `monolock_base` for the baseline build) or
 /// `redis-d<ms>`.
 pub async fn run(
     server: &Server,
@@ -190,7 +191,7 @@ pub async fn run(
 ) -> Result<Outcome> {
     let win = Window::new(p.warmup, p.length);
     let series = match server.system {
-        System::Monolock => "monolock".to_owned(),
+        System::Monolock => server.series.to_owned(),
         System::Redis => format!("redis-d{}", p.retry_delay.as_millis()),
     };
     let name = format!("bench/contended/{run_id}");

@@ -68,7 +68,10 @@ pub fn echo(args: EchoArgs) -> Result<()> {
 }
 
 /// Measures the round trip for `warmup + length` (figures from after the
-/// warm-up) and records `floor.rtt_p50_us` and `floor.rtt_p99_us`.
+/// warm-up) and records `floor.rtt_p50_us`, `floor.rtt_p99_us` and
+/// `floor.server_cpu_us_per_rtt`: the echo process's CPU time per round
+/// trip, what answering one message over loopback costs a server that
+/// does nothing else (a blocking read and a write).
 pub async fn round_trip(
     exe: &std::path::Path,
     server_cpu: Option<usize>,
@@ -100,6 +103,7 @@ pub async fn round_trip(
     let Some(port) = line.strip_prefix("READY ").and_then(|p| p.parse().ok()) else {
         bail!("echo child said {line:?}");
     };
+    let pid = child.id().context("echo child pid")?;
     let mut stream = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))
         .await
         .context("connect to the echo child")?;
@@ -108,10 +112,14 @@ pub async fn round_trip(
     let end = measure_from + length;
     let mut samples = Samples::default();
     let mut byte = [1u8];
+    let mut cpu_from = None;
     for _ in 0..MAX_ROUND_TRIPS {
         let sent = Instant::now();
         if sent >= end {
             break;
+        }
+        if sent >= measure_from && cpu_from.is_none() {
+            cpu_from = Some(sys::proc_sample(pid).context("read the echo child's /proc")?);
         }
         timeout(OP_TIMEOUT, async {
             stream.write_all(&byte).await?;
@@ -123,10 +131,17 @@ pub async fn round_trip(
             samples.push(sent.elapsed());
         }
     }
+    let cpu_to = sys::proc_sample(pid).context("read the echo child's /proc")?;
     drop(stream);
     let _ = timeout(OP_TIMEOUT, child.wait()).await;
     if samples.is_empty() {
         bail!("no echo round trip in the window");
+    }
+    if let Some(from) = cpu_from {
+        m.put(
+            "floor.server_cpu_us_per_rtt",
+            (cpu_to.cpu - from.cpu).as_secs_f64() * 1e6 / samples.len() as f64,
+        );
     }
     m.put_opt("floor.rtt_p50_us", samples.percentile_us(50.0));
     m.put_opt("floor.rtt_p99_us", samples.percentile_us(99.0));

@@ -69,6 +69,12 @@ pub struct RunArgs {
     /// The `monolock` binary [default: next to this binary].
     #[arg(long, value_name = "PATH")]
     pub monolock_bin: Option<PathBuf>,
+    /// A second `monolock` binary (an earlier build, say): the protocol v1
+    /// figures of latency, throughput and contention are measured on it
+    /// too, interleaved with the first round by round, and compared as
+    /// ratios of each round's pair.
+    #[arg(long, value_name = "PATH")]
+    pub baseline_bin: Option<PathBuf>,
     /// The `redis-server` binary [default: from PATH].
     #[arg(long, value_name = "PATH")]
     pub redis_bin: Option<PathBuf>,
@@ -120,6 +126,10 @@ pub enum Scenario {
     Throughput,
     /// 3. 64 clients on one name.
     Contention,
+    /// Many locks held by one process: v1 connections against one v2 session.
+    ManyLocks,
+    /// One client claiming in sequence over TLS and mTLS, v1 against v2.
+    Tls,
     /// 4. SIGKILLed and SIGSTOPped holders.
     Dead,
     /// 5. Many idle heartbeating sessions.
@@ -140,6 +150,9 @@ enum Sub {
     /// (internal) Accept, read, answer, close: the connection floor.
     #[command(hide = true)]
     ConnFloor(conn_floor::ConnFloorArgs),
+    /// One client claiming in sequence on a fresh server, for profiling
+    /// the server: prints its pid, then claims/s and its CPU per claim.
+    ClaimLoop(tls_claims::ClaimLoopArgs),
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -163,6 +176,10 @@ fn main() -> ExitCode {
             .map(|()| true),
         Some(Sub::Echo(args)) => floor::echo(args).map(|()| true),
         Some(Sub::ConnFloor(args)) => conn_floor::serve(args).map(|()| true),
+        Some(Sub::ClaimLoop(args)) => runtime()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(tls_claims::claim_loop(args)))
+            .map(|()| true),
         None => {
             if !(cli.run.smoke || cli.run.quick || cli.run.full) {
                 eprintln!("monolock-bench: choose a mode: --smoke, --quick or --full (see --help)");

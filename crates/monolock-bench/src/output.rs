@@ -50,6 +50,20 @@ pub(crate) fn summary_markdown(
         "### Protocol v2 against v1 and Redis\n\n{}",
         report::v2_table(summary, &plan.throughput_clients)
     );
+    if let Some(floor) = summary.get("floor.server_cpu_us_per_rtt") {
+        let _ = writeln!(
+            md,
+            "Machine floor of this run: a plain echo process spends {} µs of CPU per 1-byte round trip (a blocking read and a write, nothing else).\n",
+            report::fmt_spread(floor)
+        );
+    }
+    let base = report::baseline_table(summary);
+    if !base.is_empty() {
+        let _ = writeln!(
+            md,
+            "### Protocol v1: this build against the baseline build\n\n{base}"
+        );
+    }
     if let Some(text) = report::extrapolation(summary, plan.sessions.lease) {
         let _ = writeln!(md, "## Sessions: extrapolation to 1M\n\n{text}");
     }
@@ -207,6 +221,18 @@ pub(crate) fn smoke_checks(s: &Summary, plan: &Plan, redis_ran: bool) -> Vec<Str
                     &mut problems,
                 );
             }
+        }
+    }
+    positive("contention.w0.monolock_v2.acq_per_s", &mut problems);
+    positive("contention.w0.v2_over_v1.acq_per_s", &mut problems);
+    positive("many_locks.monolock.locks", &mut problems);
+    positive("many_locks.monolock_v2.locks", &mut problems);
+    for transport in ["plain", "tls", "mtls", "mtls_c16"] {
+        for series in ["monolock", "monolock_v2"] {
+            positive(
+                &format!("tls_claims.{transport}.{series}.server_cpu_us_per_claim"),
+                &mut problems,
+            );
         }
     }
     positive("dead.kill.monolock.handover_ms", &mut problems);

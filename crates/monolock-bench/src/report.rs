@@ -107,6 +107,9 @@ pub fn fmt_num(v: f64) -> String {
         format!("{v:.1}")
     } else if v.abs() >= 1.0 {
         format!("{v:.2}")
+    } else if v != 0.0 && v.abs() < 0.001 {
+        // Ratios of ten thousand to one keep two digits, not "0.000".
+        format!("{v:.1e}")
     } else {
         format!("{v:.3}")
     }
@@ -420,7 +423,9 @@ fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize])
 }
 
 /// Protocol v2 against v1 and Redis, one row per figure that has a v2
-/// counterpart (markdown): medians with [min–max] over rounds.
+/// counterpart (markdown): medians with [min–max] over rounds. v2 / v1 is
+/// the median [min–max] of each round's own ratio where both ran in every
+/// round (see `paired_ratios` in `run.rs`), else the ratio of the medians.
 pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
     let mut t = String::from(
         "| figure | v1 | v2 | Redis | v2 / v1 | v2 / Redis |\n|---|---|---|---|---|---|\n",
@@ -470,13 +475,18 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
             None,
         ));
     }
-    for mode in ["tls", "mtls"] {
+    let many = format!("mtls_c{}", crate::tls_claims::MANY_CLIENTS);
+    for mode in ["plain", "tls", "mtls", many.as_str()] {
+        let who = match mode.strip_prefix("mtls_c") {
+            Some(n) => format!("{n} clients claiming in sequence each, mtls"),
+            None => format!("one client claiming in sequence, {mode}"),
+        };
         for (label, key) in [
             ("claims/s", "claims_per_s"),
             ("server CPU µs / claim", "server_cpu_us_per_claim"),
         ] {
             rows.push((
-                format!("one client claiming in sequence, {mode}: {label}"),
+                format!("{who}: {label}"),
                 format!("tls_claims.{mode}.monolock.{key}"),
                 format!("tls_claims.{mode}.monolock_v2.{key}"),
                 None,
@@ -488,23 +498,57 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
         _ => "—".to_owned(),
     };
     let cell = |sp: Option<&Spread>| sp.map_or("—".to_owned(), fmt_spread);
-    for (label, v1, v2, redis) in rows {
-        let (v1, v2) = (s.get(&v1), s.get(&v2));
+    for (label, v1_key, v2_key, redis) in rows {
+        let (v1, v2) = (s.get(&v1_key), s.get(&v2_key));
         if v2.is_none() {
             continue;
         }
         let redis = redis.as_deref().and_then(|k| s.get(k));
+        let paired = s.get(&v2_key.replacen(".monolock_v2.", ".v2_over_v1.", 1));
+        let v2_over_v1 = match (paired, v1, v2) {
+            (Some(p), Some(a), Some(b)) if p.n == a.n && p.n == b.n => fmt_spread(p),
+            _ => ratio(v2, v1),
+        };
         let _ = writeln!(
             t,
-            "| {label} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {v2_over_v1} | {} |",
             cell(v1),
             cell(v2),
             cell(redis),
-            ratio(v2, v1),
             ratio(v2, redis)
         );
     }
     t
+}
+
+/// The v1 figures of this build against the `--baseline-bin` build, both
+/// measured in the same rounds, interleaved (markdown); empty without a
+/// baseline. The ratio is this build's over the baseline's, per round,
+/// median [min–max]: 1.00 is no change.
+pub fn baseline_table(s: &Summary) -> String {
+    let mut t = String::from(
+        "| figure | this build | baseline | this / baseline, per round |\n|---|---|---|---|\n",
+    );
+    let mut any = false;
+    for (key, paired) in s {
+        let Some(at) = key.find(".over_base.") else {
+            continue;
+        };
+        let (scenario, figure) = (&key[..at], &key[at + ".over_base.".len()..]);
+        let cell = |series: &str| {
+            s.get(&format!("{scenario}.{series}.{figure}"))
+                .map_or("—".to_owned(), fmt_spread)
+        };
+        any = true;
+        let _ = writeln!(
+            t,
+            "| {scenario}: {figure} | {} | {} | {} |",
+            cell("monolock"),
+            cell("monolock_base"),
+            fmt_spread(paired)
+        );
+    }
+    if any { t } else { String::new() }
 }
 
 /// The main results table (markdown): medians with [min–max] over rounds.
@@ -652,6 +696,28 @@ mod tests {
             m.put(k, *v);
         }
         summarize(&[m])
+    }
+
+    #[test]
+    fn v2_table_shows_the_paired_ratio_and_baseline_table_this_build_over_the_baseline() {
+        let s = summary(&[
+            ("contention.w0.monolock.acq_per_s", 100.0),
+            ("contention.w0.monolock_v2.acq_per_s", 130.0),
+            ("contention.w0.v2_over_v1.acq_per_s", 1.2),
+            ("contention.w0.monolock_base.acq_per_s", 90.0),
+            ("contention.w0.over_base.acq_per_s", 1.05),
+        ]);
+        let v2 = v2_table(&s, &[]);
+        assert!(
+            v2.contains("| contention, one lock, no work: acq_per_s | 100 | 130 | — | 1.20 | — |"),
+            "{v2}"
+        );
+        let base = baseline_table(&s);
+        assert!(
+            base.contains("| contention.w0: acq_per_s | 100 | 90.0 | 1.05 |"),
+            "{base}"
+        );
+        assert_eq!(baseline_table(&summary(&[])), "");
     }
 
     #[test]

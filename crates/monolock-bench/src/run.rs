@@ -92,6 +92,14 @@ impl Bench {
             },
             None => None,
         };
+        let base = match &setup.base_bin {
+            Some(bin) => Some(
+                Server::start_monolock_as(BASE, bin, setup.server_cpu, &setup.logs, &[])
+                    .await
+                    .context("start the --baseline-bin server")?,
+            ),
+            None => None,
+        };
         let floor = if setup.wants(Scenario::Throughput) {
             match Server::start_conn_floor(&setup.exe, setup.server_cpu, &setup.logs).await {
                 Ok(s) => Some(s),
@@ -105,7 +113,12 @@ impl Bench {
         };
         Ok(Self {
             redis_ran: redis.is_some(),
-            servers: UnderTest { mono, redis, floor },
+            servers: UnderTest {
+                mono,
+                base,
+                redis,
+                floor,
+            },
             setup,
             steps: Steps {
                 errors: Vec::new(),
@@ -130,6 +143,8 @@ impl Bench {
             "scheduling": if args.realtime { "SCHED_FIFO 10".to_owned() } else { format!("nice {}", args.nice) },
             "monolock_bin": s.mono_bin.display().to_string(),
             "monolock_version": command_line(&s.mono_bin, "--version"),
+            "baseline_bin": s.base_bin.as_ref().map(|b| b.display().to_string()),
+            "baseline_version": s.base_bin.as_deref().and_then(|b| command_line(b, "--version")),
             "redis_version": s.redis_bin.as_deref().and_then(servers::redis_version),
             "notes": s.notes,
         })
@@ -145,7 +160,10 @@ impl Bench {
             [System::Redis, System::Monolock]
         };
         // The machine's floor, for reading the latencies against.
-        if self.setup.wants(Scenario::Latency) || self.setup.wants(Scenario::Contention) {
+        if [Scenario::Latency, Scenario::Contention, Scenario::Tls]
+            .into_iter()
+            .any(|sc| self.setup.wants(sc))
+        {
             self.echo_floor(&mut m).await;
         }
         for &scenario in Scenario::value_variants() {
@@ -153,6 +171,7 @@ impl Bench {
                 self.scenario(scenario, order, &mut m).await?;
             }
         }
+        paired_ratios(&mut m);
         Ok(m)
     }
 
@@ -167,6 +186,8 @@ impl Bench {
             Scenario::Latency => self.latency(order, m).await,
             Scenario::Throughput => self.throughput(order, m).await?,
             Scenario::Contention => self.contention(order, m).await?,
+            Scenario::ManyLocks => self.many_locks(m).await,
+            Scenario::Tls => self.tls_claims(m).await,
             Scenario::Dead => self.dead(order, m).await?,
             Scenario::Sessions => self.sessions(order, m).await,
         }
@@ -187,22 +208,20 @@ impl Bench {
     /// Scenario 1, uncontended latency.
     async fn latency(&mut self, order: [System; 2], m: &mut Metrics) {
         let plan = &self.setup.plan;
-        for sys in order {
-            let Some(server) = self.servers.get(sys) else {
-                continue;
-            };
+        for server in self.servers.in_order(order) {
             let id = self.steps.id();
             if let Some(samples) = self
                 .steps
                 .step(
-                    format!("latency, {}", sys.key()),
+                    format!("latency, {}", server.series),
                     cycles::latency(server, id, plan.warmup, plan.latency_len, m),
                 )
                 .await
             {
-                match sys {
-                    System::Monolock => self.chart.latency_mono.extend(&samples),
-                    System::Redis => self.chart.latency_redis.extend(&samples),
+                match (server.system, server.series) {
+                    (System::Monolock, BASE) => {}
+                    (System::Monolock, _) => self.chart.latency_mono.extend(&samples),
+                    (System::Redis, _) => self.chart.latency_redis.extend(&samples),
                 }
             }
         }
@@ -214,8 +233,7 @@ impl Bench {
     async fn throughput(&mut self, order: [System; 2], m: &mut Metrics) -> Result<()> {
         for clients in self.setup.plan.throughput_clients.clone() {
             let floor = self.servers.floor.as_ref();
-            let systems = order.into_iter().filter_map(|sys| self.servers.get(sys));
-            for server in systems.chain(floor) {
+            for server in self.servers.in_order(order).into_iter().chain(floor) {
                 let plan = &self.setup.plan;
                 let id = self.steps.id();
                 self.steps
@@ -263,27 +281,29 @@ impl Bench {
             }
             self.revive_monolock().await?;
         }
-        self.many_locks(m).await;
-        self.tls_claims(m).await;
         Ok(())
     }
 
-    /// One client claiming in sequence over TLS and mTLS, v1 against v2,
-    /// each on a fresh TLS server (recorded with the throughput figures).
+    /// One client claiming in sequence over plain TCP, TLS and mTLS, v1
+    /// against v2, each on a fresh server.
     async fn tls_claims(&mut self, m: &mut Metrics) {
         let s = &self.setup;
-        for mutual in [false, true] {
+        for transport in crate::tls_claims::Transport::value_variants()
+            .iter()
+            .copied()
+        {
             let id = self.steps.id();
             let params = crate::tls_claims::Params {
                 bin: &s.mono_bin,
                 cpu: s.server_cpu,
                 logs: &s.logs,
-                mutual,
+                transport,
+                warmup: s.plan.warmup,
                 length: s.plan.throughput_len,
             };
             let what = format!(
                 "one client claiming in sequence over {}, v1 and v2",
-                if mutual { "mTLS" } else { "TLS" }
+                transport.key()
             );
             self.steps
                 .step(what, crate::tls_claims::run(params, id, m))
@@ -292,7 +312,7 @@ impl Bench {
     }
 
     /// Many locks held by one process, v1 against v2, each on a fresh
-    /// server (recorded with the throughput figures).
+    /// server.
     async fn many_locks(&mut self, m: &mut Metrics) {
         let s = &self.setup;
         let locks = s.plan.many_locks;
@@ -321,41 +341,81 @@ impl Bench {
         }
     }
 
-    /// Scenario 3, contention: every variant, monolock and every Redis retry delay.
+    /// Scenario 3, contention: every variant, monolock (v1; v2 without
+    /// work; the baseline build's v1 if any) and every Redis retry delay.
+    /// monolock's runs alternate their order round by round, as the
+    /// systems do, so that none of them always runs first.
     async fn contention(&mut self, order: [System; 2], m: &mut Metrics) -> Result<()> {
         for (label, human, work) in self.setup.plan.contention_variants() {
             for sys in order {
                 let plan = &self.setup.plan;
-                let Some(server) = self.servers.get(sys) else {
-                    continue;
+                let p = |retry_delay| contention::Params {
+                    clients: plan.contention_clients,
+                    work,
+                    retry_delay,
+                    warmup: plan.warmup,
+                    length: if work.is_zero() {
+                        plan.contention_len
+                    } else {
+                        plan.contention_work_len
+                    },
                 };
-                let delays: Vec<Duration> = match sys {
-                    System::Monolock => vec![Duration::ZERO],
-                    System::Redis => plan.redis_delays.clone(),
+                let runs: Vec<(ContentionRun<'_>, Duration)> = match sys {
+                    System::Monolock => {
+                        let mut runs: Vec<ContentionRun<'_>> = self
+                            .servers
+                            .monolocks()
+                            .into_iter()
+                            .map(ContentionRun::V1)
+                            .collect();
+                        if work.is_zero() {
+                            runs.push(ContentionRun::V2(&self.servers.mono));
+                        }
+                        if order[0] != System::Monolock {
+                            runs.reverse();
+                        }
+                        runs.into_iter().map(|r| (r, Duration::ZERO)).collect()
+                    }
+                    System::Redis => match self.servers.redis.as_ref() {
+                        Some(redis) => plan
+                            .redis_delays
+                            .iter()
+                            .map(|d| (ContentionRun::V1(redis), *d))
+                            .collect(),
+                        None => Vec::new(),
+                    },
                 };
-                for delay in delays {
+                for (run, delay) in runs {
                     let id = self.steps.id();
-                    let p = contention::Params {
-                        clients: plan.contention_clients,
-                        work,
-                        retry_delay: delay,
-                        warmup: plan.warmup,
-                        length: if work.is_zero() {
-                            plan.contention_len
-                        } else {
-                            plan.contention_work_len
-                        },
+                    let server = match run {
+                        ContentionRun::V2(server) => {
+                            self.steps
+                                .step(
+                                    format!("contention, {human}, monolock protocol v2"),
+                                    crate::v2_scenarios::contention(
+                                        server,
+                                        id,
+                                        &label,
+                                        plan.contention_clients,
+                                        plan.warmup,
+                                        plan.contention_len,
+                                        m,
+                                    ),
+                                )
+                                .await;
+                            continue;
+                        }
+                        ContentionRun::V1(server) => server,
                     };
                     let what = match sys {
-                        System::Monolock => format!("contention, {human}, monolock"),
+                        System::Monolock => format!("contention, {human}, {}", server.series),
                         System::Redis => {
                             format!("contention, {human}, redis retry {} ms", delay.as_millis())
                         }
                     };
-                    let v2_too = sys == System::Monolock && work.is_zero();
                     if let Some(o) = self
                         .steps
-                        .step(what, contention::run(server, id, &label, p, m))
+                        .step(what, contention::run(server, id, &label, p(delay), m))
                         .await
                     {
                         let key = (label.clone(), o.series);
@@ -365,23 +425,6 @@ impl Bench {
                             .or_default()
                             .extend(&o.handover);
                         self.chart.waits.entry(key).or_default().extend(&o.waits);
-                    }
-                    if v2_too {
-                        let id = self.steps.id();
-                        self.steps
-                            .step(
-                                format!("contention, {human}, monolock protocol v2"),
-                                crate::v2_scenarios::contention(
-                                    server,
-                                    id,
-                                    &label,
-                                    plan.contention_clients,
-                                    plan.warmup,
-                                    plan.contention_len,
-                                    m,
-                                ),
-                            )
-                            .await;
                     }
                 }
             }
@@ -583,9 +626,14 @@ impl Bench {
     }
 }
 
+/// The series of the `--baseline-bin` server's figures.
+const BASE: &str = "monolock_base";
+
 /// The servers under test.
 struct UnderTest {
     mono: Server,
+    /// The `--baseline-bin` build, if any: its v1 figures beside `mono`'s.
+    base: Option<Server>,
     redis: Option<Server>,
     /// The connection floor (when throughput is run).
     floor: Option<Server>,
@@ -598,6 +646,77 @@ impl UnderTest {
             System::Monolock => Some(&self.mono),
             System::Redis => self.redis.as_ref(),
         }
+    }
+
+    /// The monolock servers whose v1 figures are measured: this build,
+    /// then the baseline build if any.
+    fn monolocks(&self) -> Vec<&Server> {
+        std::iter::once(&self.mono).chain(&self.base).collect()
+    }
+
+    /// Every server of a v1 scenario in the round's order: the systems in
+    /// `order`, and the monolock builds in that order too (this build
+    /// first when monolock goes first, the baseline first otherwise).
+    fn in_order(&self, order: [System; 2]) -> Vec<&Server> {
+        let mut servers = Vec::new();
+        for sys in order {
+            match sys {
+                System::Monolock => {
+                    let mut monolocks = self.monolocks();
+                    if order[0] != System::Monolock {
+                        monolocks.reverse();
+                    }
+                    servers.extend(monolocks);
+                }
+                System::Redis => servers.extend(&self.redis),
+            }
+        }
+        servers
+    }
+}
+
+/// One monolock contention run.
+enum ContentionRun<'a> {
+    /// Protocol v1 clients on this server (monolock, its baseline, or Redis).
+    V1(&'a Server),
+    /// Protocol v2 sessions on this server.
+    V2(&'a Server),
+}
+
+/// Each round's paired ratios, recorded beside its figures: for every
+/// figure of `<scenario>.monolock_v2.<figure>` and
+/// `<scenario>.monolock_base.<figure>` with a `<scenario>.monolock.<figure>`
+/// in the same round, `<scenario>.v2_over_v1.<figure>` and
+/// `<scenario>.over_base.<figure>` (this build over the baseline). Their
+/// medians over rounds compare the two in pairs measured back to back,
+/// which shares out the machine's drift between rounds.
+fn paired_ratios(m: &mut Metrics) {
+    let mut ratios = Vec::new();
+    for (key, value) in &m.0 {
+        for (series, ratio) in [
+            (".monolock_v2.", ".v2_over_v1."),
+            (".monolock_base.", ".over_base."),
+        ] {
+            let Some(at) = key.find(series) else {
+                continue;
+            };
+            let v1_key = format!("{}.monolock.{}", &key[..at], &key[at + series.len()..]);
+            let Some(v1) = m.get(&v1_key) else {
+                continue;
+            };
+            let ratio_key = format!("{}{ratio}{}", &key[..at], &key[at + series.len()..]);
+            let (num, den) = if series == ".monolock_v2." {
+                (*value, v1)
+            } else {
+                (v1, *value)
+            };
+            if den > 0.0 && num.is_finite() {
+                ratios.push((ratio_key, num / den));
+            }
+        }
+    }
+    for (key, ratio) in ratios {
+        m.put(&key, ratio);
     }
 }
 
@@ -654,5 +773,27 @@ fn ttl_key(ttl: Duration) -> String {
         format!("{}s", ms / 1000)
     } else {
         format!("{ms}ms")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paired_ratios_set_v2_and_this_build_against_v1_of_the_same_round() {
+        let mut m = Metrics::default();
+        m.put("contention.w0.monolock.acq_per_s", 100.0);
+        m.put("contention.w0.monolock_v2.acq_per_s", 125.0);
+        m.put("contention.w0.monolock_base.acq_per_s", 80.0);
+        m.put("latency.monolock_base.cycle_p50_us", 50.0);
+        m.put("throughput.c1.monolock_v2.cycles_per_s", 10.0);
+        m.put("throughput.c1.monolock.cycles_per_s", 0.0);
+        paired_ratios(&mut m);
+        assert_eq!(m.get("contention.w0.v2_over_v1.acq_per_s"), Some(1.25));
+        assert_eq!(m.get("contention.w0.over_base.acq_per_s"), Some(1.25));
+        // No v1 figure to pair with, or a zero one: no ratio.
+        assert_eq!(m.get("latency.over_base.cycle_p50_us"), None);
+        assert_eq!(m.get("throughput.c1.v2_over_v1.cycles_per_s"), None);
     }
 }

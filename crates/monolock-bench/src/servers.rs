@@ -72,6 +72,18 @@ impl Server {
         log_dir: &Path,
         extra: &[std::ffi::OsString],
     ) -> Result<Self> {
+        Self::start_monolock_as("monolock", bin, cpu, log_dir, extra).await
+    }
+
+    /// [`Server::start_monolock_with`], its figures recorded under
+    /// `series` (`monolock_base` for the `--baseline-bin` build).
+    pub async fn start_monolock_as(
+        series: &'static str,
+        bin: &Path,
+        cpu: Option<usize>,
+        log_dir: &Path,
+        extra: &[std::ffi::OsString],
+    ) -> Result<Self> {
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut cmd = Command::new(bin);
@@ -81,7 +93,7 @@ impl Server {
             .arg("--log-format")
             .arg("json");
         cmd.args(extra);
-        Self::spawn(System::Monolock, "monolock", cmd, addr, cpu, log_dir).await
+        Self::spawn(System::Monolock, series, cmd, addr, cpu, log_dir).await
     }
 
     /// Starts the connection floor, `monolock-bench conn-floor` (`exe` is

@@ -101,6 +101,9 @@ pub(crate) struct Setup {
     /// This binary (the helpers' executable).
     pub(crate) exe: PathBuf,
     pub(crate) mono_bin: PathBuf,
+    /// A second monolock binary whose v1 figures are measured beside
+    /// `mono_bin`'s (`--baseline-bin`).
+    pub(crate) base_bin: Option<PathBuf>,
     pub(crate) redis_bin: Option<PathBuf>,
     pub(crate) server_cpu: Option<usize>,
     pub(crate) notes: Vec<String>,
@@ -144,6 +147,14 @@ impl Setup {
                 mono_bin.display()
             );
         }
+        if let Some(base) = &args.baseline_bin
+            && !base.is_file()
+        {
+            bail!(
+                "no monolock binary at {} (--baseline-bin): build the baseline first, or leave the flag out",
+                base.display()
+            );
+        }
         let mut notes = setup_notes;
         if !args.only.is_empty() {
             notes.push(format!("only these scenarios were run: {:?}", args.only));
@@ -180,6 +191,7 @@ impl Setup {
             logs,
             exe,
             mono_bin,
+            base_bin: args.baseline_bin.clone(),
             redis_bin,
             server_cpu: cpus(args).map(|(s, _)| s),
             notes,
