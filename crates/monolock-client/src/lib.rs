@@ -178,8 +178,9 @@ mod session;
 mod tests;
 #[cfg(feature = "tls")]
 mod tls;
+mod v2;
 
-pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE};
+pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
 pub use error::{Error, LossReason, ProtocolViolation};
 pub use guard::{Enqueued, LockGuard, Waiter};

@@ -1,5 +1,6 @@
-//! Unit tests of the client against a scripted fake server over in-memory
-//! streams, on paused time: every instant is exact.
+//! Unit tests of the client's protocol version 1 exchange against a
+//! scripted fake server over in-memory streams, on paused time: every
+//! instant is exact. (Version 2 sessions: `tests_v2.rs`.)
 
 use std::{
     io,
@@ -18,7 +19,8 @@ use tokio::{
 };
 
 use crate::{
-    Client, Connection, Connector, Enqueued, Error, LossReason, ProtocolViolation, RetryPolicy,
+    Client, Connection, Connector, Enqueued, Error, LossReason, Protocol, ProtocolViolation,
+    RetryPolicy,
 };
 
 /// Hands each new connection's far end to the test.
@@ -50,10 +52,12 @@ impl FakeServer {
     fn new() -> (Client<DuplexConnector>, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let connects = Arc::new(AtomicUsize::new(0));
-        let client = Client::new("fake:1").with_connector(DuplexConnector {
-            accepted: tx,
-            connects: connects.clone(),
-        });
+        let client = Client::new("fake:1")
+            .with_connector(DuplexConnector {
+                accepted: tx,
+                connects: connects.clone(),
+            })
+            .with_protocol(Protocol::V1);
         (
             client,
             Self {
