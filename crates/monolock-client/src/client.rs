@@ -15,7 +15,7 @@ use crate::{
     session::{Retry, Session, Status},
     v2::{
         pool::{MAX_SESSIONS, Pool},
-        session::{self as v2_session, SessionHandle},
+        session::{self as v2_session, SessionHandle, Starter},
     },
 };
 
@@ -375,11 +375,16 @@ impl<C: Connector> Client<C> {
     ) -> Result<Option<Enqueued>, Error> {
         let lease_ms = Lease::from_duration(lease).ok_or(Error::InvalidLease { lease })?;
         for _ in 0..MAX_PLACEMENTS {
-            let (session, id) = match self.place(lease_ms).await? {
+            let (session, id, starter) = match self.place(lease_ms).await? {
                 Placement::V1(conn) => return self.claim_v1(conn, name, lease_ms).await.map(Some),
-                Placement::V2(session, id) => (session, id),
+                Placement::V2(session, id) => (session, id, None),
+                Placement::New(session, id, starter) => (session, id, Some(starter)),
             };
             let claim = v2_session::Claim::start(session, id, name.clone(), mode);
+            // A new session's OPEN and its first ACQUIRE go out in one write.
+            if let Some(starter) = starter {
+                starter.start();
+            }
             let reply = claim
                 .shared()
                 .wait_until(|status| match status {
@@ -475,10 +480,10 @@ impl<C: Connector> Client<C> {
         addr: Arc<str>,
         lease: Lease,
     ) -> Result<Placement<C::Stream>, Error> {
-        let session = SessionHandle::start(conn, addr, lease);
-        self.pool.insert(session.clone());
+        let (session, starter) = SessionHandle::new(conn, addr, lease);
         let id = session.take_slot().ok_or_else(too_many_claims)?;
-        Ok(Placement::V2(session, id))
+        self.pool.insert(session.clone());
+        Ok(Placement::New(session, id, starter))
     }
 
     /// Waits for the lock, runs `work` while holding it, and releases it.
@@ -613,6 +618,9 @@ enum Placement<S> {
     V1(Connection<S>),
     /// This session, under this claim id.
     V2(Arc<SessionHandle>, u32),
+    /// A new session, under this claim id; its task starts once the claim
+    /// is placed.
+    New(Arc<SessionHandle>, u32, Starter<S>),
 }
 
 /// The first reply to a version 2 claim, as the caller needs it.

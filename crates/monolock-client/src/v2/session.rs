@@ -88,13 +88,13 @@ struct Counts {
 }
 
 impl SessionHandle {
-    /// Starts the session's task over `conn` (to `addr`): it writes the OPEN
-    /// at once, with whatever claims are placed before it first runs.
-    pub(crate) fn start<S: Transport>(
+    /// A session over `conn` (to `addr`), and its task, not yet started:
+    /// claims placed before [`Starter::start`] go out in the OPEN's write.
+    pub(crate) fn new<S: Transport>(
         conn: Connection<S>,
         addr: Arc<str>,
         lease: Lease,
-    ) -> Arc<Self> {
+    ) -> (Arc<Self>, Starter<S>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let now = Instant::now();
         let deadline = Arc::new(Deadline::new(now + lease.as_duration() * 4 / 5));
@@ -116,14 +116,14 @@ impl SessionHandle {
             out: Vec::with_capacity(256),
             buf: Vec::with_capacity(READ_CHUNK),
         };
-        tokio::spawn(driver.run().instrument(span));
-        Arc::new(Self {
+        let handle = Arc::new(Self {
             tx,
             lease,
             deadline,
             socket,
             counts,
-        })
+        });
+        (handle, Starter { driver, span })
     }
 
     /// The session's lease.
@@ -165,6 +165,20 @@ impl SessionHandle {
             socket.shutdown();
         }
         let _ = self.tx.send(Command::Close);
+    }
+}
+
+/// A session's task, ready to run.
+pub(crate) struct Starter<S> {
+    driver: Driver<S>,
+    span: tracing::Span,
+}
+
+impl<S: Transport> Starter<S> {
+    /// Spawns the task: it writes the OPEN and every claim placed so far
+    /// in one write.
+    pub(crate) fn start(self) {
+        tokio::spawn(self.driver.run().instrument(self.span));
     }
 }
 
