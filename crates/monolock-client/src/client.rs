@@ -191,6 +191,13 @@ impl<C: Connector> Client<C> {
         self.io_timeout
     }
 
+    /// The same client with sessions of its own (the blocking client's
+    /// runtime runs them, not the caller's).
+    pub(crate) fn with_own_sessions(mut self) -> Self {
+        self.pool = Arc::default();
+        self
+    }
+
     /// Protocol version 2 sessions open now (0 with [`Protocol::V1`]), and
     /// the claims each carries: for figures and tests.
     pub fn session_loads(&self) -> Vec<u32> {

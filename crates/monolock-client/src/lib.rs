@@ -176,6 +176,8 @@ mod scoped;
 mod session;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_v2;
 #[cfg(feature = "tls")]
 mod tls;
 mod v2;

@@ -24,7 +24,7 @@ use crate::{
 };
 
 /// Hands each new connection's far end to the test.
-struct DuplexConnector {
+pub(crate) struct DuplexConnector {
     accepted: mpsc::UnboundedSender<DuplexStream>,
     connects: Arc<AtomicUsize>,
 }
@@ -43,13 +43,18 @@ impl Connector for DuplexConnector {
 }
 
 /// The fake server: accepts connections made through its connector.
-struct FakeServer {
+pub(crate) struct FakeServer {
     accepted: mpsc::UnboundedReceiver<DuplexStream>,
     connects: Arc<AtomicUsize>,
 }
 
 impl FakeServer {
     fn new() -> (Client<DuplexConnector>, Self) {
+        Self::speaking(Protocol::V1)
+    }
+
+    /// A fake server, and a client speaking `protocol` to it.
+    pub(crate) fn speaking(protocol: Protocol) -> (Client<DuplexConnector>, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let connects = Arc::new(AtomicUsize::new(0));
         let client = Client::new("fake:1")
@@ -57,7 +62,7 @@ impl FakeServer {
                 accepted: tx,
                 connects: connects.clone(),
             })
-            .with_protocol(Protocol::V1);
+            .with_protocol(protocol);
         (
             client,
             Self {
@@ -68,15 +73,19 @@ impl FakeServer {
     }
 
     async fn accept(&mut self) -> Peer {
-        let stream = self.accepted.recv().await.expect("connector alive");
         Peer {
-            stream,
+            stream: self.accept_stream().await,
             buf: Vec::new(),
             phase: Phase::AwaitingAcquire,
         }
     }
 
-    fn connects(&self) -> usize {
+    /// The server end of the next connection.
+    pub(crate) async fn accept_stream(&mut self) -> DuplexStream {
+        self.accepted.recv().await.expect("connector alive")
+    }
+
+    pub(crate) fn connects(&self) -> usize {
         self.connects.load(Ordering::SeqCst)
     }
 }
