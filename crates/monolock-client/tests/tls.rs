@@ -23,7 +23,7 @@ use monolock_client::{
     TlsConnectorBuilder, TlsError,
     rustls::{self, CertificateError, ClientConfig, RootCertStore},
 };
-use monolock_server::{Event, Observer, ServerConfig};
+use monolock_server::{Acl, Event, Observer, ServerConfig};
 use pki::{Ca, Files};
 use tokio::time::Instant;
 
@@ -60,17 +60,26 @@ struct Lab {
 
 impl Lab {
     async fn start(mutual: bool, protocol: Protocol) -> Self {
+        Self::start_with(mutual, protocol, |config| config).await
+    }
+
+    /// As [`start`](Self::start), with more server settings.
+    async fn start_with(
+        mutual: bool,
+        protocol: Protocol,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> Self {
         let server_ca = Ca::new("server CA");
         let client_ca = Ca::new("client CA");
         let files = Files::new();
         let tls = files.server_tls(&server_ca.server(), mutual.then_some(&client_ca));
         let ca_file = files.ca("server-ca.pem", &server_ca);
         let refused = Arc::new(HandshakeFailures::default());
-        let server = TestServer::start_with(
+        let server = TestServer::start_with(configure(
             ServerConfig::default()
                 .with_tls(tls)
                 .with_observer(refused.clone()),
-        )
+        ))
         .await;
         Self {
             server,
@@ -473,4 +482,43 @@ async fn unusable_tls_settings_are_invalid_input_naming_the_file() {
         .unwrap_err();
     assert!(matches!(err, Error::Tls(TlsError::NoTrustRoots)));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+for_each_protocol! {
+/// The ACL judges every claim by the certificate's identity: a refusal is
+/// 0x18 (a client error, not retried), and the client's other claims and
+/// later ones go on as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acl_refuses_a_lock_with_0x18_and_other_claims_go_on(protocol) {
+    let acl = Acl::from_json(
+        r#"{"rules":[{"identity":"spiffe://prod/worker/*","locks":["allowed/*"]}]}"#,
+    )
+    .expect("ACL");
+    let lab = Lab::start_with(true, protocol, |config| {
+        config.with_authorizer(Arc::new(acl))
+    })
+    .await;
+    let client = lab.client(
+        lab.mtls("spiffe://prod/worker/1")
+            .build()
+            .expect("TLS settings"),
+    );
+    let held = client.acquire("allowed/a", LEASE).await.expect("allowed");
+    let err = client.acquire("denied", LEASE).await.unwrap_err();
+    assert_eq!(err.server_code(), Some(ErrorCode::NOT_AUTHORIZED), "{err:?}");
+    assert!(!err.is_temporary(), "the same claim fails the same way");
+    let err = client
+        .clone()
+        .with_retry_policy(quick_retries(3))
+        .acquire_retrying("denied", LEASE)
+        .await
+        .unwrap_err();
+    assert_eq!(err.server_code(), Some(ErrorCode::NOT_AUTHORIZED));
+    assert!(lab.server.lock("denied").is_none());
+    assert!(held.is_held(), "a refused claim leaves the others as they were");
+    let other = client.acquire("allowed/b", LEASE).await.expect("allowed");
+    assert!(other.token() > held.token());
+    other.release().await.expect("released");
+    held.release().await.expect("released");
+}
 }
