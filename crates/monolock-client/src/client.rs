@@ -268,10 +268,10 @@ impl<C: Connector> Client<C> {
     /// ([`LossReason::HeartbeatTimeout`]).
     ///
     /// # Cancel safety
-    /// Dropping the future before it completes closes its connection and
-    /// gives its place in the queue up, like dropping a pending
-    /// `tokio::sync::Mutex::lock`. A grant that races with the drop is
-    /// released at once.
+    /// Dropping the future before it completes gives its place in the
+    /// queue up (a RELEASE of the waiting claim; version 1: its connection
+    /// closed), like dropping a pending `tokio::sync::Mutex::lock`. A grant
+    /// that races with the drop is released at once.
     pub async fn acquire(
         &self,
         name: impl AsRef<str>,
@@ -356,7 +356,7 @@ impl<C: Connector> Client<C> {
     /// As for [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
-    /// Dropping the future closes its connection; so does dropping the
+    /// Dropping the future gives the claim up; so does dropping the
     /// returned guard or waiter.
     pub async fn enqueue(
         &self,

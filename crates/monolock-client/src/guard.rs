@@ -184,8 +184,8 @@ pub enum Enqueued {
 }
 
 /// A place in a lock's FIFO queue. It heartbeats while it waits (a waiter
-/// silent for a lease is dropped by the server); dropping it closes the
-/// connection and gives the place up.
+/// silent for a lease is dropped by the server); dropping it gives the
+/// place up (a RELEASE; version 1: the connection closed).
 #[must_use = "dropping a waiter gives up its place in the queue"]
 pub struct Waiter {
     session: Claim,
@@ -210,7 +210,7 @@ impl Waiter {
     /// shutdown), the connection failed, or heartbeats went unconfirmed.
     ///
     /// # Cancel safety
-    /// Dropping the future drops the waiter: its connection is closed and
+    /// Dropping the future drops the waiter: the claim is released and
     /// its place in the queue given up.
     pub async fn granted(self) -> Result<LockGuard, Error> {
         let token = self
