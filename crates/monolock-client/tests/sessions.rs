@@ -10,6 +10,7 @@ use common::{Proxy, TestServer, within};
 use monolock_client::{Client, ErrorCode, LossReason, Protocol};
 use monolock_proto::{ErrorCode as Code, ServerFrame};
 use monolock_server::ServerConfig;
+use monolock_testkit::peer::PipeConnector;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
@@ -239,4 +240,31 @@ async fn a_v1_only_server_is_spoken_to_in_v1() {
     );
     guard.release().await.expect("release");
     other.release().await.expect("release");
+}
+
+/// The subject is the passage of time: the real client and the real
+/// server over in-memory pipes on tokio's paused clock.
+#[tokio::test(start_paused = true)]
+async fn an_idle_session_heartbeats_then_closes_20_s_after_its_last_claim() {
+    let server = TestServer::start().await;
+    let client = PipeConnector::client(&server.handle);
+    let lease = Duration::from_secs(1);
+    let guard = client.acquire("idle", lease).await.expect("acquire");
+    guard.release().await.expect("release");
+    assert_eq!(client.session_loads(), [0]);
+    // 19 leases without a claim: only its PINGs keep the session open.
+    tokio::time::sleep(Duration::from_secs(19)).await;
+    assert_eq!(client.session_loads(), [0], "the session is still open");
+    let again = client.try_acquire("idle", lease).await.expect("try");
+    assert!(again.is_some(), "served by the same session");
+    drop(again);
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    assert!(
+        client.session_loads().is_empty(),
+        "closed once idle for 20 s"
+    );
+    // The next claim opens a new session.
+    let guard = client.acquire("idle", lease).await.expect("acquire");
+    assert_eq!(client.session_loads(), [1]);
+    guard.release().await.expect("release");
 }

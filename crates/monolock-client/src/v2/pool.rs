@@ -57,7 +57,7 @@ impl Pool {
         state
             .sessions
             .iter()
-            .filter(|session| session.lease() == lease)
+            .filter(|session| session.lease() == lease && session.is_usable())
             .find_map(|session| Some((session.clone(), session.take_slot()?)))
     }
 

@@ -136,6 +136,13 @@ impl SessionHandle {
         !self.tx.is_closed()
     }
 
+    /// Whether a new claim may go to this session: open, and not past its
+    /// deadline (a process resumed from a pause must not place a claim on
+    /// a session its task is about to give up).
+    pub(crate) fn is_usable(&self) -> bool {
+        self.is_open() && Instant::now() < self.deadline.get()
+    }
+
     /// Claims the session carries now.
     pub(crate) fn load(&self) -> u32 {
         self.counts.load.load(Ordering::Acquire)
