@@ -84,10 +84,9 @@ fn serve(tls_dir: Option<PathBuf>, mutual: bool) {
         // Ends when the parent closes stdin (or dies).
         tokio::task::spawn_blocking(|| {
             let mut line = String::new();
-            while std::io::stdin()
-                .read_line(&mut line)
-                .map_or(false, |n| n > 0)
-            {}
+            while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+                line.clear();
+            }
         })
         .await
         .ok();
