@@ -71,8 +71,8 @@ impl Error {
     /// input (TLS settings included), an address that cannot be parsed, a
     /// TLS handshake that failed on a certificate or on a peer that does
     /// not speak TLS, client-error codes (0x10 and up, e.g. 0x18 not
-    /// authorized) and protocol violations (the peer is not a v1 server:
-    /// a TLS or HTTP port, say).
+    /// authorized) and protocol violations (the peer is not a monolock
+    /// server: a TLS or HTTP port, say).
     pub fn is_temporary(&self) -> bool {
         match self {
             Self::Connect { source, .. } => !is_permanent_connect_failure(source),

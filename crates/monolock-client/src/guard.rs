@@ -102,8 +102,9 @@ impl LockGuard {
 
     /// The instant at which the client gives the claim up unless a
     /// heartbeat is confirmed before: `S + 0.8 x lease`, where `S` is the
-    /// send instant of the latest confirmed ACQUIRE or HEARTBEAT. The server
-    /// cannot expire the session before `S + lease`.
+    /// send instant of the latest confirmed frame of the claim's session
+    /// (version 2: shared by every claim on it; version 1: its ACQUIRE or
+    /// HEARTBEAT). The server cannot expire the session before `S + lease`.
     pub fn deadline(&self) -> Instant {
         self.session.shared().deadline()
     }
