@@ -416,3 +416,28 @@ async fn error_0x10_to_the_open_falls_back_to_v1_and_is_remembered() {
     assert_eq!(next.await.unwrap().expect("granted").token(), 6);
     assert_eq!(server.connects(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_release_and_the_next_acquire_go_out_in_one_write() {
+    let (client, _server, mut peer, guard) = holding("a").await;
+    // Both commands are queued before the session's task next runs: the
+    // acquire is polled once (it places its claim) without yielding.
+    drop(guard);
+    let mut next = Box::pin({
+        let client = client.clone();
+        async move { client.acquire("a", LEASE).await }
+    });
+    let first_poll = tokio::time::timeout(Duration::ZERO, &mut next).await;
+    assert!(first_poll.is_err(), "not granted yet");
+    let next = tokio::spawn(next);
+    peer.expect(Req::Release(0)).await;
+    let claim = peer.acquire("a", Mode::Wait).await;
+    assert_eq!(
+        peer.reads[1..],
+        [5 + 7 + 1],
+        "RELEASE and ACQUIRE in one write"
+    );
+    peer.send(ServerFrame::Released { claim: 0 }).await;
+    peer.send(ServerFrame::Acquired { claim, token: 8 }).await;
+    assert_eq!(next.await.unwrap().expect("granted").token(), 8);
+}
