@@ -268,3 +268,30 @@ async fn an_idle_session_heartbeats_then_closes_20_s_after_its_last_claim() {
     assert_eq!(client.session_loads(), [1]);
     guard.release().await.expect("release");
 }
+
+/// A session runs on the runtime that opened it. If that runtime goes,
+/// the connection closes and the server hands the locks on: every guard
+/// must read the loss at once, whatever runtime it lives on.
+#[test]
+fn a_session_whose_runtime_ends_loses_its_claims_at_once() {
+    let server_runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let server = server_runtime.block_on(TestServer::start());
+    let opener = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = server.client();
+    let guard = opener
+        .block_on(client.acquire("gone/a", LEASE))
+        .expect("acquire");
+    assert!(guard.is_held());
+    drop(opener);
+    assert!(
+        !guard.is_held(),
+        "lost the moment its session's task is gone"
+    );
+    assert!(matches!(guard.loss(), Some(LossReason::ConnectionClosed)));
+    server_runtime.block_on(common::eventually("the server to release it", || {
+        server.lock("gone/a").is_none()
+    }));
+}

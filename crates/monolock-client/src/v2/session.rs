@@ -306,19 +306,30 @@ struct Driver<S> {
     buf: Vec<u8>,
 }
 
-impl<S: Transport> Driver<S> {
-    async fn run(mut self) {
-        let opened_at = Instant::now();
-        let mut exchange = Exchange::new(self.lease.as_duration(), opened_at);
-        let end = self.drive(&mut exchange, opened_at).await;
-        // No command is taken from here on: a claim placed meanwhile goes
-        // to another session.
+impl<S> Drop for Driver<S> {
+    /// Runs before the stream closes (fields drop after this body), also
+    /// when the task never finished: its runtime shut down, say. Every
+    /// claim is lost before the server can see the close and hand a lock
+    /// on; a claim never sent is placed elsewhere.
+    fn drop(&mut self) {
         self.rx.close();
         while let Ok(command) = self.rx.try_recv() {
             if let Command::Acquire { shared, .. } = command {
                 shared.advance(Status::Retry(Retry::Elsewhere));
             }
         }
+        for shared in self.owners.values() {
+            shared.lose(LossReason::ConnectionClosed);
+        }
+    }
+}
+
+impl<S: Transport> Driver<S> {
+    async fn run(mut self) {
+        let opened_at = Instant::now();
+        let mut exchange = Exchange::new(self.lease.as_duration(), opened_at);
+        let end = self.drive(&mut exchange, opened_at).await;
+        // Claims placed but never sent go to another session in `Drop`.
         let reason = match end {
             End::Closed => LossReason::ConnectionClosed,
             End::Lost(reason) => reason,
