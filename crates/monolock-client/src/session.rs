@@ -340,6 +340,15 @@ struct Driver<S> {
     buf: Vec<u8>,
 }
 
+impl<S> Drop for Driver<S> {
+    /// Runs before the stream closes (fields drop after this body), also
+    /// when the task never finished (its runtime shut down, say): the claim
+    /// is lost before the server can see the close and hand the lock on.
+    fn drop(&mut self) {
+        self.shared.lose(LossReason::ConnectionClosed);
+    }
+}
+
 impl<S: Transport> Driver<S> {
     async fn run(mut self, acquire: ClientFrame) -> TaskEnd {
         let lost = self.shared.lost.clone();
@@ -374,6 +383,7 @@ impl<S: Transport> Driver<S> {
             tokio::select! {
                 biased;
                 () = self.release.cancelled() => {
+                    self.shared.advance(Status::Released);
                     let result = timeout_at(deadline, self.stream.shutdown())
                         .await
                         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));

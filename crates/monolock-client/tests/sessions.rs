@@ -269,18 +269,20 @@ async fn an_idle_session_heartbeats_then_closes_20_s_after_its_last_claim() {
     guard.release().await.expect("release");
 }
 
-/// A session runs on the runtime that opened it. If that runtime goes,
-/// the connection closes and the server hands the locks on: every guard
-/// must read the loss at once, whatever runtime it lives on.
+for_each_protocol! {
+/// A session (v1: a claim's connection) runs on the runtime that opened
+/// it. If that runtime goes, the connection closes and the server hands
+/// the locks on: every guard must read the loss at once, whatever runtime
+/// it lives on.
 #[test]
-fn a_session_whose_runtime_ends_loses_its_claims_at_once() {
+fn a_session_whose_runtime_ends_loses_its_claims_at_once(protocol) {
     let server_runtime = tokio::runtime::Runtime::new().expect("runtime");
     let server = server_runtime.block_on(TestServer::start());
     let opener = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let client = server.client();
+    let client = server.client().with_protocol(protocol);
     let guard = opener
         .block_on(client.acquire("gone/a", LEASE))
         .expect("acquire");
@@ -294,4 +296,5 @@ fn a_session_whose_runtime_ends_loses_its_claims_at_once() {
     server_runtime.block_on(common::eventually("the server to release it", || {
         server.lock("gone/a").is_none()
     }));
+}
 }
