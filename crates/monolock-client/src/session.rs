@@ -326,6 +326,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Given up on purpose: not a loss (the task's own `Drop` reports
+        // one only for a claim still live).
+        self.shared.advance(Status::Released);
         // Close right here, not when the aborted task is next polled: the
         // server promotes the next waiter as soon as it sees the FIN.
         self.shared.close_socket();

@@ -268,6 +268,9 @@ impl Drop for Claim {
     fn drop(&mut self) {
         if !self.shared.status_now().is_final() {
             let _ = self.session.tx.send(Command::Release { claim: self.id });
+            // Given up on purpose: whatever happens to the session now is
+            // no loss of this claim's owner.
+            self.shared.advance(Status::Released);
         }
     }
 }
