@@ -328,7 +328,7 @@ impl<C: Connector> Client<C> {
 
     /// Like [`acquire`](Self::acquire), retrying temporary failures (server
     /// conditions, connection failures) under the client's
-    /// [`RetryPolicy`]. Every retry is a new connection at the back of the
+    /// [`RetryPolicy`]. Every retry is a new claim at the back of the
     /// queue.
     ///
     /// # Errors
