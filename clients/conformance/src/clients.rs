@@ -38,7 +38,7 @@ pub const CLIENTS: &[ClientSpec] = &[
         name: "rust",
         present_if: None,
         prepare: |lab| Ok(Launch::program(&lab.rust_driver)),
-        release_confirmed: false,
+        release_confirmed: true,
     },
     ClientSpec {
         name: "python",

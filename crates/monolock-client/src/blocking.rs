@@ -89,7 +89,8 @@ impl<C: Connector> Client<C> {
                 source,
             })?;
         Ok(Self {
-            inner,
+            // Sessions run on the runtime that opened them: this client's.
+            inner: inner.with_own_sessions(),
             runtime: Arc::new(runtime),
         })
     }
@@ -97,6 +98,12 @@ impl<C: Connector> Client<C> {
     /// Sets the lease of calls that pass `None`.
     pub fn with_default_lease(mut self, lease: Duration) -> Self {
         self.inner = self.inner.with_default_lease(lease);
+        self
+    }
+
+    /// Sets the protocol version spoken (see [`crate::Protocol`]).
+    pub fn with_protocol(mut self, protocol: crate::Protocol) -> Self {
+        self.inner = self.inner.with_protocol(protocol);
         self
     }
 

@@ -2,17 +2,21 @@
 
 use std::{fmt, future::Future, io, sync::Arc, time::Duration};
 
-use monolock_proto::{Lease, LockName};
+use monolock_proto::{ErrorCode, Lease, LockName, v2::Mode};
 use tokio::time::timeout;
 use tracing::debug;
 
 use crate::{
     connector::{Connection, Connector, TcpConnector},
     error::{Error, LossReason},
-    guard::{Enqueued, LockGuard},
+    guard::{Claim, Enqueued, LockGuard},
     retry::RetryPolicy,
     scoped::{LockContext, Outcome, run_scoped},
-    session::{Session, Status},
+    session::{Retry, Session, Status},
+    v2::{
+        pool::{MAX_SESSIONS, Pool},
+        session::{self as v2_session, SessionHandle, Starter},
+    },
 };
 
 /// How long dialing the server may take.
@@ -22,10 +26,47 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`with_default_lease`](Client::with_default_lease).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(2);
 
+/// How long [`LockGuard::release`] waits for the server's confirmation
+/// (protocol version 2) before it closes the session instead: the server's
+/// own default io-timeout.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How many sessions one claim may be offered to before the client gives
+/// up: each refusal (a full or closing session) moves it to another.
+const MAX_PLACEMENTS: usize = 8;
+
+/// Which version of the protocol a client speaks.
+///
+/// ```
+/// use monolock_client::{Client, Protocol};
+///
+/// // Behind a TCP proxy that must see one connection per claim:
+/// let client = Client::new("127.0.0.1:7070").with_protocol(Protocol::V1);
+/// assert_eq!(client.protocol(), Protocol::V1);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Version 2 sessions, many claims per connection (the default). An
+    /// address whose server answers the OPEN with ERROR 0x10 (it speaks
+    /// version 1 only) is spoken to in version 1, transparently.
+    #[default]
+    V2,
+    /// Version 1 only: one connection per claim, the connection is the
+    /// claim. Pick it when something between the client and the server
+    /// must see one connection per claim (a TCP proxy or load balancer
+    /// that routes or accounts per connection), or when a version 1 server
+    /// hides behind a load balancer that may also route to newer ones.
+    V1,
+}
+
 /// A monolock client: where the server is and how to reach it.
 ///
-/// Cheap to clone (two reference counts and a few durations); clones share
-/// nothing else. Each claim opens its own connection, because on monolock
+/// Cheap to clone (a few reference counts and durations); clones share
+/// their sessions. By default the client speaks protocol version 2: one
+/// connection per lease in use carries many claims (see [`Protocol`]), and
+/// a session the client no longer uses is closed after 20 s without
+/// claims. With [`Protocol::V1`] each claim opens its own connection, and
 /// **the connection is the claim**.
 ///
 /// Every call takes a lease: a `Duration`, or `None` for the client's
@@ -52,8 +93,11 @@ pub struct Client<C = TcpConnector> {
     addr: Arc<str>,
     connector: Arc<C>,
     connect_timeout: Duration,
+    io_timeout: Duration,
     default_lease: Duration,
     retry: RetryPolicy,
+    protocol: Protocol,
+    pool: Arc<Pool>,
 }
 
 impl<C> Clone for Client<C> {
@@ -62,8 +106,11 @@ impl<C> Clone for Client<C> {
             addr: self.addr.clone(),
             connector: self.connector.clone(),
             connect_timeout: self.connect_timeout,
+            io_timeout: self.io_timeout,
             default_lease: self.default_lease,
             retry: self.retry.clone(),
+            protocol: self.protocol,
+            pool: self.pool.clone(),
         }
     }
 }
@@ -73,7 +120,9 @@ impl<C> fmt::Debug for Client<C> {
         f.debug_struct("Client")
             .field("addr", &self.addr)
             .field("connect_timeout", &self.connect_timeout)
+            .field("io_timeout", &self.io_timeout)
             .field("default_lease", &self.default_lease)
+            .field("protocol", &self.protocol)
             .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
@@ -88,8 +137,11 @@ impl Client<TcpConnector> {
             addr: Arc::from(addr.into()),
             connector: Arc::new(TcpConnector),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            io_timeout: DEFAULT_IO_TIMEOUT,
             default_lease: DEFAULT_LEASE,
             retry: RetryPolicy::default(),
+            protocol: Protocol::default(),
+            pool: Arc::default(),
         }
     }
 }
@@ -101,9 +153,55 @@ impl<C: Connector> Client<C> {
             addr: self.addr,
             connector: Arc::new(connector),
             connect_timeout: self.connect_timeout,
+            io_timeout: self.io_timeout,
             default_lease: self.default_lease,
             retry: self.retry,
+            protocol: self.protocol,
+            // Sessions belong to a transport: a new one starts empty.
+            pool: Arc::default(),
         }
+    }
+
+    /// Sets the protocol version spoken (default [`Protocol::V2`], which
+    /// falls back to version 1 per address). Clones made before keep
+    /// theirs; a client with another protocol shares no sessions.
+    pub fn with_protocol(mut self, protocol: Protocol) -> Self {
+        if protocol != self.protocol {
+            self.pool = Arc::default();
+        }
+        self.protocol = protocol;
+        self
+    }
+
+    /// The protocol version spoken.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Sets how long [`LockGuard::release`] waits for the server to confirm
+    /// a release (default [`DEFAULT_IO_TIMEOUT`]) before it closes the
+    /// session, which releases every claim on it.
+    pub fn with_io_timeout(mut self, timeout: Duration) -> Self {
+        self.io_timeout = timeout;
+        self
+    }
+
+    /// The I/O timeout.
+    pub fn io_timeout(&self) -> Duration {
+        self.io_timeout
+    }
+
+    /// The same client with sessions of its own (the blocking client's
+    /// runtime runs them, not the caller's).
+    pub(crate) fn with_own_sessions(mut self) -> Self {
+        self.pool = Arc::default();
+        self
+    }
+
+    /// Protocol version 2 sessions open now (0 with [`Protocol::V1`]), and
+    /// the claims each carries: for figures and tests.
+    pub fn session_loads(&self) -> Vec<u32> {
+        self.pool.loads()
     }
 
     /// Sets the lease of every call that passes `None` (default
@@ -170,10 +268,10 @@ impl<C: Connector> Client<C> {
     /// ([`LossReason::HeartbeatTimeout`]).
     ///
     /// # Cancel safety
-    /// Dropping the future before it completes closes its connection and
-    /// gives its place in the queue up, like dropping a pending
-    /// `tokio::sync::Mutex::lock`. A grant that races with the drop is
-    /// released at once.
+    /// Dropping the future before it completes gives its place in the
+    /// queue up (a RELEASE of the waiting claim; version 1: its connection
+    /// closed), like dropping a pending `tokio::sync::Mutex::lock`. A grant
+    /// that races with the drop is released at once.
     pub async fn acquire(
         &self,
         name: impl AsRef<str>,
@@ -185,9 +283,9 @@ impl<C: Connector> Client<C> {
         }
     }
 
-    /// Takes the lock if it is free; `Ok(None)` if someone holds it (the
-    /// server answered WAITING), in which case the connection is closed and
-    /// leaves no trace in the queue.
+    /// Takes the lock if it is free; `Ok(None)` if someone holds it. Leaves
+    /// no trace in the queue: version 2 asks in try-only mode (BUSY);
+    /// version 1 closes the connection the server answered WAITING on.
     ///
     /// # Errors
     /// As for [`acquire`](Self::acquire).
@@ -199,10 +297,13 @@ impl<C: Connector> Client<C> {
         name: impl AsRef<str>,
         lease: impl Into<Option<Duration>>,
     ) -> Result<Option<LockGuard>, Error> {
-        Ok(match self.enqueue(name, lease).await? {
-            Enqueued::Acquired(guard) => Some(guard),
-            Enqueued::Waiting(_) => None,
-        })
+        let name = LockName::new(name.as_ref())?;
+        Ok(
+            match self.claim(name, self.lease(lease), Mode::Try).await? {
+                Some(Enqueued::Acquired(guard)) => Some(guard),
+                Some(Enqueued::Waiting(_)) | None => None,
+            },
+        )
     }
 
     /// Like [`acquire`](Self::acquire), but gives up after `max_wait` in
@@ -227,7 +328,7 @@ impl<C: Connector> Client<C> {
 
     /// Like [`acquire`](Self::acquire), retrying temporary failures (server
     /// conditions, connection failures) under the client's
-    /// [`RetryPolicy`]. Every retry is a new connection at the back of the
+    /// [`RetryPolicy`]. Every retry is a new claim at the back of the
     /// queue.
     ///
     /// # Errors
@@ -255,7 +356,7 @@ impl<C: Connector> Client<C> {
     /// As for [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
-    /// Dropping the future closes its connection; so does dropping the
+    /// Dropping the future gives the claim up; so does dropping the
     /// returned guard or waiter.
     pub async fn enqueue(
         &self,
@@ -263,22 +364,133 @@ impl<C: Connector> Client<C> {
         lease: impl Into<Option<Duration>>,
     ) -> Result<Enqueued, Error> {
         let name = LockName::new(name.as_ref())?;
-        let lease = self.lease(lease);
+        let claimed = self.claim(name, self.lease(lease), Mode::Wait).await?;
+        claimed.ok_or_else(|| {
+            // A waiting ACQUIRE is never answered BUSY: the exchange refuses
+            // that as a protocol violation first.
+            Error::Lost(LossReason::ConnectionClosed)
+        })
+    }
+
+    /// Places one claim and waits for the server's first reply: `None` when
+    /// a try-only claim found the lock busy.
+    async fn claim(
+        &self,
+        name: LockName,
+        lease: Duration,
+        mode: Mode,
+    ) -> Result<Option<Enqueued>, Error> {
         let lease_ms = Lease::from_duration(lease).ok_or(Error::InvalidLease { lease })?;
-        let session = Session::start(self.connect().await?, name.clone(), lease_ms);
+        for _ in 0..MAX_PLACEMENTS {
+            let (session, id, starter) = match self.place(lease_ms).await? {
+                Placement::V1(conn) => return self.claim_v1(conn, name, lease_ms).await.map(Some),
+                Placement::V2(session, id) => (session, id, None),
+                Placement::New(session, id, starter) => (session, id, Some(starter)),
+            };
+            let claim = v2_session::Claim::start(session, id, name.clone(), mode);
+            // A new session's OPEN and its first ACQUIRE go out in one write.
+            if let Some(starter) = starter {
+                starter.start();
+            }
+            let reply = claim
+                .shared()
+                .wait_until(|status| match status {
+                    Status::Held(token) => Some(Reply::Held(*token)),
+                    Status::Waiting => Some(Reply::Waiting),
+                    Status::Busy => Some(Reply::Busy),
+                    Status::Retry(retry) => Some(Reply::Retry(retry.clone())),
+                    Status::Unanswered | Status::Released | Status::Lost(_) => None,
+                })
+                .await
+                .map_err(|reason| self.unanswered(reason))?;
+            let claim = Claim::V2 {
+                claim,
+                io_timeout: self.io_timeout,
+            };
+            match reply {
+                Reply::Held(token) => {
+                    return Ok(Some(Enqueued::Acquired(LockGuard::new(claim, name, token))));
+                }
+                Reply::Waiting => {
+                    return Ok(Some(Enqueued::Waiting(crate::Waiter::new(claim, name))));
+                }
+                Reply::Busy => return Ok(None),
+                Reply::Retry(Retry::V1Only(addr)) => {
+                    debug!(%addr, "the server speaks protocol version 1 only");
+                    self.pool.remember_v1_only(addr);
+                }
+                Reply::Retry(Retry::Elsewhere) => {}
+            }
+        }
+        Err(too_many_claims())
+    }
+
+    /// A claim on its own version 1 connection.
+    async fn claim_v1<S: crate::connector::Transport>(
+        &self,
+        conn: Connection<S>,
+        name: LockName,
+        lease: Lease,
+    ) -> Result<Enqueued, Error> {
+        let session = Session::start(conn, name.clone(), lease);
         let token = session
             .shared()
             .wait_until(|status| match status {
                 Status::Held(token) => Some(Some(*token)),
                 Status::Waiting => Some(None),
-                Status::Unanswered | Status::Lost(_) => None,
+                _ => None,
             })
             .await
             .map_err(|reason| self.unanswered(reason))?;
+        let claim = Claim::V1(session);
         Ok(match token {
-            Some(token) => Enqueued::Acquired(LockGuard::new(session, name, token)),
-            None => Enqueued::Waiting(crate::Waiter::new(session, name)),
+            Some(token) => Enqueued::Acquired(LockGuard::new(claim, name, token)),
+            None => Enqueued::Waiting(crate::Waiter::new(claim, name)),
         })
+    }
+
+    /// Where a new claim goes: a session with room for it (opened if
+    /// need be), or its own connection when the client speaks version 1 or
+    /// the address does.
+    async fn place(&self, lease: Lease) -> Result<Placement<C::Stream>, Error> {
+        if self.protocol == Protocol::V1 {
+            return Ok(Placement::V1(self.connect().await?.0));
+        }
+        if let Some((session, id)) = self.pool.pick(lease) {
+            return Ok(Placement::V2(session, id));
+        }
+        // Every address speaks version 1: no session to share or open.
+        if self.addrs().all(|addr| self.pool.is_v1_only(addr)) {
+            let (conn, addr) = self.connect().await?;
+            if self.pool.is_v1_only(&addr) {
+                return Ok(Placement::V1(conn));
+            }
+            return self.open_session(conn, addr, lease);
+        }
+        let _opening = self.pool.opening.lock().await;
+        if let Some((session, id)) = self.pool.pick(lease) {
+            return Ok(Placement::V2(session, id));
+        }
+        if self.pool.open_sessions() >= MAX_SESSIONS {
+            return Err(too_many_claims());
+        }
+        let (conn, addr) = self.connect().await?;
+        if self.pool.is_v1_only(&addr) {
+            return Ok(Placement::V1(conn));
+        }
+        self.open_session(conn, addr, lease)
+    }
+
+    fn open_session(
+        &self,
+        conn: Connection<C::Stream>,
+        addr: Arc<str>,
+        lease: Lease,
+    ) -> Result<Placement<C::Stream>, Error> {
+        let (session, starter) = SessionHandle::new(conn, addr, lease);
+        let id = session.take_slot().ok_or_else(too_many_claims)?;
+        self.pool.insert(session.clone());
+        Ok(Placement::New(session, id, starter))
     }
 
     /// Waits for the lock, runs `work` while holding it, and releases it.
@@ -378,11 +590,11 @@ impl<C: Connector> Client<C> {
     /// if none does. A permanent failure (a malformed address, a
     /// certificate the client cannot accept) stops at once: the next
     /// address is tried only when this one refused or timed out.
-    async fn connect(&self) -> Result<Connection<C::Stream>, Error> {
+    async fn connect(&self) -> Result<(Connection<C::Stream>, Arc<str>), Error> {
         let mut last = None;
         for addr in self.addrs() {
             let err = match timeout(self.connect_timeout, self.connector.connect(addr)).await {
-                Ok(Ok(conn)) => return Ok(conn),
+                Ok(Ok(conn)) => return Ok((conn, Arc::from(addr))),
                 Ok(Err(source)) => Error::Connect {
                     addr: addr.to_owned(),
                     source,
@@ -392,6 +604,8 @@ impl<C: Connector> Client<C> {
                     timeout: self.connect_timeout,
                 },
             };
+            // Tried anew: a server that answers again may be another one.
+            self.pool.forget(addr);
             if !err.is_temporary() {
                 return Err(err);
             }
@@ -403,4 +617,35 @@ impl<C: Connector> Client<C> {
             source: io::Error::new(io::ErrorKind::InvalidInput, "no server address given"),
         }))
     }
+}
+
+/// Where a claim goes.
+enum Placement<S> {
+    /// Its own version 1 connection.
+    V1(Connection<S>),
+    /// This session, under this claim id.
+    V2(Arc<SessionHandle>, u32),
+    /// A new session, under this claim id; its task starts once the claim
+    /// is placed.
+    New(Arc<SessionHandle>, u32, Starter<S>),
+}
+
+/// The first reply to a version 2 claim, as the caller needs it.
+enum Reply {
+    Held(u64),
+    Waiting,
+    Busy,
+    Retry(Retry),
+}
+
+/// No session could take one more claim: the client's bound on sessions
+/// times the server's bound on claims per session. A server condition:
+/// it passes when claims end.
+fn too_many_claims() -> Error {
+    Error::Lost(LossReason::Server {
+        code: ErrorCode::TOO_MANY_CLAIMS,
+        reason: format!(
+            "every session is at its claim bound ({MAX_SESSIONS} sessions at most per client)"
+        ),
+    })
 }

@@ -71,8 +71,8 @@ impl Error {
     /// input (TLS settings included), an address that cannot be parsed, a
     /// TLS handshake that failed on a certificate or on a peer that does
     /// not speak TLS, client-error codes (0x10 and up, e.g. 0x18 not
-    /// authorized) and protocol violations (the peer is not a v1 server:
-    /// a TLS or HTTP port, say).
+    /// authorized) and protocol violations (the peer is not a monolock
+    /// server: a TLS or HTTP port, say).
     pub fn is_temporary(&self) -> bool {
         match self {
             Self::Connect { source, .. } => !is_permanent_connect_failure(source),
@@ -151,7 +151,7 @@ pub enum LossReason {
         /// Human-readable detail from the server (may be empty).
         reason: String,
     },
-    /// The server sent something a protocol v1 server never sends.
+    /// The server sent something a monolock server never sends.
     #[error("protocol violation by the server")]
     ProtocolViolation(#[source] ProtocolViolation),
 }
@@ -171,7 +171,7 @@ impl LossReason {
     }
 }
 
-/// Bytes from the server that break protocol v1.
+/// Bytes from the server that break the protocol (version 1 or 2).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolViolation {
@@ -195,6 +195,17 @@ pub enum ProtocolViolation {
     /// WAITING after the lock was granted (ACQUIRED never returns to WAITING).
     #[error("WAITING arrived after the lock was granted")]
     WaitingAfterGrant,
+    /// A byte that starts no protocol version 2 frame.
+    #[error("undecodable frame")]
+    DecodeV2(#[from] monolock_proto::v2::DecodeError),
+    /// A version 2 frame that does not fit the session's state: a reply
+    /// that does not answer the oldest frame in flight, or a push for a
+    /// claim that cannot receive it.
+    #[error("{frame:?} does not fit the session's state")]
+    Unexpected {
+        /// The frame.
+        frame: monolock_proto::v2::ServerFrame,
+    },
     /// The peer answered with a TLS record: it is a TLS server (a monolock
     /// server with TLS on). Connect with TLS.
     #[error("the server speaks TLS: connect with TLS (monolock exec --tls-ca FILE)")]
@@ -215,6 +226,15 @@ impl ProtocolViolation {
             DecodeError::UnknownType(0x15 | 0x16) => Self::TlsServer,
             DecodeError::UnknownType(b'H') => Self::HttpServer,
             err => Self::Decode(err),
+        }
+    }
+
+    /// As [`from_decode`](Self::from_decode), for a version 2 session.
+    pub(crate) fn from_decode_v2(err: monolock_proto::v2::DecodeError) -> Self {
+        match err {
+            monolock_proto::v2::DecodeError::UnknownType(0x15 | 0x16) => Self::TlsServer,
+            monolock_proto::v2::DecodeError::UnknownType(b'H') => Self::HttpServer,
+            err => Self::DecodeV2(err),
         }
     }
 }

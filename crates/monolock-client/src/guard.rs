@@ -9,23 +9,55 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     error::{Error, LossReason},
     session::{Session, Shared, Status},
+    v2,
 };
 
-/// A held lock. **The guard is the claim**: while it lives, its connection
-/// heartbeats; when it is dropped, the connection is shut down on the spot
-/// and the server hands the lock to the next waiter at once.
+/// A claim of either protocol version.
+#[derive(Debug)]
+pub(crate) enum Claim {
+    /// Its own connection.
+    V1(Session),
+    /// A claim on a shared session; `release` waits at most `io_timeout`
+    /// for RELEASED.
+    V2 {
+        claim: v2::session::Claim,
+        io_timeout: Duration,
+    },
+}
+
+impl Claim {
+    fn shared(&self) -> &Arc<Shared> {
+        match self {
+            Self::V1(session) => session.shared(),
+            Self::V2 { claim, .. } => claim.shared(),
+        }
+    }
+
+    async fn release(&mut self) -> Result<(), LossReason> {
+        match self {
+            Self::V1(session) => session.release().await,
+            Self::V2 { claim, io_timeout } => claim.release(*io_timeout).await,
+        }
+    }
+}
+
+/// A held lock. **The guard is the claim**: while it lives, its session
+/// heartbeats; when it is dropped, the claim ends at once without blocking
+/// the caller (protocol version 2: the session's task writes a RELEASE;
+/// version 1: the connection is shut down on the spot), and the server
+/// hands the lock to the next waiter.
 ///
 /// Hand [`token`](Self::token) to everything the lock guards (the fencing
 /// token), and stop the guarded work when [`lost`](Self::lost) resolves.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    session: Session,
+    session: Claim,
     name: LockName,
     token: u64,
 }
 
 impl LockGuard {
-    pub(crate) fn new(session: Session, name: LockName, token: u64) -> Self {
+    pub(crate) fn new(session: Claim, name: LockName, token: u64) -> Self {
         Self {
             session,
             name,
@@ -70,8 +102,9 @@ impl LockGuard {
 
     /// The instant at which the client gives the claim up unless a
     /// heartbeat is confirmed before: `S + 0.8 x lease`, where `S` is the
-    /// send instant of the latest confirmed ACQUIRE or HEARTBEAT. The server
-    /// cannot expire the session before `S + lease`.
+    /// send instant of the latest confirmed frame of the claim's session
+    /// (version 2: shared by every claim on it; version 1: its ACQUIRE or
+    /// HEARTBEAT). The server cannot expire the session before `S + lease`.
     pub fn deadline(&self) -> Instant {
         self.session.shared().deadline()
     }
@@ -110,12 +143,18 @@ impl LockGuard {
         self.session.shared().lost_token().clone()
     }
 
-    /// Releases the lock by closing the connection cleanly.
+    /// Releases the lock. With protocol version 2 it returns once the
+    /// server's RELEASED has been read, so the lock is free (or handed to
+    /// the next waiter) when it returns: a `try_acquire` of the same name
+    /// right after, from any process, succeeds when nobody waits. The wait
+    /// is bounded by the client's I/O timeout; past it the session is
+    /// closed, which releases every claim on it (each guard reports its
+    /// loss). With version 1 it closes the connection cleanly.
     ///
     /// # Errors
     /// If the lock had been lost before the release, the reason (so a
     /// caller learns that its work may have run unprotected); or the error
-    /// of closing the stream.
+    /// of closing the stream, or the timeout.
     ///
     /// # Cancel safety
     /// Dropping the future drops the guard, which releases the lock at once.
@@ -146,16 +185,16 @@ pub enum Enqueued {
 }
 
 /// A place in a lock's FIFO queue. It heartbeats while it waits (a waiter
-/// silent for a lease is dropped by the server); dropping it closes the
-/// connection and gives the place up.
+/// silent for a lease is dropped by the server); dropping it gives the
+/// place up (a RELEASE; version 1: the connection closed).
 #[must_use = "dropping a waiter gives up its place in the queue"]
 pub struct Waiter {
-    session: Session,
+    session: Claim,
     name: LockName,
 }
 
 impl Waiter {
-    pub(crate) fn new(session: Session, name: LockName) -> Self {
+    pub(crate) fn new(session: Claim, name: LockName) -> Self {
         Self { session, name }
     }
 
@@ -172,7 +211,7 @@ impl Waiter {
     /// shutdown), the connection failed, or heartbeats went unconfirmed.
     ///
     /// # Cancel safety
-    /// Dropping the future drops the waiter: its connection is closed and
+    /// Dropping the future drops the waiter: the claim is released and
     /// its place in the queue given up.
     pub async fn granted(self) -> Result<LockGuard, Error> {
         let token = self

@@ -1,5 +1,6 @@
-//! The Rust client for monolock: named, exclusive locks over TCP where
-//! **the connection is the claim**.
+//! The Rust client for monolock: named, exclusive locks whose guard is the
+//! claim, over protocol version 2 sessions (many claims per connection) or,
+//! against a server that speaks only version 1, one connection per claim.
 //!
 //! [`Client::acquire`] waits in the lock's FIFO queue and returns a
 //! [`LockGuard`]. The guard *is* the lock: it heartbeats in the background,
@@ -32,13 +33,17 @@
 //!
 //! # How a claim stays alive
 //!
-//! Each claim has its own connection and a background task that is the
-//! connection's permanent reader. It heartbeats on a schedule derived from
-//! the lease (a quarter lease, shortened by twice the smoothed round trip)
-//! and gives the claim up when no reply has confirmed it for 0.8 x the
-//! lease: the server cannot expire the session sooner than one full lease
-//! after a frame it answered, so **the holder always learns of a loss
-//! before the server hands the lock on**. [`LockGuard::is_held`] compares
+//! Claims of one lease share a session (protocol version 2): one
+//! connection and one background task that is its permanent reader, opened
+//! on the first claim and closed 20 s after the last one ends. It
+//! heartbeats on a schedule derived from the lease (a quarter lease,
+//! shortened by twice the smoothed round trip) and gives every claim on it
+//! up when no reply has confirmed the session for 0.8 x the lease: the
+//! server cannot expire the session sooner than one full lease after a
+//! frame it answered, so **the holder always learns of a loss before the
+//! server hands the lock on**. [`Protocol::V1`] gives each claim its own
+//! connection instead, as does a server that answers version 2 with ERROR
+//! 0x10 (the fallback is automatic, per address). [`LockGuard::is_held`] compares
 //! that deadline with the clock each time it is called, so a process that
 //! was paused (GC, swap, SIGSTOP, a suspended VM) reads `false` on resuming,
 //! before any timer has had a chance to run.
@@ -109,12 +114,13 @@
 //! # Cancel safety
 //!
 //! Every future in this crate may be dropped at any point. Dropping a
-//! pending [`Client::acquire`] (or `try_acquire`, `enqueue`, ...) closes its
-//! connection and gives up its place in the queue, exactly like dropping a
-//! pending `tokio::sync::Mutex::lock`. Dropping a [`LockGuard`] or a
-//! [`Waiter`] shuts its socket down inside `Drop`, so the server promotes
-//! the next waiter without waiting for any task to run, and ends the
-//! background task. [`LockGuard::lost`] is cancel safe and may be awaited
+//! pending [`Client::acquire`] (or `try_acquire`, `enqueue`, ...) gives up
+//! its place in the queue (a RELEASE of the waiting claim; with version 1,
+//! its connection closed), exactly like dropping a pending
+//! `tokio::sync::Mutex::lock`. Dropping a [`LockGuard`] or a [`Waiter`]
+//! ends the claim without blocking: the session's task writes its RELEASE
+//! (version 1: the socket is shut down inside `Drop`), so the server
+//! promotes the next waiter at once. [`LockGuard::lost`] is cancel safe and may be awaited
 //! by several tasks at once.
 //!
 //! # Transports
@@ -176,10 +182,13 @@ mod scoped;
 mod session;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_v2;
 #[cfg(feature = "tls")]
 mod tls;
+mod v2;
 
-pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE};
+pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
 pub use error::{Error, LossReason, ProtocolViolation};
 pub use guard::{Enqueued, LockGuard, Waiter};

@@ -1,5 +1,6 @@
-//! One connection = one claim: the background task that owns the stream,
-//! and the state it shares with the waiter or guard in front of it.
+//! A claim's state as its owner sees it ([`Shared`], for both protocol
+//! versions), and the protocol version 1 driver: one connection = one
+//! claim, with the background task that owns the stream.
 //!
 //! The task is the connection's permanent reader (promotion is pushed): it
 //! sends the ACQUIRE, reads whole frames, matches replies, sends heartbeats
@@ -7,7 +8,10 @@
 //! claim ends, when a release is asked for, or when its owner drops it.
 
 use std::{
-    sync::{Arc, Mutex, PoisonError},
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Duration,
 };
 
@@ -38,29 +42,110 @@ pub(crate) enum Status {
     Waiting,
     /// The lock is held under this token.
     Held(u64),
+    /// A try-only ACQUIRE found the lock held (protocol v2: nothing queued).
+    Busy,
+    /// RELEASED was read: the lock is no longer this claim's.
+    Released,
+    /// The claim never reached the server's table and may be placed again:
+    /// its session could not carry it (see [`Retry`]).
+    Retry(Retry),
     /// The claim is over.
     Lost(LossReason),
 }
 
-/// State shared by the task and the claim's owner.
+impl Status {
+    /// Whether the claim can change no more.
+    pub(crate) fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Self::Busy | Self::Released | Self::Retry(_) | Self::Lost(_)
+        )
+    }
+}
+
+/// Why a claim is placed again, on another session or connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// The server at this address answered OPEN with ERROR 0x10: it speaks
+    /// protocol version 1 only.
+    V1Only(Arc<str>),
+    /// The session ended (or was full) before the server took the claim:
+    /// idle-closed, at its claim bound, or closing.
+    Elsewhere,
+}
+
+/// `S + 0.8 x lease`, shared by the session's driver (which moves it) and
+/// every claim of the session (which read it in `is_held`): an atomic, so
+/// the heartbeat path takes no lock.
+#[derive(Debug)]
+pub(crate) struct Deadline {
+    base: Instant,
+    /// Nanoseconds after `base`.
+    after: AtomicU64,
+}
+
+impl Deadline {
+    /// A deadline at `at` (and never earlier than `at` later on).
+    pub(crate) fn new(at: Instant) -> Self {
+        Self {
+            base: at,
+            after: AtomicU64::new(0),
+        }
+    }
+
+    /// The deadline now.
+    pub(crate) fn get(&self) -> Instant {
+        self.base + Duration::from_nanos(self.after.load(Ordering::Acquire))
+    }
+
+    /// Moves the deadline to `at` (not before the first one).
+    pub(crate) fn set(&self, at: Instant) {
+        let after =
+            u64::try_from(at.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
+        self.after.store(after, Ordering::Release);
+    }
+}
+
+/// State shared by the driver task and the claim's owner.
 #[derive(Debug)]
 pub(crate) struct Shared {
     status: watch::Sender<Status>,
-    /// `S + 0.8 x lease`. A std mutex: held for a copy, never across an
-    /// await, and read from synchronous `is_held`.
-    deadline: Mutex<Instant>,
+    /// The session's deadline (version 1: the claim's own).
+    deadline: Arc<Deadline>,
     /// Cancelled exactly when the status becomes `Lost`.
     lost: CancellationToken,
-    socket: Option<SocketShutdown>,
+    /// The session's socket, shut down when the deadline passes (and, for a
+    /// version 1 claim, on any loss: the connection is the claim).
+    socket: Option<Arc<SocketShutdown>>,
+    /// Version 1: the connection is the claim, so any loss closes it.
+    closes_on_loss: bool,
     lease: Duration,
 }
 
 impl Shared {
-    /// Marks the claim lost for `reason` unless it already was (the first
-    /// reason wins), and shuts the socket down.
+    /// The state of a new claim that has not been answered yet.
+    pub(crate) fn new(
+        deadline: Arc<Deadline>,
+        socket: Option<Arc<SocketShutdown>>,
+        closes_on_loss: bool,
+        lease: Duration,
+    ) -> Self {
+        let (status, _) = watch::channel(Status::Unanswered);
+        Self {
+            status,
+            deadline,
+            lost: CancellationToken::new(),
+            socket,
+            closes_on_loss,
+            lease,
+        }
+    }
+
+    /// Marks the claim lost for `reason` unless it already ended (the
+    /// first reason wins); a version 1 claim shuts its socket down.
     pub(crate) fn lose(&self, reason: LossReason) {
         let changed = self.status.send_if_modified(|status| {
-            if matches!(status, Status::Lost(_)) {
+            if status.is_final() {
                 return false;
             }
             debug!(%reason, "claim lost");
@@ -69,14 +154,16 @@ impl Shared {
         });
         if changed {
             self.lost.cancel();
-            self.close_socket();
+            if self.closes_on_loss {
+                self.close_socket();
+            }
         }
     }
 
-    /// Moves a live claim to `status`; a lost claim stays lost.
-    fn advance(&self, status: Status) {
+    /// Moves a live claim to `status`; an ended claim stays as it ended.
+    pub(crate) fn advance(&self, status: Status) {
         self.status.send_if_modified(|current| {
-            if matches!(current, Status::Lost(_)) {
+            if current.is_final() {
                 return false;
             }
             *current = status;
@@ -93,11 +180,21 @@ impl Shared {
 
     /// The status, after checking the deadline against the clock: a claim
     /// whose deadline has passed is lost now, whatever timer has not fired
-    /// yet.
+    /// yet. The deadline is the session's, so the session is over too: its
+    /// socket is shut down here.
     pub(crate) fn status(&self) -> Status {
         if Instant::now() >= self.deadline() {
-            self.lose(LossReason::HeartbeatTimeout { lease: self.lease });
+            let live = !self.status.borrow().is_final();
+            if live {
+                self.lose(LossReason::HeartbeatTimeout { lease: self.lease });
+                self.close_socket();
+            }
         }
+        self.status.borrow().clone()
+    }
+
+    /// The status without looking at the clock.
+    pub(crate) fn status_now(&self) -> Status {
         self.status.borrow().clone()
     }
 
@@ -111,11 +208,11 @@ impl Shared {
 
     /// The current deadline.
     pub(crate) fn deadline(&self) -> Instant {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+        self.deadline.get()
     }
 
     fn set_deadline(&self, deadline: Instant) {
-        *self.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+        self.deadline.set(deadline);
     }
 
     /// A token cancelled when the claim is lost.
@@ -134,11 +231,11 @@ impl Shared {
         let mut rx = self.status.subscribe();
         loop {
             let status = self.status();
-            if let Status::Lost(reason) = status {
-                return Err(reason);
-            }
             if let Some(value) = ready(&status) {
                 return Ok(value);
+            }
+            if let Status::Lost(reason) = status {
+                return Err(reason);
             }
             tokio::select! {
                 // The sender lives in `self`, so `changed` cannot fail here.
@@ -176,14 +273,12 @@ impl Session {
     /// Starts the task for `conn`: it sends the ACQUIRE at once.
     pub(crate) fn start<S: Transport>(conn: Connection<S>, name: LockName, lease: Lease) -> Self {
         let now = Instant::now();
-        let (status, _) = watch::channel(Status::Unanswered);
-        let shared = Arc::new(Shared {
-            status,
-            deadline: Mutex::new(now + lease.as_duration() * 4 / 5),
-            lost: CancellationToken::new(),
-            socket: conn.shutdown,
-            lease: lease.as_duration(),
-        });
+        let shared = Arc::new(Shared::new(
+            Arc::new(Deadline::new(now + lease.as_duration() * 4 / 5)),
+            conn.shutdown.map(Arc::new),
+            true,
+            lease.as_duration(),
+        ));
         let release = CancellationToken::new();
         let span = debug_span!("monolock_session", lock = %name, lease_ms = lease.as_millis());
         let driver = Driver {
@@ -231,6 +326,9 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Given up on purpose: not a loss (the task's own `Drop` reports
+        // one only for a claim still live).
+        self.shared.advance(Status::Released);
         // Close right here, not when the aborted task is next polled: the
         // server promotes the next waiter as soon as it sees the FIN.
         self.shared.close_socket();
@@ -243,6 +341,15 @@ struct Driver<S> {
     shared: Arc<Shared>,
     release: CancellationToken,
     buf: Vec<u8>,
+}
+
+impl<S> Drop for Driver<S> {
+    /// Runs before the stream closes (fields drop after this body), also
+    /// when the task never finished (its runtime shut down, say): the claim
+    /// is lost before the server can see the close and hand the lock on.
+    fn drop(&mut self) {
+        self.shared.lose(LossReason::ConnectionClosed);
+    }
 }
 
 impl<S: Transport> Driver<S> {
@@ -279,6 +386,7 @@ impl<S: Transport> Driver<S> {
             tokio::select! {
                 biased;
                 () = self.release.cancelled() => {
+                    self.shared.advance(Status::Released);
                     let result = timeout_at(deadline, self.stream.shutdown())
                         .await
                         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));

@@ -1,5 +1,6 @@
-//! Unit tests of the client against a scripted fake server over in-memory
-//! streams, on paused time: every instant is exact.
+//! Unit tests of the client's protocol version 1 exchange against a
+//! scripted fake server over in-memory streams, on paused time: every
+//! instant is exact. (Version 2 sessions: `tests_v2.rs`.)
 
 use std::{
     io,
@@ -18,11 +19,12 @@ use tokio::{
 };
 
 use crate::{
-    Client, Connection, Connector, Enqueued, Error, LossReason, ProtocolViolation, RetryPolicy,
+    Client, Connection, Connector, Enqueued, Error, LossReason, Protocol, ProtocolViolation,
+    RetryPolicy,
 };
 
 /// Hands each new connection's far end to the test.
-struct DuplexConnector {
+pub(crate) struct DuplexConnector {
     accepted: mpsc::UnboundedSender<DuplexStream>,
     connects: Arc<AtomicUsize>,
 }
@@ -41,19 +43,26 @@ impl Connector for DuplexConnector {
 }
 
 /// The fake server: accepts connections made through its connector.
-struct FakeServer {
+pub(crate) struct FakeServer {
     accepted: mpsc::UnboundedReceiver<DuplexStream>,
     connects: Arc<AtomicUsize>,
 }
 
 impl FakeServer {
     fn new() -> (Client<DuplexConnector>, Self) {
+        Self::speaking(Protocol::V1)
+    }
+
+    /// A fake server, and a client speaking `protocol` to it.
+    pub(crate) fn speaking(protocol: Protocol) -> (Client<DuplexConnector>, Self) {
         let (tx, rx) = mpsc::unbounded_channel();
         let connects = Arc::new(AtomicUsize::new(0));
-        let client = Client::new("fake:1").with_connector(DuplexConnector {
-            accepted: tx,
-            connects: connects.clone(),
-        });
+        let client = Client::new("fake:1")
+            .with_connector(DuplexConnector {
+                accepted: tx,
+                connects: connects.clone(),
+            })
+            .with_protocol(protocol);
         (
             client,
             Self {
@@ -64,15 +73,19 @@ impl FakeServer {
     }
 
     async fn accept(&mut self) -> Peer {
-        let stream = self.accepted.recv().await.expect("connector alive");
         Peer {
-            stream,
+            stream: self.accept_stream().await,
             buf: Vec::new(),
             phase: Phase::AwaitingAcquire,
         }
     }
 
-    fn connects(&self) -> usize {
+    /// The server end of the next connection.
+    pub(crate) async fn accept_stream(&mut self) -> DuplexStream {
+        self.accepted.recv().await.expect("connector alive")
+    }
+
+    pub(crate) fn connects(&self) -> usize {
         self.connects.load(Ordering::SeqCst)
     }
 }

@@ -17,12 +17,14 @@ fn refusing_addr() -> String {
     addr
 }
 
+for_each_protocol! {
 #[test]
-fn the_blocking_guard_holds_heartbeats_and_releases_on_drop() {
+fn the_blocking_guard_holds_heartbeats_and_releases_on_drop(protocol) {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let server = runtime.block_on(TestServer::start());
     let client = blocking::Client::new(server.addr.to_string())
         .expect("client")
+        .with_protocol(protocol)
         .with_default_lease(Duration::from_millis(500));
     let guard = client.acquire("blocking", None).expect("acquired");
     assert!(guard.is_held());
@@ -81,6 +83,7 @@ fn the_blocking_guard_holds_heartbeats_and_releases_on_drop() {
     assert!(reason.to_string().contains("0x02"), "{reason}");
     assert!(!guard.is_held());
 }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_blocking_client_refuses_to_block_a_runtime_thread() {
@@ -100,11 +103,12 @@ async fn the_blocking_client_refuses_to_block_a_runtime_thread() {
         .expect("dropped");
 }
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_list_skips_a_server_that_is_down() {
+async fn an_address_list_skips_a_server_that_is_down(protocol) {
     let server = TestServer::start().await;
     let down = refusing_addr();
-    let client = Client::new(format!("{down},{}", server.addr));
+    let client = Client::new(format!("{down},{}", server.addr)).with_protocol(protocol);
     let guard = client.acquire("listed", LEASE).await.expect("acquired");
     assert_eq!(
         server.lock("listed").map(|l| l.holder.token),
@@ -112,8 +116,9 @@ async fn an_address_list_skips_a_server_that_is_down() {
     );
     drop(guard);
     // Every address down: the last one's error, temporary.
-    let client = Client::new(format!("{down},{}", refusing_addr()));
+    let client = Client::new(format!("{down},{}", refusing_addr())).with_protocol(protocol);
     let err = client.acquire("listed", LEASE).await.unwrap_err();
     assert!(err.is_temporary(), "{err}");
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
+}
 }

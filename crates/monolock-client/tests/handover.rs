@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{TestServer, eventually, within};
-use monolock_client::{Enqueued, LockGuard, Waiter};
+use monolock_client::{Enqueued, LockGuard, Protocol, Waiter};
 use monolock_testkit::peer::PipeConnector;
 use tokio::time::Instant;
 
@@ -16,29 +16,42 @@ const LEASE: Duration = Duration::from_secs(2);
 /// The longest a promotion may take on loopback.
 const PROMPT: Duration = Duration::from_millis(50);
 
-async fn hold(server: &TestServer, name: &str) -> LockGuard {
-    match server.client().enqueue(name, LEASE).await.expect("enqueue") {
+async fn hold(server: &TestServer, name: &str, protocol: Protocol) -> LockGuard {
+    match server
+        .client()
+        .with_protocol(protocol)
+        .enqueue(name, LEASE)
+        .await
+        .expect("enqueue")
+    {
         Enqueued::Acquired(guard) => guard,
         Enqueued::Waiting(_) => panic!("{name} should be free"),
     }
 }
 
-async fn wait(server: &TestServer, name: &str) -> Waiter {
-    match server.client().enqueue(name, LEASE).await.expect("enqueue") {
+async fn wait(server: &TestServer, name: &str, protocol: Protocol) -> Waiter {
+    match server
+        .client()
+        .with_protocol(protocol)
+        .enqueue(name, LEASE)
+        .await
+        .expect("enqueue")
+    {
         Enqueued::Waiting(waiter) => waiter,
         Enqueued::Acquired(_) => panic!("{name} should be held"),
     }
 }
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_are_granted_in_fifo_order_with_increasing_tokens() {
+async fn waiters_are_granted_in_fifo_order_with_increasing_tokens(protocol) {
     let server = TestServer::start().await;
     let name = "fifo";
-    let first = hold(&server, name).await;
+    let first = hold(&server, name, protocol).await;
     let waiters = [
-        wait(&server, name).await,
-        wait(&server, name).await,
-        wait(&server, name).await,
+        wait(&server, name, protocol).await,
+        wait(&server, name, protocol).await,
+        wait(&server, name, protocol).await,
     ];
     server.wait_for_waiters(name, 3).await;
     let mut pending: Vec<_> = waiters
@@ -67,13 +80,15 @@ async fn waiters_are_granted_in_fifo_order_with_increasing_tokens() {
     drop(holder);
     eventually("the lock to be free", || server.lock(name).is_none()).await;
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_a_guard_promotes_the_next_waiter_at_once() {
+async fn dropping_a_guard_promotes_the_next_waiter_at_once(protocol) {
     let server = TestServer::start().await;
     let name = "drop-promotes";
-    let holder = hold(&server, name).await;
-    let waiter = wait(&server, name).await;
+    let holder = hold(&server, name, protocol).await;
+    let waiter = wait(&server, name, protocol).await;
     let granted = tokio::spawn(async move {
         let guard = waiter.granted().await.expect("granted");
         (Instant::now(), guard)
@@ -85,17 +100,19 @@ async fn dropping_a_guard_promotes_the_next_waiter_at_once() {
     assert!(took < PROMPT, "promotion took {took:?}");
     assert!(guard.is_held());
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_a_pending_acquire_gives_up_its_place() {
+async fn dropping_a_pending_acquire_gives_up_its_place(protocol) {
     let server = TestServer::start().await;
     let name = "drop-pending";
-    let holder = hold(&server, name).await;
+    let holder = hold(&server, name, protocol).await;
     // A plain `acquire` future, pending in the queue.
-    let client = server.client();
+    let client = server.client().with_protocol(protocol);
     let pending = tokio::spawn(async move { client.acquire(name, LEASE).await });
     server.wait_for_waiters(name, 1).await;
-    let behind = wait(&server, name).await;
+    let behind = wait(&server, name, protocol).await;
     server.wait_for_waiters(name, 2).await;
 
     pending.abort(); // drops the pending future
@@ -115,20 +132,22 @@ async fn dropping_a_pending_acquire_gives_up_its_place() {
     assert!(dropped_at.elapsed() < PROMPT);
     assert_eq!(server.lock(name).unwrap().holder.token, guard.token());
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn try_acquire_on_a_held_lock_is_busy_and_leaves_no_trace() {
+async fn try_acquire_on_a_held_lock_is_busy_and_leaves_no_trace(protocol) {
     let server = TestServer::start().await;
     let name = "try";
-    let holder = hold(&server, name).await;
-    let busy = server.client().try_acquire(name, LEASE).await.expect("try");
+    let holder = hold(&server, name, protocol).await;
+    let busy = server.client().with_protocol(protocol).try_acquire(name, LEASE).await.expect("try");
     assert!(busy.is_none());
     eventually("the busy claim to leave the queue", || {
         server.waiters(name) == 0
     })
     .await;
 
-    let later = wait(&server, name).await;
+    let later = wait(&server, name, protocol).await;
     let granted = tokio::spawn(later.granted());
     let dropped_at = Instant::now();
     drop(holder);
@@ -142,18 +161,21 @@ async fn try_acquire_on_a_held_lock_is_busy_and_leaves_no_trace() {
     // And on a free lock it is an ordinary grant.
     drop(guard);
     eventually("the lock to be free", || server.lock(name).is_none()).await;
-    let guard = server.client().try_acquire(name, LEASE).await.expect("try");
+    let guard = server.client().with_protocol(protocol).try_acquire(name, LEASE).await.expect("try");
     assert!(guard.is_some_and(|g| g.is_held()));
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_timeout_gives_up_its_place_after_the_wait() {
+async fn acquire_timeout_gives_up_its_place_after_the_wait(protocol) {
     let server = TestServer::start().await;
     let name = "timeout";
-    let _holder = hold(&server, name).await;
+    let _holder = hold(&server, name, protocol).await;
     let started = Instant::now();
     let got = server
         .client()
+        .with_protocol(protocol)
         .acquire_timeout(name, LEASE, Duration::from_millis(300))
         .await
         .expect("no error");
@@ -161,15 +183,17 @@ async fn acquire_timeout_gives_up_its_place_after_the_wait() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     eventually("the claim to leave the queue", || server.waiters(name) == 0).await;
 }
+}
 
+for_each_protocol! {
 /// The subject is the passage of leases: the real client and the real
 /// session code over in-memory pipes on tokio's paused clock, so 22
 /// heartbeat intervals pass in no real time and no scheduler stall on a
 /// loaded machine can pass for silence.
 #[tokio::test(start_paused = true)]
-async fn a_lock_stays_held_across_many_heartbeat_intervals() {
+async fn a_lock_stays_held_across_many_heartbeat_intervals(protocol) {
     let server = TestServer::start().await;
-    let client = PipeConnector::client(&server.handle);
+    let client = PipeConnector::client(&server.handle).with_protocol(protocol);
     let name = "long-hold";
     // lease 1s: a heartbeat every <= 250ms; 5.5s is 22 intervals and 5.5
     // leases (the client gives up after 0.8 x lease of silence).
@@ -194,13 +218,15 @@ async fn a_lock_stays_held_across_many_heartbeat_intervals() {
     );
     guard.release().await.expect("release");
 }
+}
 
+for_each_protocol! {
 /// Paused clock over in-memory pipes, as above: five leases of waiting
 /// pass in no real time.
 #[tokio::test(start_paused = true)]
-async fn waiters_heartbeat_while_they_wait() {
+async fn waiters_heartbeat_while_they_wait(protocol) {
     let server = TestServer::start().await;
-    let client = PipeConnector::client(&server.handle);
+    let client = PipeConnector::client(&server.handle).with_protocol(protocol);
     let name = "patient";
     let lease = Duration::from_millis(500);
     let holder = client.acquire(name, lease).await.expect("acquire");
@@ -219,4 +245,5 @@ async fn waiters_heartbeat_while_they_wait() {
         .expect("granted");
     assert!(guard.is_held());
     assert!(started.elapsed() >= Duration::from_millis(2_500));
+}
 }

@@ -10,11 +10,12 @@ use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_secs(2);
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_release_reports_closed_by_administrator() {
+async fn force_release_reports_closed_by_administrator(protocol) {
     let server = TestServer::start().await;
     let name = "forced";
-    let guard = server.client().acquire(name, LEASE).await.unwrap();
+    let guard = server.client().with_protocol(protocol).acquire(name, LEASE).await.unwrap();
     let forced = server.handle.force_release(name).expect("held");
     assert_eq!(forced.token, guard.token());
     match within("the loss", guard.lost()).await {
@@ -30,12 +31,14 @@ async fn force_release_reports_closed_by_administrator() {
     assert_eq!(err.server_code(), Some(ErrorCode::CLOSED_BY_ADMIN));
     assert!(err.is_temporary());
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_tasks_can_await_the_same_loss() {
+async fn several_tasks_can_await_the_same_loss(protocol) {
     let server = TestServer::start().await;
     let name = "watched";
-    let guard = std::sync::Arc::new(server.client().acquire(name, LEASE).await.unwrap());
+    let guard = std::sync::Arc::new(server.client().with_protocol(protocol).acquire(name, LEASE).await.unwrap());
     let watchers: Vec<_> = (0..3)
         .map(|_| {
             let guard = guard.clone();
@@ -50,13 +53,15 @@ async fn several_tasks_can_await_the_same_loss() {
         );
     }
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_shutdown_reports_shutting_down_to_holders_and_waiters() {
+async fn server_shutdown_reports_shutting_down_to_holders_and_waiters(protocol) {
     let server = TestServer::start().await;
     let name = "shutdown";
-    let guard = server.client().acquire(name, LEASE).await.unwrap();
-    let Enqueued::Waiting(waiter) = server.client().enqueue(name, LEASE).await.unwrap() else {
+    let guard = server.client().with_protocol(protocol).acquire(name, LEASE).await.unwrap();
+    let Enqueued::Waiting(waiter) = server.client().with_protocol(protocol).enqueue(name, LEASE).await.unwrap() else {
         panic!("should wait");
     };
     let waiting = tokio::spawn(waiter.granted());
@@ -77,14 +82,16 @@ async fn server_shutdown_reports_shutting_down_to_holders_and_waiters() {
     );
     assert!(err.is_temporary());
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_silent_server_is_abandoned_before_it_could_expire_the_lease() {
+async fn a_silent_server_is_abandoned_before_it_could_expire_the_lease(protocol) {
     let server = TestServer::start().await;
     let proxy = Proxy::start(server.addr).await;
     let name = "silent";
     let lease = LEASE;
-    let guard = proxy.client().acquire(name, lease).await.unwrap();
+    let guard = proxy.client().with_protocol(protocol).acquire(name, lease).await.unwrap();
     // Once a heartbeat has been confirmed (the deadline moved on from the
     // ACQUIRE's), let one more reply through and then cut the line: the
     // last frame the server saw is the one that reply confirmed.
@@ -138,9 +145,11 @@ async fn a_silent_server_is_abandoned_before_it_could_expire_the_lease() {
     })
     .await;
 }
+}
 
+for_each_protocol! {
 #[test]
-fn is_held_reads_false_after_a_pause_past_the_deadline() {
+fn is_held_reads_false_after_a_pause_past_the_deadline(protocol) {
     // One thread for everything: while it sleeps, no timer and no task of
     // the client (or the server) can run, exactly like a paused process.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -150,7 +159,7 @@ fn is_held_reads_false_after_a_pause_past_the_deadline() {
     runtime.block_on(async {
         let server = TestServer::start().await;
         let lease = Duration::from_millis(250);
-        let guard = server.client().acquire("paused", lease).await.unwrap();
+        let guard = server.client().with_protocol(protocol).acquire("paused", lease).await.unwrap();
         assert!(guard.is_held());
         let deadline = guard.deadline();
         std::thread::sleep(lease);
@@ -171,13 +180,15 @@ fn is_held_reads_false_after_a_pause_past_the_deadline() {
         ));
     });
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_removed_by_an_administrator_gets_an_error() {
+async fn a_waiter_removed_by_an_administrator_gets_an_error(protocol) {
     let server = TestServer::start().await;
     let name = "kicked";
-    let _holder = server.client().acquire(name, LEASE).await.unwrap();
-    let Enqueued::Waiting(waiter) = server.client().enqueue(name, LEASE).await.unwrap() else {
+    let _holder = server.client().with_protocol(protocol).acquire(name, LEASE).await.unwrap();
+    let Enqueued::Waiting(waiter) = server.client().with_protocol(protocol).enqueue(name, LEASE).await.unwrap() else {
         panic!("should wait");
     };
     let waiting = tokio::spawn(waiter.granted());
@@ -188,4 +199,5 @@ async fn a_waiter_removed_by_an_administrator_gets_an_error() {
         .unwrap()
         .unwrap_err();
     assert_eq!(err.server_code(), Some(ErrorCode::CLOSED_BY_ADMIN));
+}
 }

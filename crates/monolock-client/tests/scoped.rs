@@ -16,13 +16,15 @@ use tokio::{sync::oneshot, time::Instant};
 
 const LEASE: Duration = Duration::from_secs(2);
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_locked_runs_the_work_under_the_token_and_releases() {
+async fn run_locked_runs_the_work_under_the_token_and_releases(protocol) {
     let server = TestServer::start().await;
     let name = "scoped";
     let handle = server.handle.clone();
     let outcome = server
         .client()
+        .with_protocol(protocol)
         .run_locked(name, LEASE, move |lock| async move {
             assert!(lock.is_held());
             assert_eq!(lock.name().as_str(), "scoped");
@@ -35,13 +37,15 @@ async fn run_locked_runs_the_work_under_the_token_and_releases() {
     assert!(outcome.held_throughout());
     eventually("the release", || server.lock(name).is_none()).await;
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_locked_stops_the_work_when_the_lock_is_force_released() {
+async fn run_locked_stops_the_work_when_the_lock_is_force_released(protocol) {
     let server = TestServer::start().await;
     let name = "scoped-forced";
     let (started_tx, started_rx) = oneshot::channel();
-    let client = server.client();
+    let client = server.client().with_protocol(protocol);
     let run = tokio::spawn(async move {
         client
             .run_locked(name, LEASE, |lock| async move {
@@ -61,14 +65,16 @@ async fn run_locked_stops_the_work_when_the_lock_is_force_released() {
         Some(LossReason::Server { code, .. }) if code == ErrorCode::CLOSED_BY_ADMIN
     ));
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_run_locked_drops_the_work_then_releases() {
+async fn dropping_run_locked_drops_the_work_then_releases(protocol) {
     let server = TestServer::start().await;
     let name = "scoped-dropped";
     let (started_tx, started_rx) = oneshot::channel();
     let (dropped_tx, dropped_rx) = oneshot::channel::<()>();
-    let client = server.client();
+    let client = server.client().with_protocol(protocol);
     let run = tokio::spawn(async move {
         client
             .run_locked(name, LEASE, |lock| async move {
@@ -86,12 +92,14 @@ async fn dropping_run_locked_drops_the_work_then_releases() {
     assert!(within("the work to be dropped", dropped_rx).await.is_err());
     eventually("the release", || server.lock(name).is_none()).await;
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_locked_work_may_borrow_local_state_and_use_the_default_lease() {
+async fn run_locked_work_may_borrow_local_state_and_use_the_default_lease(protocol) {
     let server = TestServer::start().await;
     let name = "scoped-borrowed";
-    let client = server.client().with_default_lease(Duration::from_secs(3));
+    let client = server.client().with_protocol(protocol).with_default_lease(Duration::from_secs(3));
     // Neither `Send` nor `'static`: a borrow of a local `RefCell`.
     let seen = std::cell::RefCell::new(Vec::new());
     let outcome = client
@@ -110,15 +118,17 @@ async fn run_locked_work_may_borrow_local_state_and_use_the_default_lease() {
     assert_eq!(outcome.output, Some(3_000), "the client's default lease");
     eventually("the release", || server.lock(name).is_none()).await;
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_retrying_reconnects_at_once_after_a_shutdown() {
+async fn acquire_retrying_reconnects_at_once_after_a_shutdown(protocol) {
     let old = TestServer::start().await;
     let new = TestServer::start().await;
     let proxy = Proxy::start(old.addr).await;
     let name = "failover";
-    let _holder = old.client().acquire(name, LEASE).await.unwrap();
-    let client = proxy.client();
+    let _holder = old.client().with_protocol(protocol).acquire(name, LEASE).await.unwrap();
+    let client = proxy.client().with_protocol(protocol);
     let retrying = tokio::spawn(async move {
         let guard = client.acquire_retrying(name, LEASE).await;
         (Instant::now(), guard)
@@ -138,14 +148,17 @@ async fn acquire_retrying_reconnects_at_once_after_a_shutdown() {
     );
     assert_eq!(new.lock(name).unwrap().holder.token, guard.token());
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_locked_retrying_never_reruns_the_work() {
+async fn run_locked_retrying_never_reruns_the_work(protocol) {
     let server = TestServer::start().await;
     let name = "once";
     let runs = Arc::new(AtomicU32::new(0));
     let client = server
         .client()
+        .with_protocol(protocol)
         .with_retry_policy(RetryPolicy::new().with_initial_backoff(Duration::from_millis(10)));
     let outcome = client
         .run_locked_retrying(name, LEASE, {
@@ -161,4 +174,5 @@ async fn run_locked_retrying_never_reruns_the_work() {
         .unwrap();
     assert!(outcome.loss.is_some());
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
 }

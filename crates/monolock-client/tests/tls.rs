@@ -19,11 +19,11 @@ use std::{
 
 use common::{TestServer, eventually, within};
 use monolock_client::{
-    Client, Enqueued, Error, ErrorCode, LossReason, RetryPolicy, TlsConnector, TlsConnectorBuilder,
-    TlsError,
+    Client, Enqueued, Error, ErrorCode, LossReason, Protocol, RetryPolicy, TlsConnector,
+    TlsConnectorBuilder, TlsError,
     rustls::{self, CertificateError, ClientConfig, RootCertStore},
 };
-use monolock_server::{Event, Observer, ServerConfig};
+use monolock_server::{Acl, Event, Observer, ServerConfig};
 use pki::{Ca, Files};
 use tokio::time::Instant;
 
@@ -55,21 +55,31 @@ struct Lab {
     /// `server_ca` as a PEM file.
     ca_file: PathBuf,
     refused: Arc<HandshakeFailures>,
+    protocol: Protocol,
 }
 
 impl Lab {
-    async fn start(mutual: bool) -> Self {
+    async fn start(mutual: bool, protocol: Protocol) -> Self {
+        Self::start_with(mutual, protocol, |config| config).await
+    }
+
+    /// As [`start`](Self::start), with more server settings.
+    async fn start_with(
+        mutual: bool,
+        protocol: Protocol,
+        configure: impl FnOnce(ServerConfig) -> ServerConfig,
+    ) -> Self {
         let server_ca = Ca::new("server CA");
         let client_ca = Ca::new("client CA");
         let files = Files::new();
         let tls = files.server_tls(&server_ca.server(), mutual.then_some(&client_ca));
         let ca_file = files.ca("server-ca.pem", &server_ca);
         let refused = Arc::new(HandshakeFailures::default());
-        let server = TestServer::start_with(
+        let server = TestServer::start_with(configure(
             ServerConfig::default()
                 .with_tls(tls)
                 .with_observer(refused.clone()),
-        )
+        ))
         .await;
         Self {
             server,
@@ -78,6 +88,7 @@ impl Lab {
             files,
             ca_file,
             refused,
+            protocol,
         }
     }
 
@@ -94,7 +105,9 @@ impl Lab {
 
     /// A client of the server at 127.0.0.1:port over `tls`.
     fn client(&self, tls: TlsConnector) -> Client<TlsConnector> {
-        Client::new(self.server.addr.to_string()).with_connector(tls)
+        Client::new(self.server.addr.to_string())
+            .with_connector(tls)
+            .with_protocol(self.protocol)
     }
 
     fn refused(&self) -> usize {
@@ -121,9 +134,10 @@ fn quick_retries(attempts: u32) -> RetryPolicy {
         .with_max_attempts(attempts)
 }
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tls_grants_and_hands_over_with_increasing_tokens() {
-    let lab = Lab::start(false).await;
+async fn tls_grants_and_hands_over_with_increasing_tokens(protocol) {
+    let lab = Lab::start(false, protocol).await;
     let name = "tls-handover";
     // The address is an IP literal: checked against the IP SAN.
     let client = lab.client(lab.tls().build().expect("TLS settings"));
@@ -163,10 +177,12 @@ async fn tls_grants_and_hands_over_with_increasing_tokens() {
     eventually("the lock to be free", || lab.server.lock(name).is_none()).await;
     assert_eq!(lab.refused(), 0);
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mtls_presents_the_certificate_identity_to_the_server() {
-    let lab = Lab::start(true).await;
+async fn mtls_presents_the_certificate_identity_to_the_server(protocol) {
+    let lab = Lab::start(true, protocol).await;
     let name = "mtls-identity";
     let uri = "spiffe://prod/worker/1";
     let client = lab.client(lab.mtls(uri).build().expect("TLS settings"));
@@ -190,10 +206,12 @@ async fn mtls_presents_the_certificate_identity_to_the_server() {
     drop(guard);
     assert_eq!(lab.refused(), 0);
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mtls_without_a_client_certificate_is_a_connect_error() {
-    let lab = Lab::start(true).await;
+async fn mtls_without_a_client_certificate_is_a_connect_error(protocol) {
+    let lab = Lab::start(true, protocol).await;
     let name = "mtls-anonymous";
     let client = lab.client(lab.tls().build().expect("TLS settings"));
     // TLS 1.3: the client finishes its side of the handshake, and the
@@ -240,10 +258,12 @@ async fn mtls_without_a_client_certificate_is_a_connect_error() {
     );
     assert!(lab.server.lock(name).is_none(), "nobody was served");
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_untrusted_certificate_fails_the_handshake() {
-    let lab = Lab::start(true).await;
+async fn an_untrusted_certificate_fails_the_handshake(protocol) {
+    let lab = Lab::start(true, protocol).await;
     let name = "untrusted";
     let strangers = Ca::new("someone else's CA");
 
@@ -301,30 +321,37 @@ async fn an_untrusted_certificate_fails_the_handshake() {
     eventually("every refusal to be counted", || lab.refused() == 3).await;
     assert!(lab.server.lock(name).is_none(), "nobody was served");
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_a_tls_guard_promotes_the_next_waiter_at_once() {
-    let lab = Lab::start(true).await;
+async fn dropping_a_tls_guard_promotes_the_next_waiter_at_once(protocol) {
+    let lab = Lab::start(true, protocol).await;
     let name = "tls-drop";
     let client = lab.client(
         lab.mtls("spiffe://prod/worker/1")
             .build()
             .expect("TLS settings"),
     );
-    // The holder lives on a runtime of its own that stands still once the
-    // lock is granted: its session task cannot run, so only `Drop` itself
-    // can close the connection.
+    // Version 1: the holder lives on a runtime of its own that stands
+    // still once the lock is granted: its session task cannot run, so only
+    // `Drop` itself can close the connection. Version 2: the claim shares
+    // a session whose task writes the RELEASE the moment the guard drops.
     let holder_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let holder_client = client.clone();
-    let (holder_runtime, holder) = tokio::task::spawn_blocking(move || {
-        let holder = holder_runtime.block_on(holder_client.acquire(name, LEASE));
-        (holder_runtime, holder.expect("acquire"))
-    })
-    .await
-    .expect("holder thread");
+    let (holder_runtime, holder) = if protocol == Protocol::V1 {
+        let holder_client = client.clone();
+        tokio::task::spawn_blocking(move || {
+            let holder = holder_runtime.block_on(holder_client.acquire(name, LEASE));
+            (holder_runtime, holder.expect("acquire"))
+        })
+        .await
+        .expect("holder thread")
+    } else {
+        (holder_runtime, client.acquire(name, LEASE).await.expect("acquire"))
+    };
     let Enqueued::Waiting(waiter) = client.enqueue(name, LEASE).await.expect("enqueue") else {
         panic!("{name} should be held");
     };
@@ -334,7 +361,8 @@ async fn dropping_a_tls_guard_promotes_the_next_waiter_at_once() {
         (Instant::now(), guard)
     });
     let dropped_at = Instant::now();
-    // No close_notify, no task run: `Drop` shuts the TCP socket down.
+    // Version 1: no close_notify, no task run: `Drop` shuts the TCP
+    // socket down. Version 2: `Drop` hands the RELEASE to the session task.
     drop(holder);
     let (granted_at, guard) = within("promotion", granted).await.unwrap();
     let took = granted_at - dropped_at;
@@ -343,10 +371,12 @@ async fn dropping_a_tls_guard_promotes_the_next_waiter_at_once() {
     assert_eq!(lab.server.lock(name).unwrap().holder.token, guard.token());
     holder_runtime.shutdown_background();
 }
+}
 
+for_each_protocol! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_release_over_tls_is_reported_by_lost() {
-    let lab = Lab::start(true).await;
+async fn force_release_over_tls_is_reported_by_lost(protocol) {
+    let lab = Lab::start(true, protocol).await;
     let name = "tls-forced";
     let client = lab.client(
         lab.mtls("spiffe://prod/worker/1")
@@ -363,6 +393,7 @@ async fn force_release_over_tls_is_reported_by_lost() {
     assert!(!guard.is_held());
     let err = guard.release().await.unwrap_err();
     assert_eq!(err.server_code(), Some(ErrorCode::CLOSED_BY_ADMIN));
+}
 }
 
 #[tokio::test]
@@ -451,4 +482,43 @@ async fn unusable_tls_settings_are_invalid_input_naming_the_file() {
         .unwrap_err();
     assert!(matches!(err, Error::Tls(TlsError::NoTrustRoots)));
     assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+for_each_protocol! {
+/// The ACL judges every claim by the certificate's identity: a refusal is
+/// 0x18 (a client error, not retried), and the client's other claims and
+/// later ones go on as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_acl_refuses_a_lock_with_0x18_and_other_claims_go_on(protocol) {
+    let acl = Acl::from_json(
+        r#"{"rules":[{"identity":"spiffe://prod/worker/*","locks":["allowed/*"]}]}"#,
+    )
+    .expect("ACL");
+    let lab = Lab::start_with(true, protocol, |config| {
+        config.with_authorizer(Arc::new(acl))
+    })
+    .await;
+    let client = lab.client(
+        lab.mtls("spiffe://prod/worker/1")
+            .build()
+            .expect("TLS settings"),
+    );
+    let held = client.acquire("allowed/a", LEASE).await.expect("allowed");
+    let err = client.acquire("denied", LEASE).await.unwrap_err();
+    assert_eq!(err.server_code(), Some(ErrorCode::NOT_AUTHORIZED), "{err:?}");
+    assert!(!err.is_temporary(), "the same claim fails the same way");
+    let err = client
+        .clone()
+        .with_retry_policy(quick_retries(3))
+        .acquire_retrying("denied", LEASE)
+        .await
+        .unwrap_err();
+    assert_eq!(err.server_code(), Some(ErrorCode::NOT_AUTHORIZED));
+    assert!(lab.server.lock("denied").is_none());
+    assert!(held.is_held(), "a refused claim leaves the others as they were");
+    let other = client.acquire("allowed/b", LEASE).await.expect("allowed");
+    assert!(other.token() > held.token());
+    other.release().await.expect("released");
+    held.release().await.expect("released");
+}
 }

@@ -4,7 +4,7 @@
 
 use std::{cell::RefCell, rc::Rc, time::Duration};
 
-use monolock_client::{Client, LockGuard};
+use monolock_client::{Client, LockGuard, Protocol};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 use crate::{
@@ -49,7 +49,9 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
             gate,
             lab: lab.clone(),
         })
-        .with_connect_timeout(Duration::from_millis(500));
+        .with_connect_timeout(Duration::from_millis(500))
+        // These hosts are the version 1 clients; v2 hosts are `client_v2.rs`.
+        .with_protocol(Protocol::V1);
     let mut rng = SmallRng::seed_from_u64(plan.seed);
     let id = plan.id;
     loop {

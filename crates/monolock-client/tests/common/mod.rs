@@ -148,3 +148,46 @@ async fn pump(
         std::future::pending::<()>().await;
     }
 }
+
+/// Runs one test body under each protocol version: `NAME::v2` (the
+/// client's default) and `NAME::v1` (forced with `Protocol::V1`). The body
+/// names the protocol it is given and builds its clients with it.
+#[macro_export]
+macro_rules! for_each_protocol {
+    ($(#[$attr:meta])* async fn $name:ident($protocol:ident) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($protocol: monolock_client::Protocol) $body
+
+            $(#[$attr])*
+            async fn v2() {
+                run(monolock_client::Protocol::V2).await
+            }
+
+            $(#[$attr])*
+            async fn v1() {
+                run(monolock_client::Protocol::V1).await
+            }
+        }
+    };
+    ($(#[$attr:meta])* fn $name:ident($protocol:ident) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn run($protocol: monolock_client::Protocol) $body
+
+            $(#[$attr])*
+            fn v2() {
+                run(monolock_client::Protocol::V2)
+            }
+
+            $(#[$attr])*
+            fn v1() {
+                run(monolock_client::Protocol::V1)
+            }
+        }
+    };
+}

@@ -245,7 +245,12 @@ async fn attack_round(
     // The hostile connections drain away (bounded poll: the server has no
     // notification for its connection count). The probes have closed; the
     // guards remain.
-    let healthy_connections = guards.len();
+    // One connection per guard over protocol v1; over v2 (the client's
+    // default) the guards share the client's sessions.
+    let healthy_connections = match client.session_loads().len() {
+        0 => guards.len(),
+        sessions => sessions,
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
     while server.handle.connections() > healthy_connections && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -1,0 +1,604 @@
+//! Reply matching and timing for one protocol version 2 session
+//! (docs/protocol.md, "Writing a version 2 client: checklist"), as a pure
+//! state machine: fed the frames sent and received with their instants,
+//! it says what each frame meant, or that the server broke the protocol.
+//!
+//! - Every frame sent gets exactly one reply, in order: a FIFO of the
+//!   frames in flight, each reply checked against the oldest (type and
+//!   claim id). GRANTED and REVOKED are pushes and answer nothing.
+//! - Each claim id: asked (ACQUIRE sent) -> waiting | held -> releasing
+//!   (RELEASE sent) -> free on RELEASED. GRANTED may cross a RELEASE;
+//!   REFUSED 0x20 answers a RELEASE that crossed a REVOKED.
+//! - `S` is the send instant of the latest frame whose reply has arrived
+//!   (before the first reply: the OPEN's); the session is given up at
+//!   `S + 0.8 x lease`. A push moves nothing.
+//! - PING on the version 1 schedule, only when nothing is in flight: any
+//!   reply confirms the session, so a busy session never pings.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::Duration,
+};
+
+use monolock_proto::{
+    ErrorCode,
+    v2::{Mode, ServerFrame},
+};
+use tokio::time::Instant;
+
+use crate::{error::ProtocolViolation, schedule::Schedule};
+
+/// A frame the client sent, awaiting its reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    Open,
+    Acquire(u32),
+    Release(u32),
+    Ping,
+}
+
+/// Where one claim id stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// ACQUIRE sent, no reply yet; `release`: its owner let go meanwhile.
+    Asking {
+        mode: Mode,
+        release: bool,
+    },
+    Waiting,
+    Held,
+    /// RELEASE sent, RELEASED not read yet.
+    Releasing,
+}
+
+/// What a frame from the server meant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// The reply to OPEN.
+    Opened {
+        /// The most claims the session may have at once.
+        max_claims: u32,
+    },
+    /// Nothing for any claim's owner (PONG, a GRANTED that crossed a
+    /// RELEASE, REFUSED 0x20 after a REVOKED).
+    Nothing,
+    /// The claim holds the lock (ACQUIRED, or GRANTED pushed). `release`:
+    /// its owner let go while it was asked; write RELEASE now.
+    Held {
+        /// The claim id.
+        claim: u32,
+        /// The fencing token of the grant.
+        token: u64,
+        /// Write a RELEASE for it now.
+        release: bool,
+    },
+    /// The claim is queued. `release` as for `Held`.
+    Queued {
+        /// The claim id.
+        claim: u32,
+        /// Write a RELEASE for it now.
+        release: bool,
+    },
+    /// A try-only ACQUIRE found the lock held; the id is free.
+    Busy {
+        /// The claim id.
+        claim: u32,
+    },
+    /// The ACQUIRE was refused; the id is free.
+    Refused {
+        /// The claim id.
+        claim: u32,
+        /// The claim code.
+        code: ErrorCode,
+        /// The server's detail.
+        reason: String,
+    },
+    /// RELEASED: the lock is handed on; the id is free.
+    Released {
+        /// The claim id.
+        claim: u32,
+    },
+    /// The server ended the claim (an administrator); the id is free.
+    Revoked {
+        /// The claim id.
+        claim: u32,
+        /// The claim code (0x08).
+        code: ErrorCode,
+        /// The server's detail.
+        reason: String,
+    },
+    /// ERROR: the session is over, with every claim.
+    Ended {
+        /// The session code.
+        code: ErrorCode,
+        /// The server's detail.
+        reason: String,
+    },
+}
+
+/// What [`Exchange::release`] asks of the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReleaseStep {
+    /// Write a RELEASE now.
+    Write,
+    /// Nothing now: the ACQUIRE is unanswered (its reply says), or the id
+    /// is already free.
+    Nothing,
+}
+
+/// Matching state and timing of one session.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    schedule: Schedule,
+    in_flight: VecDeque<(Sent, Instant)>,
+    claims: HashMap<u32, Claim>,
+    /// `S`.
+    confirmed_send: Instant,
+    /// When the latest reply arrived.
+    replied_at: Instant,
+    opened: bool,
+}
+
+impl Exchange {
+    /// The state right after the OPEN went out at `open_sent`.
+    pub(crate) fn new(lease: Duration, open_sent: Instant) -> Self {
+        Self {
+            schedule: Schedule::new(lease),
+            in_flight: VecDeque::from([(Sent::Open, open_sent)]),
+            claims: HashMap::new(),
+            confirmed_send: open_sent,
+            replied_at: open_sent,
+            opened: false,
+        }
+    }
+
+    /// Whether OPENED has been read.
+    pub(crate) fn opened(&self) -> bool {
+        self.opened
+    }
+
+    /// The instant at which the session is given up without a reply.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.schedule.deadline(self.confirmed_send)
+    }
+
+    /// When the next PING is due: `None` while any frame is in flight (its
+    /// reply will confirm the session).
+    pub(crate) fn next_ping(&self) -> Option<Instant> {
+        self.in_flight.is_empty().then(|| {
+            self.schedule
+                .next_send(self.confirmed_send, self.replied_at)
+        })
+    }
+
+    /// Claim ids in use or asked for.
+    pub(crate) fn claims(&self) -> usize {
+        self.claims.len()
+    }
+
+    /// Whether `claim` is asked for or in use.
+    pub(crate) fn knows(&self, claim: u32) -> bool {
+        self.claims.contains_key(&claim)
+    }
+
+    /// Records an ACQUIRE of `claim` written at `at`.
+    pub(crate) fn acquire_sent(&mut self, claim: u32, mode: Mode, at: Instant) {
+        self.claims.insert(
+            claim,
+            Claim::Asking {
+                mode,
+                release: false,
+            },
+        );
+        self.in_flight.push_back((Sent::Acquire(claim), at));
+    }
+
+    /// The owner of `claim` let go: whether to write a RELEASE now.
+    pub(crate) fn release(&mut self, claim: u32) -> ReleaseStep {
+        match self.claims.get_mut(&claim) {
+            Some(Claim::Asking { release, .. }) => {
+                *release = true;
+                ReleaseStep::Nothing
+            }
+            Some(Claim::Waiting | Claim::Held) => ReleaseStep::Write,
+            Some(Claim::Releasing) | None => ReleaseStep::Nothing,
+        }
+    }
+
+    /// Records a RELEASE of `claim` written at `at`.
+    pub(crate) fn release_sent(&mut self, claim: u32, at: Instant) {
+        self.claims.insert(claim, Claim::Releasing);
+        self.in_flight.push_back((Sent::Release(claim), at));
+    }
+
+    /// Records a PING written at `at`.
+    pub(crate) fn ping_sent(&mut self, at: Instant) {
+        self.in_flight.push_back((Sent::Ping, at));
+    }
+
+    /// Interprets one frame that arrived at `now`.
+    ///
+    /// # Errors
+    /// A [`ProtocolViolation`] when the frame cannot be the next one a
+    /// version 2 server sends; the caller closes the session.
+    pub(crate) fn on_frame(
+        &mut self,
+        frame: ServerFrame,
+        now: Instant,
+    ) -> Result<Event, ProtocolViolation> {
+        match frame {
+            ServerFrame::Error { code, reason } => Ok(Event::Ended { code, reason }),
+            ServerFrame::Granted { claim, token } => {
+                if planted(Planted::PushConfirmsHeartbeat)
+                    && let Some(&(_, sent_at)) = self.in_flight.front()
+                {
+                    self.confirmed_send = sent_at;
+                }
+                match self.claims.get_mut(&claim) {
+                    Some(state @ Claim::Waiting) => {
+                        *state = Claim::Held;
+                        Ok(Event::Held {
+                            claim,
+                            token,
+                            release: false,
+                        })
+                    }
+                    // Granted while its RELEASE is on the way: RELEASED follows.
+                    Some(Claim::Releasing) => Ok(Event::Nothing),
+                    _ => Err(unexpected(ServerFrame::Granted { claim, token })),
+                }
+            }
+            ServerFrame::Revoked {
+                claim,
+                code,
+                reason,
+            } => match self.claims.get(&claim) {
+                Some(Claim::Waiting | Claim::Held | Claim::Releasing) => {
+                    self.claims.remove(&claim);
+                    Ok(Event::Revoked {
+                        claim,
+                        code,
+                        reason,
+                    })
+                }
+                _ => Err(unexpected(ServerFrame::Revoked {
+                    claim,
+                    code,
+                    reason,
+                })),
+            },
+            reply => self.on_reply(reply, now),
+        }
+    }
+
+    /// A reply: it answers the oldest frame in flight.
+    fn on_reply(&mut self, frame: ServerFrame, now: Instant) -> Result<Event, ProtocolViolation> {
+        let Some(&(sent, sent_at)) = self.in_flight.front() else {
+            return Err(unexpected(frame));
+        };
+        let event = match (sent, &frame) {
+            (Sent::Open, ServerFrame::Opened { max_claims, .. }) => {
+                self.opened = true;
+                Event::Opened {
+                    max_claims: *max_claims,
+                }
+            }
+            (Sent::Ping, ServerFrame::Pong) => Event::Nothing,
+            (Sent::Acquire(id), &ServerFrame::Acquired { claim, token }) if id == claim => {
+                let Some(state) = self.claims.get_mut(&claim) else {
+                    return Err(unexpected(frame));
+                };
+                let Claim::Asking { release, .. } = *state else {
+                    return Err(unexpected(frame));
+                };
+                *state = Claim::Held;
+                Event::Held {
+                    claim,
+                    token,
+                    release,
+                }
+            }
+            (Sent::Acquire(id), &ServerFrame::Waiting { claim }) if id == claim => {
+                let Some(state) = self.claims.get_mut(&claim) else {
+                    return Err(unexpected(frame));
+                };
+                let Claim::Asking {
+                    mode: Mode::Wait,
+                    release,
+                } = *state
+                else {
+                    return Err(unexpected(frame));
+                };
+                *state = Claim::Waiting;
+                Event::Queued { claim, release }
+            }
+            (Sent::Acquire(id), &ServerFrame::Busy { claim }) if id == claim => {
+                match self.claims.get(&claim) {
+                    Some(Claim::Asking {
+                        mode: Mode::Try, ..
+                    }) => {
+                        self.claims.remove(&claim);
+                        Event::Busy { claim }
+                    }
+                    _ => return Err(unexpected(frame)),
+                }
+            }
+            (
+                Sent::Acquire(id),
+                ServerFrame::Refused {
+                    claim,
+                    code,
+                    reason,
+                },
+            ) if id == *claim => match self.claims.get(claim) {
+                Some(Claim::Asking { .. }) => {
+                    self.claims.remove(claim);
+                    Event::Refused {
+                        claim: *claim,
+                        code: *code,
+                        reason: reason.clone(),
+                    }
+                }
+                _ => return Err(unexpected(frame)),
+            },
+            (Sent::Release(id), &ServerFrame::Released { claim }) if id == claim => {
+                match self.claims.get(&claim) {
+                    Some(Claim::Releasing) => {
+                        self.claims.remove(&claim);
+                        Event::Released { claim }
+                    }
+                    _ => return Err(unexpected(frame)),
+                }
+            }
+            // The RELEASE crossed a REVOKED: the claim was already gone.
+            (Sent::Release(id), ServerFrame::Refused { claim, code, .. })
+                if id == *claim && *code == ErrorCode::UNKNOWN_CLAIM && !self.knows(*claim) =>
+            {
+                Event::Nothing
+            }
+            _ => return Err(unexpected(frame)),
+        };
+        self.in_flight.pop_front();
+        self.schedule
+            .observe_rtt(now.saturating_duration_since(sent_at));
+        self.confirmed_send = if planted(Planted::DeadlineFromReceive) {
+            now
+        } else {
+            sent_at.max(self.confirmed_send)
+        };
+        self.replied_at = now;
+        Ok(event)
+    }
+}
+
+fn unexpected(frame: ServerFrame) -> ProtocolViolation {
+    ProtocolViolation::Unexpected { frame }
+}
+
+/// The client mistakes the simulation can plant (`monolock-mutation`), as
+/// in the version 1 exchange.
+#[derive(Clone, Copy)]
+enum Planted {
+    PushConfirmsHeartbeat,
+    DeadlineFromReceive,
+}
+
+/// Whether the simulation planted `mistake` on this thread; always false
+/// outside the simulation.
+#[inline(always)]
+fn planted(mistake: Planted) -> bool {
+    #[cfg(feature = "mutations")]
+    {
+        use monolock_mutation::{Mutation, active};
+        active(match mistake {
+            Planted::PushConfirmsHeartbeat => Mutation::PushConfirmsHeartbeat,
+            Planted::DeadlineFromReceive => Mutation::DeadlineFromReceive,
+        })
+    }
+    #[cfg(not(feature = "mutations"))]
+    {
+        let _ = mistake;
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: Duration = Duration::from_millis(2000);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn opened(t0: Instant, at: Duration) -> Exchange {
+        let mut ex = Exchange::new(LEASE, t0);
+        let ev = ex.on_frame(
+            ServerFrame::Opened {
+                session: 1,
+                max_claims: 8,
+            },
+            t0 + at,
+        );
+        assert_eq!(ev, Ok(Event::Opened { max_claims: 8 }));
+        ex
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_reply_confirms_its_send_instant_and_a_push_confirms_nothing() {
+        let t0 = Instant::now();
+        let mut ex = opened(t0, ms(10));
+        assert_eq!(ex.deadline(), t0 + ms(1600));
+        ex.acquire_sent(1, Mode::Wait, t0 + ms(100));
+        assert_eq!(ex.next_ping(), None, "a frame is in flight");
+        assert_eq!(
+            ex.on_frame(ServerFrame::Waiting { claim: 1 }, t0 + ms(110)),
+            Ok(Event::Queued {
+                claim: 1,
+                release: false
+            })
+        );
+        assert_eq!(ex.deadline(), t0 + ms(100) + ms(1600));
+        // srtt 10ms: base 500 - 20 = 480, from the latest confirmed send.
+        assert_eq!(ex.next_ping(), Some(t0 + ms(100) + ms(480)));
+        ex.ping_sent(t0 + ms(580));
+        let pushed = ex.on_frame(ServerFrame::Granted { claim: 1, token: 9 }, t0 + ms(585));
+        assert_eq!(
+            pushed,
+            Ok(Event::Held {
+                claim: 1,
+                token: 9,
+                release: false
+            })
+        );
+        assert_eq!(ex.deadline(), t0 + ms(1700), "a push confirms nothing");
+        assert_eq!(
+            ex.on_frame(ServerFrame::Pong, t0 + ms(590)),
+            Ok(Event::Nothing)
+        );
+        assert_eq!(ex.deadline(), t0 + ms(580) + ms(1600));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn release_is_confirmed_by_released_and_frees_the_id() {
+        let t0 = Instant::now();
+        let mut ex = opened(t0, ms(1));
+        ex.acquire_sent(4, Mode::Try, t0);
+        assert_eq!(
+            ex.on_frame(ServerFrame::Acquired { claim: 4, token: 2 }, t0),
+            Ok(Event::Held {
+                claim: 4,
+                token: 2,
+                release: false
+            })
+        );
+        assert_eq!(ex.release(4), ReleaseStep::Write);
+        ex.release_sent(4, t0 + ms(5));
+        assert_eq!(ex.release(4), ReleaseStep::Nothing, "already on its way");
+        assert_eq!(
+            ex.on_frame(ServerFrame::Released { claim: 4 }, t0 + ms(6)),
+            Ok(Event::Released { claim: 4 })
+        );
+        assert_eq!(ex.claims(), 0);
+        assert_eq!(ex.release(4), ReleaseStep::Nothing, "a free id");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_asked_before_the_reply_goes_out_after_it() {
+        let t0 = Instant::now();
+        let mut ex = opened(t0, ms(1));
+        ex.acquire_sent(1, Mode::Wait, t0);
+        ex.acquire_sent(2, Mode::Try, t0);
+        assert_eq!(ex.release(1), ReleaseStep::Nothing);
+        assert_eq!(ex.release(2), ReleaseStep::Nothing);
+        assert_eq!(
+            ex.on_frame(ServerFrame::Waiting { claim: 1 }, t0),
+            Ok(Event::Queued {
+                claim: 1,
+                release: true
+            })
+        );
+        assert_eq!(
+            ex.on_frame(ServerFrame::Busy { claim: 2 }, t0),
+            Ok(Event::Busy { claim: 2 })
+        );
+        assert!(!ex.knows(2), "a busy id is free: nothing to release");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_may_cross_a_release_and_a_revoke_comes_first() {
+        let t0 = Instant::now();
+        let mut ex = opened(t0, ms(1));
+        ex.acquire_sent(1, Mode::Wait, t0);
+        ex.acquire_sent(2, Mode::Wait, t0);
+        ex.on_frame(ServerFrame::Waiting { claim: 1 }, t0).unwrap();
+        ex.on_frame(ServerFrame::Acquired { claim: 2, token: 5 }, t0)
+            .unwrap();
+        ex.release_sent(1, t0);
+        ex.release_sent(2, t0);
+        assert_eq!(
+            ex.on_frame(ServerFrame::Granted { claim: 1, token: 6 }, t0),
+            Ok(Event::Nothing)
+        );
+        let revoked = ServerFrame::Revoked {
+            claim: 2,
+            code: ErrorCode::CLAIM_REVOKED,
+            reason: "force-release".into(),
+        };
+        assert!(matches!(
+            ex.on_frame(revoked, t0),
+            Ok(Event::Revoked { claim: 2, .. })
+        ));
+        assert_eq!(
+            ex.on_frame(ServerFrame::Released { claim: 1 }, t0),
+            Ok(Event::Released { claim: 1 })
+        );
+        let refused = ServerFrame::Refused {
+            claim: 2,
+            code: ErrorCode::UNKNOWN_CLAIM,
+            reason: String::new(),
+        };
+        assert_eq!(ex.on_frame(refused, t0), Ok(Event::Nothing));
+        assert_eq!(ex.claims(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn violations() {
+        let t0 = Instant::now();
+        let mut ex = Exchange::new(LEASE, t0);
+        // A reply that does not answer the oldest frame (the OPEN).
+        assert!(
+            ex.on_frame(ServerFrame::Pong, t0).is_err(),
+            "PONG answering an OPEN"
+        );
+        let mut ex = opened(t0, ms(1));
+        assert!(
+            ex.on_frame(ServerFrame::Pong, t0).is_err(),
+            "nothing in flight"
+        );
+        ex.acquire_sent(1, Mode::Wait, t0);
+        assert!(
+            ex.on_frame(ServerFrame::Waiting { claim: 2 }, t0).is_err(),
+            "another claim's reply"
+        );
+        let mut ex = opened(t0, ms(1));
+        ex.acquire_sent(1, Mode::Wait, t0);
+        assert!(
+            ex.on_frame(ServerFrame::Busy { claim: 1 }, t0).is_err(),
+            "BUSY for a waiting ACQUIRE"
+        );
+        let mut ex = opened(t0, ms(1));
+        assert!(
+            ex.on_frame(ServerFrame::Granted { claim: 3, token: 1 }, t0)
+                .is_err(),
+            "GRANTED for an unknown claim"
+        );
+        let mut ex = opened(t0, ms(1));
+        ex.acquire_sent(1, Mode::Wait, t0);
+        ex.on_frame(ServerFrame::Acquired { claim: 1, token: 1 }, t0)
+            .unwrap();
+        assert!(
+            ex.on_frame(ServerFrame::Granted { claim: 1, token: 1 }, t0)
+                .is_err(),
+            "a second grant"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn error_ends_the_session_in_any_state() {
+        let t0 = Instant::now();
+        let mut ex = Exchange::new(LEASE, t0);
+        let ended = ex.on_frame(
+            ServerFrame::Error {
+                code: ErrorCode::UNSUPPORTED_VERSION,
+                reason: String::new(),
+            },
+            t0,
+        );
+        assert!(
+            matches!(ended, Ok(Event::Ended { code, .. }) if code == ErrorCode::UNSUPPORTED_VERSION)
+        );
+        assert!(!ex.opened());
+    }
+}
