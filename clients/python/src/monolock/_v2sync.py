@@ -1,0 +1,629 @@
+"""The sync client's protocol v2 driver: a pool of sessions per server
+address and one daemon thread that reads and heartbeats all of them.
+
+- A session per (address, lease) in use, opened on first use in the
+  caller's thread, kept while it carries claims and for `KEEP_IDLE` after
+  (below the server's `--idle-timeout` default of 60 s), at most
+  `MAX_SESSIONS_PER_ADDRESS` per address; a full session (its
+  `max_claims`, or REFUSED 0x09) sends the next claim to another one.
+- A request is one `send` from the caller's thread on a plain socket
+  (under the session's write lock, so the bytes leave in the order the
+  core queued them); on a TLS socket the reactor thread writes, because
+  an SSL object must not be read and written from two threads at once.
+- Replies are read by the reactor thread in batches (every byte the
+  socket has, then every whole frame in them) and wake the callers that
+  wait on the session's condition.
+- A session is never shared across a fork: the pool belongs to the
+  process that made it; a child starts an empty one.
+
+Design figures: docs/client-python.md, "Protocol v2: sessions".
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import os
+import selectors
+import socket
+import ssl
+import threading
+import time
+from typing import Callable, Deque, Dict, List, Optional, Tuple
+
+from . import _frames2
+from ._address import Address
+from ._claim import Status
+from ._connect import Endpoints, dial
+from ._reactor import READ_CHUNK, shutdown_socket
+from ._schedule import MS
+from ._session import IDLE_CLOSED, ClaimState, CStatus, SessionCore, SState
+from .errors import ConnectError, LockLost, LossReason
+
+#: How long a session without claims is kept open for the next claim.
+KEEP_IDLE_NS = 10_000 * MS
+#: The most sessions one process keeps open to one address.
+MAX_SESSIONS_PER_ADDRESS = 16
+
+_WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+_STATUS = {
+    CStatus.PENDING: Status.UNANSWERED,
+    CStatus.WAITING: Status.WAITING,
+    CStatus.HELD: Status.HELD,
+}
+
+#: What makes two sessions interchangeable: the server and how it is reached.
+PoolKey = Tuple[str, int, Optional[ssl.SSLContext], Optional[str]]
+
+
+def pool_key(endpoints: Endpoints, address: Address) -> PoolKey:
+    return (address.host, address.port, endpoints._ssl_context, endpoints._server_hostname)
+
+
+class V1Only(Exception):
+    """The address answered the OPEN with ERROR 0x10: it speaks v1 only."""
+
+
+class DialFailed(Exception):
+    """The address could not be reached (the cause is chained)."""
+
+
+class SyncSession:
+    """A session's socket, its core, and what the threads share: the
+    condition guards the core; the write lock orders the bytes sent."""
+
+    __slots__ = (
+        "core",
+        "sock",
+        "address",
+        "key",
+        "tls",
+        "pid",
+        "cond",
+        "write_lock",
+        "unsent",
+        "reactor",
+        "wake_at",
+        "closed",
+        "full",
+    )
+
+    def __init__(self, core: SessionCore, sock: socket.socket, address: Address, key: PoolKey) -> None:
+        self.core = core
+        self.sock = sock
+        self.address = address
+        self.key = key
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.pid = os.getpid()
+        self.cond = threading.Condition(threading.Lock())
+        self.write_lock = threading.Lock()
+        self.unsent = bytearray()
+        self.reactor: Optional[SessionReactor] = None
+        self.wake_at: Optional[int] = None
+        self.closed = False
+        #: The server refused a claim for `max_claims`: none more until one ends.
+        self.full = False
+
+    # any thread, with `cond` held
+
+    def settle_locked(self) -> bool:
+        """Signals the claims that ended; True when the session has ended."""
+        core = self.core
+        if core.ended:
+            for claim in core.ended:
+                if claim.status is CStatus.LOST and claim.watch is not None:
+                    claim.watch.set()  # type: ignore[attr-defined]
+                if claim.status is not CStatus.REFUSED or claim.refused is None:
+                    self.full = False
+                elif claim.refused.code != 0x09:
+                    self.full = False
+            core.ended.clear()
+        self.cond.notify_all()
+        return core.state is SState.CLOSED
+
+    # any thread
+
+    def submit(self) -> None:
+        """Sends what the core queued: at once from this thread on a plain
+        socket, through the reactor thread on a TLS one."""
+        if self.tls:
+            reactor = self.reactor
+            if reactor is not None:
+                reactor.command("flush", self)
+        else:
+            self.flush()
+
+    def flush(self) -> None:
+        """Writes the core's outbox (and anything left unsent), in order."""
+        with self.write_lock:
+            with self.cond:
+                if self.core.outbox:
+                    self.unsent += self.core.outbox
+                    self.core.outbox.clear()
+            if not self.unsent or self.closed:
+                return
+            try:
+                written = self.sock.send(self.unsent)
+            except _WOULD_BLOCK:
+                written = 0
+            except (OSError, ssl.SSLError) as err:
+                self.fail(LockLost.connection(err))
+                return
+            del self.unsent[:written]
+            if self.unsent and self.reactor is not None:
+                self.reactor.command("write", self)
+
+    def fail(self, loss: LockLost) -> None:
+        """Ends the session now: every claim on it is lost (or, being
+        released, released), each signalled; the reactor closes the socket."""
+        with self.cond:
+            self.core.fail(loss)
+            self.settle_locked()
+        self.close()
+
+    def close(self) -> None:
+        shutdown_socket(self.sock)
+        reactor = self.reactor
+        if reactor is not None:
+            reactor.command("close", self)
+        POOL.forget(self)
+
+    def check(self) -> None:
+        """Judges the deadline against the clock now."""
+        with self.cond:
+            self.core.check(time.monotonic_ns())
+            ended = self.settle_locked()
+        if ended:
+            self.close()
+
+
+class V2Claim:
+    """A claim on a session: what a `Lock` holds when the session speaks v2."""
+
+    __slots__ = ("session", "claim", "lost_event", "released", "io_timeout", "__weakref__")
+
+    def __init__(self, session: SyncSession, claim: ClaimState, io_timeout: float) -> None:
+        self.session = session
+        self.claim = claim
+        self.lost_event = threading.Event()
+        claim.watch = self.lost_event
+        self.released = False
+        self.io_timeout = io_timeout
+
+    @property
+    def lease_ms(self) -> int:
+        return self.session.core.lease_ms
+
+    def deadline_ns(self) -> int:
+        with self.session.cond:
+            return self.session.core.deadline()
+
+    @property
+    def loss(self) -> Optional[LockLost]:
+        return self.claim.loss
+
+    def status(self) -> Status:
+        """The status after checking the deadline against the clock now."""
+        if self.claim.live and os.getpid() == self.session.pid:
+            self.session.check()
+        return _STATUS.get(self.claim.status, Status.LOST)
+
+    def wait_until(self, ready: Callable[[Status], bool], until: Optional[int]) -> Tuple[Status, bool]:
+        """Waits until `ready(status)`, the loss, or the instant `until`
+        (monotonic ns). Returns the status and whether `until` passed."""
+        session = self.session
+        ended = False
+        try:
+            with session.cond:
+                while True:
+                    now = time.monotonic_ns()
+                    session.core.check(now)
+                    ended = session.settle_locked() or ended
+                    status = _STATUS.get(self.claim.status, Status.LOST)
+                    if status is Status.LOST or ready(status):
+                        return status, False
+                    limit = session.core.deadline()
+                    if until is not None:
+                        if now >= until:
+                            return status, True
+                        limit = min(limit, until)
+                    session.cond.wait(max(limit - now, 0) / 1e9)
+        finally:
+            if ended:
+                session.close()
+
+    def release(self, wait: bool) -> Optional[LockLost]:
+        """Sends RELEASE; with `wait`, returns once RELEASED is read (or the
+        session has ended), within `io_timeout`: past it the session is
+        closed, which releases every claim on it. Returns the loss that
+        ended the claim first, if one did."""
+        session = self.session
+        if os.getpid() != session.pid:
+            self.released = True  # the parent's claim: never touched here
+            return None
+        with session.cond:
+            now = time.monotonic_ns()
+            session.core.check(now)
+            ended = session.settle_locked()
+            if not self.released:
+                self.released = True
+                session.core.release(self.claim, now)
+        if ended:
+            session.close()
+        session.submit()
+        if wait:
+            until = time.monotonic_ns() + int(self.io_timeout * 1e9)
+            with session.cond:
+                while self.claim.live:
+                    left = until - time.monotonic_ns()
+                    if left <= 0:
+                        break
+                    session.cond.wait(left / 1e9)
+                timed_out = self.claim.live
+            if timed_out:
+                session.fail(
+                    LockLost.connection(
+                        TimeoutError(f"no reply to a RELEASE within {self.io_timeout}s")
+                    )
+                )
+        return self.claim.loss
+
+    def release_from_gc(self) -> None:
+        """From `__del__`, on any thread, perhaps one holding this session's
+        lock: only queues the release for the reactor thread."""
+        if self.released or os.getpid() != self.session.pid:
+            return
+        reactor = self.session.reactor
+        if reactor is not None:
+            reactor.command("release", self.session, self)
+
+
+class SessionReactor:
+    """A selector loop over sessions on one daemon thread."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._commands: Deque[Tuple[str, SyncSession, Optional[V2Claim]]] = collections.deque()
+        self._heap: List[Tuple[int, int, SyncSession]] = []
+        self._seq = itertools.count()
+        self._thread = threading.Thread(target=self._run, name="monolock-sessions", daemon=True)
+        self._thread.start()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.pid == os.getpid()
+
+    def command(self, what: str, session: SyncSession, claim: Optional[V2Claim] = None) -> None:
+        """Queues work for the reactor thread (a deque append and a one-byte
+        write: safe from any thread, from `__del__` too)."""
+        self._commands.append((what, session, claim))
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:
+            pass  # a full wake-up buffer already wakes the loop
+
+    # Everything below runs on the reactor thread only.
+
+    def _run(self) -> None:
+        while True:
+            self._take_commands()
+            while self._heap and self._heap[0][2].wake_at != self._heap[0][0]:
+                heapq.heappop(self._heap)
+            timeout = None
+            if self._heap:
+                timeout = max(self._heap[0][0] - time.monotonic_ns(), 0) / 1e9
+            for key, events in self._sel.select(timeout):
+                session = key.data
+                if session is None:
+                    self._drain_wake()
+                    continue
+                if events & selectors.EVENT_WRITE:
+                    self._guarded(SyncSession.flush, session)
+                    self._watch(session)
+                if events & selectors.EVENT_READ:
+                    self._guarded(self._readable, session)
+            self._timers(time.monotonic_ns())
+
+    def _take_commands(self) -> None:
+        while self._commands:
+            what, session, claim = self._commands.popleft()
+            if what == "add":
+                if session.closed:
+                    continue
+                self._sel.register(session.sock, selectors.EVENT_READ, session)
+                self._schedule(session)
+                self._guarded(self._readable, session)  # TLS may have read ahead
+            elif what == "close":
+                self._close(session)
+            elif what == "release" and claim is not None:
+                self._guarded(lambda s: claim.release(wait=False), session)
+            elif not session.closed:  # flush, write
+                self._guarded(SyncSession.flush, session)
+                self._watch(session)
+
+    def _watch(self, session: SyncSession) -> None:
+        """Reads always; writes while bytes wait to be sent."""
+        if session.closed:
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if session.unsent else 0)
+        try:
+            self._sel.modify(session.sock, events, session)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _guarded(self, step: Callable[[SyncSession], object], session: SyncSession) -> None:
+        """Runs one session's step; a failure in it ends that session
+        (its claims reported lost), never the thread that serves the rest."""
+        try:
+            step(session)
+        except Exception as err:  # noqa: BLE001 - reported as the claims' loss
+            with session.cond:
+                session.core.fail(LockLost.connection(err))
+                session.settle_locked()
+            self._close(session)
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _schedule(self, session: SyncSession) -> None:
+        with session.cond:
+            wake = session.core.next_wake()
+            idle = session.core.idle_since
+        if idle is not None:
+            idle_end = idle + KEEP_IDLE_NS
+            wake = idle_end if wake is None else min(wake, idle_end)
+        if wake is not None and wake != session.wake_at:
+            session.wake_at = wake
+            heapq.heappush(self._heap, (wake, next(self._seq), session))
+
+    def _readable(self, session: SyncSession) -> None:
+        if session.closed:
+            return
+        chunks: List[bytes] = []
+        cause: Optional[BaseException] = None
+        eof = False
+        try:
+            while True:
+                data = session.sock.recv(READ_CHUNK)
+                if not data:
+                    eof = True
+                    break
+                chunks.append(data)
+                if len(data) < READ_CHUNK:
+                    break
+        except _WOULD_BLOCK:
+            pass
+        except (OSError, ssl.SSLError) as err:
+            cause = err
+        now = time.monotonic_ns()
+        with session.cond:
+            if chunks:
+                session.core.receive(b"".join(chunks) if len(chunks) > 1 else chunks[0], now)
+            if eof or cause is not None:
+                session.core.closed(cause)
+            ended = session.settle_locked()
+            queued = bool(session.core.outbox)
+        if ended:
+            self._close(session)
+            return
+        if queued:  # a RELEASE the core queued itself (a give-up crossed a reply)
+            session.flush()
+            self._watch(session)
+        self._schedule(session)
+
+    def _timers(self, now: int) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            wake, _, session = heapq.heappop(heap)
+            if session.wake_at != wake or session.closed:
+                continue
+            session.wake_at = None
+            self._guarded(lambda s: self._tick(s, now), session)
+
+    def _tick(self, session: SyncSession, now: int) -> None:
+        with session.cond:
+            core = session.core
+            pinged = core.ping_due(now)
+            idle = core.idle_since is not None and now >= core.idle_since + KEEP_IDLE_NS
+            ended = session.settle_locked()
+        if ended or idle:
+            self._close(session)
+            return
+        if pinged:
+            session.flush()
+            self._watch(session)
+        self._schedule(session)
+
+    def _close(self, session: SyncSession) -> None:
+        POOL.forget(session)
+        if session.closed:
+            return
+        session.closed = True
+        session.wake_at = None
+        with session.cond:
+            if session.core.state is not SState.CLOSED:
+                # Kept idle past its time, or an owner's doubt: no claim is lost
+                # that was not already reported.
+                session.core.fail(LockLost.connection())
+            session.settle_locked()
+        try:
+            self._sel.unregister(session.sock)
+        except (KeyError, ValueError):
+            pass
+        shutdown_socket(session.sock)
+        session.sock.close()
+
+
+class SessionPool:
+    """The process's sessions, by server and lease, and the addresses that
+    answered the OPEN with ERROR 0x10 (v1 only)."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.sessions: Dict[PoolKey, List[SyncSession]] = {}
+        self.opening: Dict[Tuple[PoolKey, int], threading.Event] = {}
+        self.v1_only: Dict[PoolKey, bool] = {}
+        self.reactor: Optional[SessionReactor] = None
+
+    def is_v1(self, key: PoolKey) -> bool:
+        return key in self.v1_only
+
+    def forget_v1(self, key: PoolKey) -> None:
+        """The address failed to connect: the next attempt tries v2 anew
+        (the server behind it may have been upgraded)."""
+        self.v1_only.pop(key, None)
+
+    def forget(self, session: SyncSession) -> None:
+        with self.lock:
+            sessions = self.sessions.get(session.key)
+            if sessions is not None and session in sessions:
+                sessions.remove(session)
+                if not sessions:
+                    del self.sessions[session.key]
+
+    def session(self, endpoints: Endpoints, address: Address, lease_ms: int) -> SyncSession:
+        """A session to `address` with this lease that has room for one more
+        claim: an open one, or a new one. Raises V1Only, DialFailed,
+        ConnectError (the wrong port), LockLost (the OPEN's loss)."""
+        key = pool_key(endpoints, address)
+        while True:
+            with self.lock:
+                sessions = self.sessions.setdefault(key, [])
+                for session in sessions:
+                    if (
+                        session.core.lease_ms == lease_ms
+                        and not session.closed
+                        and not session.full
+                        and session.core.has_room()
+                    ):
+                        return session
+                opening = self.opening.get((key, lease_ms))
+                if opening is None:
+                    if len(sessions) >= MAX_SESSIONS_PER_ADDRESS:
+                        idle = [s for s in sessions if s.core.in_use() == 0]
+                        if not idle:
+                            raise LockLost(
+                                LossReason.SERVER_ERROR,
+                                f"{MAX_SESSIONS_PER_ADDRESS} sessions to {address} are full "
+                                "(each carries the server's max_claims): release some locks first",
+                                code=0x09,
+                            )
+                        sessions.remove(idle[0])
+                        idle[0].close()
+                    opening = self.opening[(key, lease_ms)] = threading.Event()
+                    mine = True
+                else:
+                    mine = False
+            if not mine:
+                opening.wait(endpoints._connect_timeout + lease_ms / 1000)
+                continue
+            try:
+                session = self._open(endpoints, address, key, lease_ms)
+                with self.lock:
+                    self.sessions.setdefault(key, []).append(session)
+                return session
+            finally:
+                with self.lock:
+                    del self.opening[(key, lease_ms)]
+                opening.set()
+
+    def _open(self, endpoints: Endpoints, address: Address, key: PoolKey, lease_ms: int) -> SyncSession:
+        """Dials, sends OPEN and reads OPENED in the caller's thread."""
+        try:
+            sock = dial(endpoints, address)
+        except (OSError, ssl.SSLError) as err:
+            raise DialFailed(str(err)) from err
+        core = SessionCore(lease_ms, time.monotonic_ns())
+        try:
+            sock.sendall(bytes(core.outbox))
+            core.outbox.clear()
+            while core.state is SState.OPENING:
+                now = time.monotonic_ns()
+                core.check(now)
+                if core.is_closed():
+                    break
+                sock.settimeout((core.deadline() - now) / 1e9)
+                data = sock.recv(READ_CHUNK)
+                if not data:
+                    core.closed(None)
+                    break
+                core.receive(data, time.monotonic_ns())
+            sock.setblocking(False)
+        except socket.timeout:
+            core.check(time.monotonic_ns())
+            core.fail(LockLost.expired(lease_ms, True, "OPEN"))
+        except (OSError, ssl.SSLError) as err:
+            core.closed(err)
+        except BaseException:
+            sock.close()
+            raise
+        if core.state is not SState.OPEN:
+            sock.close()
+            if core.v1_only:
+                self.v1_only[key] = True
+                raise V1Only()
+            loss = core.loss or LockLost.connection()
+            raise loss
+        session = SyncSession(core, sock, address, key)
+        session.reactor = self._reactor()
+        session.reactor.command("add", session)
+        return session
+
+    def _reactor(self) -> SessionReactor:
+        with self.lock:
+            if self.reactor is None or not self.reactor.alive():
+                self.reactor = SessionReactor()
+            return self.reactor
+
+
+POOL = SessionPool()
+
+
+def _after_fork_in_child() -> None:
+    """A child never shares its parent's sessions: it starts an empty pool
+    (the parent's descriptors are closed here without a shutdown, which
+    would end the parent's sessions)."""
+    global POOL
+    old = POOL
+    POOL = SessionPool()
+    for sessions in old.sessions.values():
+        for session in sessions:
+            session.closed = True
+            try:
+                socket.socket.close(session.sock)
+            except OSError:
+                pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def idle_closed_before_reply(loss: Optional[LockLost]) -> bool:
+    """The session was closed as idle (ERROR 0x03) while the ACQUIRE was on
+    its way: the server never saw it, and it may go on a new session."""
+    return loss is not None and loss.code == IDLE_CLOSED
+
+
+__all__ = [
+    "ConnectError",
+    "DialFailed",
+    "POOL",
+    "SessionPool",
+    "SyncSession",
+    "V1Only",
+    "V2Claim",
+    "idle_closed_before_reply",
+    "pool_key",
+]
