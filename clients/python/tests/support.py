@@ -17,6 +17,7 @@ import queue
 import signal
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -24,7 +25,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+
+import monolock
 
 REPO = Path(__file__).resolve().parents[3]
 #: Long enough that only a real hang trips it.
@@ -132,6 +135,32 @@ class Server:
     def waiters(self, name: str) -> List[Dict[str, Any]]:
         lock = self.lock(name)
         return [] if lock is None else list(lock["waiters"])
+
+
+class Protocols:
+    """Clients of the version a test case runs with: protocol v2 sessions
+    (the default), or v1 forced in the copy that `also_v1` makes."""
+
+    force_v1 = False
+
+    def sync_client(self, address: Any = None, **options: Any) -> monolock.Client:
+        return monolock.Client(address, force_v1=self.force_v1, **options)
+
+    def async_client(self, address: Any = None, **options: Any) -> monolock.AsyncClient:
+        return monolock.AsyncClient(address, force_v1=self.force_v1, **options)
+
+
+Case = TypeVar("Case", bound=Type[Protocols])
+
+
+def also_v1(case: Case) -> Case:
+    """Runs a test case twice: as written, on protocol v2 sessions, and
+    with `force_v1=True` (one connection per lock) in a subclass named
+    `<name>V1` that unittest finds in the same module."""
+    name = case.__name__ + "V1"
+    copy = type(name, (case,), {"force_v1": True, "__module__": case.__module__, "__qualname__": name})
+    setattr(sys.modules[case.__module__], name, copy)
+    return case
 
 
 class SharedServer:
