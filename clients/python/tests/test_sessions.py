@@ -1,0 +1,317 @@
+"""Protocol v2 sessions: many claims on one connection, released with a
+confirmation, lost together, never shared with a forked child, and v1
+for a server that speaks only v1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from contextlib import contextmanager
+from typing import Iterator, List, Optional
+from unittest import mock
+
+import monolock
+from monolock import LossReason, _v2sync
+from support import PATIENCE, REPO, Server, SharedServer, confirmed_after, eventually
+
+#: How many release-then-try_lock rounds must all succeed.
+ROUNDS = 1000
+
+
+def holder_addr(server: Server, name: str) -> str:
+    """The connection (the session) that holds `name`, as the server says."""
+    lock = server.lock(name)
+    assert lock is not None, f"nobody holds {name!r}"
+    return str(lock["holder"]["remote_addr"])
+
+
+def sessions(server: Server) -> int:
+    """Open connections, as the admin API counts them."""
+    info = server._request("GET", "/api/info")
+    assert info is not None
+    return int(info["sessions"])
+
+
+class Sessions(SharedServer, unittest.TestCase):
+    def test_locks_of_one_lease_share_one_session(self) -> None:
+        client = monolock.Client(self.server.addr)
+        locks = [client.lock(f"shared/{i}", lease=5.0) for i in range(5)]
+        self.assertEqual(len({holder_addr(self.server, f"shared/{i}") for i in range(5)}), 1)
+        other = monolock.Client(self.server.addr).lock("shared/other-lease", lease=6.0)
+        self.assertNotEqual(
+            holder_addr(self.server, "shared/other-lease"), holder_addr(self.server, "shared/0")
+        )
+        for lock in [*locks, other]:
+            lock.release()
+
+    def test_release_then_try_lock_always_succeeds_in_this_process(self) -> None:
+        # Two leases: two sessions, so the try_lock comes from another
+        # connection than the release, as another process's would.
+        client = monolock.Client(self.server.addr)
+        end = time.monotonic() + 3 * PATIENCE
+        for i in range(ROUNDS):
+            self.assertLess(time.monotonic(), end, f"{ROUNDS} rounds took too long")
+            client.lock("confirmed", lease=5.0).release()
+            taken = client.try_lock("confirmed", lease=6.0)
+            self.assertIsNotNone(taken, f"round {i}: the released lock was still busy")
+            assert taken is not None
+            taken.release()
+
+    def test_release_then_try_lock_always_succeeds_in_another_process(self) -> None:
+        with subprocess.Popen(
+            [sys.executable, "-c", TRY_LOCK_CHILD, self.server.addr],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO / "clients" / "python" / "src")},
+            text=True,
+        ) as child:
+            try:
+                assert child.stdin is not None and child.stdout is not None
+                client = monolock.Client(self.server.addr)
+                end = time.monotonic() + 3 * PATIENCE
+                for i in range(ROUNDS):
+                    self.assertLess(time.monotonic(), end, f"{ROUNDS} rounds took too long")
+                    client.lock("confirmed/child", lease=5.0).release()
+                    child.stdin.write("try\n")
+                    child.stdin.flush()
+                    self.assertEqual(child.stdout.readline().strip(), "taken", f"round {i}")
+            finally:
+                child.kill()
+
+    def test_a_force_release_ends_only_that_claim(self) -> None:
+        client = monolock.Client(self.server.addr)
+        forced = client.lock("only/forced", lease=1.0)
+        kept = client.lock("only/kept", lease=1.0)
+        self.assertEqual(holder_addr(self.server, "only/forced"), holder_addr(self.server, "only/kept"))
+        self.server.force_release("only/forced")
+        loss = forced.wait_lost(PATIENCE)
+        assert loss is not None
+        self.assertIs(loss.reason, LossReason.FORCED)
+        self.assertEqual(loss.code, 0x02)
+        # The session goes on: its next heartbeat is confirmed.
+        confirmed_after(lambda: kept.deadline)
+        self.assertTrue(kept.is_held())
+        self.assertFalse(kept.lost_event.is_set())
+        kept.release()
+        eventually("the lock to be free", lambda: self.server.lock("only/kept") is None)
+
+    def test_a_garbage_collected_lock_is_released_by_the_session(self) -> None:
+        client = monolock.Client(self.server.addr)
+        kept = client.lock("gc/kept", lease=5.0)
+        lock: Optional[monolock.Lock] = client.lock("gc/dropped", lease=5.0)
+        del lock
+        eventually("the dropped lock to be released", lambda: self.server.lock("gc/dropped") is None)
+        self.assertTrue(kept.is_held())
+        kept.release()
+
+    def test_a_session_without_claims_is_closed_after_its_idle_time(self) -> None:
+        with mock.patch.object(_v2sync, "KEEP_IDLE_NS", 50_000_000):
+            with Server() as server:
+                client = monolock.Client(server.addr)
+                client.lock("idle", lease=5.0).release()
+                eventually("the idle session to close", lambda: sessions(server) == 0)
+
+
+class SessionBounds(unittest.TestCase):
+    def test_a_full_session_sends_the_next_claim_to_another(self) -> None:
+        with Server("--max-claims-per-session", "2") as server:
+            client = monolock.Client(server.addr)
+            locks = [client.lock(f"full/{i}", lease=5.0) for i in range(5)]
+            self.assertTrue(all(lock.is_held() for lock in locks))
+            self.assertEqual(len({holder_addr(server, f"full/{i}") for i in range(5)}), 3)
+            for lock in locks:
+                lock.release()
+
+    def test_a_session_closed_by_the_servers_idle_timeout_is_replaced(self) -> None:
+        with Server("--idle-timeout", "100ms") as server:
+            client = monolock.Client(server.addr)
+            for _ in range(3):
+                client.lock("server-idle", lease=5.0).release()
+                eventually("the server to close the idle session", lambda: sessions(server) == 0)
+                with client.lock("server-idle", lease=5.0) as lock:
+                    self.assertTrue(lock.is_held())
+
+    def test_a_stopped_server_loses_every_claim_of_the_session_at_once(self) -> None:
+        with Server() as server:
+            client = monolock.Client(server.addr)
+            locks = [client.lock(f"stopped/{i}", lease=1.0) for i in range(3)]
+            server.signal(signal.SIGSTOP)
+            try:
+                for lock in locks:
+                    loss = lock.wait_lost(PATIENCE)
+                    assert loss is not None
+                    self.assertIs(loss.reason, LossReason.EXPIRED)
+                    self.assertFalse(lock.is_held())
+                deadlines = {lock.deadline for lock in locks}
+                self.assertEqual(len(deadlines), 1, "one session, one deadline")
+            finally:
+                server.signal(signal.SIGCONT)
+
+    def test_async_locks_share_a_session_and_release_is_confirmed(self) -> None:
+        with Server() as server:
+
+            async def use() -> None:
+                client = monolock.AsyncClient(server.addr)
+                locks = [await client.lock(f"a-shared/{i}", lease=5.0) for i in range(3)]
+                addrs = await asyncio.to_thread(
+                    lambda: {holder_addr(server, f"a-shared/{i}") for i in range(3)}
+                )
+                self.assertEqual(len(addrs), 1)
+                for i in range(200):
+                    await locks[0].release()
+                    again = await client.try_lock("a-shared/0", lease=6.0)
+                    self.assertIsNotNone(again, f"round {i}")
+                    assert again is not None
+                    locks[0] = again
+                for lock in locks:
+                    await lock.release()
+
+            asyncio.run(use())
+
+
+class Fork(SharedServer, unittest.TestCase):
+    def test_a_forked_child_opens_its_own_session(self) -> None:
+        client = monolock.Client(self.server.addr)
+        parent = client.lock("fork/parent", lease=2.0)
+        parent_session = holder_addr(self.server, "fork/parent")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report, and never return into the test runner
+            status = 1
+            try:
+                os.close(read)
+                with client.lock("fork/child", lease=2.0, wait=PATIENCE) as lock:
+                    report = {"held": lock.is_held(), "session": holder_addr(self.server, "fork/child")}
+                os.write(write, json.dumps(report).encode())
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            report = json.loads(pipe.read() or "{}")
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(status, 0)
+        self.assertTrue(report["held"])
+        self.assertNotEqual(report["session"], parent_session, "the child used its parent's session")
+        # The child's exit ended nothing of the parent's.
+        confirmed_after(lambda: parent.deadline)
+        self.assertTrue(parent.is_held())
+        self.assertEqual(holder_addr(self.server, "fork/parent"), parent_session)
+        parent.release()
+        self.assertIsNone(self.server.lock("fork/parent"))
+
+
+@contextmanager
+def v1_only_proxy(upstream: str) -> Iterator[List[int]]:
+    """A server that speaks only v1, as an old release would: it answers an
+    OPEN with ERROR 0x10 and passes v1 connections to `upstream`. Yields
+    the address and the count of OPENs seen (a list: [port, opens])."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    seen = [listener.getsockname()[1], 0]
+    host, port = upstream.rsplit(":", 1)
+    stop = threading.Event()
+
+    def pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def serve(conn: socket.socket) -> None:
+        head = b""
+        while len(head) < 2:
+            data = conn.recv(2 - len(head))
+            if not data:
+                conn.close()
+                return
+            head += data
+        if head == b"\x01\x02":
+            seen[1] += 1
+            reason = b"unsupported protocol version: 2"
+            conn.sendall(bytes([0x13, 0x10, len(reason)]) + reason)
+            conn.shutdown(socket.SHUT_WR)
+            conn.close()
+            return
+        with conn, socket.create_connection((host, int(port))) as up:
+            up.sendall(head)
+            back = threading.Thread(target=pipe, args=(up, conn), daemon=True)
+            back.start()
+            pipe(conn, up)
+            back.join(PATIENCE)
+
+    def accept() -> None:
+        listener.settimeout(0.05)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+class Fallback(SharedServer, unittest.TestCase):
+    def test_a_v1_server_gets_v1_remembered_per_address(self) -> None:
+        with v1_only_proxy(self.server.addr) as seen:
+            address = f"127.0.0.1:{seen[0]}"
+            client = monolock.Client(address)
+            with client.lock("old/one", lease=5.0) as lock:
+                self.assertTrue(lock.is_held())
+                self.assertEqual(self.server.lock("old/one")["holder"]["token"], lock.token)  # type: ignore[index]
+            free = client.try_lock("old/free", lease=5.0)
+            assert free is not None
+            free.release()
+
+            async def use() -> int:
+                async with monolock.AsyncClient(address).lock("old/async", lease=5.0) as lock:
+                    return lock.token
+
+            self.assertGreater(asyncio.run(use()), 0)
+            self.assertEqual(seen[1], 1, "the fallback is remembered for the address")
+        # The address fails to connect: it is tried anew with v2 next time.
+        with self.assertRaises(monolock.ConnectError):
+            monolock.Client(address).lock("old/gone", lease=5.0)
+        self.assertFalse(_v2sync.POOL.is_v1(_v2sync.pool_key(client, client._addresses[0])))
+
+
+#: Answers each "try" line with whether try_lock took the lock (and releases it).
+TRY_LOCK_CHILD = """
+import sys, monolock
+client = monolock.Client(sys.argv[1])
+for _ in sys.stdin:
+    lock = client.try_lock("confirmed/child", lease=5.0)
+    print("taken" if lock is not None else "busy", flush=True)
+    if lock is not None:
+        lock.release()
+"""
+
+
+if __name__ == "__main__":
+    unittest.main()
