@@ -82,6 +82,7 @@ class Tls(Protocols, unittest.TestCase):
             with self.assertRaises(monolock.ConnectError) as caught:
                 self.sync_client(server.addr, ssl_context=anonymous).lock("mtls", lease=5.0)
             self.assertIn(server.addr, str(caught.exception))
+            self.assertIsInstance(caught.exception.__cause__, ssl.SSLError)
 
             async def use() -> None:
                 good = self.async_client(server.addr, ssl_context=client_context(True))

@@ -405,7 +405,10 @@ class AsyncClient(Endpoints):
                 except _v2sync.V1Only:
                     return await self._acquire_v1(*args, (address,))
                 except LockLost as loss:
-                    raise first_reply_error(address, loss) or loss from None
+                    error = first_reply_error(address, loss)
+                    if error is None:
+                        raise
+                    raise error  # its cause is the TLS alert, or what answered
                 result = await self._acquire_v2(session, name, raw_name, wait, wait_ns, start, give_up_when_queued)
                 if result is not _RETRY:
                     return result  # type: ignore[return-value]

@@ -258,7 +258,10 @@ class Client(Endpoints):
                         name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
                     )
                 except LockLost as loss:
-                    raise first_reply_error(address, loss) or loss from None
+                    error = first_reply_error(address, loss)
+                    if error is None:
+                        raise
+                    raise error  # its cause is the TLS alert, or what answered
                 result = self._acquire_v2(session, name, raw_name, wait, wait_ns, start, give_up_when_queued)
                 if result is not _RETRY:
                     return result  # type: ignore[return-value]
