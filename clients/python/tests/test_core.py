@@ -427,6 +427,24 @@ class SessionMachine(unittest.TestCase):
             self.assertIs(core.loss.reason, LossReason.PROTOCOL_VIOLATION, what)
             self.assertIs(claim.status, CStatus.LOST, what)
 
+    def test_idle_time_starts_when_the_last_claim_ends(self) -> None:
+        core = open_session()
+        self.assertIsNone(core.idle_since, "opened for a claim that is about to come")
+        claim = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        core.receive(v2(0x32, claim.id), T0 + 3 * MS)
+        core.release(claim, T0 + 4 * MS)
+        core.receive(v2(0x34, claim.id), T0 + 5 * MS)
+        self.assertEqual(core.idle_since, T0 + 5 * MS)
+
+    def test_a_claim_on_an_ended_session_was_never_sent(self) -> None:
+        core = open_session()
+        core.receive(b"\x13\x03\x00", T0 + 2 * MS)
+        core.outbox.clear()
+        claim = core.acquire("a", b"a", 0, T0 + 3 * MS)
+        self.assertIs(claim.status, CStatus.LOST)
+        self.assertTrue(claim.unsent)
+        self.assertEqual(bytes(core.outbox), b"")
+
     def test_a_v1_server_answers_the_open_with_0x10(self) -> None:
         core = SessionCore(2000, T0)
         core.receive(b"\x13\x10\x00", T0 + 1 * MS)

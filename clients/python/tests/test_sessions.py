@@ -119,6 +119,24 @@ class Sessions(SharedServer, unittest.TestCase):
                 client.lock("idle", lease=5.0).release()
                 eventually("the idle session to close", lambda: sessions(server) == 0)
 
+    def test_sessions_without_idle_time_never_fail_a_claim(self) -> None:
+        # No idle time at all: a session closes as soon as its last claim
+        # ends, and the next claim races that close. It must go to a new
+        # session, which does not close before its first claim.
+        with mock.patch.object(_v2sync, "KEEP_IDLE_NS", 0):
+            client = monolock.Client(self.server.addr)
+            for _ in range(300):
+                with client.lock("idle-race", lease=5.0) as lock:
+                    self.assertTrue(lock.is_held())
+
+            async def use() -> None:
+                client = monolock.AsyncClient(self.server.addr)
+                for _ in range(300):
+                    async with client.lock("idle-race", lease=5.0) as lock:
+                        self.assertTrue(lock.is_held())
+
+            asyncio.run(use())
+
 
 class SessionBounds(unittest.TestCase):
     def test_a_full_session_sends_the_next_claim_to_another(self) -> None:

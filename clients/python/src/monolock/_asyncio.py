@@ -394,9 +394,9 @@ class AsyncClient(Endpoints):
                     _v2sync.POOL.forget_v1(key)
                     failures.add(address, err.__cause__ or err)
                     continue
-            # A session closed as idle while the ACQUIRE was on its way never
-            # saw it: the claim goes once more, on a new session.
-            for _ in range(2):
+            # As in the sync client: a claim the server never saw, or refused
+            # for the session's claim bound, goes again on another session.
+            for _ in range(_v2sync.MAX_SESSIONS_PER_ADDRESS + 2):
                 try:
                     session = await pool.session(self, address, lease_ms)
                 except _v2sync.DialFailed as err:
@@ -412,6 +412,8 @@ class AsyncClient(Endpoints):
                 result = await self._acquire_v2(session, name, raw_name, wait, wait_ns, start, give_up_when_queued)
                 if result is not _RETRY:
                     return result  # type: ignore[return-value]
+            else:
+                raise _v2sync.sessions_full(address)
         raise failures.error()
 
     async def _acquire_v2(
@@ -448,10 +450,9 @@ class AsyncClient(Endpoints):
                 if timed_out:
                     raise NotAcquired(name, wait if wait is not None else 0.0)
             if status is not Status.HELD:
-                loss = claim.loss or LockLost.connection()
-                if _v2sync.idle_closed_before_reply(loss) and claim.token is None:
+                if _v2sync.never_seen(claim):
                     return _RETRY
-                raise loss
+                raise claim.loss or LockLost.connection()
             token = claim.token
             assert token is not None
             return AsyncLock(handle, name, token, session.address)

@@ -76,7 +76,7 @@ _LIVE = (CStatus.PENDING, CStatus.WAITING, CStatus.HELD, CStatus.RELEASING)
 class ClaimState:
     """One claim of a session. `watch` is the driver's (its event)."""
 
-    __slots__ = ("id", "name", "status", "token", "loss", "refused", "release_wanted", "watch")
+    __slots__ = ("id", "name", "status", "token", "loss", "refused", "release_wanted", "unsent", "watch")
 
     def __init__(self, claim_id: int, name: str) -> None:
         self.id = claim_id
@@ -88,6 +88,8 @@ class ClaimState:
         #: Release as soon as the ACQUIRE's reply arrives (a caller gave up
         #: while it was in flight).
         self.release_wanted = False
+        #: The session had ended before this ACQUIRE was queued: never sent.
+        self.unsent = False
         self.watch: object = None
 
     @property
@@ -147,8 +149,9 @@ class SessionCore:
         self.claims: Dict[int, ClaimState] = {}
         #: Claims that ended since the driver last looked (it signals them).
         self.ended: List[ClaimState] = []
-        #: Since when the session has had no claim in use (None: it has one).
-        self.idle_since: Optional[int] = now
+        #: Since when the session has had no claim in use (None: it has one,
+        #: or was opened for one that is about to come).
+        self.idle_since: Optional[int] = None
         self._pending: Deque[_Request] = collections.deque([(_frames2.OPEN, 0, now)])
         self._confirmed_send = now
         self._next_ping: Optional[int] = None
@@ -176,6 +179,7 @@ class SessionCore:
         self._next_id = (claim_id + 1) % _U32
         claim = ClaimState(claim_id, name)
         if self.state is SState.CLOSED:
+            claim.unsent = True
             self._end(claim, CStatus.LOST, self.loss)
             return claim
         self.claims[claim_id] = claim

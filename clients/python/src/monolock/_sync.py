@@ -245,9 +245,10 @@ class Client(Endpoints):
                     _v2sync.POOL.forget_v1(key)
                     failures.add(address, err.__cause__ or err)
                     continue
-            # A session closed as idle while the ACQUIRE was on its way never
-            # saw it: the claim goes once more, on a new session.
-            for _ in range(2):
+            # A claim the server never saw (its session ended first, or was
+            # closed as idle) or refused for the session's claim bound goes
+            # again, on another session: at most once per session allowed.
+            for _ in range(_v2sync.MAX_SESSIONS_PER_ADDRESS + 2):
                 try:
                     session = _v2sync.POOL.session(self, address, lease_ms)
                 except _v2sync.DialFailed as err:
@@ -266,7 +267,7 @@ class Client(Endpoints):
                 if result is not _RETRY:
                     return result  # type: ignore[return-value]
             else:
-                continue
+                raise _v2sync.sessions_full(address)
         raise failures.error()
 
     def _acquire_v2(
@@ -304,10 +305,9 @@ class Client(Endpoints):
                 if timed_out:
                     raise NotAcquired(name, wait if wait is not None else 0.0)
             if status is not Status.HELD:
-                loss = claim.loss or LockLost.connection()
-                if _v2sync.idle_closed_before_reply(loss) and claim.token is None and status is Status.LOST:
+                if _v2sync.never_seen(claim):
                     return _RETRY
-                raise loss
+                raise claim.loss or LockLost.connection()
             token = claim.token
             assert token is not None
             return Lock(handle, name, token, session.address)

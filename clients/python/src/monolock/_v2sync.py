@@ -399,8 +399,8 @@ class SessionReactor:
                     eof = True
                     break
                 chunks.append(data)
-                if len(data) < READ_CHUNK:
-                    break
+                if len(data) < READ_CHUNK and not session.tls:
+                    break  # drained; TLS reads until it would block (records buffer)
         except _WOULD_BLOCK:
             pass
         except (OSError, ssl.SSLError) as err:
@@ -433,10 +433,13 @@ class SessionReactor:
     def _tick(self, session: SyncSession, now: int) -> None:
         with session.cond:
             core = session.core
+            if core.idle_since is not None and now >= core.idle_since + KEEP_IDLE_NS:
+                # Under the lock that every new claim takes: a claim queued
+                # from now on finds the session ended, and goes on another.
+                core.fail(LockLost.connection())
             pinged = core.ping_due(now)
-            idle = core.idle_since is not None and now >= core.idle_since + KEEP_IDLE_NS
             ended = session.settle_locked()
-        if ended or idle:
+        if ended:
             self._close(session)
             return
         if pinged:
@@ -509,22 +512,20 @@ class SessionPool:
                     ):
                         return session
                 opening = self.opening.get((key, lease_ms))
+                evicted: Optional[SyncSession] = None
                 if opening is None:
                     if len(sessions) >= MAX_SESSIONS_PER_ADDRESS:
                         idle = [s for s in sessions if s.core.in_use() == 0]
                         if not idle:
-                            raise LockLost(
-                                LossReason.SERVER_ERROR,
-                                f"{MAX_SESSIONS_PER_ADDRESS} sessions to {address} are full "
-                                "(each carries the server's max_claims): release some locks first",
-                                code=0x09,
-                            )
-                        sessions.remove(idle[0])
-                        idle[0].close()
+                            raise sessions_full(address)
+                        evicted = idle[0]
+                        sessions.remove(evicted)
                     opening = self.opening[(key, lease_ms)] = threading.Event()
                     mine = True
                 else:
                     mine = False
+            if evicted is not None:
+                evicted.close()
             if not mine:
                 opening.wait(endpoints._connect_timeout + lease_ms / 1000)
                 continue
@@ -610,10 +611,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def idle_closed_before_reply(loss: Optional[LockLost]) -> bool:
-    """The session was closed as idle (ERROR 0x03) while the ACQUIRE was on
-    its way: the server never saw it, and it may go on a new session."""
-    return loss is not None and loss.code == IDLE_CLOSED
+def sessions_full(address: Address) -> LockLost:
+    """No session to `address` can take one more claim, and no more may open."""
+    return LockLost(
+        LossReason.SERVER_ERROR,
+        f"{MAX_SESSIONS_PER_ADDRESS} sessions to {address} are full "
+        "(each carries the server's max_claims): release some locks first",
+        code=0x09,
+    )
+
+
+def never_seen(claim: ClaimState) -> bool:
+    """The claim ended before the server could have acted on it: its
+    session had ended before the ACQUIRE was queued, or was closed as idle
+    (ERROR 0x03: it had no claim, so it never read this ACQUIRE). It may go
+    on a new session."""
+    if claim.status is not CStatus.LOST or claim.token is not None:
+        return False
+    return claim.unsent or (claim.loss is not None and claim.loss.code == IDLE_CLOSED)
 
 
 __all__ = [
@@ -624,6 +639,7 @@ __all__ = [
     "SyncSession",
     "V1Only",
     "V2Claim",
-    "idle_closed_before_reply",
+    "never_seen",
+    "sessions_full",
     "pool_key",
 ]
