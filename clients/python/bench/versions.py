@@ -125,6 +125,22 @@ def cycles(addr: str, count: int) -> Dict[str, List[float]]:
     return results
 
 
+def session_open(addr: str, count: int) -> Tuple[float, float]:
+    """p50 of opening a v2 session (connect, OPEN, OPENED) and of one lock
+    cycle on it: what keeping a session idle saves the next claim."""
+    from monolock import _address, _v2sync
+
+    client = monolock.Client(addr)
+    address = _address.parse(addr)[0]
+    opens, firsts = [], []
+    for i in range(count):
+        start = time.perf_counter()
+        session = _v2sync.POOL._open(client, address, _v2sync.pool_key(client, address), 60_000 + i)
+        opens.append(time.perf_counter() - start)
+        session.close()
+    return statistics.median(opens) * 1e6, statistics.median(sync_round(addr, False, count)) * 1e6
+
+
 def server_rss_kb(server: support.Server) -> int:
     for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -174,6 +190,7 @@ def main() -> None:
         os.environ["MONOLOCK_BIN"] = str(cycle.target_dir() / "release" / "monolock")
     with support.Server() as server:
         results = cycles(server.addr, args.cycles)
+        opened, cycled = session_open(server.addr, 500)
     redis = cycle.redis_py(args.cycles)
     print(f"python {sys.version.split()[0]}, server {os.environ['MONOLOCK_BIN']}")
     print(f"lock cycle: {len(results['sync v1'])} cycles per row after {WARM_UP} warm-up, one at a time, "
@@ -188,6 +205,9 @@ def main() -> None:
     if redis is not None:
         p50, p99 = redis
         print(f"| redis-py Lock (SET NX PX + EVALSHA) | {p50:.0f} µs | {p99:.0f} µs | ~{1e6 / p50:.0f} (1/p50) | |")
+    print()
+    print(f"opening a v2 session (connect, OPEN, OPENED), p50 of 500: {opened:.0f} µs; "
+          f"a lock cycle on an open session: {cycled:.0f} µs")
     print()
     print(f"{args.held} locks held by one process, lease {HOLD_LEASE} s, measured over {HOLD_WINDOW} s")
     print("| version | take them | held at the end | connections | client fds | client CPU | client RSS | server RSS added |")
