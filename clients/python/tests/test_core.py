@@ -368,7 +368,7 @@ class SessionMachine(unittest.TestCase):
             assert claim.loss is not None
             self.assertIs(claim.loss.reason, LossReason.SHUTDOWN)
         self.assertIs(releasing.status, CStatus.RELEASED)
-        self.assertEqual(len(core.ended), 3)
+        self.assertEqual(core.changed[-3:], [held, waiting, releasing])
 
     def test_a_release_may_cross_a_grant_and_a_revoke(self) -> None:
         core = open_session()

@@ -123,7 +123,7 @@ class SessionCore:
         "v1_only",
         "outbox",
         "claims",
-        "ended",
+        "changed",
         "idle_since",
         "_pending",
         "_confirmed_send",
@@ -147,8 +147,9 @@ class SessionCore:
         #: Bytes to send, in order; the driver writes and clears them.
         self.outbox = bytearray(_frames2.open_frame(lease_ms))
         self.claims: Dict[int, ClaimState] = {}
-        #: Claims that ended since the driver last looked (it signals them).
-        self.ended: List[ClaimState] = []
+        #: Claims whose status the server changed since the driver last
+        #: looked (it wakes their owners and signals their losses).
+        self.changed: List[ClaimState] = []
         #: Since when the session has had no claim in use (None: it has one,
         #: or was opened for one that is about to come).
         self.idle_since: Optional[int] = None
@@ -288,6 +289,7 @@ class SessionCore:
                 claim.token = value  # crossed our RELEASE: released again next
             else:
                 raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
+            self.changed.append(claim)
             return
         if kind == REVOKED:
             claim = self._claim(claim_id, frame)
@@ -327,8 +329,10 @@ class SessionCore:
             if kind == ACQUIRED:
                 claim.status = CStatus.HELD
                 claim.token = value
+                self.changed.append(claim)
             elif kind == WAITING:
                 claim.status = CStatus.WAITING
+                self.changed.append(claim)
             elif kind == BUSY:
                 self._end(claim, CStatus.BUSY, None)
             else:
@@ -384,7 +388,7 @@ class SessionCore:
         claim.loss = loss
         if not keep:
             self.claims.pop(claim.id, None)
-        self.ended.append(claim)
+        self.changed.append(claim)
 
     def _after_change(self, now: int) -> None:
         if not self.claims and self.idle_since is None:

@@ -79,13 +79,13 @@ class AsyncSession(asyncio.Protocol):
         """After the core changed: signal ended claims, wake waiters, send
         what it queued, and close or reschedule."""
         core = self.core
-        if core.ended:
-            for claim in core.ended:
-                if claim.status is CStatus.LOST and claim.watch is not None:
-                    claim.watch.set()  # type: ignore[attr-defined]
-                if claim.status is not CStatus.REFUSED:
-                    self.full = False
-            core.ended.clear()
+        if core.changed:
+            for claim in core.changed:
+                if isinstance(claim.watch, AsyncV2Claim):
+                    claim.watch.on_change()
+                if not claim.live and claim.status is not CStatus.REFUSED:
+                    self.full = False  # a claim ended: room again
+            core.changed.clear()
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             _resolve(waiter)
@@ -163,15 +163,40 @@ class AsyncSession(asyncio.Protocol):
 class AsyncV2Claim:
     """A claim on a session: what an `AsyncLock` holds with v2."""
 
-    __slots__ = ("session", "claim", "lost_event", "released", "io_timeout", "__weakref__")
+    __slots__ = ("session", "claim", "lost_event", "released", "io_timeout", "_waiters", "__weakref__")
 
     def __init__(self, session: AsyncSession, claim: ClaimState, io_timeout: float) -> None:
         self.session = session
         self.claim = claim
         self.lost_event = asyncio.Event()
-        claim.watch = self.lost_event
+        claim.watch = self
         self.released = False
         self.io_timeout = io_timeout
+        #: Tasks waiting for this claim's next change: only they wake.
+        self._waiters: List["asyncio.Future[None]"] = []
+
+    def on_change(self) -> None:
+        """The server changed this claim: wake its waiters, signal a loss."""
+        if self.claim.status is CStatus.LOST:
+            self.lost_event.set()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            _resolve(waiter)
+
+    async def _changed(self, limit: Optional[int]) -> None:
+        """Returns on this claim's next change (a session's end changes
+        every claim) or at the instant `limit`."""
+        future = self.session.loop.create_future()
+        self._waiters.append(future)
+        timer = None
+        if limit is not None:
+            delay = max(limit - time.monotonic_ns(), 0) / 1e9
+            timer = self.session.loop.call_later(delay, _resolve, future)
+        try:
+            await future
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     @property
     def lease_ms(self) -> int:
@@ -200,7 +225,7 @@ class AsyncV2Claim:
                 if now >= until:
                     return status, True
                 limit = min(limit, until)
-            await self.session.changed(limit)
+            await self._changed(limit)
 
     def release(self) -> Optional[LockLost]:
         """Sends RELEASE without waiting for the confirmation."""
@@ -227,7 +252,7 @@ class AsyncV2Claim:
                     LockLost.connection(TimeoutError(f"no reply to a RELEASE within {self.io_timeout}s"))
                 )
                 break
-            await self.session.changed(until)
+            await self._changed(until)
         return self.claim.loss
 
     def release_from_gc(self) -> None:

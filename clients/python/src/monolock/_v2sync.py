@@ -109,18 +109,17 @@ class SyncSession:
     # any thread, with `cond` held
 
     def settle_locked(self) -> bool:
-        """Signals the claims that ended; True when the session has ended."""
+        """Signals the claims that were lost, and wakes the threads waiting
+        on the session; True when the session has ended."""
         core = self.core
-        if core.ended:
-            for claim in core.ended:
-                if claim.status is CStatus.LOST and claim.watch is not None:
-                    claim.watch.set()  # type: ignore[attr-defined]
-                if claim.status is not CStatus.REFUSED or claim.refused is None:
-                    self.full = False
-                elif claim.refused.code != 0x09:
-                    self.full = False
-            core.ended.clear()
-        self.cond.notify_all()
+        if core.changed:
+            for claim in core.changed:
+                if claim.status is CStatus.LOST and isinstance(claim.watch, V2Claim):
+                    claim.watch.lost_event.set()
+                if not claim.live and claim.status is not CStatus.REFUSED:
+                    self.full = False  # a claim ended: room again
+            core.changed.clear()
+            self.cond.notify_all()
         return core.state is SState.CLOSED
 
     # any thread
@@ -188,7 +187,7 @@ class V2Claim:
         self.session = session
         self.claim = claim
         self.lost_event = threading.Event()
-        claim.watch = self.lost_event
+        claim.watch = self
         self.released = False
         self.io_timeout = io_timeout
 
