@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -175,6 +176,90 @@ class SharedServer:
     @classmethod
     def tearDownClass(cls) -> None:
         cls.server.stop()
+
+
+class Proxy:
+    """A TCP proxy on a free loopback port in front of `upstream`.
+
+    `stall()` stops it forwarding anything, both ways, as a network path
+    that goes silent does; with `v1_only` it plays a server that speaks
+    only v1: an OPEN is answered ERROR 0x10 (and counted in `opens`)."""
+
+    def __init__(self, upstream: str, *, v1_only: bool = False) -> None:
+        self.upstream = upstream
+        self.v1_only = v1_only
+        self.opens = 0
+        self.stalled = threading.Event()
+        self._stop = threading.Event()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.05)
+        self.addr = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def stall(self) -> None:
+        self.stalled.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.stalled.clear()
+        self._thread.join(PATIENCE)
+        self._listener.close()
+
+    def __enter__(self) -> Proxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                while self.stalled.is_set() and not self._stop.is_set():
+                    self._stop.wait(0.01)  # the fault: nothing passes
+                if not data or self._stop.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while len(head) < 2:
+                data = conn.recv(2 - len(head))
+                if not data:
+                    return
+                head += data
+            if self.v1_only and head == b"\x01\x02":
+                self.opens += 1
+                reason = b"unsupported protocol version: 2"
+                conn.sendall(bytes([0x13, 0x10, len(reason)]) + reason)
+                conn.shutdown(socket.SHUT_WR)
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as up:
+                up.sendall(head)
+                back = threading.Thread(target=self._pipe, args=(up, conn), daemon=True)
+                back.start()
+                self._pipe(conn, up)
+                back.join(PATIENCE)
 
 
 def eventually(what: str, condition: Callable[[], bool], patience: float = PATIENCE) -> None:

@@ -8,19 +8,16 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import unittest
-from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Optional
 from unittest import mock
 
 import monolock
 from monolock import LossReason, _v2sync
-from support import PATIENCE, REPO, Server, SharedServer, confirmed_after, eventually
+from support import PATIENCE, REPO, Proxy, Server, SharedServer, confirmed_after, eventually
 
 #: How many release-then-try_lock rounds must all succeed.
 ROUNDS = 1000
@@ -227,78 +224,10 @@ class Fork(SharedServer, unittest.TestCase):
         self.assertIsNone(self.server.lock("fork/parent"))
 
 
-@contextmanager
-def v1_only_proxy(upstream: str) -> Iterator[List[int]]:
-    """A server that speaks only v1, as an old release would: it answers an
-    OPEN with ERROR 0x10 and passes v1 connections to `upstream`. Yields
-    the address and the count of OPENs seen (a list: [port, opens])."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    seen = [listener.getsockname()[1], 0]
-    host, port = upstream.rsplit(":", 1)
-    stop = threading.Event()
-
-    def pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for sock in (src, dst):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def serve(conn: socket.socket) -> None:
-        head = b""
-        while len(head) < 2:
-            data = conn.recv(2 - len(head))
-            if not data:
-                conn.close()
-                return
-            head += data
-        if head == b"\x01\x02":
-            seen[1] += 1
-            reason = b"unsupported protocol version: 2"
-            conn.sendall(bytes([0x13, 0x10, len(reason)]) + reason)
-            conn.shutdown(socket.SHUT_WR)
-            conn.close()
-            return
-        with conn, socket.create_connection((host, int(port))) as up:
-            up.sendall(head)
-            back = threading.Thread(target=pipe, args=(up, conn), daemon=True)
-            back.start()
-            pipe(conn, up)
-            back.join(PATIENCE)
-
-    def accept() -> None:
-        listener.settimeout(0.05)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except socket.timeout:
-                continue
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
-
-
 class Fallback(SharedServer, unittest.TestCase):
     def test_a_v1_server_gets_v1_remembered_per_address(self) -> None:
-        with v1_only_proxy(self.server.addr) as seen:
-            address = f"127.0.0.1:{seen[0]}"
+        with Proxy(self.server.addr, v1_only=True) as proxy:
+            address = proxy.addr
             client = monolock.Client(address)
             with client.lock("old/one", lease=5.0) as lock:
                 self.assertTrue(lock.is_held())
@@ -312,7 +241,7 @@ class Fallback(SharedServer, unittest.TestCase):
                     return lock.token
 
             self.assertGreater(asyncio.run(use()), 0)
-            self.assertEqual(seen[1], 1, "the fallback is remembered for the address")
+            self.assertEqual(proxy.opens, 1, "the fallback is remembered for the address")
         # The address fails to connect: it is tried anew with v2 next time.
         with self.assertRaises(monolock.ConnectError):
             monolock.Client(address).lock("old/gone", lease=5.0)

@@ -23,6 +23,7 @@ from support import (
     PATIENCE,
     REPO,
     Protocols,
+    Proxy,
     Server,
     SharedServer,
     also_v1,
@@ -502,6 +503,43 @@ class SyncServerFaults(Protocols, unittest.TestCase):
             assert isinstance(err, LockLost), repr(err)
             self.assertIs(err.reason, LossReason.SHUTDOWN)
             self.assertEqual(server.proc.wait(PATIENCE), 0)
+
+
+@also_v1
+class ProxyStalls(SharedServer, Protocols, unittest.TestCase):
+    def test_a_stalled_path_is_given_up_before_the_server_hands_the_locks_on(self) -> None:
+        lease = 1.0  # short: the server hands on only after a whole lease of silence
+        with Proxy(self.server.addr) as proxy:
+            client = self.sync_client(proxy.addr)
+            names = ["stall/a", "stall/b"]
+            locks = [client.lock(name, lease=lease) for name in names]
+            granted_at: List[float] = []
+            errors: List[BaseException] = []
+
+            def wait_in_line(name: str) -> None:
+                try:
+                    lock = self.sync_client(self.server.addr).lock(name, lease=5.0, wait=PATIENCE)
+                    granted_at.append(time.monotonic())
+                    lock.release()
+                except BaseException as err:  # noqa: B036 - recorded for the assertion
+                    errors.append(err)
+
+            waiters = [threading.Thread(target=wait_in_line, args=(name,)) for name in names]
+            for i, waiter in enumerate(waiters):
+                waiter.start()
+                eventually("the waiter to queue", lambda i=i: len(self.server.waiters(names[i])) == 1)  # type: ignore[misc]
+            proxy.stall()
+            lost_at = []
+            for lock in locks:
+                loss = lock.wait_lost(PATIENCE)
+                lost_at.append(time.monotonic())
+                assert loss is not None
+                self.assertIs(loss.reason, LossReason.EXPIRED)
+            for waiter in waiters:
+                joined(self, waiter)
+            self.assertEqual(errors, [])
+            self.assertEqual(len(granted_at), 2)
+            self.assertLess(max(lost_at), min(granted_at), "a waiter was granted before the holder knew")
 
 
 if __name__ == "__main__":
