@@ -136,6 +136,7 @@ class SyncSession:
 
     def flush(self) -> None:
         """Writes the core's outbox (and anything left unsent), in order."""
+        failure: Optional[BaseException] = None
         with self.write_lock:
             with self.cond:
                 if self.core.outbox:
@@ -148,11 +149,14 @@ class SyncSession:
             except _WOULD_BLOCK:
                 written = 0
             except (OSError, ssl.SSLError) as err:
-                self.fail(LockLost.connection(err))
-                return
+                written = 0
+                failure = err
             del self.unsent[:written]
-            if self.unsent and self.reactor is not None:
-                self.reactor.command("write", self)
+            more = bool(self.unsent)
+        if failure is not None:
+            self.fail(LockLost.connection(failure))
+        elif more and self.reactor is not None:
+            self.reactor.command("write", self)
 
     def fail(self, loss: LockLost) -> None:
         """Ends the session now: every claim on it is lost (or, being
@@ -163,7 +167,13 @@ class SyncSession:
         self.close()
 
     def close(self) -> None:
-        shutdown_socket(self.sock)
+        """From any thread: FIN now (every claim on the session ends at the
+        server at once); the reactor thread closes the descriptor."""
+        with self.write_lock:
+            # Under the write lock, as the reactor closes the descriptor: a
+            # closed descriptor's number may already be another socket's.
+            if not self.closed:
+                shutdown_socket(self.sock)
         reactor = self.reactor
         if reactor is not None:
             reactor.command("close", self)
@@ -450,7 +460,8 @@ class SessionReactor:
         POOL.forget(session)
         if session.closed:
             return
-        session.closed = True
+        with session.write_lock:
+            session.closed = True
         session.wake_at = None
         with session.cond:
             if session.core.state is not SState.CLOSED:
@@ -462,8 +473,9 @@ class SessionReactor:
             self._sel.unregister(session.sock)
         except (KeyError, ValueError):
             pass
-        shutdown_socket(session.sock)
-        session.sock.close()
+        with session.write_lock:
+            shutdown_socket(session.sock)
+            session.sock.close()
 
 
 class SessionPool:
