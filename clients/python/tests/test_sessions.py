@@ -5,6 +5,7 @@ for a server that speaks only v1."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -12,7 +13,8 @@ import subprocess
 import sys
 import time
 import unittest
-from typing import Optional
+import weakref
+from typing import List, Optional
 from unittest import mock
 
 import monolock
@@ -31,10 +33,11 @@ def holder_addr(server: Server, name: str) -> str:
 
 
 def sessions(server: Server) -> int:
-    """Open connections, as the admin API counts them."""
+    """Open protocol connections (each v2 session is one), as the admin API
+    counts them."""
     info = server._request("GET", "/api/info")
     assert info is not None
-    return int(info["sessions"])
+    return int(info["connections"])
 
 
 class Sessions(SharedServer, unittest.TestCase):
@@ -190,6 +193,21 @@ class SessionBounds(unittest.TestCase):
                     await lock.release()
 
             asyncio.run(use())
+
+    def test_asyncio_run_closes_the_loops_sessions_as_it_ends(self) -> None:
+        with Server() as server:
+            loops: List["weakref.ref[asyncio.AbstractEventLoop]"] = []
+
+            async def use() -> None:
+                loops.append(weakref.ref(asyncio.get_running_loop()))
+                lock = await monolock.AsyncClient(server.addr).lock("a-run", lease=5.0)
+                await lock.release()  # the session stays open, idle, for the next claim
+                self.assertEqual(await asyncio.to_thread(sessions, server), 1)
+
+            asyncio.run(use())
+            eventually("the session to close with its loop", lambda: sessions(server) == 0)
+            gc.collect()
+            self.assertIsNone(loops[0](), "the pool kept its event loop alive")
 
 
 class Fork(SharedServer, unittest.TestCase):

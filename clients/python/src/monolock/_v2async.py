@@ -42,7 +42,9 @@ class AsyncSession(asyncio.Protocol):
     """One v2 session on an event loop."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, pool: AsyncPool, key: PoolKey, address: Address, lease_ms: int) -> None:
-        self.loop = loop
+        # Weakly: the pool that holds this session is looked up by its loop,
+        # and must not keep that loop alive.
+        self._loop = weakref.ref(loop)
         self.pool = pool
         self.key = key
         self.address = address
@@ -53,6 +55,13 @@ class AsyncSession(asyncio.Protocol):
         self.full = False
         self._waiters: List["asyncio.Future[None]"] = []
         self._timer: Optional[asyncio.TimerHandle] = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("the session's event loop is gone")
+        return loop
 
     # asyncio.Protocol
 
@@ -259,8 +268,8 @@ class AsyncV2Claim:
         """From `__del__`: the release is made on the loop's thread."""
         if self.released or os.getpid() != self.session.pid:
             return
-        loop = self.session.loop
         try:
+            loop = self.session.loop
             if loop.is_closed():
                 return
             loop.call_soon_threadsafe(self.release)
@@ -271,11 +280,30 @@ class AsyncV2Claim:
 class AsyncPool:
     """One event loop's sessions, by server and lease."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+    def __init__(self) -> None:
         self.pid = os.getpid()
         self.sessions: Dict[PoolKey, List[AsyncSession]] = {}
         self.opening: Dict[Tuple[PoolKey, int], "asyncio.Future[None]"] = {}
+        #: Lives while the pool has sessions: `asyncio.run` (and any runner
+        #: that cancels what is left) ends it as the loop shuts down, and it
+        #: closes every session then, instead of leaving the sockets to GC.
+        self._keeper: Optional["asyncio.Task[None]"] = None
+        self._empty: Optional["asyncio.Future[None]"] = None
+
+    def add(self, session: AsyncSession) -> None:
+        self.sessions.setdefault(session.key, []).append(session)
+        if self._keeper is None:
+            loop = session.loop
+            self._empty = loop.create_future()
+            self._keeper = loop.create_task(self._keep(self._empty), name="monolock-sessions")
+
+    async def _keep(self, empty: "asyncio.Future[None]") -> None:
+        try:
+            await empty
+        finally:
+            for sessions in list(self.sessions.values()):
+                for session in list(sessions):
+                    session.close()
 
     def forget(self, session: AsyncSession) -> None:
         sessions = self.sessions.get(session.key)
@@ -283,6 +311,9 @@ class AsyncPool:
             sessions.remove(session)
             if not sessions:
                 del self.sessions[session.key]
+        if not self.sessions and self._empty is not None:
+            _resolve(self._empty)
+            self._keeper = self._empty = None
 
     async def session(self, endpoints: Endpoints, address: Address, lease_ms: int) -> AsyncSession:
         key = pool_key(endpoints, address)
@@ -306,23 +337,24 @@ class AsyncPool:
                         code=0x09,
                     )
                 idle[0].close()
-            opening = self.opening[(key, lease_ms)] = self.loop.create_future()
+            opening = self.opening[(key, lease_ms)] = asyncio.get_running_loop().create_future()
             try:
                 session = await self._open(endpoints, address, key, lease_ms)
-                self.sessions.setdefault(key, []).append(session)
+                self.add(session)
                 return session
             finally:
                 del self.opening[(key, lease_ms)]
                 _resolve(opening)
 
     async def _open(self, endpoints: Endpoints, address: Address, key: PoolKey, lease_ms: int) -> AsyncSession:
-        session = AsyncSession(self.loop, self, key, address, lease_ms)
+        loop = asyncio.get_running_loop()
+        session = AsyncSession(loop, self, key, address, lease_ms)
         tls: Any = {}
         if endpoints._ssl_context is not None:
             tls = {"ssl": endpoints._ssl_context, "server_hostname": endpoints._hostname(address)}
         try:
             await asyncio.wait_for(
-                self.loop.create_connection(lambda: session, address.host, address.port, **tls),
+                loop.create_connection(lambda: session, address.host, address.port, **tls),
                 endpoints._connect_timeout,
             )
         except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
@@ -360,5 +392,5 @@ def pool() -> AsyncPool:
     loop = asyncio.get_running_loop()
     found = _pools.get(loop)
     if found is None or found.pid != os.getpid():
-        found = _pools[loop] = AsyncPool(loop)
+        found = _pools[loop] = AsyncPool()
     return found
