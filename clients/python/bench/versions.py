@@ -28,9 +28,12 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
+import ssl
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -141,6 +144,51 @@ def session_open(addr: str, count: int) -> Tuple[float, float]:
     return statistics.median(opens) * 1e6, statistics.median(sync_round(addr, False, count)) * 1e6
 
 
+def lab_pki(directory: Path) -> Tuple[Path, Path, Path]:
+    """A CA and a server certificate for 127.0.0.1 (ECDSA P-256), made with
+    the openssl command: (ca.pem, server.pem, server.key)."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, cwd=directory, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=bench-ca")
+    run("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "server.pem", "-days", "1", "-extfile", "san.ext")
+    return directory / "ca.pem", directory / "server.pem", directory / "server.key"
+
+
+def tls_cycles(count: int) -> Optional[Dict[str, List[float]]]:
+    """Sync lock cycles over TLS, v1 forced against v2, in rounds."""
+    if shutil.which("openssl") is None:
+        print("TLS rows left out: no openssl command")
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        ca, cert, key = lab_pki(Path(tmp))
+        context = ssl.create_default_context(cafile=str(ca))
+        with support.Server("--tls-cert", str(cert), "--tls-key", str(key)) as server:
+            results: Dict[str, List[float]] = {}
+            per_round = max(count // ROUNDS, 20)
+
+            def run(force_v1: bool, cycles: int) -> List[float]:
+                client = monolock.Client(server.addr, ssl_context=context, force_v1=force_v1)
+                samples = []
+                for _ in range(cycles):
+                    start = time.perf_counter()
+                    with client.lock(cycle.NAME, lease=60.0):
+                        pass
+                    samples.append(time.perf_counter() - start)
+                return samples
+
+            for force_v1 in (True, False):
+                run(force_v1, 20)
+            for _ in range(ROUNDS):
+                for force_v1 in (True, False):
+                    results.setdefault(f"tls v{1 if force_v1 else 2}", []).extend(run(force_v1, per_round))
+            return results
+
+
 def server_rss_kb(server: support.Server) -> int:
     for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -191,6 +239,7 @@ def main() -> None:
     with support.Server() as server:
         results = cycles(server.addr, args.cycles)
         opened, cycled = session_open(server.addr, 500)
+    tls = tls_cycles(args.cycles // 5)
     redis = cycle.redis_py(args.cycles)
     print(f"python {sys.version.split()[0]}, server {os.environ['MONOLOCK_BIN']}")
     print(f"lock cycle: {len(results['sync v1'])} cycles per row after {WARM_UP} warm-up, one at a time, "
@@ -202,6 +251,11 @@ def main() -> None:
         v2 = row(results[f"{kind} v2"])
         print(f"| Python {kind}, v1 forced | {v1[0]:.0f} µs | {v1[1]:.0f} µs | {v1[2]:.0f} | |")
         print(f"| **Python {kind}, v2** | {v2[0]:.0f} µs | {v2[1]:.0f} µs | {v2[2]:.0f} | {v1[0] / v2[0]:.2f} |")
+    if tls is not None:
+        v1 = row(tls["tls v1"])
+        v2 = row(tls["tls v2"])
+        print(f"| Python sync over TLS, v1 forced | {v1[0]:.0f} µs | {v1[1]:.0f} µs | {v1[2]:.0f} | |")
+        print(f"| **Python sync over TLS, v2** | {v2[0]:.0f} µs | {v2[1]:.0f} µs | {v2[2]:.0f} | {v1[0] / v2[0]:.2f} |")
     if redis is not None:
         p50, p99 = redis
         print(f"| redis-py Lock (SET NX PX + EVALSHA) | {p50:.0f} µs | {p99:.0f} µs | ~{1e6 / p50:.0f} (1/p50) | |")
