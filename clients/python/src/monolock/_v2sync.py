@@ -10,9 +10,13 @@ address and one daemon thread that reads and heartbeats all of them.
   (under the session's write lock, so the bytes leave in the order the
   core queued them); on a TLS socket the reactor thread writes, because
   an SSL object must not be read and written from two threads at once.
-- Replies are read by the reactor thread in batches (every byte the
-  socket has, then every whole frame in them) and wake the callers that
-  wait on the session's condition.
+- Replies are read in batches (every byte the socket has, then every
+  whole frame in them). An owner waiting for the reply to its own request
+  reads it itself where epoll is available (the socket is one-shot there:
+  disarmed for the reactor while the owner reads, re-armed after), so an
+  uncontended lock cycle needs no hand-off between threads; pushes, and
+  replies no owner is reading, are the reactor thread's, which wakes the
+  owners waiting on the session's condition.
 - A session is never shared across a fork: the pool belongs to the
   process that made it; a child starts an empty one.
 
@@ -25,6 +29,7 @@ import collections
 import heapq
 import itertools
 import os
+import select
 import selectors
 import socket
 import ssl
@@ -88,6 +93,9 @@ class SyncSession:
         "wake_at",
         "closed",
         "full",
+        "read_lock",
+        "direct",
+        "gen",
     )
 
     def __init__(self, core: SessionCore, sock: socket.socket, address: Address, key: PoolKey) -> None:
@@ -105,6 +113,14 @@ class SyncSession:
         self.closed = False
         #: The server refused a claim for `max_claims`: none more until one ends.
         self.full = False
+        #: Held by whichever thread reads the socket and feeds the core:
+        #: the reactor, or an owner reading its reply itself.
+        self.read_lock = threading.Lock()
+        #: Owners may read their replies themselves (a plain socket, and a
+        #: reactor that re-arms it only after each read: epoll one-shot).
+        self.direct = False
+        #: Counts the changes that woke waiters (read under `cond`).
+        self.gen = 0
 
     # any thread, with `cond` held
 
@@ -119,6 +135,7 @@ class SyncSession:
                 if not claim.live and claim.status is not CStatus.REFUSED:
                     self.full = False  # a claim ended: room again
             core.changed.clear()
+            self.gen += 1
             self.cond.notify_all()
         return core.state is SState.CLOSED
 
@@ -157,6 +174,65 @@ class SyncSession:
             self.fail(LockLost.connection(failure))
         elif more and self.reactor is not None:
             self.reactor.command("write", self)
+
+    def read_now(self) -> None:
+        """Reads every byte the socket has and feeds the core (the caller
+        holds `read_lock`); sends what the core queued; ends the session on
+        EOF or failure."""
+        if self.closed:
+            return
+        chunks: List[bytes] = []
+        cause: Optional[BaseException] = None
+        eof = False
+        try:
+            while True:
+                data = self.sock.recv(READ_CHUNK)
+                if not data:
+                    eof = True
+                    break
+                chunks.append(data)
+                if len(data) < READ_CHUNK and not self.tls:
+                    break  # drained; TLS reads until it would block (records buffer)
+        except _WOULD_BLOCK:
+            pass
+        except (OSError, ssl.SSLError) as err:
+            cause = err
+        now = time.monotonic_ns()
+        with self.cond:
+            if chunks:
+                self.core.receive(b"".join(chunks) if len(chunks) > 1 else chunks[0], now)
+            if eof or cause is not None:
+                self.core.closed(cause)
+            ended = self.settle_locked()
+            queued = bool(self.core.outbox)
+        if ended:
+            self.close()
+        elif queued:  # a RELEASE the core queued itself (a give-up crossed a reply)
+            self.flush()
+
+    def read_direct(self, until: int) -> bool:
+        """An owner waiting for a reply reads it itself, with no hand-off to
+        the reactor thread, if no other thread is reading: waits for the
+        socket to be readable until the instant `until`, then reads. False
+        when another thread is the reader (wait for its notification)."""
+        if not self.read_lock.acquire(blocking=False):
+            return False
+        reactor = self.reactor
+        try:
+            if reactor is not None:
+                reactor.disarm(self)  # spare the reactor thread a wake-up for this reply
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            timeout_ms = max((until - time.monotonic_ns()) // 1_000_000, 0)
+            if poller.poll(min(timeout_ms, 1_000)) and not self.closed:
+                self.read_now()
+        except (OSError, ValueError):
+            pass  # the reactor closed the socket meanwhile: the caller looks again
+        finally:
+            self.read_lock.release()
+            if reactor is not None:
+                reactor.arm(self)  # pushes that come next are the reactor's
+        return True
 
     def fail(self, loss: LockLost) -> None:
         """Ends the session now: every claim on it is lost (or, being
@@ -225,8 +301,8 @@ class V2Claim:
         session = self.session
         ended = False
         try:
-            with session.cond:
-                while True:
+            while True:
+                with session.cond:
                     now = time.monotonic_ns()
                     session.core.check(now)
                     ended = session.settle_locked() or ended
@@ -238,7 +314,18 @@ class V2Claim:
                         if now >= until:
                             return status, True
                         limit = min(limit, until)
-                    session.cond.wait(max(limit - now, 0) / 1e9)
+                    gen = session.gen
+                    # The reply to this claim's request is due: read it here
+                    # rather than wait for the reactor thread to be scheduled.
+                    direct = session.direct and self.claim.status is CStatus.PENDING
+                    if not direct:
+                        session.cond.wait(max(limit - now, 0) / 1e9)
+                        continue
+                if session.read_direct(limit):
+                    continue
+                with session.cond:  # another thread reads: wait for what it feeds
+                    while session.gen == gen and time.monotonic_ns() < limit:
+                        session.cond.wait(max(limit - time.monotonic_ns(), 0) / 1e9)
         finally:
             if ended:
                 session.close()
@@ -264,13 +351,21 @@ class V2Claim:
         session.submit()
         if wait:
             until = time.monotonic_ns() + int(self.io_timeout * 1e9)
-            with session.cond:
-                while self.claim.live:
+            while True:
+                with session.cond:
                     left = until - time.monotonic_ns()
-                    if left <= 0:
+                    if not self.claim.live or left <= 0:
+                        timed_out = self.claim.live
                         break
-                    session.cond.wait(left / 1e9)
-                timed_out = self.claim.live
+                    gen = session.gen
+                    if not session.direct:
+                        session.cond.wait(left / 1e9)
+                        continue
+                if session.read_direct(until):
+                    continue
+                with session.cond:
+                    while session.gen == gen and time.monotonic_ns() < until:
+                        session.cond.wait(max(until - time.monotonic_ns(), 0) / 1e9)
             if timed_out:
                 session.fail(
                     LockLost.connection(
@@ -289,16 +384,109 @@ class V2Claim:
             reactor.command("release", self.session, self)
 
 
+class _Epoll:
+    """Readiness by epoll, each session's socket one-shot: after an event
+    it stays disarmed until `arm`, so an owner thread can read its reply
+    itself while the reactor thread leaves that socket alone."""
+
+    oneshot = True
+
+    def __init__(self, wake: socket.socket) -> None:
+        self._epoll = select.epoll()
+        self._wake = wake.fileno()
+        self._epoll.register(self._wake, select.EPOLLIN)
+        self._sessions: Dict[int, SyncSession] = {}
+
+    def add(self, session: SyncSession) -> None:
+        fd = session.sock.fileno()
+        self._sessions[fd] = session
+        self._epoll.register(fd, select.EPOLLIN | select.EPOLLONESHOT)
+
+    def arm(self, session: SyncSession) -> None:
+        """From any thread (epoll is the kernel's, and thread-safe)."""
+        events = select.EPOLLIN | select.EPOLLONESHOT | (select.EPOLLOUT if session.unsent else 0)
+        try:
+            fd = session.sock.fileno()
+            if fd >= 0 and not session.closed:
+                self._epoll.modify(fd, events)
+        except (OSError, ValueError):
+            pass  # closed meanwhile
+
+    def disarm(self, session: SyncSession) -> None:
+        """From any thread: no event for this socket until `arm`."""
+        try:
+            fd = session.sock.fileno()
+            if fd >= 0 and not session.closed:
+                self._epoll.modify(fd, 0)
+        except (OSError, ValueError):
+            pass  # closed meanwhile
+
+    def remove(self, session: SyncSession) -> None:
+        fd = session.sock.fileno()
+        if self._sessions.get(fd) is session:
+            del self._sessions[fd]
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def poll(self, timeout: Optional[float]) -> List[Tuple[Optional[SyncSession], bool, bool]]:
+        ready: List[Tuple[Optional[SyncSession], bool, bool]] = []
+        for fd, events in self._epoll.poll(-1 if timeout is None else timeout):
+            if fd == self._wake:
+                ready.append((None, True, False))
+            elif fd in self._sessions:
+                readable = bool(events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR))
+                ready.append((self._sessions[fd], readable, bool(events & select.EPOLLOUT)))
+        return ready
+
+
+class _Selector:
+    """Readiness by `selectors` where epoll is missing: level-triggered,
+    so only the reactor thread reads (no direct reads by owners)."""
+
+    oneshot = False
+
+    def __init__(self, wake: socket.socket) -> None:
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(wake, selectors.EVENT_READ, None)
+
+    def add(self, session: SyncSession) -> None:
+        self._sel.register(session.sock, selectors.EVENT_READ, session)
+
+    def arm(self, session: SyncSession) -> None:
+        """Reactor thread only."""
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if session.unsent else 0)
+        try:
+            if not session.closed:
+                self._sel.modify(session.sock, events, session)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def remove(self, session: SyncSession) -> None:
+        try:
+            self._sel.unregister(session.sock)
+        except (KeyError, ValueError):
+            pass
+
+    def poll(self, timeout: Optional[float]) -> List[Tuple[Optional[SyncSession], bool, bool]]:
+        return [
+            (key.data, bool(events & selectors.EVENT_READ), bool(events & selectors.EVENT_WRITE))
+            for key, events in self._sel.select(timeout)
+        ]
+
+
 class SessionReactor:
-    """A selector loop over sessions on one daemon thread."""
+    """An event loop over sessions on one daemon thread: reads (unless an
+    owner is reading its own reply), heartbeats, idle time, and what other
+    threads hand it through a command queue."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._poller = _Epoll(self._wake_r) if hasattr(select, "epoll") else _Selector(self._wake_r)
         self._commands: Deque[Tuple[str, SyncSession, Optional[V2Claim]]] = collections.deque()
         self._heap: List[Tuple[int, int, SyncSession]] = []
         self._seq = itertools.count()
@@ -317,6 +505,17 @@ class SessionReactor:
         except OSError:
             pass  # a full wake-up buffer already wakes the loop
 
+    def arm(self, session: SyncSession) -> None:
+        """After an owner's direct read: the reactor watches the socket
+        again (one-shot readiness only; a no-op for the selector)."""
+        if self._poller.oneshot:
+            self._poller.arm(session)
+
+    def disarm(self, session: SyncSession) -> None:
+        """Before an owner's direct read (one-shot readiness only)."""
+        if isinstance(self._poller, _Epoll):
+            self._poller.disarm(session)
+
     # Everything below runs on the reactor thread only.
 
     def _run(self) -> None:
@@ -327,16 +526,18 @@ class SessionReactor:
             timeout = None
             if self._heap:
                 timeout = max(self._heap[0][0] - time.monotonic_ns(), 0) / 1e9
-            for key, events in self._sel.select(timeout):
-                session = key.data
+            for session, readable, writable in self._poller.poll(timeout):
                 if session is None:
                     self._drain_wake()
                     continue
-                if events & selectors.EVENT_WRITE:
+                if writable:
                     self._guarded(SyncSession.flush, session)
-                    self._watch(session)
-                if events & selectors.EVENT_READ:
+                if readable:
                     self._guarded(self._readable, session)
+                elif self._poller.oneshot:
+                    self._poller.arm(session)
+                elif writable:
+                    self._poller.arm(session)
             self._timers(time.monotonic_ns())
 
     def _take_commands(self) -> None:
@@ -345,7 +546,8 @@ class SessionReactor:
             if what == "add":
                 if session.closed:
                     continue
-                self._sel.register(session.sock, selectors.EVENT_READ, session)
+                session.direct = self._poller.oneshot and not session.tls
+                self._poller.add(session)
                 self._schedule(session)
                 self._guarded(self._readable, session)  # TLS may have read ahead
             elif what == "close":
@@ -354,17 +556,7 @@ class SessionReactor:
                 self._guarded(lambda s: claim.release(wait=False), session)
             elif not session.closed:  # flush, write
                 self._guarded(SyncSession.flush, session)
-                self._watch(session)
-
-    def _watch(self, session: SyncSession) -> None:
-        """Reads always; writes while bytes wait to be sent."""
-        if session.closed:
-            return
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if session.unsent else 0)
-        try:
-            self._sel.modify(session.sock, events, session)
-        except (KeyError, ValueError, OSError):
-            pass
+                self._poller.arm(session)
 
     def _guarded(self, step: Callable[[SyncSession], object], session: SyncSession) -> None:
         """Runs one session's step; a failure in it ends that session
@@ -388,6 +580,11 @@ class SessionReactor:
         with session.cond:
             wake = session.core.next_wake()
             idle = session.core.idle_since
+            base = session.core.schedule.base
+        if wake is not None:
+            # Owners that read their replies themselves move the next PING
+            # without telling this thread: look again within lease/4 anyway.
+            wake = min(wake, time.monotonic_ns() + base)
         if idle is not None:
             idle_end = idle + KEEP_IDLE_NS
             wake = idle_end if wake is None else min(wake, idle_end)
@@ -398,37 +595,15 @@ class SessionReactor:
     def _readable(self, session: SyncSession) -> None:
         if session.closed:
             return
-        chunks: List[bytes] = []
-        cause: Optional[BaseException] = None
-        eof = False
+        if not session.read_lock.acquire(blocking=False):
+            return  # an owner reads its reply; it re-arms the socket after
         try:
-            while True:
-                data = session.sock.recv(READ_CHUNK)
-                if not data:
-                    eof = True
-                    break
-                chunks.append(data)
-                if len(data) < READ_CHUNK and not session.tls:
-                    break  # drained; TLS reads until it would block (records buffer)
-        except _WOULD_BLOCK:
-            pass
-        except (OSError, ssl.SSLError) as err:
-            cause = err
-        now = time.monotonic_ns()
-        with session.cond:
-            if chunks:
-                session.core.receive(b"".join(chunks) if len(chunks) > 1 else chunks[0], now)
-            if eof or cause is not None:
-                session.core.closed(cause)
-            ended = session.settle_locked()
-            queued = bool(session.core.outbox)
-        if ended:
-            self._close(session)
-            return
-        if queued:  # a RELEASE the core queued itself (a give-up crossed a reply)
-            session.flush()
-            self._watch(session)
-        self._schedule(session)
+            session.read_now()
+        finally:
+            session.read_lock.release()
+        if not session.closed:
+            self._poller.arm(session)
+            self._schedule(session)
 
     def _timers(self, now: int) -> None:
         heap = self._heap
@@ -453,7 +628,7 @@ class SessionReactor:
             return
         if pinged:
             session.flush()
-            self._watch(session)
+            self._poller.arm(session)
         self._schedule(session)
 
     def _close(self, session: SyncSession) -> None:
@@ -469,10 +644,7 @@ class SessionReactor:
                 # that was not already reported.
                 session.core.fail(LockLost.connection())
             session.settle_locked()
-        try:
-            self._sel.unregister(session.sock)
-        except (KeyError, ValueError):
-            pass
+        self._poller.remove(session)
         with session.write_lock:
             shutdown_socket(session.sock)
             session.sock.close()
