@@ -55,6 +55,7 @@ class AsyncSession(asyncio.Protocol):
         self.full = False
         self._waiters: List["asyncio.Future[None]"] = []
         self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = 0
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -132,15 +133,18 @@ class AsyncSession(asyncio.Protocol):
             self.transport.close()
 
     def _reschedule(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         wake = self.core.next_wake()
         idle = self.core.idle_since
         if idle is not None and self.core.state is SState.OPEN:
             wake = idle + KEEP_IDLE_NS if wake is None else min(wake, idle + KEEP_IDLE_NS)
+        if self._timer is not None:
+            if wake is not None and self._timer_at <= wake:
+                return  # fires early, then looks again: no new timer per frame
+            self._timer.cancel()
+            self._timer = None
         if wake is not None:
             delay = max(wake - time.monotonic_ns(), 0) / 1e9
+            self._timer_at = wake
             self._timer = self.loop.call_later(delay, self._on_timer)
 
     def _on_timer(self) -> None:
@@ -228,12 +232,14 @@ class AsyncV2Claim:
             status = self.status()
             if status is Status.LOST or ready(status):
                 return status, False
-            now = time.monotonic_ns()
-            limit = self.session.core.deadline()
+            limit = None
             if until is not None:
-                if now >= until:
+                if time.monotonic_ns() >= until:
                     return status, True
-                limit = min(limit, until)
+                if until < self.session.core.deadline():
+                    limit = until
+            # The deadline needs no timer here: the session's own timer ends
+            # the session at it, which changes every claim.
             await self._changed(limit)
 
     def release(self) -> Optional[LockLost]:
