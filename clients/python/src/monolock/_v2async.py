@@ -23,7 +23,15 @@ from ._address import Address
 from ._claim import Status
 from ._connect import Endpoints
 from ._session import ClaimState, CStatus, SessionCore, SState
-from ._v2sync import KEEP_IDLE_NS, MAX_SESSIONS_PER_ADDRESS, DialFailed, PoolKey, V1Only, pool_key
+from ._v2sync import (
+    KEEP_IDLE_NS,
+    MAX_SESSIONS_PER_ADDRESS,
+    DialFailed,
+    PoolKey,
+    V1Only,
+    current_pid,
+    pool_key,
+)
 from .errors import LockLost, LossReason
 
 _STATUS = {
@@ -48,7 +56,7 @@ class AsyncSession(asyncio.Protocol):
         self.pool = pool
         self.key = key
         self.address = address
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.core = SessionCore(lease_ms, time.monotonic_ns())
         self.transport: Optional[asyncio.Transport] = None
         self.closed = False
@@ -244,7 +252,7 @@ class AsyncV2Claim:
 
     def release(self) -> Optional[LockLost]:
         """Sends RELEASE without waiting for the confirmation."""
-        if os.getpid() != self.session.pid:
+        if current_pid() != self.session.pid:
             self.released = True
             return None
         self.status()
@@ -258,7 +266,7 @@ class AsyncV2Claim:
         """Sends RELEASE and returns once RELEASED is read (or the session
         ended), within `io_timeout`; past it the session is closed."""
         loss = self.release()
-        if loss is not None or os.getpid() != self.session.pid:
+        if loss is not None or current_pid() != self.session.pid:
             return loss
         until = time.monotonic_ns() + int(self.io_timeout * 1e9)
         while self.claim.live:
@@ -272,7 +280,7 @@ class AsyncV2Claim:
 
     def release_from_gc(self) -> None:
         """From `__del__`: the release is made on the loop's thread."""
-        if self.released or os.getpid() != self.session.pid:
+        if self.released or current_pid() != self.session.pid:
             return
         try:
             loop = self.session.loop
@@ -287,7 +295,7 @@ class AsyncPool:
     """One event loop's sessions, by server and lease."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.sessions: Dict[PoolKey, List[AsyncSession]] = {}
         self.opening: Dict[Tuple[PoolKey, int], "asyncio.Future[None]"] = {}
         #: Lives while the pool has sessions: `asyncio.run` (and any runner
@@ -397,6 +405,6 @@ def pool() -> AsyncPool:
     """The running loop's pool (a new one in a forked child)."""
     loop = asyncio.get_running_loop()
     found = _pools.get(loop)
-    if found is None or found.pid != os.getpid():
+    if found is None or found.pid != current_pid():
         found = _pools[loop] = AsyncPool()
     return found

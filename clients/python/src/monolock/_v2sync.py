@@ -46,6 +46,15 @@ from ._schedule import MS
 from ._session import IDLE_CLOSED, ClaimState, CStatus, SessionCore, SState
 from .errors import ConnectError, LockLost, LossReason
 
+_pid = os.getpid()
+
+
+def current_pid() -> int:
+    """This process's id, kept up to date across forks without a system
+    call per look (the claim paths check it on every request)."""
+    return _pid
+
+
 #: How long a session without claims is kept open for the next claim.
 KEEP_IDLE_NS = 10_000 * MS
 #: The most sessions one process keeps open to one address.
@@ -104,7 +113,7 @@ class SyncSession:
         self.address = address
         self.key = key
         self.tls = isinstance(sock, ssl.SSLSocket)
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.cond = threading.Condition(threading.Lock())
         self.write_lock = threading.Lock()
         self.unsent = bytearray()
@@ -291,7 +300,7 @@ class V2Claim:
 
     def status(self) -> Status:
         """The status after checking the deadline against the clock now."""
-        if self.claim.live and os.getpid() == self.session.pid:
+        if self.claim.live and current_pid() == self.session.pid:
             self.session.check()
         return _STATUS.get(self.claim.status, Status.LOST)
 
@@ -336,7 +345,7 @@ class V2Claim:
         closed, which releases every claim on it. Returns the loss that
         ended the claim first, if one did."""
         session = self.session
-        if os.getpid() != session.pid:
+        if current_pid() != session.pid:
             self.released = True  # the parent's claim: never touched here
             return None
         with session.cond:
@@ -377,7 +386,7 @@ class V2Claim:
     def release_from_gc(self) -> None:
         """From `__del__`, on any thread, perhaps one holding this session's
         lock: only queues the release for the reactor thread."""
-        if self.released or os.getpid() != self.session.pid:
+        if self.released or current_pid() != self.session.pid:
             return
         reactor = self.session.reactor
         if reactor is not None:
@@ -482,7 +491,7 @@ class SessionReactor:
     threads hand it through a command queue."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -494,7 +503,7 @@ class SessionReactor:
         self._thread.start()
 
     def alive(self) -> bool:
-        return self._thread.is_alive() and self.pid == os.getpid()
+        return self._thread.is_alive() and self.pid == current_pid()
 
     def command(self, what: str, session: SyncSession, claim: Optional[V2Claim] = None) -> None:
         """Queues work for the reactor thread (a deque append and a one-byte
@@ -655,7 +664,7 @@ class SessionPool:
     answered the OPEN with ERROR 0x10 (v1 only)."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.lock = threading.Lock()
         self.sessions: Dict[PoolKey, List[SyncSession]] = {}
         self.opening: Dict[Tuple[PoolKey, int], threading.Event] = {}
@@ -778,7 +787,8 @@ def _after_fork_in_child() -> None:
     """A child never shares its parent's sessions: it starts an empty pool
     (the parent's descriptors are closed here without a shutdown, which
     would end the parent's sessions)."""
-    global POOL
+    global POOL, _pid
+    _pid = os.getpid()
     old = POOL
     POOL = SessionPool()
     for sessions in old.sessions.values():
