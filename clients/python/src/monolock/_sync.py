@@ -283,14 +283,21 @@ class Client(Endpoints):
         """One claim on `session`: the Lock, None (a try found it busy), or
         _RETRY (the session could not take it: full, or closed as idle)."""
         mode = _frames2.MODE_TRY if give_up_when_queued else _frames2.MODE_WAIT
-        with session.cond:
-            claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+        # This thread reads the reply itself when it can (see _v2sync).
+        reader = session.take_reader()
+        try:
+            with session.cond:
+                claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+        except BaseException:
+            if reader:
+                session.give_reader()
+            raise
         handle = _v2sync.V2Claim(session, claim, self._connect_timeout)
         # From here on the claim exists: whatever ends this call without
         # handing a Lock over, an exception included, releases it.
         try:
             session.submit()
-            status, _ = handle.wait_until(lambda s: s is not Status.UNANSWERED, None)
+            status, _ = handle.wait_until(lambda s: s is not Status.UNANSWERED, None, reader)
             if claim.status is CStatus.BUSY:
                 return None
             if claim.status is CStatus.REFUSED:

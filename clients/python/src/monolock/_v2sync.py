@@ -219,17 +219,32 @@ class SyncSession:
         elif queued:  # a RELEASE the core queued itself (a give-up crossed a reply)
             self.flush()
 
-    def read_direct(self, until: int) -> bool:
-        """An owner waiting for a reply reads it itself, with no hand-off to
-        the reactor thread, if no other thread is reading: waits for the
-        socket to be readable until the instant `until`, then reads. False
-        when another thread is the reader (wait for its notification)."""
-        if not self.read_lock.acquire(blocking=False):
+    def take_reader(self) -> bool:
+        """Makes this thread the session's reader before it sends a request
+        whose reply it will read itself: the reactor's readiness for the
+        socket is disarmed first, so that the reply wakes this thread only.
+        False when direct reads are off or another thread reads."""
+        if not self.direct or not self.read_lock.acquire(blocking=False):
             return False
-        reactor = self.reactor
+        if self.reactor is not None:
+            self.reactor.disarm(self)
+        return True
+
+    def give_reader(self) -> None:
+        """Ends `take_reader`: pushes that come next are the reactor's."""
+        self.read_lock.release()
+        if self.reactor is not None:
+            self.reactor.arm(self)
+
+    def read_direct(self, until: int, held: bool = False) -> bool:
+        """An owner waiting for a reply reads it itself, with no hand-off to
+        the reactor thread, if no other thread is reading (`held`: it took
+        the reader's part already): waits for the socket to be readable
+        until the instant `until`, then reads. False when another thread is
+        the reader (wait for its notification)."""
+        if not held and not self.take_reader():
+            return False
         try:
-            if reactor is not None:
-                reactor.disarm(self)  # spare the reactor thread a wake-up for this reply
             poller = select.poll()
             poller.register(self.sock, select.POLLIN)
             timeout_ms = max((until - time.monotonic_ns()) // 1_000_000, 0)
@@ -238,9 +253,7 @@ class SyncSession:
         except (OSError, ValueError):
             pass  # the reactor closed the socket meanwhile: the caller looks again
         finally:
-            self.read_lock.release()
-            if reactor is not None:
-                reactor.arm(self)  # pushes that come next are the reactor's
+            self.give_reader()
         return True
 
     def fail(self, loss: LockLost) -> None:
@@ -304,9 +317,13 @@ class V2Claim:
             self.session.check()
         return _STATUS.get(self.claim.status, Status.LOST)
 
-    def wait_until(self, ready: Callable[[Status], bool], until: Optional[int]) -> Tuple[Status, bool]:
+    def wait_until(
+        self, ready: Callable[[Status], bool], until: Optional[int], reader: bool = False
+    ) -> Tuple[Status, bool]:
         """Waits until `ready(status)`, the loss, or the instant `until`
-        (monotonic ns). Returns the status and whether `until` passed."""
+        (monotonic ns). Returns the status and whether `until` passed.
+        `reader`: this thread took the session's reader part (and gives it
+        back here)."""
         session = self.session
         ended = False
         try:
@@ -327,15 +344,18 @@ class V2Claim:
                     # The reply to this claim's request is due: read it here
                     # rather than wait for the reactor thread to be scheduled.
                     direct = session.direct and self.claim.status is CStatus.PENDING
-                    if not direct:
+                    if not direct and not reader:
                         session.cond.wait(max(limit - now, 0) / 1e9)
                         continue
-                if session.read_direct(limit):
+                held, reader = reader, False
+                if session.read_direct(limit, held):
                     continue
                 with session.cond:  # another thread reads: wait for what it feeds
                     while session.gen == gen and time.monotonic_ns() < limit:
                         session.cond.wait(max(limit - time.monotonic_ns(), 0) / 1e9)
         finally:
+            if reader:
+                session.give_reader()
             if ended:
                 session.close()
 
@@ -348,39 +368,43 @@ class V2Claim:
         if current_pid() != session.pid:
             self.released = True  # the parent's claim: never touched here
             return None
-        with session.cond:
-            now = time.monotonic_ns()
-            session.core.check(now)
-            ended = session.settle_locked()
-            if not self.released:
-                self.released = True
-                session.core.release(self.claim, now)
-        if ended:
-            session.close()
-        session.submit()
-        if wait:
+        reader = wait and session.take_reader()
+        try:
+            with session.cond:
+                now = time.monotonic_ns()
+                session.core.check(now)
+                ended = session.settle_locked()
+                if not self.released:
+                    self.released = True
+                    session.core.release(self.claim, now)
+            if ended:
+                session.close()
+            session.submit()
+            timed_out = False
             until = time.monotonic_ns() + int(self.io_timeout * 1e9)
-            while True:
+            while wait:
                 with session.cond:
                     left = until - time.monotonic_ns()
                     if not self.claim.live or left <= 0:
                         timed_out = self.claim.live
                         break
                     gen = session.gen
-                    if not session.direct:
+                    if not session.direct and not reader:
                         session.cond.wait(left / 1e9)
                         continue
-                if session.read_direct(until):
+                held, reader = reader, False
+                if session.read_direct(until, held):
                     continue
                 with session.cond:
                     while session.gen == gen and time.monotonic_ns() < until:
                         session.cond.wait(max(until - time.monotonic_ns(), 0) / 1e9)
-            if timed_out:
-                session.fail(
-                    LockLost.connection(
-                        TimeoutError(f"no reply to a RELEASE within {self.io_timeout}s")
-                    )
-                )
+        finally:
+            if reader:
+                session.give_reader()
+        if timed_out:
+            session.fail(
+                LockLost.connection(TimeoutError(f"no reply to a RELEASE within {self.io_timeout}s"))
+            )
         return self.claim.loss
 
     def release_from_gc(self) -> None:
