@@ -10,9 +10,10 @@ run, next to redis-py's `Lock`.
    cycle is `Lock.acquire()` (SET NX PX) and `Lock.release()` (EVALSHA)
    on its pooled connection.
 2. A process holding 1,000 locks (lease 2 s, so heartbeats every ~0.5 s),
-   each version in a fresh process against a fresh server: time to take
-   them, connections the server counts, the client's CPU while holding,
-   the client's and the server's resident memory.
+   each version in a fresh process against a fresh server, twice, the
+   versions alternating: time to take them, connections the server
+   counts, the client's CPU while holding, the client's and the server's
+   resident memory.
 
 Bounded: fixed counts and a fixed holding window. Needs the release
 server (built here) and, for the redis-py row, redis-server (Debian's
@@ -266,10 +267,10 @@ def main() -> None:
     print(f"{args.held} locks held by one process, lease {HOLD_LEASE} s, measured over {HOLD_WINDOW} s")
     print("| version | take them | held at the end | connections | client fds | client CPU | client RSS | server RSS added |")
     print("|---|---|---|---|---|---|---|---|")
-    for force_v1 in (True, False):
+    for run, force_v1 in [(1, True), (1, False), (2, True), (2, False)]:  # alternating
         f = holding(force_v1, args.held)
         print(
-            f"| {'v1 forced' if force_v1 else '**v2**'} | {f['took'] * 1000:.0f} ms | {f['held']:.0f} | "
+            f"| {'v1 forced' if force_v1 else '**v2**'}, run {run} | {f['took'] * 1000:.0f} ms | {f['held']:.0f} | "
             f"{f['connections']:.0f} | {f['fds']:.0f} | {f['cpu'] * 100:.1f} % | {f['rss_kb'] / 1024:.1f} MB | "
             f"{f['server_rss_added_kb'] / 1024:.1f} MB |"
         )
