@@ -409,7 +409,9 @@ class AsyncClient(Endpoints):
                     if error is None:
                         raise
                     raise error  # its cause is the TLS alert, or what answered
-                result = await self._acquire_v2(session, name, raw_name, wait, wait_ns, start, give_up_when_queued)
+                result = await self._acquire_v2(
+                    session, name, raw_name, wait, wait_ns, start, give_up_when_queued
+                )
                 if result is not _RETRY:
                     return result  # type: ignore[return-value]
             else:

@@ -232,7 +232,9 @@ class Client(Endpoints):
         wait_ns = bound_ns(wait, "wait")
         start = time.monotonic_ns()
         if self._force_v1:
-            return self._acquire_v1(name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, None)
+            return self._acquire_v1(
+                name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, None
+            )
         failures = Failures(self)
         for address in self._addresses:
             key = _v2sync.pool_key(self, address)
@@ -263,7 +265,9 @@ class Client(Endpoints):
                     if error is None:
                         raise
                     raise error  # its cause is the TLS alert, or what answered
-                result = self._acquire_v2(session, name, raw_name, wait, wait_ns, start, give_up_when_queued)
+                result = self._acquire_v2(
+                    session, name, raw_name, wait, wait_ns, start, give_up_when_queued
+                )
                 if result is not _RETRY:
                     return result  # type: ignore[return-value]
             else:

@@ -12,7 +12,6 @@ The pool rules are the sync client's (`_v2sync.py`).
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import time
 import weakref
@@ -49,7 +48,14 @@ def _resolve(future: "asyncio.Future[None]") -> None:
 class AsyncSession(asyncio.Protocol):
     """One v2 session on an event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, pool: AsyncPool, key: PoolKey, address: Address, lease_ms: int) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pool: AsyncPool,
+        key: PoolKey,
+        address: Address,
+        lease_ms: int,
+    ) -> None:
         # Weakly: the pool that holds this session is looked up by its loop,
         # and must not keep that loop alive.
         self._loop = weakref.ref(loop)
@@ -162,7 +168,8 @@ class AsyncSession(asyncio.Protocol):
         now = time.monotonic_ns()
         core = self.core
         core.ping_due(now)
-        if core.idle_since is not None and core.state is SState.OPEN and now >= core.idle_since + KEEP_IDLE_NS:
+        idle = core.idle_since
+        if idle is not None and core.state is SState.OPEN and now >= idle + KEEP_IDLE_NS:
             self.close()
             return
         self.settle()
@@ -235,7 +242,9 @@ class AsyncV2Claim:
             self.session.check()
         return _STATUS.get(self.claim.status, Status.LOST)
 
-    async def wait_until(self, ready: Callable[[Status], bool], until: Optional[int]) -> Tuple[Status, bool]:
+    async def wait_until(
+        self, ready: Callable[[Status], bool], until: Optional[int]
+    ) -> Tuple[Status, bool]:
         while True:
             status = self.status()
             if status is Status.LOST or ready(status):
@@ -335,7 +344,12 @@ class AsyncPool:
             sessions = self.sessions.setdefault(key, [])
             for session in sessions:
                 core = session.core
-                if core.lease_ms == lease_ms and not session.closed and not session.full and core.has_room():
+                if (
+                    core.lease_ms == lease_ms
+                    and not session.closed
+                    and not session.full
+                    and core.has_room()
+                ):
                     return session
             opening = self.opening.get((key, lease_ms))
             if opening is not None:
@@ -360,7 +374,9 @@ class AsyncPool:
                 del self.opening[(key, lease_ms)]
                 _resolve(opening)
 
-    async def _open(self, endpoints: Endpoints, address: Address, key: PoolKey, lease_ms: int) -> AsyncSession:
+    async def _open(
+        self, endpoints: Endpoints, address: Address, key: PoolKey, lease_ms: int
+    ) -> AsyncSession:
         loop = asyncio.get_running_loop()
         session = AsyncSession(loop, self, key, address, lease_ms)
         tls: Any = {}

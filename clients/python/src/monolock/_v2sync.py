@@ -37,14 +37,13 @@ import threading
 import time
 from typing import Callable, Deque, Dict, List, Optional, Tuple
 
-from . import _frames2
 from ._address import Address
 from ._claim import Status
 from ._connect import Endpoints, dial
 from ._reactor import READ_CHUNK, shutdown_socket
 from ._schedule import MS
 from ._session import IDLE_CLOSED, ClaimState, CStatus, SessionCore, SState
-from .errors import ConnectError, LockLost, LossReason
+from .errors import LockLost, LossReason
 
 _pid = os.getpid()
 
@@ -847,16 +846,3 @@ def never_seen(claim: ClaimState) -> bool:
         return False
     return claim.unsent or (claim.loss is not None and claim.loss.code == IDLE_CLOSED)
 
-
-__all__ = [
-    "ConnectError",
-    "DialFailed",
-    "POOL",
-    "SessionPool",
-    "SyncSession",
-    "V1Only",
-    "V2Claim",
-    "never_seen",
-    "sessions_full",
-    "pool_key",
-]
