@@ -148,6 +148,18 @@ class SessionBounds(unittest.TestCase):
             for lock in locks:
                 lock.release()
 
+            async def use() -> None:
+                client = monolock.AsyncClient(server.addr)
+                locks = [await client.lock(f"a-full/{i}", lease=5.0) for i in range(5)]
+                addrs = await asyncio.to_thread(
+                    lambda: {holder_addr(server, f"a-full/{i}") for i in range(5)}
+                )
+                self.assertEqual(len(addrs), 3)
+                for lock in locks:
+                    await lock.release()
+
+            asyncio.run(use())
+
     def test_a_session_closed_by_the_servers_idle_timeout_is_replaced(self) -> None:
         with Server("--idle-timeout", "100ms") as server:
             client = monolock.Client(server.addr)
@@ -208,6 +220,41 @@ class SessionBounds(unittest.TestCase):
             eventually("the session to close with its loop", lambda: sessions(server) == 0)
             gc.collect()
             self.assertIsNone(loops[0](), "the pool kept its event loop alive")
+
+    def test_a_release_without_its_confirmation_closes_the_session(self) -> None:
+        with Server() as server, Proxy(server.addr) as proxy:
+            # A long lease: the session's deadline is far; only the release's
+            # bound (connect_timeout) can end the wait.
+            client = monolock.Client(proxy.addr, connect_timeout=0.3)
+            released = client.lock("unconfirmed/released", lease=60.0)
+            other = client.lock("unconfirmed/other", lease=60.0)
+            proxy.stall()
+            start = time.monotonic()
+            released.release()  # returns: closing the session released the lock too
+            self.assertGreaterEqual(time.monotonic() - start, 0.3)
+            loss = other.wait_lost(PATIENCE)
+            assert loss is not None
+            self.assertIs(loss.reason, LossReason.CONNECTION_LOST)
+            self.assertIn("RELEASE", str(loss))
+            self.assertIsNone(released.loss)
+            proxy.stalled.clear()
+            eventually("the server to free both", lambda: server.lock("unconfirmed/other") is None)
+
+    def test_async_release_without_its_confirmation_closes_the_session(self) -> None:
+        with Server() as server, Proxy(server.addr) as proxy:
+
+            async def use() -> None:
+                client = monolock.AsyncClient(proxy.addr, connect_timeout=0.3)
+                released = await client.lock("a-unconfirmed/released", lease=60.0)
+                other = await client.lock("a-unconfirmed/other", lease=60.0)
+                proxy.stall()
+                start = time.monotonic()
+                await released.release()
+                self.assertGreaterEqual(time.monotonic() - start, 0.3)
+                loss = await asyncio.wait_for(other.lost(), PATIENCE)
+                self.assertIs(loss.reason, LossReason.CONNECTION_LOST)
+
+            asyncio.run(use())
 
 
 class Fork(SharedServer, unittest.TestCase):
