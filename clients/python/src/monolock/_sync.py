@@ -300,7 +300,13 @@ class Client(Endpoints):
         # From here on the claim exists: whatever ends this call without
         # handing a Lock over, an exception included, releases it.
         try:
-            session.submit()
+            try:
+                session.submit()
+            except BaseException:
+                if reader:
+                    session.give_reader()
+                raise
+            # wait_until gives the reader's part back, whatever happens in it.
             status, _ = handle.wait_until(lambda s: s is not Status.UNANSWERED, None, reader)
             if claim.status is CStatus.BUSY:
                 return None
