@@ -20,7 +20,7 @@ address and one daemon thread that reads and heartbeats all of them.
 - A session is never shared across a fork: the pool belongs to the
   process that made it; a child starts an empty one.
 
-Design figures: docs/client-python.md, "Protocol v2: sessions".
+Design and figures: docs/client-python.md, "Protocol v2 sessions".
 """
 
 from __future__ import annotations
