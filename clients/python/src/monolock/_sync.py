@@ -301,7 +301,7 @@ class Client(Endpoints):
         # handing a Lock over, an exception included, releases it.
         try:
             try:
-                session.submit()
+                session.submit(reader)
             except BaseException:
                 if reader:
                     session.give_reader()

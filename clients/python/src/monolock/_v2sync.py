@@ -6,10 +6,8 @@ address and one daemon thread that reads and heartbeats all of them.
   (below the server's `--idle-timeout` default of 60 s), at most
   `MAX_SESSIONS_PER_ADDRESS` per address; a full session (its
   `max_claims`, or REFUSED 0x09) sends the next claim to another one.
-- A request is one `send` from the caller's thread on a plain socket
-  (under the session's write lock, so the bytes leave in the order the
-  core queued them); on a TLS socket the reactor thread writes, because
-  an SSL object must not be read and written from two threads at once.
+- A request is one `send` from the caller's thread (under the session's
+  write lock, so the bytes leave in the order the core queued them).
 - Replies are read in batches (every byte the socket has, then every
   whole frame in them). An owner waiting for the reply to its own request
   reads it itself where epoll is available (the socket is one-shot there:
@@ -17,6 +15,10 @@ address and one daemon thread that reads and heartbeats all of them.
   uncontended lock cycle needs no hand-off between threads; pushes, and
   replies no owner is reading, are the reactor thread's, which wakes the
   owners waiting on the session's condition.
+- On TLS one SSL object must not be used by two threads at once: every
+  read and write on it is made by the holder of the session's read lock
+  (an owner reading its reply, or the reactor); a write that finds it
+  held is left to the holder, which sends it as it lets go.
 - A session is never shared across a fork: the pool belongs to the
   process that made it; a child starts an empty one.
 
@@ -149,18 +151,33 @@ class SyncSession:
 
     # any thread
 
-    def submit(self) -> None:
-        """Sends what the core queued: at once from this thread on a plain
-        socket, through the reactor thread on a TLS one."""
-        if self.tls:
+    def submit(self, reader: bool = False) -> None:
+        """Sends what the core queued, at once from this thread; on a TLS
+        socket only as its reader (`reader`: this thread holds the part),
+        else through the reactor thread."""
+        if self.tls and not reader:
             reactor = self.reactor
             if reactor is not None:
                 reactor.command("flush", self)
         else:
-            self.flush()
+            self.flush(locked=reader)
 
-    def flush(self) -> None:
-        """Writes the core's outbox (and anything left unsent), in order."""
+    def flush(self, locked: bool = False) -> None:
+        """Writes the core's outbox (and anything left unsent), in order.
+
+        On TLS every operation on the SSL object is made by the holder of
+        `read_lock` (one SSL object must not be used by two threads at
+        once): `locked` says this thread holds it; otherwise the flush is
+        tried, and left to the holder, which flushes as it gives the part
+        back, when another thread has it."""
+        if self.tls and not locked:
+            if not self.read_lock.acquire(blocking=False):
+                return
+            try:
+                self.flush(locked=True)
+            finally:
+                self.read_lock.release()
+            return
         failure: Optional[BaseException] = None
         with self.write_lock:
             with self.cond:
@@ -173,7 +190,7 @@ class SyncSession:
                 written = self.sock.send(self.unsent)
             except _WOULD_BLOCK:
                 written = 0
-            except (OSError, ssl.SSLError) as err:
+            except (OSError, ssl.SSLError, ValueError) as err:
                 written = 0
                 failure = err
             del self.unsent[:written]
@@ -203,7 +220,7 @@ class SyncSession:
                     break  # drained; TLS reads until it would block (records buffer)
         except _WOULD_BLOCK:
             pass
-        except (OSError, ssl.SSLError) as err:
+        except (OSError, ssl.SSLError, ValueError) as err:
             cause = err
         now = time.monotonic_ns()
         with self.cond:
@@ -216,7 +233,7 @@ class SyncSession:
         if ended:
             self.close()
         elif queued:  # a RELEASE the core queued itself (a give-up crossed a reply)
-            self.flush()
+            self.flush(locked=True)
 
     def take_reader(self) -> bool:
         """Makes this thread the session's reader before it sends a request
@@ -230,10 +247,17 @@ class SyncSession:
         return True
 
     def give_reader(self) -> None:
-        """Ends `take_reader`: pushes that come next are the reactor's."""
+        """Ends `take_reader`: pushes that come next are the reactor's. On
+        TLS, first sends what others queued meanwhile (they left it to the
+        holder), and hands what is queued after to the reactor."""
+        if self.tls:
+            self.flush(locked=True)
         self.read_lock.release()
-        if self.reactor is not None:
-            self.reactor.arm(self)
+        reactor = self.reactor
+        if reactor is not None:
+            reactor.arm(self)
+            if self.tls and (self.core.outbox or self.unsent) and not self.closed:
+                reactor.command("flush", self)
 
     def read_direct(self, until: int, held: bool = False) -> bool:
         """An owner waiting for a reply reads it itself, with no hand-off to
@@ -247,7 +271,8 @@ class SyncSession:
             poller = select.poll()
             poller.register(self.sock, select.POLLIN)
             timeout_ms = max((until - time.monotonic_ns()) // 1_000_000, 0)
-            if poller.poll(min(timeout_ms, 1_000)) and not self.closed:
+            pending = self.tls and self.sock.pending() > 0  # type: ignore[attr-defined]
+            if (pending or poller.poll(min(timeout_ms, 1_000))) and not self.closed:
                 self.read_now()
         except (OSError, ValueError):
             pass  # the reactor closed the socket meanwhile: the caller looks again
@@ -378,7 +403,7 @@ class V2Claim:
                     session.core.release(self.claim, now)
             if ended:
                 session.close()
-            session.submit()
+            session.submit(reader)
             timed_out = False
             until = time.monotonic_ns() + int(self.io_timeout * 1e9)
             while wait:
@@ -578,7 +603,7 @@ class SessionReactor:
             if what == "add":
                 if session.closed:
                     continue
-                session.direct = self._poller.oneshot and not session.tls
+                session.direct = self._poller.oneshot
                 self._poller.add(session)
                 self._schedule(session)
                 self._guarded(self._readable, session)  # TLS may have read ahead
@@ -678,8 +703,14 @@ class SessionReactor:
             session.settle_locked()
         self._poller.remove(session)
         with session.write_lock:
-            shutdown_socket(session.sock)
-            session.sock.close()
+            shutdown_socket(session.sock)  # wakes an owner polling it
+        if session.tls:
+            # The SSL object is freed by the close: not while its reader uses it.
+            with session.read_lock:
+                session.sock.close()
+        else:
+            with session.write_lock:
+                session.sock.close()
 
 
 class SessionPool:
