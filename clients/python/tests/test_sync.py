@@ -176,6 +176,9 @@ class SyncClient(SharedServer, Protocols, unittest.TestCase):
         self.assertIsNone(lock.loss)
         self.assertFalse(lock.lost_event.is_set())
         self.assertIsNone(lock.wait_lost(0))
+        start = time.monotonic()
+        self.assertIsNone(lock.wait_lost(0.05))  # no loss comes: it waits its time out
+        self.assertGreaterEqual(time.monotonic() - start, 0.05)
 
     def test_leaving_the_block_after_a_loss_raises_it(self) -> None:
         with self.assertRaises(LockLost) as caught:

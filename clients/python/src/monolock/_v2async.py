@@ -29,16 +29,10 @@ from ._v2sync import (
     PoolKey,
     V1Only,
     current_pid,
+    owner_view,
     pool_key,
 )
 from .errors import LockLost, LossReason
-
-_STATUS = {
-    CStatus.PENDING: Status.UNANSWERED,
-    CStatus.WAITING: Status.WAITING,
-    CStatus.HELD: Status.HELD,
-}
-
 
 def _resolve(future: "asyncio.Future[None]") -> None:
     if not future.done():
@@ -240,7 +234,7 @@ class AsyncV2Claim:
     def status(self) -> Status:
         if self.claim.live:
             self.session.check()
-        return _STATUS.get(self.claim.status, Status.LOST)
+        return owner_view(self.claim, self.released)
 
     async def wait_until(
         self, ready: Callable[[Status], bool], until: Optional[int]

@@ -69,6 +69,15 @@ _STATUS = {
     CStatus.HELD: Status.HELD,
 }
 
+
+def owner_view(claim: ClaimState, released: bool) -> Status:
+    """A claim's status as its `Lock` reads it. A claim its owner released
+    is over, not lost: it reads HELD, and `Lock` adds that it was released
+    (as a v1 claim reads after its close)."""
+    if released and claim.status in (CStatus.RELEASING, CStatus.RELEASED):
+        return Status.HELD
+    return _STATUS.get(claim.status, Status.LOST)
+
 #: What makes two sessions interchangeable: the server and how it is reached.
 PoolKey = Tuple[str, int, Optional[ssl.SSLContext], Optional[str]]
 
@@ -339,7 +348,7 @@ class V2Claim:
         """The status after checking the deadline against the clock now."""
         if self.claim.live and current_pid() == self.session.pid:
             self.session.check()
-        return _STATUS.get(self.claim.status, Status.LOST)
+        return owner_view(self.claim, self.released)
 
     def wait_until(
         self, ready: Callable[[Status], bool], until: Optional[int], reader: bool = False
@@ -356,7 +365,7 @@ class V2Claim:
                     now = time.monotonic_ns()
                     session.core.check(now)
                     ended = session.settle_locked() or ended
-                    status = _STATUS.get(self.claim.status, Status.LOST)
+                    status = owner_view(self.claim, self.released)
                     if status is Status.LOST or ready(status):
                         return status, False
                     limit = session.core.deadline()
