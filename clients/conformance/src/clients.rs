@@ -44,7 +44,7 @@ pub const CLIENTS: &[ClientSpec] = &[
         name: "python",
         present_if: Some("clients/python/src/monolock/__init__.py"),
         prepare: prepare_python,
-        release_confirmed: false,
+        release_confirmed: true,
     },
     ClientSpec {
         name: "go",

@@ -1,8 +1,9 @@
 """Uncontended lock cycle p50/p99, side by side in one run: the Python
 client (sync and asyncio), the Rust client, and redis-py's `Lock`.
 
-A monolock cycle is connect, ACQUIRE, ACQUIRED, close (the close is the
-release). A redis-py cycle is `Lock.acquire()` (SET NX PX) and
+The Python clients run as users get them: on protocol v2 sessions (ACQUIRE,
+ACQUIRED, RELEASE, RELEASED on an open session); bench/versions.py puts
+them next to v1 forced. A redis-py cycle is `Lock.acquire()` (SET NX PX) and
 `Lock.release()` (the release script, EVALSHA) on the client's pooled
 connection, as redis-py users run it.
 

@@ -1,5 +1,7 @@
 """One shared selector thread or one thread per held lock: the figures
-behind the sync client's design (docs/client-python.md).
+behind the sync client's v1 driver (docs/client-python.md). The clients
+are forced to protocol v1 (a connection per lock), which that driver
+serves; bench/versions.py measures v1 against v2.
 
 Runs both designs against one `monolock serve` in the same run:
 
@@ -95,7 +97,7 @@ def main() -> None:
     rows = []
     with support.Server() as server:
         for name, factory in designs.items():
-            client = monolock.Client(server.addr)
+            client = monolock.Client(server.addr, force_v1=True)
             client._reactor_factory = factory  # the design under measurement
             samples = cycle_latencies(client)
             held = hold_many(client, args.held)

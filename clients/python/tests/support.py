@@ -15,8 +15,10 @@ import json
 import os
 import queue
 import signal
+import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import unittest
@@ -24,7 +26,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
+
+import monolock
 
 REPO = Path(__file__).resolve().parents[3]
 #: Long enough that only a real hang trips it.
@@ -134,6 +138,32 @@ class Server:
         return [] if lock is None else list(lock["waiters"])
 
 
+class Protocols:
+    """Clients of the version a test case runs with: protocol v2 sessions
+    (the default), or v1 forced in the copy that `also_v1` makes."""
+
+    force_v1 = False
+
+    def sync_client(self, address: Any = None, **options: Any) -> monolock.Client:
+        return monolock.Client(address, force_v1=self.force_v1, **options)
+
+    def async_client(self, address: Any = None, **options: Any) -> monolock.AsyncClient:
+        return monolock.AsyncClient(address, force_v1=self.force_v1, **options)
+
+
+Case = TypeVar("Case", bound=Type[Protocols])
+
+
+def also_v1(case: Case) -> Case:
+    """Runs a test case twice: as written, on protocol v2 sessions, and
+    with `force_v1=True` (one connection per lock) in a subclass named
+    `<name>V1` that unittest finds in the same module."""
+    name = case.__name__ + "V1"
+    copy = type(name, (case,), {"force_v1": True, "__module__": case.__module__, "__qualname__": name})
+    setattr(sys.modules[case.__module__], name, copy)
+    return case
+
+
 class SharedServer:
     """A mixin for test cases that share one server per class."""
 
@@ -146,6 +176,90 @@ class SharedServer:
     @classmethod
     def tearDownClass(cls) -> None:
         cls.server.stop()
+
+
+class Proxy:
+    """A TCP proxy on a free loopback port in front of `upstream`.
+
+    `stall()` stops it forwarding anything, both ways, as a network path
+    that goes silent does; with `v1_only` it plays a server that speaks
+    only v1: an OPEN is answered ERROR 0x10 (and counted in `opens`)."""
+
+    def __init__(self, upstream: str, *, v1_only: bool = False) -> None:
+        self.upstream = upstream
+        self.v1_only = v1_only
+        self.opens = 0
+        self.stalled = threading.Event()
+        self._stop = threading.Event()
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self._listener.settimeout(0.05)
+        self.addr = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def stall(self) -> None:
+        self.stalled.set()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.stalled.clear()
+        self._thread.join(PATIENCE)
+        self._listener.close()
+
+    def __enter__(self) -> Proxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except socket.timeout:
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                while self.stalled.is_set() and not self._stop.is_set():
+                    self._stop.wait(0.01)  # the fault: nothing passes
+                if not data or self._stop.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for sock in (src, dst):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while len(head) < 2:
+                data = conn.recv(2 - len(head))
+                if not data:
+                    return
+                head += data
+            if self.v1_only and head == b"\x01\x02":
+                self.opens += 1
+                reason = b"unsupported protocol version: 2"
+                conn.sendall(bytes([0x13, 0x10, len(reason)]) + reason)
+                conn.shutdown(socket.SHUT_WR)
+                return
+            host, port = self.upstream.rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as up:
+                up.sendall(head)
+                back = threading.Thread(target=self._pipe, args=(up, conn), daemon=True)
+                back.start()
+                self._pipe(conn, up)
+                back.join(PATIENCE)
 
 
 def eventually(what: str, condition: Callable[[], bool], patience: float = PATIENCE) -> None:

@@ -14,7 +14,7 @@ from unittest import mock
 
 import monolock
 from monolock import LossReason
-from support import PATIENCE, Server, SharedServer
+from support import PATIENCE, Protocols, Server, SharedServer, also_v1
 
 
 @contextmanager
@@ -57,18 +57,19 @@ def silent_address() -> Iterator[str]:
         listener.close()
 
 
-class AddressLists(SharedServer, unittest.TestCase):
+@also_v1
+class AddressLists(SharedServer, Protocols, unittest.TestCase):
     def test_the_first_server_down_the_second_serves(self) -> None:
         with refusing_address() as down:
             for address in [f"{down},{self.server.addr}", [down, self.server.addr]]:
-                client = monolock.Client(address)
+                client = self.sync_client(address)
                 self.assertEqual(client.addresses, (down, self.server.addr))
                 with client.lock("standby", lease=5.0) as lock:
                     self.assertEqual(lock.address, self.server.addr)
                     self.assertTrue(lock.is_held())
 
             async def use() -> str:
-                async with monolock.AsyncClient([down, self.server.addr]).lock("standby", 5.0) as lock:
+                async with self.async_client([down, self.server.addr]).lock("standby", 5.0) as lock:
                     return lock.address
 
             self.assertEqual(asyncio.run(use()), self.server.addr)
@@ -76,7 +77,7 @@ class AddressLists(SharedServer, unittest.TestCase):
     def test_the_environment_names_the_list(self) -> None:
         with refusing_address() as down:
             with mock.patch.dict(os.environ, {"MONOLOCK_ADDRESS": f"{down}, {self.server.addr}"}):
-                client = monolock.Client()
+                client = self.sync_client()
             self.assertEqual(client.addresses, (down, self.server.addr))
             with client.lock("env", lease=5.0) as lock:
                 self.assertEqual(lock.address, self.server.addr)
@@ -86,7 +87,7 @@ class AddressLists(SharedServer, unittest.TestCase):
     def test_a_server_that_does_not_answer_is_skipped_after_the_connect_timeout(self) -> None:
         with silent_address() as silent:
             start = time.monotonic()
-            client = monolock.Client([silent, self.server.addr], connect_timeout=0.3)
+            client = self.sync_client([silent, self.server.addr], connect_timeout=0.3)
             with client.lock("timeout", lease=5.0) as lock:
                 self.assertEqual(lock.address, self.server.addr)
             self.assertGreaterEqual(time.monotonic() - start, 0.3)
@@ -94,7 +95,7 @@ class AddressLists(SharedServer, unittest.TestCase):
     def test_every_address_down_names_them_all(self) -> None:
         with refusing_address() as first, refusing_address() as second:
             with self.assertRaises(monolock.ConnectError) as caught:
-                monolock.Client(f"{first},{second}").lock("none", lease=5.0)
+                self.sync_client(f"{first},{second}").lock("none", lease=5.0)
             self.assertEqual(caught.exception.addresses, (first, second))
             self.assertIn(first, str(caught.exception))
             self.assertIn(second, str(caught.exception))
@@ -102,7 +103,7 @@ class AddressLists(SharedServer, unittest.TestCase):
 
     def test_a_claim_is_never_moved_to_the_next_server(self) -> None:
         with Server() as primary:
-            client = monolock.Client([primary.addr, self.server.addr])
+            client = self.sync_client([primary.addr, self.server.addr])
             lock = client.lock("moved", lease=5.0)
             self.assertEqual(lock.address, primary.addr)
             primary.signal(signal.SIGTERM)

@@ -13,7 +13,7 @@ from typing import List
 
 import monolock
 from monolock import LockLost, LossReason, NotAcquired
-from support import PATIENCE, Server, SharedServer, assert_gave_up_in_time
+from support import PATIENCE, Protocols, Server, SharedServer, also_v1, assert_gave_up_in_time
 
 
 async def eventually(what: str, condition: "object") -> None:
@@ -25,9 +25,10 @@ async def eventually(what: str, condition: "object") -> None:
         await asyncio.sleep(0.005)
 
 
-class AsyncClient(SharedServer, unittest.IsolatedAsyncioTestCase):
+@also_v1
+class AsyncClient(SharedServer, Protocols, unittest.IsolatedAsyncioTestCase):
     def client(self) -> monolock.AsyncClient:
-        return monolock.AsyncClient(self.server.addr)
+        return self.async_client(self.server.addr)
 
     async def test_tokens_strictly_increase_across_holders(self) -> None:
         client = self.client()
@@ -110,6 +111,33 @@ class AsyncClient(SharedServer, unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(LockLost):
             await lock.release()
 
+    async def test_cancelling_the_task_in_the_block_ends_the_claim(self) -> None:
+        client = self.client()
+        entered = asyncio.Event()
+
+        async def hold() -> None:
+            async with client.lock("a-cancelled", lease=60.0):
+                entered.set()
+                await asyncio.sleep(3600)  # cancelled below
+
+        task = asyncio.create_task(hold())
+        await asyncio.wait_for(entered.wait(), PATIENCE)
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        again = await client.lock("a-cancelled", lease=5.0, wait=PATIENCE / 2)
+        self.assertTrue(again.is_held())
+        await again.release()
+
+    async def test_an_exception_in_the_block_ends_the_claim(self) -> None:
+        client = self.client()
+        with self.assertRaises(KeyError):
+            async with client.lock("a-raised", lease=60.0):
+                raise KeyError("the guarded work failed")
+        again = await client.lock("a-raised", lease=5.0, wait=PATIENCE / 2)
+        self.assertTrue(again.is_held())
+        await again.release()
+
     async def test_a_lock_dropped_without_release_closes_its_socket(self) -> None:
         client = self.client()
         lock = await client.lock("a-dropped", lease=60.0)
@@ -191,11 +219,12 @@ class AsyncClient(SharedServer, unittest.IsolatedAsyncioTestCase):
         self.assertEqual(len(asyncio.all_tasks()), tasks)
 
 
-class AsyncServerFaults(unittest.IsolatedAsyncioTestCase):
+@also_v1
+class AsyncServerFaults(Protocols, unittest.IsolatedAsyncioTestCase):
     async def test_a_stopped_server_is_abandoned_before_its_lease_could_expire(self) -> None:
         with Server() as server:
             lease = 1.5
-            lock = await monolock.AsyncClient(server.addr).lock("a-silent", lease=lease)
+            lock = await self.async_client(server.addr).lock("a-silent", lease=lease)
             # As in the sync test: stop the server right after a confirmed
             # heartbeat, so S is known without asking the client.
             first = lock.deadline
@@ -218,7 +247,7 @@ class AsyncServerFaults(unittest.IsolatedAsyncioTestCase):
 
     async def test_a_blocked_loop_reads_not_held_after_the_deadline(self) -> None:
         with Server() as server:
-            lock = await monolock.AsyncClient(server.addr).lock("a-blocked", lease=0.25)
+            lock = await self.async_client(server.addr).lock("a-blocked", lease=0.25)
             self.assertTrue(lock.is_held())
             deadline = lock.deadline
             time.sleep(0.25)  # the fault: a loop blocked for a whole lease
@@ -231,7 +260,7 @@ class AsyncServerFaults(unittest.IsolatedAsyncioTestCase):
 
     async def test_server_shutdown_reports_the_shutdown_reason(self) -> None:
         with Server() as server:
-            client = monolock.AsyncClient(server.addr)
+            client = self.async_client(server.addr)
             holder = await client.lock("a-bye", lease=5.0)
             waiter = asyncio.ensure_future(client.lock("a-bye", lease=5.0))
             await eventually("the waiter", lambda: len(server.waiters("a-bye")) == 1)

@@ -4,14 +4,16 @@ reply matching and the claim machine (the Rust client's unit tests, ported)."""
 from __future__ import annotations
 
 import unittest
+from typing import Callable, Dict
 
 from monolock import InvalidArgument, LossReason, ProtocolError
-from monolock import _frames
+from monolock import _frames, _frames2
 from monolock._address import Address, parse
 from monolock._claim import Claim, Status
 from monolock._exchange import Event, Exchange, Standing
 from monolock._frames import Acquired, ServerError, Waiting
 from monolock._schedule import Schedule
+from monolock._session import ClaimState, CStatus, SessionCore, SState
 
 MS = 1_000_000
 US = 1_000
@@ -247,6 +249,211 @@ class ClaimMachine(unittest.TestCase):
         claim.closed(None)
         assert claim.loss is not None
         self.assertIs(claim.loss.reason, LossReason.SHUTDOWN)
+
+
+def opened(session: int = 1, max_claims: int = 1024) -> bytes:
+    return bytes([0x30]) + session.to_bytes(8, "big") + max_claims.to_bytes(4, "big")
+
+
+def v2(kind: int, claim: int, tail: bytes = b"") -> bytes:
+    return bytes([kind]) + claim.to_bytes(4, "big") + tail
+
+
+def v2_token(kind: int, claim: int, token: int) -> bytes:
+    return v2(kind, claim, token.to_bytes(8, "big"))
+
+
+def v2_code(kind: int, claim: int, code: int, reason: bytes = b"") -> bytes:
+    return v2(kind, claim, bytes([code, len(reason)]) + reason)
+
+
+def open_session(max_claims: int = 1024) -> SessionCore:
+    core = SessionCore(2000, T0)
+    core.outbox.clear()
+    core.receive(opened(7, max_claims), T0 + 1 * MS)
+    return core
+
+
+class V2Frames(unittest.TestCase):
+    def test_bytes_match_the_worked_exchange(self) -> None:
+        self.assertEqual(_frames2.open_frame(2000).hex(" "), "01 02 00 00 07 d0")
+        self.assertEqual(
+            _frames2.acquire(1, 0, b"deploy").hex(" "), "21 00 00 00 01 00 06 64 65 70 6c 6f 79"
+        )
+        self.assertEqual(_frames2.release(9).hex(" "), "22 00 00 00 09")
+
+    def test_decode_whole_frames_only(self) -> None:
+        frame = v2_token(0x31, 1, 0x0006B49D20000000)
+        for cut in range(len(frame)):
+            self.assertIsNone(_frames2.decode(frame[:cut]))
+        self.assertEqual(_frames2.decode(frame), ((0x31, 1, 0x0006B49D20000000, 0, ""), 13))
+        refused = v2_code(0x36, 9, 0x20, b"unknown claim id: 9")
+        self.assertIsNone(_frames2.decode(refused[:-1]))
+        self.assertEqual(_frames2.decode(refused), ((0x36, 9, 0, 0x20, "unknown claim id: 9"), len(refused)))
+        self.assertEqual(_frames2.decode(opened(1, 1024)), ((0x30, 0, 1, 1024, ""), 13))
+        self.assertEqual(_frames2.decode(b"\x35"), ((0x35, 0, 0, 0, ""), 1))
+        with self.assertRaises(ProtocolError):
+            _frames2.decode(b"\x12")  # a v1 frame on a v2 session
+
+
+class SessionMachine(unittest.TestCase):
+    def test_open_then_claims_with_their_replies_in_order(self) -> None:
+        core = SessionCore(2000, T0)
+        self.assertEqual(bytes(core.outbox), _frames2.open_frame(2000))
+        core.outbox.clear()
+        core.receive(opened(7, 3), T0 + 1 * MS)
+        self.assertIs(core.state, SState.OPEN)
+        self.assertEqual((core.session_id, core.max_claims), (7, 3))
+        a = core.acquire("a", b"a", _frames2.MODE_WAIT, T0 + 10 * MS)
+        b = core.acquire("b", b"b", _frames2.MODE_TRY, T0 + 10 * MS)
+        self.assertEqual(bytes(core.outbox), _frames2.acquire(a.id, 0, b"a") + _frames2.acquire(b.id, 1, b"b"))
+        core.receive(v2_token(0x31, a.id, 5) + v2(0x33, b.id), T0 + 12 * MS)
+        self.assertIs(a.status, CStatus.HELD)
+        self.assertEqual(a.token, 5)
+        self.assertIs(b.status, CStatus.BUSY)
+        self.assertEqual(core.in_use(), 1)
+        core.outbox.clear()
+        core.release(a, T0 + 20 * MS)
+        self.assertEqual(bytes(core.outbox), _frames2.release(a.id))
+        self.assertIs(a.status, CStatus.RELEASING)
+        core.receive(v2(0x34, a.id), T0 + 21 * MS)
+        self.assertIs(a.status, CStatus.RELEASED)
+        self.assertEqual(core.in_use(), 0)
+        self.assertEqual(core.idle_since, T0 + 21 * MS)
+
+    def test_every_reply_confirms_its_send_instant_and_a_push_confirms_nothing(self) -> None:
+        core = open_session()
+        self.assertEqual(core.deadline(), T0 + 1600 * MS)
+        claim = core.acquire("a", b"a", _frames2.MODE_WAIT, T0 + 100 * MS)
+        core.receive(v2(0x32, claim.id), T0 + 101 * MS)
+        self.assertEqual(core.deadline(), T0 + 100 * MS + 1600 * MS)
+        core.receive(v2_token(0x37, claim.id, 9), T0 + 900 * MS)
+        self.assertIs(claim.status, CStatus.HELD)
+        self.assertEqual(core.deadline(), T0 + 100 * MS + 1600 * MS, "a push moves nothing")
+        core.check(T0 + 1700 * MS - 1)
+        self.assertIs(claim.status, CStatus.HELD)
+        core.check(T0 + 1700 * MS)
+        self.assertIs(claim.status, CStatus.LOST)
+        assert claim.loss is not None
+        self.assertIs(claim.loss.reason, LossReason.EXPIRED)
+
+    def test_ping_only_when_nothing_is_in_flight(self) -> None:
+        core = open_session()
+        # OPENED answered the OPEN sent at T0: the next PING is base later.
+        self.assertEqual(core.next_wake(), T0 + 500 * MS - 2 * MS)
+        claim = core.acquire("a", b"a", _frames2.MODE_WAIT, T0 + 2 * MS)
+        core.outbox.clear()
+        self.assertFalse(core.ping_due(T0 + 600 * MS), "the ACQUIRE is in flight")
+        self.assertEqual(core.next_wake(), core.deadline())
+        core.receive(v2_token(0x31, claim.id, 1), T0 + 601 * MS)
+        due = core.next_wake()
+        assert due is not None
+        self.assertTrue(core.ping_due(due))
+        self.assertEqual(bytes(core.outbox), _frames2.PING_FRAME)
+        self.assertFalse(core.ping_due(due + 1), "one PING in flight")
+        core.receive(b"\x35", due + 1 * MS)
+        self.assertEqual(core.deadline(), due + 1600 * MS)
+
+    def test_a_session_end_loses_every_claim_and_completes_releases(self) -> None:
+        core = open_session()
+        held = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        waiting = core.acquire("b", b"b", 0, T0 + 2 * MS)
+        releasing = core.acquire("c", b"c", 0, T0 + 2 * MS)
+        core.receive(v2_token(0x31, held.id, 1) + v2(0x32, waiting.id) + v2_token(0x31, releasing.id, 2), T0 + 3 * MS)
+        core.release(releasing, T0 + 4 * MS)
+        core.receive(b"\x13\x01\x00", T0 + 5 * MS)
+        self.assertIs(core.state, SState.CLOSED)
+        for claim in (held, waiting):
+            self.assertIs(claim.status, CStatus.LOST)
+            assert claim.loss is not None
+            self.assertIs(claim.loss.reason, LossReason.SHUTDOWN)
+        self.assertIs(releasing.status, CStatus.RELEASED)
+        self.assertEqual(core.changed[-3:], [held, waiting, releasing])
+
+    def test_a_release_may_cross_a_grant_and_a_revoke(self) -> None:
+        core = open_session()
+        crossed = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        revoked = core.acquire("b", b"b", 0, T0 + 2 * MS)
+        core.receive(v2(0x32, crossed.id) + v2_token(0x31, revoked.id, 3), T0 + 3 * MS)
+        core.release(crossed, T0 + 4 * MS)
+        core.release(revoked, T0 + 4 * MS)
+        core.receive(v2_token(0x37, crossed.id, 4) + v2(0x34, crossed.id), T0 + 5 * MS)
+        self.assertIs(crossed.status, CStatus.RELEASED)
+        self.assertEqual(crossed.token, 4)
+        core.receive(v2_code(0x38, revoked.id, 0x08, b"force-release"), T0 + 6 * MS)
+        self.assertIs(revoked.status, CStatus.LOST)
+        assert revoked.loss is not None
+        self.assertIs(revoked.loss.reason, LossReason.FORCED)
+        self.assertEqual(revoked.loss.code, 0x02, "reported under the v1 code")
+        self.assertEqual(core.in_use(), 1, "the RELEASE's reply is still due")
+        core.receive(v2_code(0x36, revoked.id, 0x20), T0 + 7 * MS)
+        self.assertEqual(core.in_use(), 0)
+        self.assertIs(core.state, SState.OPEN)
+
+    def test_a_give_up_while_the_acquire_is_in_flight_releases_what_it_brings(self) -> None:
+        core = open_session()
+        claim = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        core.release(claim, T0 + 3 * MS)
+        core.outbox.clear()
+        core.receive(v2_token(0x31, claim.id, 1), T0 + 4 * MS)
+        self.assertIs(claim.status, CStatus.RELEASING)
+        self.assertEqual(bytes(core.outbox), _frames2.release(claim.id))
+
+    def test_refusals_leave_the_session_open(self) -> None:
+        core = open_session()
+        acl = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        full = core.acquire("b", b"b", 0, T0 + 2 * MS)
+        core.receive(v2_code(0x36, acl.id, 0x24, b"acl") + v2_code(0x36, full.id, 0x09), T0 + 3 * MS)
+        assert acl.refused is not None and full.refused is not None
+        self.assertEqual(acl.refused.code, 0x18)
+        self.assertFalse(acl.refused.is_temporary)
+        self.assertEqual(full.refused.code, 0x09)
+        self.assertTrue(full.refused.is_temporary)
+        self.assertIs(core.state, SState.OPEN)
+
+    def test_violations_close_the_session(self) -> None:
+        cases: Dict[str, Callable[[ClaimState], bytes]] = {
+            "another claim's reply": lambda a: v2(0x32, a.id + 1),
+            "a reply with nothing in flight": lambda a: v2(0x32, a.id) + b"\x35",
+            "a grant of a held claim": lambda a: v2_token(0x31, a.id, 1) + v2_token(0x37, a.id, 2),
+            "a v1 frame": lambda a: b"\x11",
+        }
+        for what, data in cases.items():
+            core = open_session()
+            claim = core.acquire("a", b"a", 0, T0 + 2 * MS)
+            core.receive(data(claim), T0 + 3 * MS)
+            self.assertIs(core.state, SState.CLOSED, what)
+            assert core.loss is not None
+            self.assertIs(core.loss.reason, LossReason.PROTOCOL_VIOLATION, what)
+            self.assertIs(claim.status, CStatus.LOST, what)
+
+    def test_idle_time_starts_when_the_last_claim_ends(self) -> None:
+        core = open_session()
+        self.assertIsNone(core.idle_since, "opened for a claim that is about to come")
+        claim = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        core.receive(v2(0x32, claim.id), T0 + 3 * MS)
+        core.release(claim, T0 + 4 * MS)
+        core.receive(v2(0x34, claim.id), T0 + 5 * MS)
+        self.assertEqual(core.idle_since, T0 + 5 * MS)
+
+    def test_a_claim_on_an_ended_session_was_never_sent(self) -> None:
+        core = open_session()
+        core.receive(b"\x13\x03\x00", T0 + 2 * MS)
+        core.outbox.clear()
+        claim = core.acquire("a", b"a", 0, T0 + 3 * MS)
+        self.assertIs(claim.status, CStatus.LOST)
+        self.assertTrue(claim.unsent)
+        self.assertEqual(bytes(core.outbox), b"")
+
+    def test_a_v1_server_answers_the_open_with_0x10(self) -> None:
+        core = SessionCore(2000, T0)
+        core.receive(b"\x13\x10\x00", T0 + 1 * MS)
+        self.assertTrue(core.v1_only)
+        self.assertIs(core.state, SState.CLOSED)
+        http = SessionCore(2000, T0)
+        http.receive(b"HTTP/1.1 400", T0 + 1 * MS)
+        assert http.loss is not None and isinstance(http.loss.__cause__, ProtocolError)
+        self.assertTrue(http.loss.__cause__.wrong_port)
 
 
 if __name__ == "__main__":

@@ -17,11 +17,16 @@ import monolock
 from monolock import LockLost, LossReason, NotAcquired
 from monolock._claim import Claim
 from monolock._reactor import Reactor, Session
+from unittest import mock
+
 from support import (
     PATIENCE,
     REPO,
+    Protocols,
+    Proxy,
     Server,
     SharedServer,
+    also_v1,
     assert_gave_up_in_time,
     confirmed_after,
     eventually,
@@ -63,9 +68,10 @@ class Lockless(unittest.TestCase):
             self.assertIn("wait", str(caught.exception))
 
 
-class SyncClient(SharedServer, unittest.TestCase):
+@also_v1
+class SyncClient(SharedServer, Protocols, unittest.TestCase):
     def client(self) -> monolock.Client:
-        return monolock.Client(self.server.addr)
+        return self.sync_client(self.server.addr)
 
     def test_tokens_strictly_increase_across_holders(self) -> None:
         client = self.client()
@@ -170,6 +176,9 @@ class SyncClient(SharedServer, unittest.TestCase):
         self.assertIsNone(lock.loss)
         self.assertFalse(lock.lost_event.is_set())
         self.assertIsNone(lock.wait_lost(0))
+        start = time.monotonic()
+        self.assertIsNone(lock.wait_lost(0.05))  # no loss comes: it waits its time out
+        self.assertGreaterEqual(time.monotonic() - start, 0.05)
 
     def test_leaving_the_block_after_a_loss_raises_it(self) -> None:
         with self.assertRaises(LockLost) as caught:
@@ -193,7 +202,7 @@ class SyncClient(SharedServer, unittest.TestCase):
         listener.listen(8)
         listener.setblocking(False)
         host, port = listener.getsockname()
-        client = monolock.Client(f"{host}:{port}")
+        client = self.sync_client(f"{host}:{port}")
         bad: List[object] = ["", "n" * 256, "\u00e9" * 128, "\ud800", 5, None]
         for name in bad:
             with self.assertRaises(monolock.InvalidArgument, msg=repr(name)):
@@ -248,21 +257,25 @@ class SyncClient(SharedServer, unittest.TestCase):
                 self.assertEqual(self.server.waiters("no-orphan"), [])
         eventually("the lock to be forgotten", lambda: self.server.lock("no-orphan") is None)
 
-    def test_an_exception_after_connecting_ends_the_claim(self) -> None:
+    def test_an_exception_after_the_grant_ends_the_claim(self) -> None:
         client = self.client()
-
-        def no_reactor() -> Reactor:
-            raise RuntimeError("can't start new thread")
-
-        client._reactor_factory = no_reactor
         caught: List[BaseException] = []
-        try:
-            client.lock("raised", lease=60.0)
-        except RuntimeError as err:
-            caught.append(err)  # keeps the traceback and its frames alive
+        with mock.patch.object(monolock.Lock, "__init__", side_effect=RuntimeError("raised")):
+            try:
+                client.lock("raised", lease=60.0)
+            except RuntimeError as err:
+                caught.append(err)  # keeps the traceback and its frames alive
         self.assertEqual(len(caught), 1)
         # Released at once, long before a 60 s lease could run out.
         eventually("the claim to end", lambda: self.server.lock("raised") is None)
+
+    def test_an_exception_in_the_with_block_ends_the_claim(self) -> None:
+        client = self.client()
+        with self.assertRaises(KeyError):
+            with client.lock("block-raised", lease=60.0):
+                raise KeyError("the guarded work failed")
+        with client.lock("block-raised", lease=5.0, wait=PATIENCE / 2) as again:
+            self.assertTrue(again.is_held())
 
     def test_with_on_a_released_or_lost_lock_raises(self) -> None:
         client = self.client()
@@ -323,7 +336,7 @@ class SyncClient(SharedServer, unittest.TestCase):
         # A child process holds the lock; it is SIGSTOPped (every thread
         # frozen, as in a GC pause or a suspended VM) for a whole lease.
         with subprocess.Popen(
-            [sys.executable, "-c", PAUSED_CHILD, self.server.addr],
+            [sys.executable, "-c", PAUSED_CHILD, self.server.addr, str(self.force_v1)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO / "clients" / "python" / "src")},
@@ -363,7 +376,7 @@ class StalledDriver(unittest.TestCase):
     def test_is_held_reads_the_clock_when_no_thread_has_run(self) -> None:
         with Server() as server:
             reactor = FrozenReactor()
-            client = monolock.Client(server.addr)
+            client = monolock.Client(server.addr, force_v1=True)  # the v1 reactor is frozen
             client._reactor_factory = lambda: reactor
             lock = client.lock("stalled", lease=0.25)
             try:
@@ -420,7 +433,7 @@ class LostOnHandOff(Reactor):
 class HandOff(unittest.TestCase):
     def test_a_waiter_lost_while_handed_to_the_reactor_raises_lock_lost(self) -> None:
         with Server() as server:
-            client = monolock.Client(server.addr)
+            client = monolock.Client(server.addr, force_v1=True)  # the v1 hand-off to a reactor
             holder = client.lock("handoff", lease=5.0)
             client._reactor_factory = lambda: LostOnHandOff(server)
             with self.assertRaises(LockLost) as caught:
@@ -435,20 +448,21 @@ class HandOff(unittest.TestCase):
 #: Holds a lock, says so, then answers each stdin line with is_held().
 PAUSED_CHILD = """
 import sys, monolock
-lock = monolock.Client(sys.argv[1]).lock("paused", lease=0.5)
+lock = monolock.Client(sys.argv[1], force_v1=sys.argv[2] == "True").lock("paused", lease=0.5)
 print("held", lock.is_held(), flush=True)
 for _ in sys.stdin:
     print("held", lock.is_held(), flush=True)
 """
 
 
-class SyncServerFaults(unittest.TestCase):
+@also_v1
+class SyncServerFaults(Protocols, unittest.TestCase):
     """Tests that stop or end their own server."""
 
     def test_a_stopped_server_is_abandoned_before_its_lease_could_expire(self) -> None:
         with Server() as server:
             lease = 1.5
-            lock = monolock.Client(server.addr).lock("silent", lease=lease)
+            lock = self.sync_client(server.addr).lock("silent", lease=lease)
             # Stop the server right after a heartbeat is confirmed: then S,
             # the send instant of the last confirmed frame, is known (up to
             # a round trip) without asking the client.
@@ -467,7 +481,7 @@ class SyncServerFaults(unittest.TestCase):
 
     def test_server_shutdown_reports_the_shutdown_reason(self) -> None:
         with Server() as server:
-            client = monolock.Client(server.addr)
+            client = self.sync_client(server.addr)
             holder = client.lock("bye", lease=5.0)
             waiter_error: List[BaseException] = []
 
@@ -492,6 +506,43 @@ class SyncServerFaults(unittest.TestCase):
             assert isinstance(err, LockLost), repr(err)
             self.assertIs(err.reason, LossReason.SHUTDOWN)
             self.assertEqual(server.proc.wait(PATIENCE), 0)
+
+
+@also_v1
+class ProxyStalls(SharedServer, Protocols, unittest.TestCase):
+    def test_a_stalled_path_is_given_up_before_the_server_hands_the_locks_on(self) -> None:
+        lease = 1.0  # short: the server hands on only after a whole lease of silence
+        with Proxy(self.server.addr) as proxy:
+            client = self.sync_client(proxy.addr)
+            names = ["stall/a", "stall/b"]
+            locks = [client.lock(name, lease=lease) for name in names]
+            granted_at: List[float] = []
+            errors: List[BaseException] = []
+
+            def wait_in_line(name: str) -> None:
+                try:
+                    lock = self.sync_client(self.server.addr).lock(name, lease=5.0, wait=PATIENCE)
+                    granted_at.append(time.monotonic())
+                    lock.release()
+                except BaseException as err:  # noqa: B036 - recorded for the assertion
+                    errors.append(err)
+
+            waiters = [threading.Thread(target=wait_in_line, args=(name,)) for name in names]
+            for i, waiter in enumerate(waiters):
+                waiter.start()
+                eventually("the waiter to queue", lambda i=i: len(self.server.waiters(names[i])) == 1)  # type: ignore[misc]
+            proxy.stall()
+            lost_at = []
+            for lock in locks:
+                loss = lock.wait_lost(PATIENCE)
+                lost_at.append(time.monotonic())
+                assert loss is not None
+                self.assertIs(loss.reason, LossReason.EXPIRED)
+            for waiter in waiters:
+                joined(self, waiter)
+            self.assertEqual(errors, [])
+            self.assertEqual(len(granted_at), 2)
+            self.assertLess(max(lost_at), min(granted_at), "a waiter was granted before the holder knew")
 
 
 if __name__ == "__main__":

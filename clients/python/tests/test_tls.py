@@ -11,22 +11,23 @@ import unittest
 from pathlib import Path
 
 import monolock
-from support import CLIENT_IDENTITY, Server, client_context, pki_dir, tls_args
+from support import CLIENT_IDENTITY, Protocols, Server, also_v1, client_context, pki_dir, tls_args
 
 
 @unittest.skipIf(pki_dir() is None, "MONOLOCK_TEST_PKI is not set")
-class Tls(unittest.TestCase):
+@also_v1
+class Tls(Protocols, unittest.TestCase):
     def test_tls_sync_and_async(self) -> None:
         with Server(*tls_args(mutual=False)) as server:
             context = client_context(with_certificate=False)
-            with monolock.Client(server.addr, ssl_context=context).lock("tls", lease=5.0) as lock:
+            with self.sync_client(server.addr, ssl_context=context).lock("tls", lease=5.0) as lock:
                 self.assertTrue(lock.is_held())
                 holder = server.lock("tls")
                 assert holder is not None
                 self.assertEqual(holder["holder"]["token"], lock.token)
 
             async def use() -> int:
-                client = monolock.AsyncClient(server.addr, ssl_context=context)
+                client = self.async_client(server.addr, ssl_context=context)
                 async with client.lock("tls", lease=5.0) as lock:
                     self.assertTrue(lock.is_held())
                     return lock.token
@@ -37,16 +38,16 @@ class Tls(unittest.TestCase):
         with Server(*tls_args(mutual=False)) as server:
             context = ssl.create_default_context()  # system roots only
             with self.assertRaises(monolock.ConnectError) as caught:
-                monolock.Client(server.addr, ssl_context=context).lock("tls", lease=5.0)
+                self.sync_client(server.addr, ssl_context=context).lock("tls", lease=5.0)
             self.assertIn(server.addr, str(caught.exception))
             self.assertIsInstance(caught.exception.__cause__, ssl.SSLError)
             # The name checked is the address's host unless overridden.
             trusted = client_context(with_certificate=False)
             with self.assertRaises(monolock.ConnectError):
-                monolock.Client(server.addr, ssl_context=trusted, server_hostname="elsewhere").lock(
+                self.sync_client(server.addr, ssl_context=trusted, server_hostname="elsewhere").lock(
                     "tls", lease=5.0
                 )
-            with monolock.Client(server.addr, ssl_context=trusted, server_hostname="localhost").lock(
+            with self.sync_client(server.addr, ssl_context=trusted, server_hostname="localhost").lock(
                 "tls", lease=5.0
             ) as lock:
                 self.assertTrue(lock.is_held())
@@ -57,13 +58,13 @@ class Tls(unittest.TestCase):
             lease = 60.0  # an answer at the deadline could not pass for a prompt one
             start = time.monotonic()
             with self.assertRaises(monolock.ConnectError) as caught:
-                monolock.Client(server.addr).lock("tls", lease=lease)
+                self.sync_client(server.addr).lock("tls", lease=lease)
             self.assertIn(says, str(caught.exception))
             self.assertFalse(caught.exception.is_temporary)
 
             async def use() -> None:
                 with self.assertRaises(monolock.ConnectError) as caught:
-                    await monolock.AsyncClient(server.addr).lock("tls", lease=lease)
+                    await self.async_client(server.addr).lock("tls", lease=lease)
                 self.assertIn(says, str(caught.exception))
 
             asyncio.run(use())
@@ -71,7 +72,7 @@ class Tls(unittest.TestCase):
 
     def test_mtls_identity_and_refusal(self) -> None:
         with Server(*tls_args(mutual=True)) as server:
-            client = monolock.Client(server.addr, ssl_context=client_context(with_certificate=True))
+            client = self.sync_client(server.addr, ssl_context=client_context(with_certificate=True))
             with client.lock("mtls", lease=5.0) as lock:
                 seen = server.lock("mtls")
                 assert seen is not None
@@ -79,18 +80,19 @@ class Tls(unittest.TestCase):
                 self.assertEqual(seen["holder"]["token"], lock.token)
             anonymous = client_context(with_certificate=False)
             with self.assertRaises(monolock.ConnectError) as caught:
-                monolock.Client(server.addr, ssl_context=anonymous).lock("mtls", lease=5.0)
+                self.sync_client(server.addr, ssl_context=anonymous).lock("mtls", lease=5.0)
             self.assertIn(server.addr, str(caught.exception))
+            self.assertIsInstance(caught.exception.__cause__, ssl.SSLError)
 
             async def use() -> None:
-                good = monolock.AsyncClient(server.addr, ssl_context=client_context(True))
+                good = self.async_client(server.addr, ssl_context=client_context(True))
                 async with good.lock("mtls", lease=5.0) as lock:
                     seen = await asyncio.to_thread(server.lock, "mtls")
                     assert seen is not None
                     self.assertEqual(seen["holder"]["identity"], CLIENT_IDENTITY)
                     self.assertTrue(lock.is_held())
                 with self.assertRaises(monolock.ConnectError):
-                    await monolock.AsyncClient(server.addr, ssl_context=anonymous).lock("mtls", 5.0)
+                    await self.async_client(server.addr, ssl_context=anonymous).lock("mtls", 5.0)
 
             asyncio.run(use())
 
@@ -100,7 +102,7 @@ class Tls(unittest.TestCase):
             rule = {"identity": CLIENT_IDENTITY, "locks": ["allowed/*"]}
             acl.write_text(json.dumps({"rules": [rule]}))
             with Server(*tls_args(mutual=True), "--acl-file", str(acl)) as server:
-                client = monolock.Client(server.addr, ssl_context=client_context(True))
+                client = self.sync_client(server.addr, ssl_context=client_context(True))
                 with client.lock("allowed/job", lease=5.0) as lock:
                     self.assertTrue(lock.is_held())
                 with self.assertRaises(monolock.LockLost) as caught:

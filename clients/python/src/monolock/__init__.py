@@ -1,4 +1,4 @@
-"""monolock for Python: locks where the TCP connection is the claim.
+"""monolock for Python: locks whose claims die with their connection.
 
 ```python
 import monolock
@@ -10,11 +10,13 @@ with client.lock("deploy", lease=10.0) as lock:
         raise SystemExit("lost the lock; stop")
 ```
 
-The same client contract as the Rust client (docs/protocol.md): heartbeats
-every ~lease/4 from a background thread (or the event loop), the claim
-given up at `S + 0.8 x lease` on `time.monotonic()` where S is the send
-instant of the latest confirmed ACQUIRE or heartbeat, so the holder always
-learns of a loss before the server could hand the lock on.
+The client contract of docs/protocol.md: claims ride on shared protocol
+v2 sessions (v1, a connection per lock, for a server without v2 or with
+`force_v1=True`), heartbeated every ~lease/4 from a background thread (or
+the event loop); a session is given up at `S + 0.8 x lease` on
+`time.monotonic()`, where S is the send instant of its latest confirmed
+request, so the holder always learns of a loss before the server could
+hand the lock on; `release()` returns once the server confirmed it.
 """
 
 from ._address import ADDRESS_ENV, DEFAULT_ADDRESS

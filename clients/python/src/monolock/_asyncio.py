@@ -13,15 +13,16 @@ import socket
 import ssl
 import time
 from types import TracebackType
-from typing import Any, Callable, Generator, List, Optional, Tuple, Type
+from typing import Any, Callable, Generator, List, Optional, Tuple, Type, Union
 
-from . import _frames
+from . import _frames, _frames2, _v2async, _v2sync
 from ._address import Address
 from ._claim import Claim, Status
 from ._connect import Endpoints, Failures, first_reply_error
-from ._sync import DEFAULT_LEASE, _not_enterable
+from ._session import TOO_MANY_CLAIMS, CStatus
+from ._sync import _RETRY, DEFAULT_LEASE, _not_enterable
 from ._timeouts import bound_ns
-from .errors import LockLost, NotAcquired
+from .errors import ConnectError, LockLost, NotAcquired
 
 
 def _resolve(future: "asyncio.Future[None]") -> None:
@@ -181,6 +182,27 @@ class _Driver(asyncio.Protocol):
         except RuntimeError:
             pass  # the loop is gone; the socket is shut down already
 
+    @property
+    def lease_ms(self) -> int:
+        assert self.claim is not None
+        return self.claim.lease_ms
+
+    def deadline_ns(self) -> int:
+        assert self.claim is not None
+        return self.claim.deadline()
+
+    @property
+    def loss(self) -> Optional[LockLost]:
+        return None if self.claim is None else self.claim.loss
+
+    async def release_confirmed(self) -> Optional[LockLost]:
+        """v1 has no confirmation: the close is the release."""
+        return self.release()
+
+    def release_from_gc(self) -> None:
+        self.released = True
+        self.close()
+
     def release(self) -> Optional[LockLost]:
         """Closes the connection; returns the loss that ended the claim
         before, if one did. Idempotent."""
@@ -194,22 +216,21 @@ class _Driver(asyncio.Protocol):
         return loss
 
 
+#: What an `AsyncLock` holds: its own v1 connection, or a v2 session's claim.
+AsyncHandle = Union[_Driver, "_v2async.AsyncV2Claim"]
+
+
 class AsyncLock:
     """A held lock, for asyncio: the same contract and attributes as
     `monolock.Lock`; `await lost()` resolves on loss."""
 
     __slots__ = ("_driver", "_name", "_token", "_address", "__weakref__")
 
-    def __init__(self, driver: _Driver, name: str, token: int, address: Address) -> None:
+    def __init__(self, driver: "AsyncHandle", name: str, token: int, address: Address) -> None:
         self._driver = driver
         self._name = name
         self._token = token
         self._address = address
-
-    def _claim(self) -> Claim:
-        claim = self._driver.claim
-        assert claim is not None
-        return claim
 
     @property
     def name(self) -> str:
@@ -224,7 +245,7 @@ class AsyncLock:
     @property
     def lease(self) -> float:
         """The session's lease in seconds (as sent: whole milliseconds)."""
-        return self._claim().lease_ms / 1000
+        return self._driver.lease_ms / 1000
 
     @property
     def address(self) -> str:
@@ -234,7 +255,7 @@ class AsyncLock:
     @property
     def deadline(self) -> float:
         """`S + 0.8 x lease` on `time.monotonic()`."""
-        return self._claim().deadline() / 1e9
+        return self._driver.deadline_ns() / 1e9
 
     def is_held(self) -> bool:
         """Whether the lock is still held, judged against the clock now."""
@@ -243,13 +264,13 @@ class AsyncLock:
     def check(self) -> None:
         """Raises LockLost when the lock is not held."""
         if not self.is_held():
-            raise (self._claim().loss or LockLost.released()).with_traceback(None)
+            raise (self._driver.loss or LockLost.released()).with_traceback(None)
 
     @property
     def loss(self) -> Optional[LockLost]:
         """Why the lock was lost, or None while it is held."""
         self._driver.status()
-        return self._claim().loss
+        return self._driver.loss
 
     @property
     def lost_event(self) -> asyncio.Event:
@@ -258,15 +279,19 @@ class AsyncLock:
 
     async def lost(self) -> LockLost:
         """Resolves when the lock is lost, with why. Many tasks may await it."""
-        await self._driver.wait_until(lambda _: False, None)
-        loss = self._claim().loss
-        assert loss is not None
-        return loss
+        while True:
+            await self._driver.wait_until(lambda _: False, None)
+            loss = self._driver.loss
+            if loss is not None:
+                return loss
+            await self._driver.lost_event.wait()  # released: only a loss resolves this
 
     async def release(self) -> None:
-        """Closes the connection. Raises LockLost when the lock had been
-        lost before the release."""
-        loss = self._driver.release()
+        """Releases the lock and returns once the server has confirmed it
+        (within the client's `connect_timeout`; past it the session is
+        closed, which releases the lock too). Raises LockLost when the lock
+        had been lost before the release."""
+        loss = await self._driver.release_confirmed()
         if loss is not None:
             raise loss.with_traceback(None)
 
@@ -274,7 +299,7 @@ class AsyncLock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): an `async with` block never runs its body without the lock."""
         if not self.is_held():
-            raise _not_enterable(self._name, self._claim().loss)
+            raise _not_enterable(self._name, self._driver.loss)
         return self
 
     async def __aexit__(
@@ -283,16 +308,20 @@ class AsyncLock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        loss = self._driver.release()
+        if exc is None:
+            loss = await self._driver.release_confirmed()
+        else:
+            # A failing or cancelled block does not wait: the RELEASE is
+            # sent at once and the exception goes on.
+            loss = self._driver.release()
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
 
     def __del__(self) -> None:
         driver = getattr(self, "_driver", None)
         if driver is not None and not driver.released:
-            driver.released = True
             try:
-                driver.close()
+                driver.release_from_gc()
             except Exception:  # at interpreter exit; the kernel closes the socket
                 pass
 
@@ -351,8 +380,102 @@ class AsyncClient(Endpoints):
         give_up_when_queued: bool,
     ) -> Optional[AsyncLock]:
         start = time.monotonic_ns()
+        args = (name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued)
+        if self._force_v1:
+            return await self._acquire_v1(*args, None)
+        failures = Failures(self)
+        pool = _v2async.pool()
+        for address in self._addresses:
+            key = _v2sync.pool_key(self, address)
+            if _v2sync.POOL.is_v1(key):
+                try:
+                    return await self._acquire_v1(*args, (address,))
+                except ConnectError as err:
+                    _v2sync.POOL.forget_v1(key)
+                    failures.add(address, err.__cause__ or err)
+                    continue
+            # As in the sync client: a claim the server never saw, or refused
+            # for the session's claim bound, goes again on another session.
+            for _ in range(_v2sync.MAX_SESSIONS_PER_ADDRESS + 2):
+                try:
+                    session = await pool.session(self, address, lease_ms)
+                except _v2sync.DialFailed as err:
+                    failures.add(address, err.__cause__ or err)
+                    break
+                except _v2sync.V1Only:
+                    return await self._acquire_v1(*args, (address,))
+                except LockLost as loss:
+                    error = first_reply_error(address, loss)
+                    if error is None:
+                        raise
+                    raise error  # its cause is the TLS alert, or what answered
+                result = await self._acquire_v2(
+                    session, name, raw_name, wait, wait_ns, start, give_up_when_queued
+                )
+                if result is not _RETRY:
+                    return result  # type: ignore[return-value]
+            else:
+                raise _v2sync.sessions_full(address)
+        raise failures.error()
+
+    async def _acquire_v2(
+        self,
+        session: _v2async.AsyncSession,
+        name: str,
+        raw_name: bytes,
+        wait: Optional[float],
+        wait_ns: Optional[int],
+        start: int,
+        give_up_when_queued: bool,
+    ) -> object:
+        """One claim on `session`: the lock, None (a try found it busy), or
+        _RETRY (the session could not take it: full, or closed as idle)."""
+        mode = _frames2.MODE_TRY if give_up_when_queued else _frames2.MODE_WAIT
+        claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+        handle = _v2async.AsyncV2Claim(session, claim, self._connect_timeout)
+        # From here on the claim exists: whatever ends this call without
+        # handing a lock over, a cancellation included, releases it.
+        try:
+            session.settle()
+            status, _ = await handle.wait_until(lambda s: s is not Status.UNANSWERED, None)
+            if claim.status is CStatus.BUSY:
+                return None
+            if claim.status is CStatus.REFUSED:
+                refused = claim.refused or LockLost.connection()
+                if refused.code == TOO_MANY_CLAIMS:
+                    session.full = True
+                    return _RETRY
+                raise refused
+            if status is Status.WAITING:
+                until = None if wait_ns is None else start + wait_ns
+                status, timed_out = await handle.wait_until(lambda s: s is Status.HELD, until)
+                if timed_out:
+                    raise NotAcquired(name, wait if wait is not None else 0.0)
+            if status is not Status.HELD:
+                if _v2sync.never_seen(claim):
+                    return _RETRY
+                raise claim.loss or LockLost.connection()
+            token = claim.token
+            assert token is not None
+            return AsyncLock(handle, name, token, session.address)
+        except BaseException:
+            handle.release()
+            raise
+
+    async def _acquire_v1(
+        self,
+        name: str,
+        raw_name: bytes,
+        lease_ms: int,
+        wait: Optional[float],
+        wait_ns: Optional[int],
+        start: int,
+        give_up_when_queued: bool,
+        addresses: Optional[Tuple[Address, ...]],
+    ) -> Optional[AsyncLock]:
+        """One claim on its own connection (protocol v1)."""
         frame = _frames.acquire(raw_name, lease_ms)
-        driver, address = await self._connect()
+        driver, address = await self._connect(addresses)
         # From here on the connection is a claim: whatever ends this call
         # without handing a lock over, a cancellation included, ends it.
         try:
@@ -376,10 +499,10 @@ class AsyncClient(Endpoints):
             raise first_reply_error(address, loss) or loss
         return None
 
-    async def _connect(self) -> Tuple[_Driver, Address]:
+    async def _connect(self, addresses: Optional[Tuple[Address, ...]]) -> Tuple[_Driver, Address]:
         loop = asyncio.get_running_loop()
         failures = Failures(self)
-        for address in self._addresses:
+        for address in self._addresses if addresses is None else addresses:
             driver = _Driver(loop)
             tls: Any = {}
             if self._ssl_context is not None:

@@ -30,8 +30,10 @@ class Endpoints:
         ssl_context: Optional[ssl.SSLContext] = None,
         server_hostname: Optional[str] = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        force_v1: bool = False,
     ) -> None:
         self._addresses = _address.parse(address)
+        self._force_v1 = bool(force_v1)
         self._ssl_context = ssl_context
         self._server_hostname = server_hostname
         self._connect_timeout = connect_timeout
@@ -74,29 +76,36 @@ class Failures:
         return error
 
 
-def connect(endpoints: Endpoints) -> Tuple[socket.socket, Address]:
-    """Dials the addresses in order (blocking). Raises ConnectError."""
-    failures = Failures(endpoints)
+def dial(endpoints: Endpoints, address: Address) -> socket.socket:
+    """Connects to one address (blocking; TCP and the TLS handshake).
+    Raises OSError or ssl.SSLError."""
     timeout = endpoints._connect_timeout
-    for address in endpoints._addresses:
+    sock = socket.create_connection((address.host, address.port), timeout=timeout)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if endpoints._ssl_context is not None:
+            sock = endpoints._ssl_context.wrap_socket(
+                sock, server_hostname=endpoints._hostname(address), do_handshake_on_connect=False
+            )
+            sock.settimeout(timeout)
+            sock.do_handshake()
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def connect(
+    endpoints: Endpoints, addresses: Optional[Tuple[Address, ...]] = None
+) -> Tuple[socket.socket, Address]:
+    """Dials the addresses (by default all of them) in order (blocking).
+    Raises ConnectError."""
+    failures = Failures(endpoints)
+    for address in endpoints._addresses if addresses is None else addresses:
         try:
-            sock = socket.create_connection((address.host, address.port), timeout=timeout)
-        except OSError as err:
-            failures.add(address, err)
-            continue
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if endpoints._ssl_context is not None:
-                sock = endpoints._ssl_context.wrap_socket(
-                    sock, server_hostname=endpoints._hostname(address), do_handshake_on_connect=False
-                )
-                sock.settimeout(timeout)
-                sock.do_handshake()
+            return dial(endpoints, address), address
         except (OSError, ssl.SSLError) as err:
-            sock.close()
             failures.add(address, err)
-            continue
-        return sock, address
     raise failures.error()
 
 

@@ -82,6 +82,22 @@ class Session:
         #: The instant of this session's live heap entry, if any.
         self.wake_at: Optional[int] = None
 
+    @property
+    def lease_ms(self) -> int:
+        return self.claim.lease_ms
+
+    def deadline_ns(self) -> int:
+        with self.cond:
+            return self.claim.deadline()
+
+    @property
+    def loss(self) -> Optional[LockLost]:
+        return self.claim.loss
+
+    def release_from_gc(self) -> None:
+        """From `__del__`: shuts the socket down on the spot."""
+        self.release(wait=False)
+
     def status(self) -> Status:
         """The status after checking the deadline against the clock now."""
         with self.cond:

@@ -7,25 +7,33 @@ import ssl
 import threading
 import time
 from types import TracebackType
-from typing import Callable, Optional, Tuple, Type
+from typing import Callable, Optional, Tuple, Type, Union
 
-from . import _frames
+from . import _frames, _frames2, _session, _v2sync
 from ._address import Address
 from ._claim import Claim, Status
-from ._connect import Endpoints, connect, first_reply_error
+from ._connect import Endpoints, Failures, connect, first_reply_error
 from ._reactor import READ_CHUNK, Reactor, Session, shared_reactor, shutdown_socket
+from ._session import CStatus
 from ._timeouts import bound_ns
-from .errors import LockLost, LossReason, NotAcquired
+from .errors import ConnectError, LockLost, LossReason, NotAcquired
+
+#: What a claim of a `Lock` is: its own v1 connection, or a v2 session's claim.
+Handle = Union[Session, "_v2sync.V2Claim"]
+
+#: `_acquire_v2`: the session could not take the claim; try another.
+_RETRY = object()
 
 #: The lease when none is given, in seconds.
 DEFAULT_LEASE = 10.0
 
 
 class Lock:
-    """A held lock. **The lock is the connection**: while it lives, a
-    background thread heartbeats it; `release()` (or leaving the
-    `with` block, or the object being garbage-collected) closes the
-    connection, and the server hands the lock to the next waiter at once.
+    """A held lock: a claim on a protocol v2 session (or, with v1, its own
+    connection). While it lives, a background thread heartbeats its
+    session; `release()` (or leaving the `with` block) returns once the
+    server has confirmed that the lock is free and handed on; a `Lock`
+    garbage-collected without a release is released by that thread.
 
     Hand `token` to everything the lock guards (the fencing token), and
     stop the guarded work when `is_held()` turns False or `lost_event` is set.
@@ -33,7 +41,7 @@ class Lock:
 
     __slots__ = ("_session", "_name", "_token", "_address", "__weakref__")
 
-    def __init__(self, session: Session, name: str, token: int, address: Address) -> None:
+    def __init__(self, session: Handle, name: str, token: int, address: Address) -> None:
         self._session = session
         self._name = name
         self._token = token
@@ -53,7 +61,7 @@ class Lock:
     @property
     def lease(self) -> float:
         """The session's lease in seconds (as sent: whole milliseconds)."""
-        return self._session.claim.lease_ms / 1000
+        return self._session.lease_ms / 1000
 
     @property
     def address(self) -> str:
@@ -64,8 +72,7 @@ class Lock:
     def deadline(self) -> float:
         """`S + 0.8 x lease` on `time.monotonic()`: the instant at which the
         claim is given up unless a heartbeat sent after S is confirmed."""
-        with self._session.cond:
-            return self._session.claim.deadline() / 1e9
+        return self._session.deadline_ns() / 1e9
 
     def is_held(self) -> bool:
         """Whether the lock is still held, judged against the clock now:
@@ -78,14 +85,14 @@ class Lock:
         """Raises LockLost when the lock is not held (see `is_held`)."""
         if self._session.status() is Status.HELD and not self._session.released:
             return
-        raise (self._session.claim.loss or LockLost.released()).with_traceback(None)
+        raise (self._session.loss or LockLost.released()).with_traceback(None)
 
     @property
     def loss(self) -> Optional[LockLost]:
         """Why the lock was lost, or None while it is held (or after a
         plain release)."""
         self._session.status()
-        return self._session.claim.loss
+        return self._session.loss
 
     @property
     def lost_event(self) -> threading.Event:
@@ -99,11 +106,13 @@ class Lock:
         timeout_ns = bound_ns(timeout, "timeout")
         until = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
         status, _ = self._session.wait_until(lambda _: False, until)
-        return self._session.claim.loss if status is Status.LOST else None
+        return self._session.loss if status is Status.LOST else None
 
     def release(self) -> None:
-        """Closes the connection: the server hands the lock on at once.
-        Idempotent.
+        """Releases the lock and returns once the server has confirmed it
+        (RELEASED read, within the client's `connect_timeout`; past it the
+        session is closed, which releases the lock too). Then the lock is
+        free, or already handed to the next waiter. Idempotent.
 
         Raises LockLost when the lock had been lost before the release:
         the guarded work may have run without the lock.
@@ -116,7 +125,7 @@ class Lock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): a `with` block never runs its body without the lock."""
         if not self.is_held():
-            raise _not_enterable(self._name, self._session.claim.loss)
+            raise _not_enterable(self._name, self._session.loss)
         return self
 
     def __exit__(
@@ -125,7 +134,9 @@ class Lock:
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
     ) -> None:
-        loss = self._session.release(wait=True)
+        # Leaving on an exception does not wait for the confirmation: the
+        # RELEASE is sent at once and the exception goes on.
+        loss = self._session.release(wait=exc is None)
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
 
@@ -133,7 +144,7 @@ class Lock:
         session = getattr(self, "_session", None)
         if session is not None and not session.released:
             try:
-                session.release(wait=False)
+                session.release_from_gc()
             except Exception:  # at interpreter exit; the kernel closes the socket
                 pass
 
@@ -172,9 +183,14 @@ class Client(Endpoints):
     mTLS); `server_hostname` overrides the name the server certificate is
     checked against (default: the address's host).
 
-    Each lock opens its own connection, because on monolock **the
-    connection is the claim**. A Client holds no connection itself and can
-    be shared by threads.
+    Locks are claims on protocol v2 sessions that the process shares: one
+    session per server address and lease in use, opened on first use and
+    kept while it carries claims and for a few seconds after. A server that
+    speaks only v1 (ERROR 0x10 to the OPEN) gets one connection per lock,
+    remembered per address until a connect to it fails. `force_v1=True`
+    always uses one connection per lock (see docs/client-python.md for when
+    to pick it). A Client can be shared by threads; `connect_timeout` also
+    bounds the wait for a release's confirmation.
     """
 
     #: Where claims are driven (the benchmark and tests swap it; None:
@@ -215,7 +231,120 @@ class Client(Endpoints):
         lease_ms = _frames.lease_ms(lease)
         wait_ns = bound_ns(wait, "wait")
         start = time.monotonic_ns()
-        claim, sock, address = self._first_reply(name, raw_name, lease_ms)
+        if self._force_v1:
+            return self._acquire_v1(
+                name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, None
+            )
+        failures = Failures(self)
+        for address in self._addresses:
+            key = _v2sync.pool_key(self, address)
+            if _v2sync.POOL.is_v1(key):
+                try:
+                    return self._acquire_v1(
+                        name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
+                    )
+                except ConnectError as err:
+                    _v2sync.POOL.forget_v1(key)
+                    failures.add(address, err.__cause__ or err)
+                    continue
+            # A claim the server never saw (its session ended first, or was
+            # closed as idle) or refused for the session's claim bound goes
+            # again, on another session: at most once per session allowed.
+            for _ in range(_v2sync.MAX_SESSIONS_PER_ADDRESS + 2):
+                try:
+                    session = _v2sync.POOL.session(self, address, lease_ms)
+                except _v2sync.DialFailed as err:
+                    failures.add(address, err.__cause__ or err)
+                    break
+                except _v2sync.V1Only:
+                    return self._acquire_v1(
+                        name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
+                    )
+                except LockLost as loss:
+                    error = first_reply_error(address, loss)
+                    if error is None:
+                        raise
+                    raise error  # its cause is the TLS alert, or what answered
+                result = self._acquire_v2(
+                    session, name, raw_name, wait, wait_ns, start, give_up_when_queued
+                )
+                if result is not _RETRY:
+                    return result  # type: ignore[return-value]
+            else:
+                raise _v2sync.sessions_full(address)
+        raise failures.error()
+
+    def _acquire_v2(
+        self,
+        session: _v2sync.SyncSession,
+        name: str,
+        raw_name: bytes,
+        wait: Optional[float],
+        wait_ns: Optional[int],
+        start: int,
+        give_up_when_queued: bool,
+    ) -> object:
+        """One claim on `session`: the Lock, None (a try found it busy), or
+        _RETRY (the session could not take it: full, or closed as idle)."""
+        mode = _frames2.MODE_TRY if give_up_when_queued else _frames2.MODE_WAIT
+        # This thread reads the reply itself when it can (see _v2sync).
+        reader = session.take_reader()
+        try:
+            with session.cond:
+                claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+        except BaseException:
+            if reader:
+                session.give_reader()
+            raise
+        handle = _v2sync.V2Claim(session, claim, self._connect_timeout)
+        # From here on the claim exists: whatever ends this call without
+        # handing a Lock over, an exception included, releases it.
+        try:
+            try:
+                session.submit(reader)
+            except BaseException:
+                if reader:
+                    session.give_reader()
+                raise
+            # wait_until gives the reader's part back, whatever happens in it.
+            status, _ = handle.wait_until(lambda s: s is not Status.UNANSWERED, None, reader)
+            if claim.status is CStatus.BUSY:
+                return None
+            if claim.status is CStatus.REFUSED:
+                refused = claim.refused or LockLost.connection()
+                if refused.code == _session.TOO_MANY_CLAIMS:
+                    session.full = True
+                    return _RETRY
+                raise refused
+            if status is Status.WAITING:
+                until = None if wait_ns is None else start + wait_ns
+                status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
+                if timed_out:
+                    raise NotAcquired(name, wait if wait is not None else 0.0)
+            if status is not Status.HELD:
+                if _v2sync.never_seen(claim):
+                    return _RETRY
+                raise claim.loss or LockLost.connection()
+            token = claim.token
+            assert token is not None
+            return Lock(handle, name, token, session.address)
+        except BaseException:
+            handle.release(wait=False)
+            raise
+
+    def _acquire_v1(
+        self,
+        name: str,
+        raw_name: bytes,
+        lease_ms: int,
+        wait: Optional[float],
+        wait_ns: Optional[int],
+        start: int,
+        give_up_when_queued: bool,
+        addresses: Optional[Tuple[Address, ...]],
+    ) -> Optional[Lock]:
+        """One claim on its own connection (protocol v1)."""
+        claim, sock, address = self._first_reply(name, raw_name, lease_ms, addresses)
         # From here on the connection is a claim: whatever ends this call
         # without handing a Lock over, an exception included, ends it.
         session: Optional[Session] = None
@@ -251,13 +380,13 @@ class Client(Endpoints):
             raise
 
     def _first_reply(
-        self, name: str, raw_name: bytes, lease_ms: int
+        self, name: str, raw_name: bytes, lease_ms: int, addresses: Optional[Tuple[Address, ...]]
     ) -> Tuple[Claim, socket.socket, Address]:
         """Connects, sends the ACQUIRE and reads the server's first reply in
         the caller's thread (an uncontended lock needs no hand-off to the
         reactor thread to be granted); the socket is left non-blocking."""
         frame = _frames.acquire(raw_name, lease_ms)
-        sock, address = connect(self)
+        sock, address = connect(self, addresses)
         claim = Claim(name, lease_ms, time.monotonic_ns())
         try:
             sock.sendall(frame)

@@ -19,6 +19,9 @@ NOT_AUTHORIZED = 0x18
 _CODE_NAMES = {
     0x01: "server shutting down",
     0x02: "closed by administrator",
+    0x03: "idle session closed",
+    0x08: "claim ended by an administrator",
+    0x09: "too many claims on this session",
     0x10: "unsupported protocol version",
     0x11: "first message must be ACQUIRE",
     0x12: "duplicate ACQUIRE",
@@ -28,7 +31,19 @@ _CODE_NAMES = {
     0x16: "lock name is not valid UTF-8",
     0x17: "lease must be positive",
     0x18: "not authorized for lock",
+    0x19: "frame out of state",
+    0x20: "unknown claim id",
+    0x21: "claim id already in use",
+    0x22: "empty lock name",
+    0x23: "lock name is not valid UTF-8",
+    0x24: "not authorized for lock",
+    0x25: "unknown ACQUIRE mode",
 }
+
+#: Protocol v2 claim codes (REFUSED, REVOKED) that mean what a v1 ERROR
+#: code means: `LockLost.code` carries the v1 code, so that a caller
+#: branches the same way whichever version the session speaks.
+V2_CLAIM_CODES = {0x08: CLOSED_BY_ADMIN, 0x22: 0x14, 0x23: 0x16, 0x24: NOT_AUTHORIZED}
 
 
 def describe_code(code: int, detail: str = "") -> str:
@@ -150,13 +165,13 @@ class LockLost(Error):
         return True
 
     @classmethod
-    def expired(cls, lease_ms: int, unanswered: bool = False) -> LockLost:
+    def expired(cls, lease_ms: int, unanswered: bool = False, first: str = "ACQUIRE") -> LockLost:
         if unanswered:
             # A monolock server answers an ACQUIRE at once: silence is more
             # likely another protocol's port that waits for a request line.
             return cls(
                 LossReason.EXPIRED,
-                f"no reply to the ACQUIRE within 0.8 x the lease of {lease_ms / 1000}s "
+                f"no reply to the {first} within 0.8 x the lease of {lease_ms / 1000}s "
                 "(is this address a monolock protocol port?)",
             )
         return cls(
@@ -174,6 +189,19 @@ class LockLost(Error):
             reason,
             "the server ended the session with " + describe_code(code, detail),
             code=code,
+            detail=detail,
+        )
+
+    @classmethod
+    def claim(cls, code: int, detail: str) -> LockLost:
+        """A v2 claim ended or refused by the server (REVOKED, REFUSED):
+        reported under the v1 code of the same meaning."""
+        v1 = V2_CLAIM_CODES.get(code, code)
+        reason = LossReason.FORCED if v1 == CLOSED_BY_ADMIN else LossReason.SERVER_ERROR
+        return cls(
+            reason,
+            "the server ended the claim with " + describe_code(code, detail),
+            code=v1,
             detail=detail,
         )
 

@@ -1,0 +1,395 @@
+"""One protocol v2 session carrying many claims, as a sans-I/O machine:
+bytes and instants in; claim states, bytes to send, the deadline and the
+next wake-up out (docs/protocol.md, "Writing a version 2 client").
+
+- Every request goes into `outbox` and into the FIFO of requests in
+  flight at the same instant, so the order sent is the order matched;
+  each reply (0x30..0x36) answers the oldest and must name its claim.
+- `S` is the send instant of the latest request whose reply arrived; the
+  whole session, every claim on it, is given up at `S + 0.8 x lease`.
+  Pushes (GRANTED, REVOKED) confirm nothing.
+- PING goes on the v1 schedule, only when nothing is in flight: replies
+  come in order, so a PING behind a request in flight could only be
+  answered after it.
+
+The drivers (`_v2sync.py`, `_asyncio.py`) own the socket and the clock and
+serialise access; neither holds protocol logic of its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from typing import Deque, Dict, List, Optional, Tuple
+
+from . import _frames, _frames2
+from ._frames2 import (
+    ACQUIRED,
+    BUSY,
+    ERROR,
+    GRANTED,
+    OPENED,
+    PONG,
+    REFUSED,
+    RELEASED,
+    REVOKED,
+    WAITING,
+)
+from ._schedule import MS, Schedule
+from .errors import LockLost, ProtocolError
+
+#: ERROR code of a server that speaks only protocol v1, in reply to OPEN.
+UNSUPPORTED_VERSION = 0x10
+#: REFUSED code: this session has `max_claims` claims in use.
+TOO_MANY_CLAIMS = 0x09
+#: REFUSED code for a RELEASE of an id that is not in use (after a REVOKED).
+UNKNOWN_CLAIM = 0x20
+#: ERROR code: the server closed a session that had no claim.
+IDLE_CLOSED = 0x03
+
+_U32 = 1 << 32
+
+
+class CStatus(enum.Enum):
+    """Where one claim stands."""
+
+    #: ACQUIRE sent, no reply yet.
+    PENDING = "pending"
+    WAITING = "waiting"
+    HELD = "held"
+    #: RELEASE sent, RELEASED not read yet.
+    RELEASING = "releasing"
+    #: Ended: released (RELEASED read, or the session ended meanwhile).
+    RELEASED = "released"
+    #: Ended: a try found the lock busy.
+    BUSY = "busy"
+    #: Ended: REFUSED (`refused` holds the code).
+    REFUSED = "refused"
+    #: Ended: lost (`loss` says why).
+    LOST = "lost"
+
+
+#: The statuses in which a claim is still in use at the server (or may be).
+_LIVE = (CStatus.PENDING, CStatus.WAITING, CStatus.HELD, CStatus.RELEASING)
+
+
+class ClaimState:
+    """One claim of a session. `watch` is the driver's (its event)."""
+
+    __slots__ = ("id", "name", "status", "token", "loss", "refused", "release_wanted", "unsent", "watch")
+
+    def __init__(self, claim_id: int, name: str) -> None:
+        self.id = claim_id
+        self.name = name
+        self.status = CStatus.PENDING
+        self.token: Optional[int] = None
+        self.loss: Optional[LockLost] = None
+        self.refused: Optional[LockLost] = None
+        #: Release as soon as the ACQUIRE's reply arrives (a caller gave up
+        #: while it was in flight).
+        self.release_wanted = False
+        #: The session had ended before this ACQUIRE was queued: never sent.
+        self.unsent = False
+        self.watch: object = None
+
+    @property
+    def live(self) -> bool:
+        return self.status in _LIVE
+
+
+class SState(enum.Enum):
+    """Where the session stands."""
+
+    OPENING = "opening"
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+# Requests in flight: (type byte, claim id, send instant)
+_Request = Tuple[int, int, int]
+
+
+class SessionCore:
+    """The state of one v2 session from the OPEN's send instant on;
+    instants are nanoseconds of `time.monotonic_ns()`. Not thread-safe."""
+
+    __slots__ = (
+        "lease_ms",
+        "schedule",
+        "state",
+        "session_id",
+        "max_claims",
+        "loss",
+        "v1_only",
+        "outbox",
+        "claims",
+        "changed",
+        "idle_since",
+        "_pending",
+        "_confirmed_send",
+        "_next_ping",
+        "_next_id",
+        "_buf",
+        "_answered",
+    )
+
+    def __init__(self, lease_ms: int, now: int) -> None:
+        self.lease_ms = lease_ms
+        self.schedule = Schedule(lease_ms * MS)
+        self.state = SState.OPENING
+        self.session_id = 0
+        #: Until OPENED says otherwise: one claim, so that nothing is sent
+        #: beyond what any server accepts.
+        self.max_claims = 1
+        self.loss: Optional[LockLost] = None
+        #: The server answered the OPEN with ERROR 0x10: it speaks only v1.
+        self.v1_only = False
+        #: Bytes to send, in order; the driver writes and clears them.
+        self.outbox = bytearray(_frames2.open_frame(lease_ms))
+        self.claims: Dict[int, ClaimState] = {}
+        #: Claims whose status the server changed since the driver last
+        #: looked (it wakes their owners and signals their losses).
+        self.changed: List[ClaimState] = []
+        #: Since when the session has had no claim in use (None: it has one,
+        #: or was opened for one that is about to come).
+        self.idle_since: Optional[int] = None
+        self._pending: Deque[_Request] = collections.deque([(_frames2.OPEN, 0, now)])
+        self._confirmed_send = now
+        self._next_ping: Optional[int] = None
+        self._next_id = 1
+        self._buf = bytearray()
+        self._answered = False
+
+    # what the owner asks
+
+    def in_use(self) -> int:
+        """Claims in use at the server (or possibly so)."""
+        return len(self.claims)
+
+    def is_closed(self) -> bool:
+        return self.state is SState.CLOSED
+
+    def has_room(self) -> bool:
+        return self.state is not SState.CLOSED and len(self.claims) < self.max_claims
+
+    def acquire(self, name: str, raw_name: bytes, mode: int, now: int) -> ClaimState:
+        """Queues an ACQUIRE; the claim's status changes as replies arrive."""
+        claim_id = self._next_id
+        while claim_id in self.claims:
+            claim_id = (claim_id + 1) % _U32
+        self._next_id = (claim_id + 1) % _U32
+        claim = ClaimState(claim_id, name)
+        if self.state is SState.CLOSED:
+            claim.unsent = True
+            self._end(claim, CStatus.LOST, self.loss)
+            return claim
+        self.claims[claim_id] = claim
+        self.idle_since = None
+        self._send(_frames2.ACQUIRE, claim_id, _frames2.acquire(claim_id, mode, raw_name), now)
+        return claim
+
+    def release(self, claim: ClaimState, now: int) -> None:
+        """Queues a RELEASE of `claim` (or of what its ACQUIRE in flight
+        brings). Nothing for a claim that has ended."""
+        if claim.status in (CStatus.HELD, CStatus.WAITING):
+            claim.status = CStatus.RELEASING
+            self._send(_frames2.RELEASE, claim.id, _frames2.release(claim.id), now)
+        elif claim.status is CStatus.PENDING:
+            claim.release_wanted = True
+
+    def deadline(self) -> int:
+        """`S + 0.8 x lease`: every claim is given up at this instant."""
+        return self.schedule.deadline(self._confirmed_send)
+
+    def check(self, now: int) -> None:
+        """The pessimist's check: past the deadline the session is lost."""
+        if self.state is not SState.CLOSED and now >= self.deadline():
+            self.fail(LockLost.expired(self.lease_ms, not self._answered, "OPEN"))
+
+    def ping_due(self, now: int) -> bool:
+        """Checks the deadline, then queues a PING if one is due. True when
+        it did."""
+        self.check(now)
+        if self.state is SState.CLOSED or self._pending:
+            return False
+        due = self._next_ping
+        if due is None or due > now:
+            return False
+        self._send(_frames2.PING, 0, _frames2.PING_FRAME, now)
+        return True
+
+    def next_wake(self) -> Optional[int]:
+        """When the driver must look again without input: the next PING or
+        the deadline; None once the session has ended."""
+        if self.state is SState.CLOSED:
+            return None
+        deadline = self.deadline()
+        if self._pending or self._next_ping is None:
+            return deadline
+        return min(self._next_ping, deadline)
+
+    def fail(self, loss: LockLost) -> None:
+        """Ends the session: every claim in use ends with it, in this step.
+        A claim being released is released (the session's end releases it)."""
+        if self.state is SState.CLOSED:
+            return
+        self.state = SState.CLOSED
+        self.loss = loss
+        claims, self.claims = self.claims, {}
+        for claim in claims.values():
+            if not claim.live:
+                continue  # revoked, its RELEASE's reply still due: ended already
+            if claim.status is CStatus.RELEASING:
+                self._end(claim, CStatus.RELEASED, None)
+            else:
+                self._end(claim, CStatus.LOST, loss)
+        self._pending.clear()
+        self.outbox.clear()
+
+    def closed(self, cause: Optional[BaseException] = None) -> None:
+        """The connection ended (EOF when `cause` is None, else a failure)."""
+        self.fail(LockLost.connection(cause))
+
+    # bytes in
+
+    def receive(self, data: bytes, now: int) -> None:
+        """Applies the bytes read at `now`: every whole frame among them."""
+        self.check(now)
+        if self.state is SState.CLOSED:
+            return
+        if not self._answered and not self._buf and data:
+            foreign = _frames.wrong_port(data[0])
+            if foreign is not None:
+                self.fail(LockLost.protocol(foreign))
+                return
+        buf = self._buf
+        buf += data
+        used = 0
+        try:
+            while not self.is_closed():
+                decoded = _frames2.decode(buf, used)
+                if decoded is None:
+                    break
+                frame, length = decoded
+                used += length
+                self._answered = True
+                self._on_frame(frame, now)
+        except ProtocolError as err:
+            self.fail(LockLost.protocol(err))
+        del buf[:used]
+
+    def _on_frame(self, frame: _frames2.Frame, now: int) -> None:
+        kind, claim_id, value, code, reason = frame
+        if kind == GRANTED:
+            claim = self._claim(claim_id, frame)
+            if claim.status is CStatus.WAITING:
+                claim.status = CStatus.HELD
+                claim.token = value
+            elif claim.status is CStatus.RELEASING and claim.token is None:
+                claim.token = value  # crossed our RELEASE: released again next
+            else:
+                raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
+            self.changed.append(claim)
+            return
+        if kind == REVOKED:
+            claim = self._claim(claim_id, frame)
+            if claim.status is CStatus.PENDING:
+                raise ProtocolError(f"REVOKED for claim {claim_id} before its ACQUIRE's reply")
+            if claim.status is CStatus.RELEASING:
+                # Our RELEASE's reply is REFUSED 0x20; the claim is gone now.
+                self._end(claim, CStatus.LOST, LockLost.claim(code, reason), keep=True)
+            else:
+                self._end(claim, CStatus.LOST, LockLost.claim(code, reason))
+            self._after_change(now)
+            return
+        if kind == ERROR:
+            if self.state is SState.OPENING and code == UNSUPPORTED_VERSION:
+                self.v1_only = True
+            self.fail(LockLost.server(code, reason))
+            return
+        if not self._pending:
+            raise ProtocolError(f"a reply (type 0x{kind:02x}) arrived with no request in flight")
+        request, request_id, sent_at = self._pending.popleft()
+        self._confirm(sent_at, now)
+        if kind == OPENED:
+            if request != _frames2.OPEN:
+                raise ProtocolError("OPENED arrived for another request than OPEN")
+            self.state = SState.OPEN
+            self.session_id = value
+            self.max_claims = code
+            return
+        if kind == PONG:
+            if request != _frames2.PING:
+                raise ProtocolError("PONG arrived for another request than PING")
+            return
+        if request == _frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
+            claim = self._claim(claim_id, frame, request_id)
+            if claim.status is not CStatus.PENDING:
+                raise ProtocolError(f"a second reply to the ACQUIRE of claim {claim_id}")
+            if kind == ACQUIRED:
+                claim.status = CStatus.HELD
+                claim.token = value
+                self.changed.append(claim)
+            elif kind == WAITING:
+                claim.status = CStatus.WAITING
+                self.changed.append(claim)
+            elif kind == BUSY:
+                self._end(claim, CStatus.BUSY, None)
+            else:
+                claim.refused = LockLost.claim(code, reason)
+                self._end(claim, CStatus.REFUSED, None)
+            if claim.release_wanted and claim.live:
+                self.release(claim, now)
+            self._after_change(now)
+            return
+        if request == _frames2.RELEASE and kind in (RELEASED, REFUSED):
+            claim = self._claim(claim_id, frame, request_id)
+            if claim.status is CStatus.LOST and kind == REFUSED and code == UNKNOWN_CLAIM:
+                del self.claims[claim_id]  # the REVOKED came first
+            elif claim.status is CStatus.RELEASING and kind == RELEASED:
+                self._end(claim, CStatus.RELEASED, None)
+            else:
+                raise ProtocolError(
+                    f"unexpected reply 0x{kind:02x} to the RELEASE of claim {claim_id}"
+                )
+            self._after_change(now)
+            return
+        raise ProtocolError(f"reply type 0x{kind:02x} does not answer the request in flight")
+
+    def _claim(
+        self, claim_id: int, frame: _frames2.Frame, expected: Optional[int] = None
+    ) -> ClaimState:
+        if expected is not None and claim_id != expected:
+            raise ProtocolError(
+                f"reply 0x{frame[0]:02x} names claim {claim_id}, but the request in flight "
+                f"names claim {expected}"
+            )
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            raise ProtocolError(f"frame 0x{frame[0]:02x} names claim {claim_id}, not in use")
+        return claim
+
+    # internals
+
+    def _send(self, kind: int, claim_id: int, frame: bytes, now: int) -> None:
+        self.outbox += frame
+        self._pending.append((kind, claim_id, now))
+
+    def _confirm(self, sent_at: int, now: int) -> None:
+        self.schedule.observe_rtt(max(now - sent_at, 0))
+        if sent_at > self._confirmed_send:
+            self._confirmed_send = sent_at
+        self._next_ping = self.schedule.next_send(self._confirmed_send, now)
+
+    def _end(
+        self, claim: ClaimState, status: CStatus, loss: Optional[LockLost], keep: bool = False
+    ) -> None:
+        claim.status = status
+        claim.loss = loss
+        if not keep:
+            self.claims.pop(claim.id, None)
+        self.changed.append(claim)
+
+    def _after_change(self, now: int) -> None:
+        if not self.claims and self.idle_since is None:
+            self.idle_since = now

@@ -1,0 +1,420 @@
+"""The asyncio client's protocol v2 driver: a pool of sessions per event
+loop, each an `asyncio.Protocol` over the same sans-I/O core as the sync
+client (`_session.py`).
+
+Bytes go from `data_received` straight into the core; what the core
+queues leaves in one `transport.write` per step (the transport buffers:
+nothing blocks the loop); one `call_at` timer per session fires at the
+next PING, the deadline or the end of its idle time. No thread is used.
+The pool rules are the sync client's (`_v2sync.py`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import _v2sync
+from ._address import Address
+from ._claim import Status
+from ._connect import Endpoints
+from ._session import ClaimState, CStatus, SessionCore, SState
+from ._v2sync import (
+    KEEP_IDLE_NS,
+    MAX_SESSIONS_PER_ADDRESS,
+    DialFailed,
+    PoolKey,
+    V1Only,
+    current_pid,
+    owner_view,
+    pool_key,
+)
+from .errors import LockLost, LossReason
+
+def _resolve(future: "asyncio.Future[None]") -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class AsyncSession(asyncio.Protocol):
+    """One v2 session on an event loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        pool: AsyncPool,
+        key: PoolKey,
+        address: Address,
+        lease_ms: int,
+    ) -> None:
+        # Weakly: the pool that holds this session is looked up by its loop,
+        # and must not keep that loop alive.
+        self._loop = weakref.ref(loop)
+        self.pool = pool
+        self.key = key
+        self.address = address
+        self.pid = current_pid()
+        self.core = SessionCore(lease_ms, time.monotonic_ns())
+        self.transport: Optional[asyncio.Transport] = None
+        self.closed = False
+        self.full = False
+        self._waiters: List["asyncio.Future[None]"] = []
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._loop()
+        if loop is None:
+            raise RuntimeError("the session's event loop is gone")
+        return loop
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.core = SessionCore(self.core.lease_ms, time.monotonic_ns())  # S: the OPEN's send
+        self.settle()
+
+    def data_received(self, data: bytes) -> None:
+        self.core.receive(data, time.monotonic_ns())
+        self.settle()
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost reports it
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.core.closed(exc)
+        self.settle()
+
+    # the session
+
+    def settle(self) -> None:
+        """After the core changed: signal ended claims, wake waiters, send
+        what it queued, and close or reschedule."""
+        core = self.core
+        if core.changed:
+            for claim in core.changed:
+                if isinstance(claim.watch, AsyncV2Claim):
+                    claim.watch.on_change()
+                if not claim.live and claim.status is not CStatus.REFUSED:
+                    self.full = False  # a claim ended: room again
+            core.changed.clear()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            _resolve(waiter)
+        if core.state is SState.CLOSED:
+            self.close()
+            return
+        if core.outbox and self.transport is not None:
+            self.transport.write(bytes(core.outbox))
+            core.outbox.clear()
+        self._reschedule()
+
+    def check(self) -> None:
+        if self.core.state is not SState.CLOSED:
+            self.core.check(time.monotonic_ns())
+            if self.core.is_closed():
+                self.settle()
+
+    def fail(self, loss: LockLost) -> None:
+        self.core.fail(loss)
+        self.settle()
+
+    def close(self) -> None:
+        """Ends the connection (from the loop's thread)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.pool.forget(self)
+        if self.closed:
+            return
+        self.closed = True
+        if self.core.state is not SState.CLOSED:
+            self.core.fail(LockLost.connection())
+            self.settle()
+        if self.transport is not None:
+            self.transport.close()
+
+    def _reschedule(self) -> None:
+        wake = self.core.next_wake()
+        idle = self.core.idle_since
+        if idle is not None and self.core.state is SState.OPEN:
+            wake = idle + KEEP_IDLE_NS if wake is None else min(wake, idle + KEEP_IDLE_NS)
+        if self._timer is not None:
+            if wake is not None and self._timer_at <= wake:
+                return  # fires early, then looks again: no new timer per frame
+            self._timer.cancel()
+            self._timer = None
+        if wake is not None:
+            delay = max(wake - time.monotonic_ns(), 0) / 1e9
+            self._timer_at = wake
+            self._timer = self.loop.call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self.closed:
+            return
+        now = time.monotonic_ns()
+        core = self.core
+        core.ping_due(now)
+        idle = core.idle_since
+        if idle is not None and core.state is SState.OPEN and now >= idle + KEEP_IDLE_NS:
+            self.close()
+            return
+        self.settle()
+
+    async def changed(self, limit: Optional[int]) -> None:
+        """Returns on the session's next change or at the instant `limit`."""
+        future = self.loop.create_future()
+        self._waiters.append(future)
+        timer = None
+        if limit is not None:
+            timer = self.loop.call_later(max(limit - time.monotonic_ns(), 0) / 1e9, _resolve, future)
+        try:
+            await future
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+
+class AsyncV2Claim:
+    """A claim on a session: what an `AsyncLock` holds with v2."""
+
+    __slots__ = ("session", "claim", "lost_event", "released", "io_timeout", "_waiters", "__weakref__")
+
+    def __init__(self, session: AsyncSession, claim: ClaimState, io_timeout: float) -> None:
+        self.session = session
+        self.claim = claim
+        self.lost_event = asyncio.Event()
+        claim.watch = self
+        self.released = False
+        self.io_timeout = io_timeout
+        #: Tasks waiting for this claim's next change: only they wake.
+        self._waiters: List["asyncio.Future[None]"] = []
+
+    def on_change(self) -> None:
+        """The server changed this claim: wake its waiters, signal a loss."""
+        if self.claim.status is CStatus.LOST:
+            self.lost_event.set()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            _resolve(waiter)
+
+    async def _changed(self, limit: Optional[int]) -> None:
+        """Returns on this claim's next change (a session's end changes
+        every claim) or at the instant `limit`."""
+        future = self.session.loop.create_future()
+        self._waiters.append(future)
+        timer = None
+        if limit is not None:
+            delay = max(limit - time.monotonic_ns(), 0) / 1e9
+            timer = self.session.loop.call_later(delay, _resolve, future)
+        try:
+            await future
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    @property
+    def lease_ms(self) -> int:
+        return self.session.core.lease_ms
+
+    def deadline_ns(self) -> int:
+        return self.session.core.deadline()
+
+    @property
+    def loss(self) -> Optional[LockLost]:
+        return self.claim.loss
+
+    def status(self) -> Status:
+        if self.claim.live:
+            self.session.check()
+        return owner_view(self.claim, self.released)
+
+    async def wait_until(
+        self, ready: Callable[[Status], bool], until: Optional[int]
+    ) -> Tuple[Status, bool]:
+        while True:
+            status = self.status()
+            if status is Status.LOST or ready(status):
+                return status, False
+            limit = None
+            if until is not None:
+                if time.monotonic_ns() >= until:
+                    return status, True
+                if until < self.session.core.deadline():
+                    limit = until
+            # The deadline needs no timer here: the session's own timer ends
+            # the session at it, which changes every claim.
+            await self._changed(limit)
+
+    def release(self) -> Optional[LockLost]:
+        """Sends RELEASE without waiting for the confirmation."""
+        if current_pid() != self.session.pid:
+            self.released = True
+            return None
+        self.status()
+        if not self.released:
+            self.released = True
+            self.session.core.release(self.claim, time.monotonic_ns())
+            self.session.settle()
+        return self.claim.loss
+
+    async def release_confirmed(self) -> Optional[LockLost]:
+        """Sends RELEASE and returns once RELEASED is read (or the session
+        ended), within `io_timeout`; past it the session is closed."""
+        loss = self.release()
+        if loss is not None or current_pid() != self.session.pid:
+            return loss
+        until = time.monotonic_ns() + int(self.io_timeout * 1e9)
+        while self.claim.live:
+            if time.monotonic_ns() >= until:
+                self.session.fail(
+                    LockLost.connection(TimeoutError(f"no reply to a RELEASE within {self.io_timeout}s"))
+                )
+                break
+            await self._changed(until)
+        return self.claim.loss
+
+    def release_from_gc(self) -> None:
+        """From `__del__`: the release is made on the loop's thread."""
+        if self.released or current_pid() != self.session.pid:
+            return
+        try:
+            loop = self.session.loop
+            if loop.is_closed():
+                return
+            loop.call_soon_threadsafe(self.release)
+        except RuntimeError:
+            pass  # the loop is gone
+
+
+class AsyncPool:
+    """One event loop's sessions, by server and lease."""
+
+    def __init__(self) -> None:
+        self.pid = current_pid()
+        self.sessions: Dict[PoolKey, List[AsyncSession]] = {}
+        self.opening: Dict[Tuple[PoolKey, int], "asyncio.Future[None]"] = {}
+        #: Lives while the pool has sessions: `asyncio.run` (and any runner
+        #: that cancels what is left) ends it as the loop shuts down, and it
+        #: closes every session then, instead of leaving the sockets to GC.
+        self._keeper: Optional["asyncio.Task[None]"] = None
+        self._empty: Optional["asyncio.Future[None]"] = None
+
+    def add(self, session: AsyncSession) -> None:
+        self.sessions.setdefault(session.key, []).append(session)
+        if self._keeper is None:
+            loop = session.loop
+            self._empty = loop.create_future()
+            self._keeper = loop.create_task(self._keep(self._empty), name="monolock-sessions")
+
+    async def _keep(self, empty: "asyncio.Future[None]") -> None:
+        try:
+            await empty
+        finally:
+            for sessions in list(self.sessions.values()):
+                for session in list(sessions):
+                    session.close()
+
+    def forget(self, session: AsyncSession) -> None:
+        sessions = self.sessions.get(session.key)
+        if sessions is not None and session in sessions:
+            sessions.remove(session)
+            if not sessions:
+                del self.sessions[session.key]
+        if not self.sessions and self._empty is not None:
+            _resolve(self._empty)
+            self._keeper = self._empty = None
+
+    async def session(self, endpoints: Endpoints, address: Address, lease_ms: int) -> AsyncSession:
+        key = pool_key(endpoints, address)
+        while True:
+            sessions = self.sessions.setdefault(key, [])
+            for session in sessions:
+                core = session.core
+                if (
+                    core.lease_ms == lease_ms
+                    and not session.closed
+                    and not session.full
+                    and core.has_room()
+                ):
+                    return session
+            opening = self.opening.get((key, lease_ms))
+            if opening is not None:
+                await asyncio.shield(opening)
+                continue
+            if len(sessions) >= MAX_SESSIONS_PER_ADDRESS:
+                idle = [s for s in sessions if s.core.in_use() == 0]
+                if not idle:
+                    raise LockLost(
+                        LossReason.SERVER_ERROR,
+                        f"{MAX_SESSIONS_PER_ADDRESS} sessions to {address} are full "
+                        "(each carries the server's max_claims): release some locks first",
+                        code=0x09,
+                    )
+                idle[0].close()
+            opening = self.opening[(key, lease_ms)] = asyncio.get_running_loop().create_future()
+            try:
+                session = await self._open(endpoints, address, key, lease_ms)
+                self.add(session)
+                return session
+            finally:
+                del self.opening[(key, lease_ms)]
+                _resolve(opening)
+
+    async def _open(
+        self, endpoints: Endpoints, address: Address, key: PoolKey, lease_ms: int
+    ) -> AsyncSession:
+        loop = asyncio.get_running_loop()
+        session = AsyncSession(loop, self, key, address, lease_ms)
+        tls: Any = {}
+        if endpoints._ssl_context is not None:
+            tls = {"ssl": endpoints._ssl_context, "server_hostname": endpoints._hostname(address)}
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: session, address.host, address.port, **tls),
+                endpoints._connect_timeout,
+            )
+        except (OSError, ssl.SSLError, asyncio.TimeoutError) as err:
+            if session.transport is not None:
+                session.transport.abort()
+            raise DialFailed(str(err)) from err
+        except BaseException:
+            if session.transport is not None:
+                session.transport.abort()
+            raise
+        try:
+            while session.core.state is SState.OPENING:
+                session.check()
+                if session.core.is_closed():
+                    break
+                await session.changed(session.core.deadline())
+        except BaseException:
+            session.close()
+            raise
+        core = session.core
+        if core.state is not SState.OPEN:
+            session.close()
+            if core.v1_only:
+                _v2sync.POOL.v1_only[key] = True
+                raise V1Only()
+            raise core.loss or LockLost.connection()
+        return session
+
+
+_pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncPool]" = weakref.WeakKeyDictionary()
+
+
+def pool() -> AsyncPool:
+    """The running loop's pool (a new one in a forked child)."""
+    loop = asyncio.get_running_loop()
+    found = _pools.get(loop)
+    if found is None or found.pid != current_pid():
+        found = _pools[loop] = AsyncPool()
+    return found
