@@ -163,10 +163,12 @@ fn locks_kick_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line
         .to_owned();
     let output = lab.cli(&["kick", "deploy", &waiter_addr]);
     assert!(output.status.success(), "{}", text(&output.stderr));
+    // exec speaks protocol v2: its waiter is a claim of a session.
+    let removed = text(&output.stdout);
     assert!(
-        text(&output.stdout).starts_with(&format!("removed waiter {waiter_addr}")),
-        "{}",
-        text(&output.stdout)
+        removed.starts_with("removed claim ")
+            && removed.contains(&format!("at {waiter_addr} from the queue of deploy")),
+        "{removed}"
     );
     let kicked = next_event();
     assert!(kicked.contains("kick_waiter"), "{kicked}");
@@ -184,10 +186,10 @@ fn locks_kick_release_and_events_work_over_mtls_and_a_wrong_ca_fails_in_one_line
         .output()
         .expect("run monolock release");
     assert!(output.status.success(), "{}", text(&output.stderr));
+    let released = text(&output.stdout);
     assert!(
-        text(&output.stdout).starts_with("released deploy: holder "),
-        "{}",
-        text(&output.stdout)
+        released.starts_with("released deploy: claim ") && released.contains("was told REVOKED"),
+        "{released}"
     );
     let released = next_event();
     assert!(
