@@ -14,6 +14,12 @@
 //! lock is granted only when it has no holder; a waiter is granted only from
 //! the head of its queue (FIFO among the waiters that stayed); and a session
 //! is never granted once it has been silent for its whole lease.
+//!
+//! Version 2 adds two rules of docs/protocol.md that a client sees: a
+//! RELEASED means released (when a client reads it, the server neither
+//! holds the claim's token nor queues the claim), and claims die with
+//! their session (no grant to a connection once the server has read its
+//! end).
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
@@ -95,6 +101,9 @@ pub(crate) struct Checker {
     /// Waiters by lock: the client address, the claim's slot (a version 2
     /// session may queue two claims on one lock), the lease.
     queues: BTreeMap<String, VecDeque<(SocketAddr, usize, Duration)>>,
+    /// Connections whose end (EOF or reset) the current server process
+    /// has read: none of their claims may be granted any more.
+    ended: BTreeSet<SocketAddr>,
     violation: Option<Violation>,
     tally: Tally,
 }
@@ -111,6 +120,7 @@ impl Checker {
             holders: BTreeMap::new(),
             held_by: BTreeMap::new(),
             queues: BTreeMap::new(),
+            ended: BTreeSet::new(),
             violation: None,
             tally: Tally::default(),
         }
@@ -232,6 +242,7 @@ impl Checker {
         self.holders.clear();
         self.held_by.clear();
         self.queues.clear();
+        self.ended.clear();
         self.tally.server_processes += 1;
     }
 
@@ -262,6 +273,12 @@ impl Checker {
         if silent {
             let what =
                 format!("{lock} granted (token {token}) to {peer}, silent for its whole lease");
+            self.fail(at, what);
+        }
+        if self.ended.contains(&peer) {
+            let what = format!(
+                "{lock} granted (token {token}) to {peer} after the server read the end of its connection"
+            );
             self.fail(at, what);
         }
         let queue = self.queues.entry(lock.clone()).or_default();
@@ -310,6 +327,54 @@ impl Checker {
     pub(crate) fn left(&mut self, lock: &str, peer: SocketAddr, slot: usize) {
         if let Some(queue) = self.queues.get_mut(lock) {
             queue.retain(|(w, s, _)| (*w, *s) != (peer, slot));
+        }
+    }
+
+    /// The server accepted a connection from `peer` (a new one, whatever
+    /// connection had that address before).
+    pub(crate) fn connection_opened(&mut self, peer: SocketAddr) {
+        self.ended.remove(&peer);
+    }
+
+    /// The server read the end of the connection from `peer` (EOF or a
+    /// reset): its session ends, and every claim with it.
+    pub(crate) fn connection_ended(&mut self, peer: SocketAddr) {
+        self.ended.insert(peer);
+    }
+
+    /// Version 2 client `client`, connected from `peer`, read RELEASED for
+    /// `claim` on `lock`, which it held under `token` (none: it was
+    /// waiting). `lock_in_use`: another claim of the session names the
+    /// same lock, so a waiter of that session on it may be that other one.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn released_read(
+        &mut self,
+        at: Duration,
+        client: usize,
+        peer: SocketAddr,
+        claim: u32,
+        lock: &str,
+        token: Option<u64>,
+        lock_in_use: bool,
+    ) {
+        if let Some(token) = token
+            && self.holders.get(lock) == Some(&token)
+        {
+            let what = format!(
+                "c{client} claim {claim} read RELEASED while the server still holds {lock} under its token {token}"
+            );
+            self.fail(at, what);
+            return;
+        }
+        let queued = self
+            .queues
+            .get(lock)
+            .is_some_and(|queue| queue.iter().any(|(waiter, _, _)| *waiter == peer));
+        if queued && !lock_in_use {
+            let what = format!(
+                "c{client} claim {claim} read RELEASED while the server still queues it for {lock}"
+            );
+            self.fail(at, what);
         }
     }
 

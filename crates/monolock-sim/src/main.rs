@@ -6,6 +6,7 @@
 //! monolock-sim --seeds 50 --mutation deadline-from-receive
 //! monolock-sim --seeds 100 --v2        # version 2 sessions beside v1 clients
 //! monolock-sim --seeds 50 --v2 --mutation v2-belief-until-released
+//! monolock-sim --seeds 50 --v2 --mutation v2-released-before-table
 //! ```
 //!
 //! Exits 0 when every seed passed, 1 when one failed (its seed and the
@@ -35,8 +36,9 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     faulty_seconds: u64,
     /// Switch a known mistake on: push-confirms-heartbeat,
-    /// deadline-from-receive, promote-expired-waiter; with --v2 also
-    /// v2-granted-confirms-session, v2-belief-past-deadline,
+    /// deadline-from-receive, promote-expired-waiter; with --v2 also the
+    /// server's v2-released-before-table, v2-promote-ending-session and
+    /// the v2 client's v2-granted-confirms-session, v2-belief-past-deadline,
     /// v2-belief-until-released (repeatable).
     #[arg(long, value_parser = parse_mutation)]
     mutation: Vec<Known>,
@@ -115,7 +117,10 @@ fn main() -> ExitCode {
             Known::V2(m) => v2_mistakes.push(*m),
         }
     }
-    if !v2_mistakes.is_empty() && !args.v2 {
+    let v2_server_mistake = mutations
+        .iter()
+        .any(|m: &Mutation| m.as_str().starts_with("v2-"));
+    if (!v2_mistakes.is_empty() || v2_server_mistake) && !args.v2 {
         eprintln!(
             "monolock-sim: a v2 mutation needs v2 hosts; add --v2 to run them beside the v1 clients"
         );

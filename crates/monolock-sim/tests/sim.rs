@@ -284,3 +284,41 @@ fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
         "two holders",
     );
 }
+
+/// Runs `seed` with version 2 hosts and the seed's own half of the fault
+/// menu, with the server's planted v2 `mutation` on and off, up to
+/// `until`; the mutation must break the invariant named by `broken` and
+/// the shipped server must not.
+fn found_in_v2_server(seed: u64, until: Duration, mutation: Mutation, broken: &str) {
+    let options = |mutations: Vec<Mutation>| Options {
+        faulty: Duration::from_secs(15),
+        until: Some(until),
+        v2: true,
+        mutations,
+        ..Options::default()
+    };
+    let mutated = run(seed, &options(vec![mutation]));
+    let violation = mutated
+        .violation
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        violation.contains(broken),
+        "{} on seed {seed}: expected {broken:?}, got {violation:?}",
+        mutation.as_str()
+    );
+    eprintln!("{}: {violation}", mutated.replay_command());
+    let real = run(seed, &options(Vec::new()));
+    assert!(real.violation.is_none(), "{}", explain(&real));
+}
+
+#[test]
+fn released_written_before_the_table_released_the_claim_is_found() {
+    found_in_v2_server(
+        1019,
+        Duration::from_secs(1),
+        Mutation::V2ReleasedBeforeTable,
+        "read RELEASED while the server still holds",
+    );
+}
