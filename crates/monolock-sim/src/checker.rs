@@ -545,6 +545,69 @@ mod tests {
     }
 
     #[test]
+    fn released_read_while_the_server_still_holds_or_queues_the_claim_is_a_violation() {
+        let lease = Duration::from_secs(1);
+        let session = SocketAddr::from(([10, 0, 0, 1], 9));
+        let at = Duration::from_millis(5);
+        // Still held under the claim's token.
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        grant(&mut checker, "a", 9, 10);
+        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("still holds a under its token 10"))
+        );
+        // Released: the next holder's token is another.
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        grant(&mut checker, "a", 9, 10);
+        checker.released("a", session, 10);
+        grant(&mut checker, "a", 2, 11);
+        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        assert_eq!(checker.violation(), None);
+        // Still queued, unless another claim of the session names the lock.
+        checker.joined("a", session, 3, lease);
+        checker.released_read(at, 0, session, 2, "a", None, true);
+        assert_eq!(checker.violation(), None);
+        checker.released_read(at, 0, session, 2, "a", None, false);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("still queues it for a"))
+        );
+    }
+
+    #[test]
+    fn a_grant_after_the_server_read_the_connection_end_is_a_violation() {
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        let peer = SocketAddr::from(([10, 0, 0, 1], 9));
+        checker.connection_opened(peer);
+        grant(&mut checker, "a", 9, 10);
+        checker.released("a", peer, 10);
+        checker.connection_ended(peer);
+        // A new process knows nothing of the old one's connections, and a
+        // new connection from the same address is another session.
+        checker.server_started(2);
+        grant(&mut checker, "a", 9, 11);
+        checker.released("a", peer, 11);
+        checker.connection_ended(peer);
+        checker.connection_opened(peer);
+        grant(&mut checker, "a", 9, 12);
+        assert_eq!(checker.violation(), None);
+        checker.released("a", peer, 12);
+        checker.connection_ended(peer);
+        grant(&mut checker, "a", 9, 13);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("after the server read the end"))
+        );
+    }
+
+    #[test]
     fn grants_out_of_queue_order_or_with_old_tokens_are_violations() {
         let mut checker = Checker::new(1);
         checker.server_started(1);

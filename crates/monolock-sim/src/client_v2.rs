@@ -49,6 +49,8 @@ pub(crate) struct Plan {
     pub(crate) heal_at: Duration,
     pub(crate) max_hold: Duration,
     pub(crate) mistakes: Vec<Mistake>,
+    /// Whether a claim may name a lock another claim of its session uses.
+    pub(crate) same_lock_claims: bool,
 }
 
 type Current = Rc<RefCell<Option<Core>>>;
@@ -82,8 +84,8 @@ struct Workload {
     rng: SmallRng,
     /// Whether an ACQUIRE may name a lock another claim of the session
     /// holds or waits for: drawn apart, so that the other draws of a seed
-    /// stay as they were when it says no.
-    same_lock: SmallRng,
+    /// stay as they were when it says no (`None`: never).
+    same_lock: Option<SmallRng>,
     locks: Vec<String>,
     max_hold: Duration,
     slots: Vec<Slot>,
@@ -113,7 +115,9 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
         let mut work = Workload {
             id,
             rng: SmallRng::seed_from_u64(work_seed),
-            same_lock: SmallRng::seed_from_u64(work_seed ^ 0x5a4d_454c_4f43_4b32),
+            same_lock: plan
+                .same_lock_claims
+                .then(|| SmallRng::seed_from_u64(work_seed ^ 0x5a4d_454c_4f43_4b32)),
             locks: plan.locks.clone(),
             max_hold: plan.max_hold,
             slots: Vec::new(),
@@ -419,7 +423,10 @@ impl Workload {
         // session holds or waits for: the session then holds and queues on
         // one lock, and its end must hand that lock on past its own queued
         // claim.
-        let same_lock = self.same_lock.random_bool(0.3);
+        let same_lock = self
+            .same_lock
+            .as_mut()
+            .is_some_and(|rng| rng.random_bool(0.3));
         let in_use: Vec<String> = self
             .slots
             .iter()

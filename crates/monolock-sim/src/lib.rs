@@ -85,6 +85,10 @@ pub struct Options {
     pub v2: bool,
     /// Known mistakes of the v2 client to switch on (none: as documented).
     pub v2_mistakes: Vec<V2Mistake>,
+    /// Let a v2 claim name a lock that another claim of its session holds
+    /// or waits for, so that sessions hold and queue on one lock (on by
+    /// default). Off: the workload the v2 client mistakes were pinned on.
+    pub same_lock_claims: bool,
 }
 
 impl Default for Options {
@@ -97,6 +101,7 @@ impl Default for Options {
             faults: None,
             v2: false,
             v2_mistakes: Vec::new(),
+            same_lock_claims: true,
         }
     }
 }
@@ -148,6 +153,9 @@ fn replay_command(seed: u64, options: &Options) -> String {
     }
     if options.v2 {
         command.push_str(" --v2");
+        if !options.same_lock_claims {
+            command.push_str(" --no-same-lock-claims");
+        }
     }
     let names = options.mutations.iter().map(|m| m.as_str());
     for name in names.chain(options.v2_mistakes.iter().map(|m| m.as_str())) {
@@ -242,6 +250,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             heal_at,
             max_hold,
             mistakes: options.v2_mistakes.clone(),
+            same_lock_claims: options.same_lock_claims,
         };
         sim.client(
             host.as_str(),

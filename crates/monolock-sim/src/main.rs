@@ -46,6 +46,10 @@ struct Args {
     /// beside the version 1 clients, on the same locks.
     #[arg(long)]
     v2: bool,
+    /// With --v2: never let a claim name a lock another claim of its
+    /// session uses (the workload the v2 client mistakes were pinned on).
+    #[arg(long)]
+    no_same_lock_claims: bool,
     /// Draw faults only from these (comma-separated names; "boundary" for
     /// the faults aimed at timing boundaries). Default: a random half of
     /// all faults per seed.
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
         mutations,
         v2: args.v2,
         v2_mistakes,
+        same_lock_claims: !args.no_same_lock_claims,
         faults: args.faults.as_ref().map(|names| {
             names
                 .iter()

@@ -234,6 +234,8 @@ fn found_v2(
         faults: faults.clone(),
         v2: true,
         v2_mistakes,
+        // The workload these seeds were found on.
+        same_lock_claims: false,
         ..Options::default()
     };
     let mutated = run(seed, &options(vec![mistake]));
@@ -320,5 +322,15 @@ fn released_written_before_the_table_released_the_claim_is_found() {
         Duration::from_secs(1),
         Mutation::V2ReleasedBeforeTable,
         "read RELEASED while the server still holds",
+    );
+}
+
+#[test]
+fn a_queued_claim_promoted_as_its_session_ends_is_found() {
+    found_in_v2_server(
+        1018,
+        Duration::from_secs(5),
+        Mutation::V2PromoteEndingSession,
+        "after the server read the end of its connection",
     );
 }
