@@ -255,6 +255,9 @@ async fn session(
         match work.act(core, now, &mut out, lab) {
             Act::Go => {}
             Act::Close => {
+                if core.holds_and_waits_on_one_lock() {
+                    lab.lock().count_v2("close holding and waiting on one lock");
+                }
                 let (held, waiting) = core.counts();
                 lab.lock().count_v2(if held > 0 && waiting > 0 {
                     "close with held and waiting claims"

@@ -265,6 +265,18 @@ impl Core {
         })
     }
 
+    /// Whether one lock has a claim of this session held and another
+    /// waiting (latest generations).
+    pub(crate) fn holds_and_waits_on_one_lock(&self) -> bool {
+        let latest: Vec<&Claim> = self.claims.values().filter_map(VecDeque::back).collect();
+        latest.iter().any(|held| match held {
+            Claim::Held(lock, _) => latest
+                .iter()
+                .any(|other| matches!(other, Claim::Waiting(name) if name == lock)),
+            _ => false,
+        })
+    }
+
     /// Claims held and waiting (latest generations).
     pub(crate) fn counts(&self) -> (usize, usize) {
         let mut counts = (0, 0);

@@ -125,13 +125,14 @@ fn promoting_a_waiter_whose_lease_expired_is_found() {
 
 /// The version 2 events each CI sweep must have seen, so that the seeds
 /// cannot pass without exercising them.
-const V2_EVENTS: [&str; 6] = [
+const V2_EVENTS: [&str; 7] = [
     "RELEASE and ACQUIRE in one write",
     "RELEASE of a waiting claim",
     "GRANTED crossing a RELEASE",
     "REVOKED",
     "close with held and waiting claims",
     "expiry with held and waiting claims",
+    "close holding and waiting on one lock",
 ];
 
 /// Version 2 sessions (several claims each) beside the version 1 clients
