@@ -8,7 +8,9 @@
 //!
 //! - each slot loops: ACQUIRE (wait, or try), hold, RELEASE; some RELEASEs
 //!   go in one write with the next ACQUIRE of the same id, some are sent
-//!   while the claim still waits (racing its GRANTED push);
+//!   while the claim still waits (racing its GRANTED push); some ACQUIREs name a
+//!   lock another claim of the session holds or waits for, so a session
+//!   may hold and queue on one lock when it ends;
 //! - after a drawn lifetime the session ends with its held and waiting
 //!   claims: by close (the connection dropped at once), or by expiry (the
 //!   client stops sending, gives its claims up at its deadline and closes
