@@ -18,7 +18,9 @@
 //! sans-I/O session with several claims; the Rust client library speaks
 //! version 1 only), driven by `client_v2.rs`. Its beliefs are checked like
 //! every other, claim by claim, and [`V2Mistake`]s plant known client
-//! errors for the CI tests to find.
+//! errors for the CI tests to find; the server's planted v2 mistakes
+//! ([`Mutation::V2ReleasedBeforeTable`], [`Mutation::V2PromoteEndingSession`])
+//! are switched on through [`Options::mutations`] like the others.
 //!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
