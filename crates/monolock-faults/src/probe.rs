@@ -12,7 +12,7 @@ use rand::Rng;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
-    time::{Instant, timeout},
+    time::{Instant, timeout, timeout_at},
 };
 
 /// A probe failed.
@@ -143,16 +143,33 @@ pub fn acquire_bytes(lease_ms: u32, name_len: u16, name: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Why a never-reading client stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// A write failed: the server closed the connection (what io-timeout
+    /// does to a client that does not read).
+    Closed,
+    /// The time limit passed with the connection still open.
+    TimedOut,
+    /// It sent all it was allowed to.
+    Sent,
+}
+
 /// A client that claims a lock, reads the first reply, then floods
-/// heartbeats and never reads again, so that the server's writes block. Sends at most `max_bytes`, stopping
-/// early once its own writes block for `stall` (the server stopped
-/// reading). Returns the heartbeat bytes sent.
+/// heartbeats and never reads again, so that the server's writes block.
+/// It keeps sending (at most `max_bytes`) and keeps its connection open
+/// until the server closes it, or `limit` has passed: its own writes
+/// blocking is no sign that the server gave up (a loaded server drains a
+/// flood slowly long before its replies fill the socket buffers), and
+/// closing early would end the session gracefully instead of by
+/// io-timeout. Returns the heartbeat bytes sent and why it stopped.
 pub async fn never_reading(
     addr: SocketAddr,
     lock: &str,
     max_bytes: usize,
-    stall: Duration,
-) -> std::io::Result<usize> {
+    limit: Duration,
+) -> std::io::Result<(usize, Stopped)> {
+    let deadline = Instant::now() + limit;
     let mut stream = TcpStream::connect(addr).await?;
     let name = lock.as_bytes();
     stream
@@ -168,12 +185,13 @@ pub async fn never_reading(
     let chunk = vec![0x02u8; 64 * 1024];
     let mut sent = 0;
     while sent < max_bytes {
-        match timeout(stall, stream.write_all(&chunk)).await {
+        match timeout_at(deadline, stream.write_all(&chunk)).await {
             Ok(Ok(())) => sent += chunk.len(),
-            Ok(Err(_)) | Err(_) => break,
+            Ok(Err(_)) => return Ok((sent, Stopped::Closed)),
+            Err(_) => return Ok((sent, Stopped::TimedOut)),
         }
     }
-    Ok(sent)
+    Ok((sent, Stopped::Sent))
 }
 
 /// Slowloris: an ACQUIRE one byte per `gap`, at most `max_bytes` bytes.

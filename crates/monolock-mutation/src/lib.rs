@@ -27,14 +27,24 @@ pub enum Mutation {
     /// The server promotes the next waiter without checking that its lease
     /// is still running.
     PromoteExpiredWaiter = 4,
+    /// A version 2 session writes RELEASED before the table has released
+    /// the claim and handed the lock on: the table catches up only when
+    /// the session next reads from its client.
+    V2ReleasedBeforeTable = 8,
+    /// A version 2 session that ends hands its claims to the table in
+    /// claim-id order, held and waiting alike, so ending a held claim may
+    /// promote (grant) a waiting claim of the same ending session.
+    V2PromoteEndingSession = 16,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Self; 3] = [
+    pub const ALL: [Self; 5] = [
         Self::PushConfirmsHeartbeat,
         Self::DeadlineFromReceive,
         Self::PromoteExpiredWaiter,
+        Self::V2ReleasedBeforeTable,
+        Self::V2PromoteEndingSession,
     ];
 
     /// Its name on a command line.
@@ -43,6 +53,8 @@ impl Mutation {
             Self::PushConfirmsHeartbeat => "push-confirms-heartbeat",
             Self::DeadlineFromReceive => "deadline-from-receive",
             Self::PromoteExpiredWaiter => "promote-expired-waiter",
+            Self::V2ReleasedBeforeTable => "v2-released-before-table",
+            Self::V2PromoteEndingSession => "v2-promote-ending-session",
         }
     }
 }

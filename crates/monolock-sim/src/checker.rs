@@ -14,6 +14,12 @@
 //! lock is granted only when it has no holder; a waiter is granted only from
 //! the head of its queue (FIFO among the waiters that stayed); and a session
 //! is never granted once it has been silent for its whole lease.
+//!
+//! Version 2 adds two rules of docs/protocol.md that a client sees: a
+//! RELEASED means released (when a client reads it, the server neither
+//! holds the claim's token nor queues the claim), and claims die with
+//! their session (no grant to a connection once the server has read its
+//! end).
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
@@ -95,6 +101,9 @@ pub(crate) struct Checker {
     /// Waiters by lock: the client address, the claim's slot (a version 2
     /// session may queue two claims on one lock), the lease.
     queues: BTreeMap<String, VecDeque<(SocketAddr, usize, Duration)>>,
+    /// Connections whose end (EOF or reset) the current server process
+    /// has read: none of their claims may be granted any more.
+    ended: BTreeSet<SocketAddr>,
     violation: Option<Violation>,
     tally: Tally,
 }
@@ -111,6 +120,7 @@ impl Checker {
             holders: BTreeMap::new(),
             held_by: BTreeMap::new(),
             queues: BTreeMap::new(),
+            ended: BTreeSet::new(),
             violation: None,
             tally: Tally::default(),
         }
@@ -232,6 +242,7 @@ impl Checker {
         self.holders.clear();
         self.held_by.clear();
         self.queues.clear();
+        self.ended.clear();
         self.tally.server_processes += 1;
     }
 
@@ -262,6 +273,12 @@ impl Checker {
         if silent {
             let what =
                 format!("{lock} granted (token {token}) to {peer}, silent for its whole lease");
+            self.fail(at, what);
+        }
+        if self.ended.contains(&peer) {
+            let what = format!(
+                "{lock} granted (token {token}) to {peer} after the server read the end of its connection"
+            );
             self.fail(at, what);
         }
         let queue = self.queues.entry(lock.clone()).or_default();
@@ -310,6 +327,54 @@ impl Checker {
     pub(crate) fn left(&mut self, lock: &str, peer: SocketAddr, slot: usize) {
         if let Some(queue) = self.queues.get_mut(lock) {
             queue.retain(|(w, s, _)| (*w, *s) != (peer, slot));
+        }
+    }
+
+    /// The server accepted a connection from `peer` (a new one, whatever
+    /// connection had that address before).
+    pub(crate) fn connection_opened(&mut self, peer: SocketAddr) {
+        self.ended.remove(&peer);
+    }
+
+    /// The server read the end of the connection from `peer` (EOF or a
+    /// reset): its session ends, and every claim with it.
+    pub(crate) fn connection_ended(&mut self, peer: SocketAddr) {
+        self.ended.insert(peer);
+    }
+
+    /// Version 2 client `client`, connected from `peer`, read RELEASED for
+    /// `claim` on `lock`, which it held under `token` (none: it was
+    /// waiting). `lock_in_use`: another claim of the session names the
+    /// same lock, so a waiter of that session on it may be that other one.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn released_read(
+        &mut self,
+        at: Duration,
+        client: usize,
+        peer: SocketAddr,
+        claim: u32,
+        lock: &str,
+        token: Option<u64>,
+        lock_in_use: bool,
+    ) {
+        if let Some(token) = token
+            && self.holders.get(lock) == Some(&token)
+        {
+            let what = format!(
+                "c{client} claim {claim} read RELEASED while the server still holds {lock} under its token {token}"
+            );
+            self.fail(at, what);
+            return;
+        }
+        let queued = self
+            .queues
+            .get(lock)
+            .is_some_and(|queue| queue.iter().any(|(waiter, _, _)| *waiter == peer));
+        if queued && !lock_in_use {
+            let what = format!(
+                "c{client} claim {claim} read RELEASED while the server still queues it for {lock}"
+            );
+            self.fail(at, what);
         }
     }
 
@@ -476,6 +541,69 @@ mod tests {
                 .is_some_and(|v| v.what.contains("c0 claim 1 (token 11) and c0 claim 2")),
             "{:?}",
             checker.violation()
+        );
+    }
+
+    #[test]
+    fn released_read_while_the_server_still_holds_or_queues_the_claim_is_a_violation() {
+        let lease = Duration::from_secs(1);
+        let session = SocketAddr::from(([10, 0, 0, 1], 9));
+        let at = Duration::from_millis(5);
+        // Still held under the claim's token.
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        grant(&mut checker, "a", 9, 10);
+        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("still holds a under its token 10"))
+        );
+        // Released: the next holder's token is another.
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        grant(&mut checker, "a", 9, 10);
+        checker.released("a", session, 10);
+        grant(&mut checker, "a", 2, 11);
+        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        assert_eq!(checker.violation(), None);
+        // Still queued, unless another claim of the session names the lock.
+        checker.joined("a", session, 3, lease);
+        checker.released_read(at, 0, session, 2, "a", None, true);
+        assert_eq!(checker.violation(), None);
+        checker.released_read(at, 0, session, 2, "a", None, false);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("still queues it for a"))
+        );
+    }
+
+    #[test]
+    fn a_grant_after_the_server_read_the_connection_end_is_a_violation() {
+        let mut checker = Checker::new(1);
+        checker.server_started(1);
+        let peer = SocketAddr::from(([10, 0, 0, 1], 9));
+        checker.connection_opened(peer);
+        grant(&mut checker, "a", 9, 10);
+        checker.released("a", peer, 10);
+        checker.connection_ended(peer);
+        // A new process knows nothing of the old one's connections, and a
+        // new connection from the same address is another session.
+        checker.server_started(2);
+        grant(&mut checker, "a", 9, 11);
+        checker.released("a", peer, 11);
+        checker.connection_ended(peer);
+        checker.connection_opened(peer);
+        grant(&mut checker, "a", 9, 12);
+        assert_eq!(checker.violation(), None);
+        checker.released("a", peer, 12);
+        checker.connection_ended(peer);
+        grant(&mut checker, "a", 9, 13);
+        assert!(
+            checker
+                .violation()
+                .is_some_and(|v| v.what.contains("after the server read the end"))
         );
     }
 

@@ -8,7 +8,9 @@
 //!
 //! - each slot loops: ACQUIRE (wait, or try), hold, RELEASE; some RELEASEs
 //!   go in one write with the next ACQUIRE of the same id, some are sent
-//!   while the claim still waits (racing its GRANTED push);
+//!   while the claim still waits (racing its GRANTED push); some ACQUIREs name a
+//!   lock another claim of the session holds or waits for, so a session
+//!   may hold and queue on one lock when it ends;
 //! - after a drawn lifetime the session ends with its held and waiting
 //!   claims: by close (the connection dropped at once), or by expiry (the
 //!   client stops sending, gives its claims up at its deadline and closes
@@ -20,7 +22,7 @@
 //! Once the faults stop, the host finishes after one more claim held and
 //! released (the liveness check waits for it).
 
-use std::{cell::RefCell, rc::Rc, time::Duration};
+use std::{cell::RefCell, net::SocketAddr, rc::Rc, time::Duration};
 
 use monolock_proto::{
     Lease, LockName,
@@ -49,6 +51,8 @@ pub(crate) struct Plan {
     pub(crate) heal_at: Duration,
     pub(crate) max_hold: Duration,
     pub(crate) mistakes: Vec<Mistake>,
+    /// Whether a claim may name a lock another claim of its session uses.
+    pub(crate) same_lock_claims: bool,
 }
 
 type Current = Rc<RefCell<Option<Core>>>;
@@ -80,6 +84,10 @@ enum Slot {
 struct Workload {
     id: usize,
     rng: SmallRng,
+    /// Whether an ACQUIRE may name a lock another claim of the session
+    /// holds or waits for: drawn apart, so that the other draws of a seed
+    /// stay as they were when it says no (`None`: never).
+    same_lock: Option<SmallRng>,
     locks: Vec<String>,
     max_hold: Duration,
     slots: Vec<Slot>,
@@ -105,9 +113,13 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
     loop {
         let healed = elapsed() >= plan.heal_at;
         let lease = LEASES[rng.random_range(0..LEASES.len())];
+        let work_seed: u64 = rng.random();
         let mut work = Workload {
             id,
-            rng: SmallRng::seed_from_u64(rng.random()),
+            rng: SmallRng::seed_from_u64(work_seed),
+            same_lock: plan
+                .same_lock_claims
+                .then(|| SmallRng::seed_from_u64(work_seed ^ 0x5a4d_454c_4f43_4b32)),
             locks: plan.locks.clone(),
             max_hold: plan.max_hold,
             slots: Vec::new(),
@@ -211,7 +223,7 @@ async fn session(
                 }
                 Ok(n) => {
                     buf.extend_from_slice(&chunk[..n]);
-                    if !take_frames(id, lab, current, &mut buf, work) {
+                    if !take_frames(id, local, lab, current, &mut buf, work) {
                         return false;
                     }
                 }
@@ -245,6 +257,9 @@ async fn session(
         match work.act(core, now, &mut out, lab) {
             Act::Go => {}
             Act::Close => {
+                if core.holds_and_waits_on_one_lock() {
+                    lab.lock().count_v2("close holding and waiting on one lock");
+                }
                 let (held, waiting) = core.counts();
                 lab.lock().count_v2(if held > 0 && waiting > 0 {
                     "close with held and waiting claims"
@@ -281,6 +296,7 @@ fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 /// is over.
 fn take_frames(
     id: usize,
+    local: SocketAddr,
     lab: &SharedLab,
     current: &Current,
     buf: &mut Vec<u8>,
@@ -302,7 +318,22 @@ fn take_frames(
             let Some(core) = core.as_mut() else {
                 return false;
             };
-            core.on_frame(frame, now)
+            let result = core.on_frame(frame, now);
+            // RELEASED means released: the server neither holds the claim
+            // nor queues it any more (docs/protocol.md, "Claims").
+            if let Ok(Note::ReleasedClaim(claim, lock, token)) = &result {
+                let in_use = core.names_lock(lock);
+                lab.lock().checker.released_read(
+                    elapsed(),
+                    id,
+                    local,
+                    *claim,
+                    lock.as_str(),
+                    *token,
+                    in_use,
+                );
+            }
+            result
         };
         match result {
             Ok(note) => work.note(lab, &note),
@@ -355,7 +386,7 @@ impl Workload {
     fn note(&mut self, lab: &SharedLab, note: &Note) {
         let id = self.id;
         match note {
-            Note::Quiet | Note::Released(_) | Note::NotTaken(_) => {}
+            Note::Quiet | Note::Released(_) | Note::ReleasedClaim(..) | Note::NotTaken(_) => {}
             Note::Holds(claim, token) => {
                 lab.trace(format_args!("c{id} claim {claim} holds, token {token}"));
             }
@@ -393,11 +424,14 @@ impl Workload {
         out: &mut Vec<u8>,
         lab: &SharedLab,
     ) -> Option<Slot> {
-        // Two claims of one session never target one lock at once: when a
-        // session with a claim held and another queued on one lock is
-        // closed, the server ends its claims in its HashMap's order and may
-        // grant the queued claim in passing, which differs from run to
-        // run and would break the replay.
+        // Now and then a claim names a lock that another claim of the
+        // session holds or waits for: the session then holds and queues on
+        // one lock, and its end must hand that lock on past its own queued
+        // claim.
+        let same_lock = self
+            .same_lock
+            .as_mut()
+            .is_some_and(|rng| rng.random_bool(0.3));
         let in_use: Vec<String> = self
             .slots
             .iter()
@@ -414,7 +448,11 @@ impl Workload {
                 Slot::Idle(_) => None,
             })
             .collect();
-        let free: Vec<&String> = self.locks.iter().filter(|l| !in_use.contains(l)).collect();
+        let free: Vec<&String> = self
+            .locks
+            .iter()
+            .filter(|l| same_lock || !in_use.contains(l))
+            .collect();
         if free.is_empty() {
             return Some(self.think(now));
         }

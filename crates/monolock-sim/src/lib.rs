@@ -18,7 +18,9 @@
 //! sans-I/O session with several claims; the Rust client library speaks
 //! version 1 only), driven by `client_v2.rs`. Its beliefs are checked like
 //! every other, claim by claim, and [`V2Mistake`]s plant known client
-//! errors for the CI tests to find.
+//! errors for the CI tests to find; the server's planted v2 mistakes
+//! ([`Mutation::V2ReleasedBeforeTable`], [`Mutation::V2PromoteEndingSession`])
+//! are switched on through [`Options::mutations`] like the others.
 //!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
@@ -85,6 +87,10 @@ pub struct Options {
     pub v2: bool,
     /// Known mistakes of the v2 client to switch on (none: as documented).
     pub v2_mistakes: Vec<V2Mistake>,
+    /// Let a v2 claim name a lock that another claim of its session holds
+    /// or waits for, so that sessions hold and queue on one lock (on by
+    /// default). Off: the workload the v2 client mistakes were pinned on.
+    pub same_lock_claims: bool,
 }
 
 impl Default for Options {
@@ -97,6 +103,7 @@ impl Default for Options {
             faults: None,
             v2: false,
             v2_mistakes: Vec::new(),
+            same_lock_claims: true,
         }
     }
 }
@@ -148,6 +155,9 @@ fn replay_command(seed: u64, options: &Options) -> String {
     }
     if options.v2 {
         command.push_str(" --v2");
+        if !options.same_lock_claims {
+            command.push_str(" --no-same-lock-claims");
+        }
     }
     let names = options.mutations.iter().map(|m| m.as_str());
     for name in names.chain(options.v2_mistakes.iter().map(|m| m.as_str())) {
@@ -242,6 +252,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             heal_at,
             max_hold,
             mistakes: options.v2_mistakes.clone(),
+            same_lock_claims: options.same_lock_claims,
         };
         sim.client(
             host.as_str(),

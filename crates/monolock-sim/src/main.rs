@@ -6,6 +6,7 @@
 //! monolock-sim --seeds 50 --mutation deadline-from-receive
 //! monolock-sim --seeds 100 --v2        # version 2 sessions beside v1 clients
 //! monolock-sim --seeds 50 --v2 --mutation v2-belief-until-released
+//! monolock-sim --seeds 50 --v2 --mutation v2-released-before-table
 //! ```
 //!
 //! Exits 0 when every seed passed, 1 when one failed (its seed and the
@@ -35,8 +36,9 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     faulty_seconds: u64,
     /// Switch a known mistake on: push-confirms-heartbeat,
-    /// deadline-from-receive, promote-expired-waiter; with --v2 also
-    /// v2-granted-confirms-session, v2-belief-past-deadline,
+    /// deadline-from-receive, promote-expired-waiter; with --v2 also the
+    /// server's v2-released-before-table, v2-promote-ending-session and
+    /// the v2 client's v2-granted-confirms-session, v2-belief-past-deadline,
     /// v2-belief-until-released (repeatable).
     #[arg(long, value_parser = parse_mutation)]
     mutation: Vec<Known>,
@@ -44,6 +46,10 @@ struct Args {
     /// beside the version 1 clients, on the same locks.
     #[arg(long)]
     v2: bool,
+    /// With --v2: never let a claim name a lock another claim of its
+    /// session uses (the workload the v2 client mistakes were pinned on).
+    #[arg(long)]
+    no_same_lock_claims: bool,
     /// Draw faults only from these (comma-separated names; "boundary" for
     /// the faults aimed at timing boundaries). Default: a random half of
     /// all faults per seed.
@@ -115,7 +121,10 @@ fn main() -> ExitCode {
             Known::V2(m) => v2_mistakes.push(*m),
         }
     }
-    if !v2_mistakes.is_empty() && !args.v2 {
+    let v2_server_mistake = mutations
+        .iter()
+        .any(|m: &Mutation| m.as_str().starts_with("v2-"));
+    if (!v2_mistakes.is_empty() || v2_server_mistake) && !args.v2 {
         eprintln!(
             "monolock-sim: a v2 mutation needs v2 hosts; add --v2 to run them beside the v1 clients"
         );
@@ -126,6 +135,7 @@ fn main() -> ExitCode {
         mutations,
         v2: args.v2,
         v2_mistakes,
+        same_lock_claims: !args.no_same_lock_claims,
         faults: args.faults.as_ref().map(|names| {
             names
                 .iter()

@@ -197,6 +197,7 @@ impl SimStream {
         let conn = lab.conn(peer);
         conn.set_open(End::Server, true);
         lab.heard_from(peer);
+        lab.lock().checker.connection_opened(peer);
         Self {
             inner: Some(stream),
             end: End::Server,
@@ -256,16 +257,20 @@ impl AsyncRead for SimStream {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
-        let inner = match this.ready(cx) {
-            Poll::Ready(Ok(inner)) => inner,
-            Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+        let room = buf.remaining() > 0;
+        let polled = match this.ready(cx) {
+            Poll::Ready(Ok(inner)) => Pin::new(inner).poll_read(cx, buf),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
             Poll::Pending => return Poll::Pending,
         };
-        let polled = Pin::new(inner).poll_read(cx, buf);
-        if let (Poll::Ready(Ok(())), Some((lab, peer))) = (&polled, &this.server_view)
-            && buf.filled().len() > before
-        {
-            lab.heard_from(*peer);
+        if let (Poll::Ready(read), Some((lab, peer))) = (&polled, &this.server_view) {
+            match read {
+                Ok(()) if buf.filled().len() > before => lab.heard_from(*peer),
+                // EOF or a reset: the server's session has seen its end.
+                Ok(()) if room => lab.lock().checker.connection_ended(*peer),
+                Ok(()) => {}
+                Err(_) => lab.lock().checker.connection_ended(*peer),
+            }
         }
         polled
     }

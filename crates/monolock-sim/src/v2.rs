@@ -107,8 +107,11 @@ pub(crate) enum Note {
     Revoked(u32),
     /// A REVOKED crossed the claim's RELEASE (REFUSED 0x20 follows).
     RevokedWhileReleasing(u32),
-    /// RELEASED read.
+    /// RELEASED (or REFUSED) read for a claim not in use.
     Released(u32),
+    /// RELEASED read for a claim on this lock, held under this token (none:
+    /// it was waiting).
+    ReleasedClaim(u32, LockName, Option<u64>),
     /// BUSY or REFUSED for an ACQUIRE.
     NotTaken(u32),
 }
@@ -250,6 +253,28 @@ impl Core {
     /// The latest generation of `claim`.
     pub(crate) fn claim(&self, claim: u32) -> Option<&Claim> {
         self.claims.get(&claim).and_then(VecDeque::back)
+    }
+
+    /// Whether any claim in use (any generation) names `lock`.
+    pub(crate) fn names_lock(&self, lock: &LockName) -> bool {
+        self.claims.values().flatten().any(|claim| match claim {
+            Claim::Acquiring(name)
+            | Claim::Waiting(name)
+            | Claim::Held(name, _)
+            | Claim::Releasing(name, _) => name == lock,
+        })
+    }
+
+    /// Whether one lock has a claim of this session held and another
+    /// waiting (latest generations).
+    pub(crate) fn holds_and_waits_on_one_lock(&self) -> bool {
+        let latest: Vec<&Claim> = self.claims.values().filter_map(VecDeque::back).collect();
+        latest.iter().any(|held| match held {
+            Claim::Held(lock, _) => latest
+                .iter()
+                .any(|other| matches!(other, Claim::Waiting(name) if name == lock)),
+            _ => false,
+        })
     }
 
     /// Claims held and waiting (latest generations).
@@ -396,10 +421,17 @@ impl Core {
                 ServerFrame::Released { claim } | ServerFrame::Refused { claim, .. },
             ) if id == *claim => {
                 // A RELEASE of an id not in use has nothing to end.
-                if let Some(Claim::Releasing(..)) = self.claims.get(&id).and_then(VecDeque::front) {
-                    self.drop_generation(id, true);
-                }
-                Ok(Note::Released(id))
+                let Some(Claim::Releasing(name, token)) =
+                    self.claims.get(&id).and_then(VecDeque::front).cloned()
+                else {
+                    return Ok(Note::Released(id));
+                };
+                self.drop_generation(id, true);
+                Ok(if matches!(reply, ServerFrame::Released { .. }) {
+                    Note::ReleasedClaim(id, name, token)
+                } else {
+                    Note::Released(id)
+                })
             }
             _ => Err(mismatch()),
         }
@@ -513,7 +545,10 @@ mod tests {
         core.acquire(3, Mode::Wait, name("a"), t0 + ms(40), &mut out);
         assert!(core.beliefs(t0 + ms(40)).is_empty());
         let released = ServerFrame::Released { claim: 3 };
-        assert_eq!(core.on_frame(released, t0 + ms(50)), Ok(Note::Released(3)));
+        assert_eq!(
+            core.on_frame(released, t0 + ms(50)),
+            Ok(Note::ReleasedClaim(3, name("a"), Some(5)))
+        );
         let acquired = ServerFrame::Acquired { claim: 3, token: 6 };
         assert_eq!(core.on_frame(acquired, t0 + ms(50)), Ok(Note::Holds(3, 6)));
         assert_eq!(core.beliefs(t0 + ms(50)), vec![(3, "a".into(), 6)]);

@@ -125,13 +125,14 @@ fn promoting_a_waiter_whose_lease_expired_is_found() {
 
 /// The version 2 events each CI sweep must have seen, so that the seeds
 /// cannot pass without exercising them.
-const V2_EVENTS: [&str; 6] = [
+const V2_EVENTS: [&str; 7] = [
     "RELEASE and ACQUIRE in one write",
     "RELEASE of a waiting claim",
     "GRANTED crossing a RELEASE",
     "REVOKED",
     "close with held and waiting claims",
     "expiry with held and waiting claims",
+    "close holding and waiting on one lock",
 ];
 
 /// Version 2 sessions (several claims each) beside the version 1 clients
@@ -234,6 +235,8 @@ fn found_v2(
         faults: faults.clone(),
         v2: true,
         v2_mistakes,
+        // The workload these seeds were found on.
+        same_lock_claims: false,
         ..Options::default()
     };
     let mutated = run(seed, &options(vec![mistake]));
@@ -282,5 +285,53 @@ fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
         Some(BOUNDARY_FAULTS.to_vec()),
         V2Mistake::GrantedConfirmsSession,
         "two holders",
+    );
+}
+
+/// Runs `seed` with version 2 hosts and the seed's own half of the fault
+/// menu, with the server's planted v2 `mutation` on and off, up to
+/// `until`; the mutation must break the invariant named by `broken` and
+/// the shipped server must not.
+fn found_in_v2_server(seed: u64, until: Duration, mutation: Mutation, broken: &str) {
+    let options = |mutations: Vec<Mutation>| Options {
+        faulty: Duration::from_secs(15),
+        until: Some(until),
+        v2: true,
+        mutations,
+        ..Options::default()
+    };
+    let mutated = run(seed, &options(vec![mutation]));
+    let violation = mutated
+        .violation
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    assert!(
+        violation.contains(broken),
+        "{} on seed {seed}: expected {broken:?}, got {violation:?}",
+        mutation.as_str()
+    );
+    eprintln!("{}: {violation}", mutated.replay_command());
+    let real = run(seed, &options(Vec::new()));
+    assert!(real.violation.is_none(), "{}", explain(&real));
+}
+
+#[test]
+fn released_written_before_the_table_released_the_claim_is_found() {
+    found_in_v2_server(
+        1019,
+        Duration::from_secs(1),
+        Mutation::V2ReleasedBeforeTable,
+        "read RELEASED while the server still holds",
+    );
+}
+
+#[test]
+fn a_queued_claim_promoted_as_its_session_ends_is_found() {
+    found_in_v2_server(
+        1018,
+        Duration::from_secs(5),
+        Mutation::V2PromoteEndingSession,
+        "after the server read the end of its connection",
     );
 }

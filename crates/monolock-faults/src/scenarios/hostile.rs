@@ -29,6 +29,12 @@ const LEASE: Duration = Duration::from_secs(2);
 const IO_TIMEOUT: Duration = Duration::from_secs(1);
 const HEARTBEAT_EVERY: Duration = Duration::from_millis(100);
 const CONNECT_CLOSE_CYCLES: u32 = 3000;
+/// How long a never-reading client floods and keeps its connection open
+/// waiting for the server to end it. The server ends it one io-timeout
+/// after its replies fill the socket buffers (some megabytes), which a
+/// loaded machine reaches in seconds: generous, since the client must not
+/// close first (that is a graceful end, not an io-timeout).
+const NEVER_READING_LIMIT: Duration = Duration::from_secs(30);
 /// The bound on a healthy heartbeat's round trip: 0.4 x lease. A client
 /// confirms its claim in time as long as its heartbeat interval (at least
 /// lease / 16) plus the round trip stays under 0.8 x lease, so a round trip
@@ -73,7 +79,10 @@ pub(super) async fn run(
     let ended = io_timeouts(true);
     report.count("never_reading_ended_by_io_timeout", ended);
     report.check(ended == expected_io_timeouts, || {
-        format!("{ended} never-reading holders were ended by io-timeout, expected {expected_io_timeouts}")
+        format!(
+            "{ended} never-reading holders were ended by io-timeout, expected {expected_io_timeouts}; {}",
+            never_reading_ends(&server.events.events())
+        )
     });
     // Holders that had closed their connection when a write to them failed
     // released gracefully, not by io-timeout (see the regression test
@@ -89,6 +98,24 @@ pub(super) async fn run(
         report.problem(format!("audit: {p}"));
     }
     Ok(())
+}
+
+/// How each never-reading holder's grant ended, for the failure message:
+/// `lock: reason` (or "still held").
+fn never_reading_ends(events: &[crate::audit::OwnershipEvent]) -> String {
+    let mut ends: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for e in events.iter().filter(|e| e.lock.contains("/never-reading-")) {
+        let end = match e.kind {
+            EventKind::Granted => "still held",
+            EventKind::Released => e.reason.as_deref().unwrap_or("released"),
+        };
+        ends.insert(e.lock.as_str(), end);
+    }
+    let ends: Vec<String> = ends
+        .iter()
+        .map(|(lock, end)| format!("{lock}: {end}"))
+        .collect();
+    format!("their grants ended: {}", ends.join(", "))
 }
 
 async fn attack_round(
@@ -122,8 +149,14 @@ async fn attack_round(
     for i in 0..2 {
         let lock = format!("faults/hostile/{round}/never-reading-{i}");
         attack.spawn(async move {
-            let sent = probe::never_reading(addr, &lock, 64 << 20, Duration::from_secs(2)).await;
-            ("never_reading", u64::from(sent.is_ok()))
+            let sent = probe::never_reading(addr, &lock, 64 << 20, NEVER_READING_LIMIT).await;
+            // Counted together as "never_reading" below.
+            match sent {
+                Ok((_, probe::Stopped::Closed)) => ("never_reading_closed_by_server", 1),
+                Ok((_, probe::Stopped::TimedOut)) => ("never_reading_still_open", 1),
+                Ok((_, probe::Stopped::Sent)) => ("never_reading_sent_everything", 1),
+                Err(_) => ("never_reading_failed", 1),
+            }
         });
     }
     for i in 0..3 {
@@ -206,6 +239,12 @@ async fn attack_round(
             *got.entry(what).or_default() += n;
         }
     }
+    let never_reading: u64 = got
+        .iter()
+        .filter(|(what, _)| what.starts_with("never_reading_") && **what != "never_reading_failed")
+        .map(|(_, n)| n)
+        .sum();
+    got.insert("never_reading", never_reading);
     let (rtts, failures) = probes.finish().await;
     report.count("attack_ms", started.elapsed().as_millis() as u64);
     for (what, n) in &got {

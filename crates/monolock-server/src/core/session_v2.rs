@@ -83,6 +83,10 @@ struct Session<'c, 'a, S> {
     /// deadline it must catch (idle, a started frame), so it is reset only
     /// when a deadline comes earlier, which is rare.
     armed: Instant,
+    /// The simulation's planted mistake `V2ReleasedBeforeTable`: claims
+    /// whose RELEASED went out before the table released them.
+    #[cfg(feature = "mutations")]
+    released_later: Vec<Arc<SessionSlot>>,
 }
 
 /// Serves a version 2 session whose OPEN has been read from `conn`, to its
@@ -143,6 +147,8 @@ pub(crate) async fn serve<S>(
         idle_since: Some(now),
         partial_since: None,
         armed: deadline_after(now, shared.config.idle_timeout),
+        #[cfg(feature = "mutations")]
+        released_later: Vec::new(),
     };
     session
         .out
@@ -259,6 +265,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         // looked: frames read after that are not served.
         if let Some(notice) = self.link.lease.end_notice() {
             return Some(end_for(notice));
+        }
+        #[cfg(feature = "mutations")]
+        for slot in std::mem::take(&mut self.released_later) {
+            self.conn.shared.table.end(&slot, ReleaseReason::Graceful);
         }
         let mut at = 0;
         let mut pings = 0;
@@ -423,6 +433,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             return None;
         };
         shared.grace.leave(&slot);
+        #[cfg(feature = "mutations")]
+        if monolock_mutation::active(monolock_mutation::Mutation::V2ReleasedBeforeTable) {
+            self.out.extend_from_slice(&v2::released_frame(claim));
+            self.released_later.push(slot);
+            return None;
+        }
         // A no-op if an administrator ended the claim first.
         shared.table.end(&slot, ReleaseReason::Graceful);
         match slot.end_notice() {
@@ -550,6 +566,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             End::Protocol(_) => ReleaseReason::ProtocolError,
         };
         debug!(remote_addr = %self.remote_addr, session = self.link.id, claims = self.claims.len(), reason = reason.as_str(), "v2 session ended");
+        #[cfg(feature = "mutations")]
+        for slot in std::mem::take(&mut self.released_later) {
+            shared.table.end(&slot, ReleaseReason::Graceful);
+        }
         let slots: Vec<Arc<SessionSlot>> = self.claims.drain().map(|(_, c)| c.slot).collect();
         for slot in &slots {
             shared.grace.leave(slot);

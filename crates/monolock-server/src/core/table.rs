@@ -334,6 +334,10 @@ impl LockTable {
         reason: ReleaseReason,
     ) -> bool {
         let mut state = self.lock_state();
+        #[cfg(feature = "mutations")]
+        if monolock_mutation::active(monolock_mutation::Mutation::V2PromoteEndingSession) {
+            return self.end_claims_in_id_order(&mut state, claims, reason);
+        }
         // Waiting claims leave their queues first, so that ending a held
         // claim never hands its lock to another claim of this same ending
         // session; held claims then end in lock-name order, so the tokens
@@ -349,6 +353,26 @@ impl LockTable {
         let mut promoted = false;
         for slot in waiting.into_iter().chain(held) {
             promoted |= self.end_locked(&mut state, slot, reason);
+        }
+        promoted
+    }
+
+    /// The simulation's planted mistake `V2PromoteEndingSession`: a
+    /// session's claims end one by one in claim-id order, so a held claim
+    /// ending before a waiting claim of the same session on the same lock
+    /// hands the lock to that claim of a session that is ending.
+    #[cfg(feature = "mutations")]
+    fn end_claims_in_id_order<'s>(
+        &self,
+        state: &mut TableState,
+        claims: impl IntoIterator<Item = &'s Arc<SessionSlot>>,
+        reason: ReleaseReason,
+    ) -> bool {
+        let mut claims: Vec<&Arc<SessionSlot>> = claims.into_iter().collect();
+        claims.sort_by_key(|slot| slot.claim.as_ref().map(|claim| claim.id));
+        let mut promoted = false;
+        for slot in claims {
+            promoted |= self.end_locked(state, slot, reason);
         }
         promoted
     }
