@@ -177,9 +177,10 @@ impl Exchange {
     }
 }
 
-/// The client mistakes the simulation can plant (`monolock-mutation`).
+/// The client mistakes the simulation can plant (`monolock-mutation`), in
+/// either protocol's exchange.
 #[derive(Clone, Copy)]
-enum Planted {
+pub(crate) enum Planted {
     PushConfirmsHeartbeat,
     DeadlineFromReceive,
 }
@@ -187,7 +188,7 @@ enum Planted {
 /// Whether the simulation planted `mistake` on this thread; always false
 /// outside the simulation.
 #[inline(always)]
-fn planted(mistake: Planted) -> bool {
+pub(crate) fn planted(mistake: Planted) -> bool {
     #[cfg(feature = "mutations")]
     {
         use monolock_mutation::{Mutation, active};

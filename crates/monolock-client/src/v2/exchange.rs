@@ -26,7 +26,11 @@ use monolock_proto::{
 };
 use tokio::time::Instant;
 
-use crate::{error::ProtocolViolation, schedule::Schedule};
+use crate::{
+    error::ProtocolViolation,
+    exchange::{Planted, planted},
+    schedule::Schedule,
+};
 
 /// A frame the client sent, awaiting its reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -373,33 +377,6 @@ impl Exchange {
 
 fn unexpected(frame: ServerFrame) -> ProtocolViolation {
     ProtocolViolation::Unexpected { frame }
-}
-
-/// The client mistakes the simulation can plant (`monolock-mutation`), as
-/// in the version 1 exchange.
-#[derive(Clone, Copy)]
-enum Planted {
-    PushConfirmsHeartbeat,
-    DeadlineFromReceive,
-}
-
-/// Whether the simulation planted `mistake` on this thread; always false
-/// outside the simulation.
-#[inline(always)]
-fn planted(mistake: Planted) -> bool {
-    #[cfg(feature = "mutations")]
-    {
-        use monolock_mutation::{Mutation, active};
-        active(match mistake {
-            Planted::PushConfirmsHeartbeat => Mutation::PushConfirmsHeartbeat,
-            Planted::DeadlineFromReceive => Mutation::DeadlineFromReceive,
-        })
-    }
-    #[cfg(not(feature = "mutations"))]
-    {
-        let _ = mistake;
-        false
-    }
 }
 
 #[cfg(test)]
