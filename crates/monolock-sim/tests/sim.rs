@@ -70,14 +70,24 @@ fn a_seed_replays_byte_for_byte() {
 /// on and off, up to `until`; the mutation must break the invariant named
 /// by `broken` and the real code must not.
 fn found(seed: u64, until: Duration, mutation: Mutation, broken: &str) {
-    let options = |mutations: Vec<Mutation>| Options {
+    let shipped = Options {
         faulty: Duration::from_secs(15),
         until: Some(until),
-        mutations,
         faults: Some(BOUNDARY_FAULTS.to_vec()),
         ..Options::default()
     };
-    let mutated = run(seed, &options(vec![mutation]));
+    let planted = Options {
+        mutations: vec![mutation],
+        ..shipped.clone()
+    };
+    caught(seed, &planted, &shipped, mutation.as_str(), broken);
+}
+
+/// Runs `seed` with a mistake planted (`planted`) and without (`shipped`):
+/// the mistake must break the invariant named by `broken`, the shipped code
+/// must not. Returns the violation.
+fn caught(seed: u64, planted: &Options, shipped: &Options, mistake: &str, broken: &str) -> String {
+    let mutated = run(seed, planted);
     let violation = mutated
         .violation
         .as_ref()
@@ -85,12 +95,12 @@ fn found(seed: u64, until: Duration, mutation: Mutation, broken: &str) {
         .unwrap_or_default();
     assert!(
         violation.contains(broken),
-        "{} on seed {seed}: expected {broken:?}, got {violation:?}",
-        mutation.as_str()
+        "{mistake} on seed {seed}: expected {broken:?}, got {violation:?}"
     );
     eprintln!("{}: {violation}", mutated.replay_command());
-    let real = run(seed, &options(Vec::new()));
+    let real = run(seed, shipped);
     assert!(real.violation.is_none(), "{}", explain(&real));
+    violation
 }
 
 #[test]
@@ -229,30 +239,25 @@ fn found_v2(
     mistake: V2Mistake,
     broken: &str,
 ) {
-    let options = |v2_mistakes: Vec<V2Mistake>| Options {
+    let shipped = Options {
         faulty: Duration::from_secs(15),
         until: Some(until),
-        faults: faults.clone(),
+        faults,
         v2: true,
-        v2_mistakes,
         // The workload these seeds were found on.
         same_lock_claims: false,
         ..Options::default()
     };
-    let mutated = run(seed, &options(vec![mistake]));
-    let violation = mutated
-        .violation
-        .as_ref()
-        .map(ToString::to_string)
-        .unwrap_or_default();
+    let planted = Options {
+        v2_mistakes: vec![mistake],
+        ..shipped.clone()
+    };
+    let violation = caught(seed, &planted, &shipped, mistake.as_str(), broken);
     assert!(
-        violation.contains(broken) && violation.contains("claim"),
-        "{} on seed {seed}: expected {broken:?} with a v2 claim, got {violation:?}",
+        violation.contains("claim"),
+        "{} on seed {seed}: the violation names no v2 claim: {violation:?}",
         mistake.as_str()
     );
-    eprintln!("{}: {violation}", mutated.replay_command());
-    let real = run(seed, &options(Vec::new()));
-    assert!(real.violation.is_none(), "{}", explain(&real));
 }
 
 #[test]
@@ -293,27 +298,17 @@ fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
 /// `until`; the mutation must break the invariant named by `broken` and
 /// the shipped server must not.
 fn found_in_v2_server(seed: u64, until: Duration, mutation: Mutation, broken: &str) {
-    let options = |mutations: Vec<Mutation>| Options {
+    let shipped = Options {
         faulty: Duration::from_secs(15),
         until: Some(until),
         v2: true,
-        mutations,
         ..Options::default()
     };
-    let mutated = run(seed, &options(vec![mutation]));
-    let violation = mutated
-        .violation
-        .as_ref()
-        .map(ToString::to_string)
-        .unwrap_or_default();
-    assert!(
-        violation.contains(broken),
-        "{} on seed {seed}: expected {broken:?}, got {violation:?}",
-        mutation.as_str()
-    );
-    eprintln!("{}: {violation}", mutated.replay_command());
-    let real = run(seed, &options(Vec::new()));
-    assert!(real.violation.is_none(), "{}", explain(&real));
+    let planted = Options {
+        mutations: vec![mutation],
+        ..shipped.clone()
+    };
+    caught(seed, &planted, &shipped, mutation.as_str(), broken);
 }
 
 #[test]
