@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import os
 import signal
 import threading
@@ -244,6 +245,53 @@ class AsyncServerFaults(Protocols, unittest.IsolatedAsyncioTestCase):
                 assert_gave_up_in_time(self, lost_at, seen_old, lock.deadline, lease)
             finally:
                 server.signal(signal.SIGCONT)
+
+    async def test_a_stalled_server_never_blocks_the_event_loop(self) -> None:
+        # Every wait on a server that stopped answering (a new session's
+        # OPEN, a claim's reply, a release's confirmation) is a wait of the
+        # loop, never a block of it: asyncio's debug mode logs any callback
+        # that runs for half a second, against waits of 1.2 s or more each.
+        loop = asyncio.get_running_loop()
+        slow: List[str] = []
+
+        class SlowCallbacks(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if "Executing" in record.getMessage():
+                    slow.append(record.getMessage())
+
+        handler = SlowCallbacks(level=logging.WARNING)
+        logger = logging.getLogger("asyncio")
+        logger.addHandler(handler)
+        loop.set_debug(True)
+        loop.slow_callback_duration = 0.5
+        try:
+            with Server() as server:
+                client = self.async_client(server.addr, connect_timeout=1.5)
+                held = await client.lock("a-loop-held", lease=1.5)
+                server.signal(signal.SIGSTOP)
+                try:
+                    start = time.monotonic()
+                    outcomes = await asyncio.wait_for(
+                        asyncio.gather(
+                            client.try_lock("a-loop-same-lease", lease=1.5),
+                            client.try_lock("a-loop-new-session", lease=2.5),
+                            held.release(),
+                            return_exceptions=True,
+                        ),
+                        PATIENCE,
+                    )
+                    waited = time.monotonic() - start
+                finally:
+                    server.signal(signal.SIGCONT)
+        finally:
+            loop.set_debug(False)
+            logger.removeHandler(handler)
+        self.assertEqual(slow, [])
+        # The fault took hold: nothing was answered, each call gave up.
+        self.assertGreaterEqual(waited, 1.0, outcomes)
+        self.assertFalse(held.is_held())
+        for outcome in outcomes[:2]:
+            self.assertIsInstance(outcome, (monolock.Error, type(None)), outcomes)
 
     async def test_a_blocked_loop_reads_not_held_after_the_deadline(self) -> None:
         with Server() as server:
