@@ -96,6 +96,20 @@ class Server:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    def pause(self) -> None:
+        """SIGSTOP, returning once the kernel shows the server stopped (a
+        signal is delivered asynchronously: until then it may still answer)."""
+        self.proc.send_signal(signal.SIGSTOP)
+        end = time.monotonic() + PATIENCE
+        while True:
+            with open(f"/proc/{self.proc.pid}/stat") as stat:
+                # The state follows the parenthesised command name.
+                if stat.read().rsplit(")", 1)[1].split()[0] == "T":
+                    return
+            if time.monotonic() > end:
+                raise AssertionError("the server did not stop")
+            time.sleep(0.001)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)

@@ -268,7 +268,7 @@ class AsyncServerFaults(Protocols, unittest.IsolatedAsyncioTestCase):
             with Server() as server:
                 client = self.async_client(server.addr, connect_timeout=1.5)
                 held = await client.lock("a-loop-held", lease=1.5)
-                server.signal(signal.SIGSTOP)
+                server.pause()
                 try:
                     start = time.monotonic()
                     outcomes = await asyncio.wait_for(
