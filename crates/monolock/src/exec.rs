@@ -28,7 +28,10 @@ use tokio::{
 
 use crate::{
     args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero, parse_switch},
-    process::{Terminal, die_with_parent, enter_new_pid_namespace, group_alive, signal_group},
+    process::{
+        Terminal, announce_group, die_with_parent, enter_new_pid_namespace, group_alive,
+        signal_group,
+    },
     render::chain,
     sentinel::Sentinel,
 };
@@ -572,7 +575,7 @@ async fn run_command(
     }
     // The sentinel first: a command is never started that it could not
     // stop if exec died.
-    let mut sentinel = match Sentinel::start() {
+    let sentinel = match Sentinel::start() {
         Ok(sentinel) => sentinel,
         Err(err) => {
             eprintln!("monolock exec: cannot start the sentinel process: {err}");
@@ -587,6 +590,9 @@ async fn run_command(
         .env("MONOLOCK_TOKEN", guard.token().to_string())
         .process_group(0);
     die_with_parent(&mut command, terminal.is_some(), args.pid_namespace);
+    if let Some(pipe) = sentinel.pipe_fd() {
+        announce_group(&mut command, pipe);
+    }
     // A last look at the clock: a process paused between the grant and
     // here (SIGSTOP, swap, a suspended VM) must not start the command on a
     // claim the server may already have handed on.
@@ -603,6 +609,15 @@ async fn run_command(
     }
     let mut child = match command.spawn() {
         Ok(child) => child,
+        Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {
+            eprintln!(
+                "monolock exec: the sentinel process is gone; not running {}",
+                program.to_string_lossy()
+            );
+            sentinel.dismiss().await;
+            release(guard, args).await;
+            return EXIT_UNAVAILABLE;
+        }
         Err(err) => {
             eprintln!(
                 "monolock exec: cannot run {}: {err}",
@@ -617,17 +632,10 @@ async fn run_command(
             };
         }
     };
-    // The child leads its own group: its pid is the group id. It is not
-    // reaped before `wait` returns, so the id cannot be reused meanwhile.
+    // The child leads its own group: its pid is the group id (the sentinel
+    // has it from the child already). It is not reaped before `wait`
+    // returns, so the id cannot be reused meanwhile.
     let group = child.id().and_then(|pid| i32::try_from(pid).ok());
-    if let Some(group) = group
-        && let Err(err) = sentinel.guard(group).await
-    {
-        eprintln!("monolock exec: the sentinel process is gone ({err}); stopping the command");
-        forward(Some(group), libc::SIGKILL);
-        let _ = child.wait().await;
-        return EXIT_UNAVAILABLE;
-    }
     let code = loop {
         tokio::select! {
             biased;

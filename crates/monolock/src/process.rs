@@ -4,7 +4,10 @@
 //! of the executable's process handling is here, each with the reason it
 //! is sound.
 
-use std::io::{self, IsTerminal};
+use std::{
+    io::{self, IsTerminal},
+    os::fd::RawFd,
+};
 
 use tokio::process::Command;
 
@@ -51,6 +54,68 @@ pub fn die_with_parent(command: &mut Command, foreground: bool, namespaced: bool
             Ok(())
         });
     }
+}
+
+/// Makes the command, once it leads its own process group and before it
+/// runs anything, write that group's id (a decimal line) to `sentinel`,
+/// the write end of the sentinel's pipe. Told by the command itself, the
+/// sentinel guards the group from the first instruction the command runs:
+/// an exec killed right after the fork still has its command's group
+/// killed. The id is the one the command sees, which is also the one the
+/// sentinel sees when both are in a new PID namespace.
+///
+/// A sentinel that is gone makes the spawn fail with `EPIPE`.
+#[allow(unsafe_code)]
+pub fn announce_group(command: &mut Command, sentinel: RawFd) {
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: getpgrp, signal and write, on a
+    // stack buffer; it allocates nothing and takes no lock. `sentinel` is
+    // open in the child (fork copies the descriptor table; the descriptor
+    // is close-on-exec, so the command does not keep it). A line of at
+    // most 12 bytes is below PIPE_BUF, so the pipe takes it whole or not
+    // at all, and an empty pipe never refuses it for want of room.
+    unsafe {
+        command.pre_exec(move || {
+            let mut line = [0u8; 12];
+            let len = decimal_line(libc::getpgrp(), &mut line);
+            // A broken pipe is an error to return, not a signal to die of.
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            let written = loop {
+                let written = libc::write(sentinel, line.as_ptr().cast(), len);
+                if written >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                    break written;
+                }
+            };
+            let failure = io::Error::last_os_error();
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            if usize::try_from(written).ok() != Some(len) {
+                return Err(failure);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Writes `value` and a newline into `line`; returns the length. Digits
+/// by hand: the caller is a forked child, where formatting machinery that
+/// might allocate is off limits.
+fn decimal_line(value: libc::pid_t, line: &mut [u8; 12]) -> usize {
+    let mut digits = [0u8; 10];
+    let mut rest = value.unsigned_abs();
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (rest % 10) as u8;
+        count += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for (place, digit) in digits[..count].iter().rev().enumerate() {
+        line[place] = *digit;
+    }
+    line[count] = b'\n';
+    count + 1
 }
 
 /// The terminal exec runs in the foreground of, if any: the command gets
@@ -159,5 +224,14 @@ mod tests {
         assert!(signal_group(1, 0).is_err());
         assert!(signal_group(0, 0).is_err());
         assert!(signal_group(-5, 0).is_err());
+    }
+
+    #[test]
+    fn group_ids_are_written_as_decimal_lines() {
+        for value in [1, 7, 10, 4_194_304, i32::MAX] {
+            let mut line = [0u8; 12];
+            let len = decimal_line(value, &mut line);
+            assert_eq!(&line[..len], format!("{value}\n").as_bytes());
+        }
     }
 }

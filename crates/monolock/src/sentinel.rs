@@ -5,8 +5,9 @@
 //! crash), the server releases the lock at once and may hand it on. The
 //! parent-death signal kills the command itself, but not what the command
 //! started (`sh -c 'sleep 30; ...'` leaves `sleep` running). The sentinel
-//! closes that gap for the whole process group: exec hands it the group id
-//! through a pipe and keeps the write end; the kernel closes that end when
+//! closes that gap for the whole process group: the command itself writes
+//! its group id into a pipe before it runs anything (so no instant exists
+//! where the group runs unguarded), and exec keeps the write end; the kernel closes that end when
 //! exec dies, however it dies, and the sentinel then sends SIGKILL to the
 //! group. When exec ends normally it writes a goodbye first, and the
 //! sentinel exits without touching anything.
@@ -64,12 +65,11 @@ impl Sentinel {
         Ok(Self { child, pipe })
     }
 
-    /// Tells the sentinel which process group to guard.
-    pub async fn guard(&mut self, group: i32) -> io::Result<()> {
-        use tokio::io::AsyncWriteExt;
-        let pipe = self.pipe.as_mut().ok_or(io::ErrorKind::BrokenPipe)?;
-        pipe.write_all(format!("{group}\n").as_bytes()).await?;
-        pipe.flush().await
+    /// The write end of the sentinel's pipe, for the command to announce
+    /// its process group on (`process::announce_group`).
+    pub fn pipe_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.pipe.as_ref().map(AsRawFd::as_raw_fd)
     }
 
     /// Exec ends normally: the sentinel leaves the group alone and exits.

@@ -1,6 +1,7 @@
 //! `monolock exec` as a process, against a server running in the test.
 
 use std::{
+    os::unix::process::ExitStatusExt,
     path::PathBuf,
     process::{ExitStatus, Stdio},
     time::Duration,
@@ -395,6 +396,32 @@ async fn the_command_group_dies_when_exec_is_killed() {
     );
     let grandchild: i32 = running.line().await.trim().parse().expect("pid");
     running.kill().await;
+    process_ends("the command's child to die", grandchild).await;
+}
+
+/// The same when exec dies the instant its command starts: the command
+/// kills exec as soon as it has a child of its own. The sentinel knows the
+/// command's group before the command runs anything, so no instant exists
+/// where exec could die and leave the group running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_group_dies_when_exec_dies_as_the_command_starts() {
+    let server = TestServer::start().await;
+    let mut running = Exec::spawn(
+        &server,
+        &[
+            "orphans-at-once",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300 & echo $!; kill -KILL $PPID; wait",
+        ],
+    );
+    let grandchild: i32 = running.line().await.trim().parse().expect("pid");
+    let status = tokio::time::timeout(PATIENCE, running.child.wait())
+        .await
+        .expect("exec dies in time")
+        .expect("wait");
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     process_ends("the command's child to die", grandchild).await;
 }
 
