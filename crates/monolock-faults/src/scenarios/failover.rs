@@ -80,7 +80,7 @@ async fn failover_round(
     primary.process.kill().await;
     report.fault("failover");
     servers.retire(&primary);
-    let last = servers.max_token(&primary.label).unwrap_or(0);
+    let last = servers.max_token(&primary.label, report);
     drop(primary);
     wait_past_unix_second(token_unix_seconds(last)).await;
     vip.set_backend(Some(standby.addr));

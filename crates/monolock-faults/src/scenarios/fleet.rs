@@ -134,12 +134,20 @@ impl Servers {
             .map_or_else(|| "unknown".to_owned(), |(label, _)| label.clone())
     }
 
-    /// The highest token a retired server granted.
-    pub(super) fn max_token(&self, label: &str) -> Option<u64> {
-        self.grants
+    /// The highest token a retired server granted (0 if none), and a
+    /// problem in `report` if its log showed none: the scenario waits past
+    /// that token's second, and a wrong 0 would let the next server reuse
+    /// tokens.
+    pub(super) fn max_token(&self, label: &str, report: &mut Report) -> u64 {
+        let max = self
+            .grants
             .iter()
             .find(|(l, _)| l == label)
-            .and_then(|(_, grants)| grants.iter().map(|(_, t)| *t).max())
+            .and_then(|(_, grants)| grants.iter().map(|(_, t)| *t).max());
+        report.check(max.is_some(), || {
+            format!("{label} logged no grant (its debug log's \"granted\" and \"promoted\" lines)")
+        });
+        max.unwrap_or(0)
     }
 
     /// Checks that each server's tokens exceed every earlier server's, and

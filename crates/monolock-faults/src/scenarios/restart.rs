@@ -85,7 +85,7 @@ async fn restart_round(
     servers.retire(&old);
     let old_label = old.label.clone();
     drop(old);
-    let last = servers.max_token(&old_label).unwrap_or(0);
+    let last = servers.max_token(&old_label, report);
     wait_past_unix_second(token_unix_seconds(last)).await;
     let new = servers.start().await?;
     vip.set_backend(Some(new.addr));

@@ -403,6 +403,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             .admit_or(&slot, &shared.table, mode == Mode::Wait)
         {
             Acquired::Granted(token) => {
+                debug!(remote_addr = %self.remote_addr, lock = %slot.info.lock, token, session = self.link.id, claim, "granted");
                 self.out
                     .extend_from_slice(&v2::acquired_frame(claim, token));
                 true
@@ -453,6 +454,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             Some(notice) => return Some(end_for(notice)),
             None => {
                 if !announced && let Some(token) = slot.granted_token() {
+                    debug!(remote_addr = %self.remote_addr, lock = %slot.info.lock, token, session = self.link.id, claim, "promoted");
                     self.out.extend_from_slice(&v2::granted_frame(claim, token));
                 }
                 self.out.extend_from_slice(&v2::released_frame(claim));
@@ -528,6 +530,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                         && let Some(token) = claim.slot.granted_token()
                     {
                         claim.announced = true;
+                        debug!(remote_addr = %self.remote_addr, lock = %claim.slot.info.lock, token, session = self.link.id, claim = id, "promoted");
                         self.out.extend_from_slice(&v2::granted_frame(id, token));
                     }
                 }
