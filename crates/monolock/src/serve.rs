@@ -561,31 +561,56 @@ impl Signals {
 
     /// The signal loop, the service's shutdown future: it ends at SIGTERM
     /// or SIGINT. A reload runs in its own task, so the loop goes on
-    /// serving signals (SIGTERM above all) whatever a reload waits on;
-    /// SIGHUPs that arrive while one runs are folded into it.
+    /// serving signals (SIGTERM above all) whatever a reload waits on.
+    /// SIGHUPs that arrive while one runs start one more reload when it
+    /// ends: the running one may have read its files before they changed.
     async fn serve(mut self, reloader: Reloader) {
         let mut reloading: Option<JoinHandle<()>> = None;
+        let mut again = false;
         loop {
             tokio::select! {
                 _ = self.terminate.recv() => { info!("SIGTERM: shutting down"); return; }
                 _ = self.interrupt.recv() => { info!("SIGINT: shutting down"); return; }
                 _ = self.hangup.recv() => {
-                    if reloading.as_ref().is_some_and(|task| !task.is_finished()) {
-                        warn!("SIGHUP: a reload is still running; this one is folded into it");
+                    if reloading.is_some() {
+                        if !again {
+                            info!("SIGHUP: a reload is running; another one follows it");
+                        }
+                        again = true;
                         continue;
                     }
                     info!("SIGHUP: reloading");
-                    let reloader = reloader.clone();
-                    reloading = Some(tokio::spawn(async move {
-                        let report = reloader.reload().await;
-                        if !report.is_ok() {
-                            warn!(failures = report.errors().len(), "reload incomplete; the failed parts keep their previous state");
-                        }
-                    }));
+                    reloading = Some(spawn_reload(&reloader));
+                }
+                () = async {
+                    match reloading.as_mut() {
+                        Some(task) => { let _ = task.await; }
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    reloading = None;
+                    if std::mem::take(&mut again) {
+                        info!("SIGHUP: reloading again, for the signals received meanwhile");
+                        reloading = Some(spawn_reload(&reloader));
+                    }
                 }
             }
         }
     }
+}
+
+/// One reload, in a task of its own.
+fn spawn_reload(reloader: &Reloader) -> JoinHandle<()> {
+    let reloader = reloader.clone();
+    tokio::spawn(async move {
+        let report = reloader.reload().await;
+        if !report.is_ok() {
+            warn!(
+                failures = report.errors().len(),
+                "reload incomplete; the failed parts keep their previous state"
+            );
+        }
+    })
 }
 
 #[cfg(test)]
