@@ -193,3 +193,53 @@ fn an_acl_without_rules_is_warned_about_at_startup_and_on_reload() {
     assert_eq!(reloaded["message"], "reloaded the ACL", "{reloaded}");
     assert_eq!(reloaded["rules"], 1, "{reloaded}");
 }
+
+/// A SIGHUP that arrives while a reload runs is never lost, even when the
+/// running reload read the ACL before it changed. The running reload is
+/// held for as long as the test likes by an admin token file that is a
+/// FIFO: the reload blocks reading it until the test writes a token.
+#[test]
+fn a_sighup_during_a_reload_is_followed_by_another_reload() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    lab_files(dir.path());
+    let token = dir.path().join("token-fifo");
+    let made = Command::new("mkfifo")
+        .arg(&token)
+        .status()
+        .expect("run mkfifo");
+    assert!(made.success(), "mkfifo failed");
+    // Each read of the token (at startup, then once per reload) waits for
+    // one of these writes.
+    let feed = || {
+        let token = token.clone();
+        std::thread::spawn(move || std::fs::write(token, "s3cret").expect("write the FIFO"))
+    };
+    let acl = dir.path().join("acl.json");
+    feed();
+    let server = Diagnostics::start(&flags_with(
+        dir.path(),
+        "--admin-token-file",
+        &token.display().to_string(),
+    ));
+    server.wait_log("admin API listening");
+
+    // The first reload reads the ACL (one rule), then waits on the token.
+    server.hangup();
+    let first = server.wait_log("reloaded the ACL");
+    assert_eq!(first["rules"], 1, "{first}");
+    // The ACL changes, and a SIGHUP arrives while that reload still runs.
+    std::fs::write(
+        &acl,
+        r#"{"rules":[{"identity":"*","locks":["a/*"]},{"identity":"*","locks":["b/*"]}]}"#,
+    )
+    .expect("write");
+    server.hangup();
+    server.wait_log("a reload is");
+    // The first reload ends; another one reads the new ACL.
+    feed();
+    server.wait_log("reloaded the admin token");
+    feed();
+    let second = server.wait_log("reloaded the ACL");
+    assert_eq!(second["rules"], 2, "{second}");
+    server.wait_log("reloaded the admin token");
+}
