@@ -180,7 +180,10 @@ impl<C: Connector> Client<C> {
 
     /// Sets how long [`LockGuard::release`] waits for the server to confirm
     /// a release (default [`DEFAULT_IO_TIMEOUT`]) before it closes the
-    /// session, which releases every claim on it.
+    /// session, which releases every claim on it. Keep it well above the
+    /// round trip to the server: with a bound shorter than that (zero, say)
+    /// every release closes its session, and the other locks on that
+    /// session are lost with it.
     pub fn with_io_timeout(mut self, timeout: Duration) -> Self {
         self.io_timeout = timeout;
         self
