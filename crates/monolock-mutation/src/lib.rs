@@ -35,16 +35,22 @@ pub enum Mutation {
     /// claim-id order, held and waiting alike, so ending a held claim may
     /// promote (grant) a waiting claim of the same ending session.
     V2PromoteEndingSession = 16,
+    /// The server hands a held lock on as soon as it closes the holder's
+    /// connection for a write blocked past io-timeout, instead of when the
+    /// holder's lease would have run out (the client whose reader stalls
+    /// still counts on its grant until its own deadline).
+    HandOnAtIoTimeout = 32,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::PushConfirmsHeartbeat,
         Self::DeadlineFromReceive,
         Self::PromoteExpiredWaiter,
         Self::V2ReleasedBeforeTable,
         Self::V2PromoteEndingSession,
+        Self::HandOnAtIoTimeout,
     ];
 
     /// Its name on a command line.
@@ -55,6 +61,7 @@ impl Mutation {
             Self::PromoteExpiredWaiter => "promote-expired-waiter",
             Self::V2ReleasedBeforeTable => "v2-released-before-table",
             Self::V2PromoteEndingSession => "v2-promote-ending-session",
+            Self::HandOnAtIoTimeout => "hand-on-at-io-timeout",
         }
     }
 }

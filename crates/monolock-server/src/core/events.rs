@@ -134,6 +134,23 @@ pub enum Event<'a> {
         /// Why.
         reason: ReleaseReason,
     },
+    /// The server closed a holder's connection on its own (a write blocked
+    /// past io-timeout, a started frame not completed within io-timeout, a
+    /// bad frame). The lock stays held by it for `release_in` more, until
+    /// its lease would have run out; then its `Released`, with `reason`,
+    /// follows (or earlier, with reason `Force` or `Shutdown`, if an
+    /// administrator or a shutdown releases it first).
+    EndedByServer {
+        /// The holder whose connection was closed.
+        session: &'a SessionInfo,
+        /// The token it holds.
+        token: u64,
+        /// Why the server closed it: the reason its release will carry.
+        reason: ReleaseReason,
+        /// How long the lock stays held: until the session's last frame
+        /// plus its lease.
+        release_in: Duration,
+    },
     /// An administrator force-released a holder (its `Released` with reason
     /// `Force` comes right before this).
     ForceRelease {

@@ -159,6 +159,9 @@ impl Server {
         );
         tracker.close();
         tracker.wait().await;
+        // Claims of sessions the server closed, released at once now.
+        shared.lease_holds.close();
+        shared.lease_holds.wait().await;
         info!("all connections closed");
         Ok(())
     }

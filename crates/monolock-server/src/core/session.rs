@@ -55,6 +55,26 @@ pub(crate) const SHUTTING_DOWN: End = End::Error(
     "server shutting down",
 );
 
+/// Whether the server, not the client, chose to end a session for
+/// `reason` while the client may still count on its held claims: a write
+/// blocked past io-timeout, a started frame not completed within
+/// io-timeout, a bad frame. Its held claims are then released only when its
+/// lease would have run out (docs/protocol.md, "How a claim ends"); every
+/// other ending releases at once (the client closed or was silent past its
+/// lease, an administrator, a shutdown).
+pub(crate) fn holds_until_lease_end(reason: ReleaseReason) -> bool {
+    #[cfg(feature = "mutations")]
+    if reason == ReleaseReason::IoTimeout
+        && monolock_mutation::active(monolock_mutation::Mutation::HandOnAtIoTimeout)
+    {
+        return false;
+    }
+    matches!(
+        reason,
+        ReleaseReason::IoTimeout | ReleaseReason::ProtocolError
+    )
+}
+
 /// A write could not complete.
 pub(crate) enum WriteFailed {
     /// Blocked for io-timeout: the client does not read.
@@ -493,7 +513,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     }
 
     /// Releases in the table first (so the next waiter is promoted at once),
-    /// then tells the client if there is anything to tell.
+    /// then tells the client if there is anything to tell; but a lock held
+    /// when the server chose the ending is released only at the end of the
+    /// lease (see [`holds_until_lease_end`]).
     async fn finish(self, end: End) {
         let shared = self.conn.shared;
         let reason = match &end {
@@ -502,7 +524,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         };
         debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
         shared.grace.leave(self.slot);
-        let promoted = shared.table.end(self.slot, reason);
+        let promoted = if holds_until_lease_end(reason) {
+            // The client may still count on a grant until its lease runs
+            // out: a granted session keeps the lock until then, though its
+            // connection closes now; a waiter leaves its queue at once.
+            let release_at = shared.table.lease_end(self.slot);
+            shared.table.forget_lease(self.slot);
+            let held = shared
+                .table
+                .end_waiting_keep_held([self.slot], reason, release_at);
+            shared.release_when_lease_ends(held, release_at, reason);
+            false
+        } else {
+            shared.table.end(self.slot, reason)
+        };
         match end {
             // Let the promoted session write its ACQUIRED before this one
             // closes its socket: the close is the slower half of the

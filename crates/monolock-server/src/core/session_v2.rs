@@ -40,7 +40,9 @@ use tracing::debug;
 
 use crate::{
     core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
-    core::session::{Connection, End, SHUTTING_DOWN, WriteFailed, write_bounded},
+    core::session::{
+        Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, write_bounded,
+    },
     core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
     core::table::Acquired,
 };
@@ -561,7 +563,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
 
     /// Ends every claim at once (held locks handed on, waiters out of their
     /// queues, in one step of the table), then tells the client if there
-    /// is anything to tell.
+    /// is anything to tell. When the server chose the ending, the held
+    /// claims are released only at the end of the lease (see
+    /// [`holds_until_lease_end`]).
     async fn finish(mut self, end: End) {
         let shared = self.conn.shared;
         let reason = match &end {
@@ -577,7 +581,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         for slot in &slots {
             shared.grace.leave(slot);
         }
-        let promoted = shared.table.end_claims(&slots, reason);
+        let promoted = if holds_until_lease_end(reason) {
+            // The client may still count on its grants until its lease
+            // runs out (its last frame plus the lease): the held claims
+            // stay held until then, though the connection closes now; the
+            // waiting ones leave their queues at once.
+            let release_at = shared.table.lease_end(&self.link.lease);
+            let held = shared
+                .table
+                .end_waiting_keep_held(&slots, reason, release_at);
+            shared.release_when_lease_ends(held, release_at, reason);
+            false
+        } else {
+            shared.table.end_claims(&slots, reason)
+        };
         shared.table.forget_lease(&self.link.lease);
         self.link.idle.store(false, Ordering::Release);
         let (code, text): (ErrorCode, String) = match end {

@@ -12,17 +12,24 @@ use std::{
 };
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::{sync::CancellationToken, task::TaskTracker};
+use tracing::debug;
 
 use crate::{
-    ServerConfig, core::grace::StartupGrace, core::slot::SessionLink, core::table::LockTable,
+    ServerConfig,
+    core::events::ReleaseReason,
+    core::grace::StartupGrace,
+    core::slot::{SessionLink, SessionSlot},
+    core::table::LockTable,
     core::token::TokenIssuer,
 };
 
 /// State shared by the accept loop, every connection and the handle.
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
-    pub(crate) table: LockTable,
+    /// Shared with the tasks that release the held claims of sessions the
+    /// server closed, which outlive their connection.
+    pub(crate) table: Arc<LockTable>,
     /// Holds grants back for `--startup-grace` after start.
     pub(crate) grace: StartupGrace,
     pub(crate) shutdown: CancellationToken,
@@ -36,6 +43,10 @@ pub(crate) struct Shared {
     /// sessions when descriptors run out, and for counts. Touched once at
     /// a session's open and once at its end, never per claim.
     pub(crate) sessions: parking_lot::Mutex<HashMap<u64, Arc<SessionLink>>>,
+    /// The tasks holding the claims of sessions the server closed until
+    /// their lease runs out; the server waits for them at shutdown (they
+    /// release at once then), so their releases reach the audit log.
+    pub(crate) lease_holds: TaskTracker,
 }
 
 impl Shared {
@@ -44,11 +55,11 @@ impl Shared {
     /// counted from now.
     pub(crate) fn new(config: ServerConfig) -> Self {
         let tokens = TokenIssuer::new(&*config.wall_clock, config.token_floor.clone());
-        let table = LockTable::new(
+        let table = Arc::new(LockTable::new(
             Arc::clone(&config.wall_clock),
             Arc::clone(&config.observer),
             tokens,
-        );
+        ));
         let grace = StartupGrace::new(config.startup_grace, Instant::now());
         Self {
             config,
@@ -60,7 +71,40 @@ impl Shared {
             no_identity: Arc::from(""),
             next_session_id: AtomicU64::new(1),
             sessions: parking_lot::Mutex::new(HashMap::new()),
+            lease_holds: TaskTracker::new(),
         }
+    }
+
+    /// Releases `held` (claims of a session the server closed, still held
+    /// in the table) at `at`, the instant the session's lease would have
+    /// run out, with `reason`; or at once, as a shutdown, if the server
+    /// shuts down first. Nothing of the connection is kept meanwhile: the
+    /// task holds the claims' slots and a timer. An administrator may
+    /// force-release a claim before; its release here is then a no-op.
+    pub(crate) fn release_when_lease_ends(
+        &self,
+        held: Vec<Arc<SessionSlot>>,
+        at: Instant,
+        reason: ReleaseReason,
+    ) {
+        if held.is_empty() {
+            return;
+        }
+        let table = Arc::clone(&self.table);
+        let shutdown = self.shutdown.clone();
+        self.lease_holds.spawn(async move {
+            let reason = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => ReleaseReason::Shutdown,
+                () = tokio::time::sleep_until(at) => reason,
+            };
+            debug!(
+                claims = held.len(),
+                reason = reason.as_str(),
+                "releasing the claims of a closed session"
+            );
+            table.end_claims(&held, reason);
+        });
     }
 
     /// Asks every idle version 2 session to close (ERROR 0x03); returns how

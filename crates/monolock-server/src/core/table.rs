@@ -377,6 +377,42 @@ impl LockTable {
         promoted
     }
 
+    /// Ends the claims of a session the server closed on its own (a write
+    /// blocked past io-timeout, a started frame not completed within it, a
+    /// bad frame): its waiting claims leave their queues at once, since they
+    /// hold nothing, but its held claims stay held, because the client may
+    /// still count on them until its own deadline. They are returned, for
+    /// the caller to release at `release_at` (the session's last frame plus
+    /// its lease), and each is recorded as ended by the server with the
+    /// reason its release will carry.
+    pub(crate) fn end_waiting_keep_held<'s>(
+        &self,
+        claims: impl IntoIterator<Item = &'s Arc<SessionSlot>>,
+        reason: ReleaseReason,
+        release_at: Instant,
+    ) -> Vec<Arc<SessionSlot>> {
+        let mut state = self.lock_state();
+        let now = Instant::now();
+        let mut held = Vec::new();
+        for slot in claims {
+            let Some(entry) = state.locks.get(&slot.info.lock) else {
+                continue;
+            };
+            if Arc::ptr_eq(&entry.holder.slot, slot) {
+                self.observer.observe(&Event::EndedByServer {
+                    session: &slot.info,
+                    token: entry.holder.token,
+                    reason,
+                    release_in: release_at.saturating_duration_since(now),
+                });
+                held.push(Arc::clone(slot));
+            } else {
+                self.end_locked(&mut state, slot, reason);
+            }
+        }
+        held
+    }
+
     /// Stops watching the lease of a version 2 session (its own slot, which
     /// is never in the table).
     pub(crate) fn forget_lease(&self, slot: &SessionSlot) {

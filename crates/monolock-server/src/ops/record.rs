@@ -53,6 +53,13 @@ pub(crate) enum Kind {
         held: Duration,
         reason: ReleaseReason,
     },
+    /// The server closed the holder's connection; the lock stays held for
+    /// `release_in`, then its `Released` follows.
+    EndedByServer {
+        token: u64,
+        reason: ReleaseReason,
+        release_in: Duration,
+    },
     Denied,
     ForceRelease {
         token: u64,
@@ -92,6 +99,9 @@ struct Line<'a> {
     held_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reason: Option<&'static str>,
+    /// On an `ended_by_server` line only: how long the lock stays held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    release_in_ms: Option<u64>,
 }
 
 impl Record {
@@ -152,6 +162,19 @@ impl Fact {
                     reason,
                 },
             ),
+            Event::EndedByServer {
+                session,
+                token,
+                reason,
+                release_in,
+            } => (
+                session,
+                Kind::EndedByServer {
+                    token,
+                    reason,
+                    release_in,
+                },
+            ),
             Event::Denied(session) => (session, Kind::Denied),
             Event::ForceRelease { session, token } => (session, Kind::ForceRelease { token }),
             Event::KickWaiter(session) => (session, Kind::KickWaiter),
@@ -178,6 +201,7 @@ impl Fact {
         match self.kind {
             Kind::Granted { .. } => "granted",
             Kind::Released { .. } => "released",
+            Kind::EndedByServer { .. } => "ended_by_server",
             Kind::Denied => "denied",
             Kind::ForceRelease { .. } => "force_release",
             Kind::KickWaiter => "kick_waiter",
@@ -189,6 +213,10 @@ impl Fact {
     /// The JSON object of this fact about `lock` and `identity`, and a
     /// newline.
     pub(crate) fn write_json(&self, lock: &str, identity: &str, out: &mut Vec<u8>) {
+        let release_in_ms = match self.kind {
+            Kind::EndedByServer { release_in, .. } => Some(millis(release_in)),
+            _ => None,
+        };
         let (token, wait_ms, lease_ms, held_ms, reason) = match self.kind {
             Kind::Granted {
                 token,
@@ -206,6 +234,9 @@ impl Fact {
                 Some(millis(held)),
                 Some(reason.as_str()),
             ),
+            Kind::EndedByServer { token, reason, .. } => {
+                (Some(token), None, None, None, Some(reason.as_str()))
+            }
             Kind::ForceRelease { token } => (Some(token), None, None, None, None),
             Kind::Queued { lease_ms } => (None, None, Some(lease_ms), None, None),
             Kind::Denied | Kind::KickWaiter | Kind::Dequeued => (None, None, None, None, None),
@@ -224,6 +255,7 @@ impl Fact {
             lease_ms,
             held_ms,
             reason,
+            release_in_ms,
         };
         // Serialising plain strings and integers into a Vec cannot fail.
         let _ = serde_json::to_writer(&mut *out, &line);
