@@ -31,6 +31,11 @@ pub enum Variant {
     /// RELEASE crossed the push) makes the client believe it holds the
     /// claim, until RELEASED arrives.
     GrantedAfterRelease,
+    /// Version 2: when the server ends a session on its own (a write
+    /// blocked past io-timeout: the client's reader stalled), it hands the
+    /// session's held locks on at once, not at its last frame plus its
+    /// lease.
+    HandOnAtIoTimeout,
 }
 
 impl Variant {
@@ -42,11 +47,12 @@ impl Variant {
     ];
 
     /// The known mistakes of the version 2 model.
-    pub const SESSIONS: [Self; 4] = [
+    pub const SESSIONS: [Self; 5] = [
         Self::ReleasedBeforeHandOn,
         Self::ClaimOutlivesSession,
         Self::GrantedConfirmsPing,
         Self::GrantedAfterRelease,
+        Self::HandOnAtIoTimeout,
     ];
 
     /// The known mistakes of the model of protocol version `protocol`.
@@ -101,6 +107,13 @@ pub struct Params {
     /// Version 2: sessions a client may close with claims in use, over all
     /// sessions.
     pub closes: u8,
+    /// Version 2: readers that may stall for good, over all sessions: the
+    /// client reads nothing more while its writer goes on (a PING every
+    /// tick if it likes).
+    pub read_stalls: u8,
+    /// Version 2: ticks a frame for a client whose reader stalled may wait
+    /// unread before the server may end its session (io-timeout).
+    pub io_timeout: u32,
 }
 
 impl Params {
@@ -127,6 +140,8 @@ impl Params {
             locks: 1,
             revokes: 1,
             closes: 1,
+            read_stalls: 0,
+            io_timeout: 1,
         }
     }
 
@@ -303,6 +318,11 @@ pub enum Step {
         /// What the server read.
         frame: Frame,
     },
+    /// Version 2: a client's reader stalled for good (its writer goes on).
+    ReadStall(usize),
+    /// Version 2: the server ended a session on its own, a write to it
+    /// blocked past io-timeout.
+    IoTimeout(usize),
     /// Version 2: a client read the server's next frame.
     Reads {
         /// The client.
@@ -332,6 +352,8 @@ impl fmt::Display for Step {
             Self::Acquire(c) => write!(f, "c{c} acquires"),
             Self::Pause(c) => write!(f, "c{c} pauses or resumes"),
             Self::Stall(c) => write!(f, "c{c}'s uplink stalls"),
+            Self::ReadStall(c) => write!(f, "c{c}'s reader stalls (it goes on writing)"),
+            Self::IoTimeout(c) => write!(f, "the server ends c{c}'s session at io-timeout"),
             Self::Restart { machine } => write!(f, "server restarts (machine: {machine})"),
             Self::Tick => write!(f, "tick"),
             Self::Sends { client, frame } => write!(f, "c{client} sends {frame}"),

@@ -172,6 +172,9 @@ struct Client {
     paused: bool,
     /// The uplink is stalled for good.
     stalled: bool,
+    /// The reader is stalled for good: nothing more is read, while the
+    /// writer goes on.
+    deaf: bool,
     pauses_left: u8,
     acquires_left: u8,
     up: Vec<Sent<Frame>>,
@@ -195,6 +198,7 @@ impl Client {
         self.paused = false;
         self.pauses_left = 0;
         self.acquires_left = 0;
+        self.deaf = false;
     }
 }
 
@@ -202,7 +206,15 @@ impl Client {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Life {
     Unopened,
-    Live { last_seen: u32 },
+    Live {
+        last_seen: u32,
+    },
+    /// The server closed the connection on its own (io-timeout): its held
+    /// claims stay in the table until `last_seen + lease`, its waiting ones
+    /// are gone.
+    Closed {
+        last_seen: u32,
+    },
     Ended,
 }
 
@@ -240,6 +252,7 @@ pub(crate) struct State {
     max_token: u32,
     stalls_left: u8,
     closes_left: u8,
+    read_stalls_left: u8,
     /// A broken rule seen on the way here.
     broken: Option<&'static str>,
 }
@@ -254,6 +267,7 @@ impl Model for State {
             last_send: 0,
             paused: false,
             stalled: false,
+            deaf: false,
             pauses_left: p.pauses,
             acquires_left: p.acquires,
             up: Vec::new(),
@@ -273,6 +287,7 @@ impl Model for State {
             max_token: 0,
             stalls_left: p.stalls,
             closes_left: p.closes,
+            read_stalls_left: p.read_stalls,
             broken: None,
         };
         // Every session writes its OPEN at tick 0: a session opened later
@@ -297,10 +312,17 @@ impl Model for State {
                 ));
             }
         }
-        let held = self.server.holders.iter().flatten().map(|(k, _)| k);
-        let queued = self.server.queues.iter().flatten();
-        for &(c, claim) in held.chain(queued) {
-            if !matches!(self.server.sessions[usize::from(c)], Life::Live { .. }) {
+        // A session the server closed keeps its held claims until its lease
+        // would have run out, and nothing else.
+        let held = self.server.holders.iter().flatten().map(|&(k, _)| (k, true));
+        let queued = self.server.queues.iter().flatten().map(|&k| (k, false));
+        for ((c, claim), holds) in held.chain(queued) {
+            let in_table = match self.server.sessions[usize::from(c)] {
+                Life::Live { .. } => true,
+                Life::Closed { last_seen } => holds && self.now < last_seen + p.lease,
+                Life::Unopened | Life::Ended => false,
+            };
+            if !in_table {
                 return Some(format!(
                     "c{c}'s claim {claim} is in the table after its session ended, at tick {}",
                     self.now
@@ -337,6 +359,7 @@ impl Model for State {
             self.max_token,
             self.stalls_left,
             self.closes_left,
+            self.read_stalls_left,
             self.broken,
         )
             .hash(&mut h);
@@ -380,6 +403,7 @@ impl Model for State {
             }
             if let Some(msg) = client.down.first()
                 && !client.paused
+                && !client.deaf
             {
                 let mut next = self.clone();
                 next.client_reads(p, c);
@@ -410,6 +434,25 @@ impl Model for State {
                 next.clients[c].stalled = true;
                 next.clients[c].up.clear();
                 out.push((Step::Stall(c), next));
+            }
+            if self.read_stalls_left > 0 && client.link == Link::Open && !client.deaf {
+                let mut next = self.clone();
+                next.read_stalls_left -= 1;
+                next.clients[c].deaf = true;
+                out.push((Step::ReadStall(c), next));
+            }
+            // The server's write of the oldest unread frame has waited
+            // io-timeout: the server may end the session (the buffers in
+            // between fill at a pace the model leaves open).
+            let write_blocked = client.deaf
+                && client
+                    .down
+                    .first()
+                    .is_some_and(|m| m.sent + p.io_timeout <= self.now);
+            if write_blocked && matches!(self.server.sessions[c], Life::Live { .. }) {
+                let mut next = self.clone();
+                next.server_ends(p, c);
+                out.push((Step::IoTimeout(c), next));
             }
         }
         if self.server.revokes_left > 0 {
@@ -479,7 +522,11 @@ impl State {
             Link::Unopened => frames.push(Frame::Open),
             // One frame a tick: a client's frames are ordered in time.
             Link::Open if self.now > client.last_send => {
-                if !client.ping_in_flight() && self.now >= client.last_send + p.floor() {
+                // A client whose reader stalled writes on regardless of
+                // replies: a PING any tick.
+                if (client.deaf || !client.ping_in_flight())
+                    && self.now >= client.last_send + p.floor()
+                {
                     frames.push(Frame::Ping);
                 }
                 let ids = usize::from(p.claims).min(CLAIM_IDS);
@@ -532,7 +579,9 @@ impl State {
         self.clients.iter().all(|client| {
             let due = |sent: u32| sent + p.max_delay <= self.now;
             let up_due = client.up.first().is_some_and(|m| due(m.sent));
-            let down_due = !client.paused && client.down.first().is_some_and(|m| due(m.sent));
+            let down_due = !client.paused
+                && !client.deaf
+                && client.down.first().is_some_and(|m| due(m.sent));
             let ping_due = !client.paused
                 && client.link == Link::Open
                 && !client.ping_in_flight()
@@ -808,8 +857,37 @@ impl State {
         }
     }
 
+    /// The server ends a session on its own (io-timeout): the connection
+    /// closes now and the waiting claims leave their queues, but the held
+    /// claims stay held until the session's last frame plus its lease (the
+    /// client may count on them until its own deadline, which is earlier).
+    fn server_ends(&mut self, p: &Params, c: usize) {
+        let Life::Live { last_seen } = self.server.sessions[c] else {
+            return;
+        };
+        if p.variant == Variant::HandOnAtIoTimeout {
+            self.end_session(p, c);
+            return;
+        }
+        self.server.sessions[c] = Life::Closed { last_seen };
+        let mine = |k: &Key| usize::from(k.0) == c;
+        self.server.deferred.retain(|k| !mine(k));
+        for queue in &mut self.server.queues {
+            queue.retain(|k| !mine(k));
+        }
+    }
+
     fn tick(&mut self, p: &Params) {
         self.now += 1;
+        // A session the server closed: its held claims are released when
+        // its lease would have run out.
+        for c in 0..self.clients.len() {
+            if let Life::Closed { last_seen } = self.server.sessions[c]
+                && last_seen + p.lease <= self.now
+            {
+                self.end_session(p, c);
+            }
+        }
         // The lease wheel: a session silent for its lease ends, never
         // earlier; the client sees its connection closed.
         for c in 0..self.clients.len() {

@@ -57,6 +57,7 @@ fn check_shape(line: &Value) -> String {
         "released" => &["token", "held_ms", "reason"],
         "denied" | "kick_waiter" => &[],
         "force_release" => &["token"],
+        "ended_by_server" => &["token", "reason", "release_in_ms"],
         other => panic!("unknown event {other}"),
     };
     assert_eq!(keys(line), expected_keys(extra), "{line}");
@@ -70,7 +71,7 @@ fn check_shape(line: &Value) -> String {
         .expect("an address");
     assert!(line["identity"].is_string());
     assert!(line["lock"].is_string());
-    for number in ["token", "wait_ms", "lease_ms", "held_ms"] {
+    for number in ["token", "wait_ms", "lease_ms", "held_ms", "release_in_ms"] {
         if let Some(value) = line.get(number) {
             assert!(value.is_u64(), "{number} in {line}");
         }
@@ -125,16 +126,27 @@ async fn every_event_has_exactly_its_fields() {
     let ServerFrame::Acquired { token: promoted } = next.recv().await else {
         panic!("promotion pushed");
     };
-    // protocol_error.
-    next.send(&[0x7f]).await;
-    assert_eq!(next.expect_error_then_close().await.0, 0x13);
+    drop(next);
+    common::eventually("graceful release", || {
+        server.handle.lock("b/forced").is_none()
+    })
+    .await;
+    // protocol_error: ended_by_server at once, released when the lease
+    // would have run out.
+    let (mut bad, _) = server.hold("b/bad", 300).await;
+    bad.send(&[0x7f]).await;
+    assert_eq!(bad.expect_error_then_close().await.0, 0x13);
+    common::eventually("the bad holder's lease ran out", || {
+        server.handle.lock("b/bad").is_none()
+    })
+    .await;
     // expired.
     let (mut silent, _) = server.hold("c/expired", 50).await;
     silent.expect_eof().await;
     // shutdown.
     let (holding, _) = server.hold("d/shutdown", 30_000).await;
     server
-        .stop_and_drop((forced, next, kicked, silent, holding))
+        .stop_and_drop((forced, bad, kicked, silent, holding))
         .await;
     audit.close().await;
 
@@ -161,7 +173,10 @@ async fn every_event_has_exactly_its_fields() {
             "released b/forced force",
             "force_release b/forced",
             "granted b/forced",
-            "released b/forced protocol_error",
+            "released b/forced graceful",
+            "granted b/bad",
+            "ended_by_server b/bad protocol_error",
+            "released b/bad protocol_error",
             "granted c/expired",
             "released c/expired expired",
             "granted d/shutdown",
@@ -171,12 +186,15 @@ async fn every_event_has_exactly_its_fields() {
     assert_eq!(lines[0]["token"], token);
     assert_eq!(lines[0]["wait_ms"], 0);
     assert_eq!(lines[0]["lease_ms"], 30_000, "the grant's lease");
-    assert_eq!(lines[9]["lease_ms"], 50);
+    assert_eq!(lines[10]["token"], lines[9]["token"]);
+    assert!(lines[10]["release_in_ms"].as_u64().unwrap() <= 300);
+    assert!(lines[11]["held_ms"].as_u64().unwrap() >= 250);
+    assert_eq!(lines[12]["lease_ms"], 50);
     assert_eq!(lines[0]["identity"], "");
     assert_eq!(lines[4]["remote_addr"], kicked_addr.to_string());
     assert_eq!(lines[5]["token"], lines[6]["token"]);
     assert_eq!(lines[7]["token"], promoted);
-    assert!(lines[10]["held_ms"].as_u64().unwrap() >= 50);
+    assert!(lines[13]["held_ms"].as_u64().unwrap() >= 50);
 }
 
 /// How one round of a churning client ends once it holds the lock.
@@ -333,7 +351,9 @@ async fn ownership_never_overlaps_under_churn() {
     done.cancel();
     let (forced, kicked) = admin.await.expect("admin task");
     assert!(forced > 0 && kicked > 0, "forced {forced}, kicked {kicked}");
-    // Someone holds each lock at shutdown.
+    // Someone holds each lock at shutdown, once the last misbehaving or
+    // silent holder's lease has run out.
+    common::eventually("both locks free", || server.handle.counts().locks == 0).await;
     let (_a, _) = server.hold(LOCKS[0], 30_000).await;
     let (_b, _) = server.hold(LOCKS[1], 30_000).await;
     server.stop_and_drop((_a, _b)).await;
@@ -345,6 +365,7 @@ async fn ownership_never_overlaps_under_churn() {
     let mut last_token = 0;
     let mut reasons = BTreeSet::new();
     let (mut grants, mut releases, mut force_events, mut kick_events) = (0, 0, 0, 0);
+    let mut ended_by_server = 0;
     for (index, line) in lines.iter().enumerate() {
         let event = check_shape(line);
         let lock = line["lock"].as_str().unwrap().to_owned();
@@ -381,6 +402,12 @@ async fn ownership_never_overlaps_under_churn() {
                 force_events += 1;
             }
             "kick_waiter" => kick_events += 1,
+            // The holder keeps the lock until its released line.
+            "ended_by_server" => {
+                let token = line["token"].as_u64().unwrap();
+                assert_eq!(*current, Some(token), "line {index}: {line}");
+                ended_by_server += 1;
+            }
             other => panic!("unexpected event {other}"),
         }
     }
@@ -398,6 +425,7 @@ async fn ownership_never_overlaps_under_churn() {
         );
     }
     assert!(grants >= CLIENTS, "{grants} grants");
+    assert!(ended_by_server > 0, "no misbehaving holder was ended");
 }
 
 #[tokio::test]

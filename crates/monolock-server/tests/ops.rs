@@ -139,10 +139,15 @@ async fn counters_move_with_the_events() {
     // Force release: reason force and ERROR 0x02.
     server.handle.force_release("job").expect("held");
     assert_eq!(waiter.expect_error_then_close().await.0, 0x02);
-    // A protocol error by a holder: reason protocol_error and code 0x13.
-    let (mut bad, _) = server.hold("bad", 30_000).await;
+    // A protocol error by a holder: reason protocol_error and code 0x13,
+    // the release coming when its (short) lease runs out.
+    let (mut bad, _) = server.hold("bad", 200).await;
     bad.send(&[0x7f]).await;
     assert_eq!(bad.expect_error_then_close().await.0, 0x13);
+    common::eventually("the bad holder's lease ran out", || {
+        server.handle.lock("bad").is_none()
+    })
+    .await;
     // First-frame errors: 0x11 and 0x15, no release.
     let mut first = server.connect().await;
     first.send(&[msg::HEARTBEAT]).await;

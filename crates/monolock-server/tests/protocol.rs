@@ -313,14 +313,15 @@ async fn names_are_exact_bytes() {
     server.stop_and_drop(holders).await;
 }
 
-/// A client that never reads is dropped after io-timeout; a healthy client
-/// keeps being served meanwhile.
+/// A client that never reads is dropped after io-timeout (its lock handed
+/// on when its lease runs out: `server_endings.rs`); a healthy client keeps
+/// being served meanwhile.
 #[tokio::test]
 async fn a_client_that_never_reads_is_dropped_without_delaying_others() {
     // A client delayed behind the stuck one would wait at least io-timeout.
     let io_timeout = Duration::from_millis(1_500);
     let server = TestServer::start_with(ServerConfig::default().with_io_timeout(io_timeout)).await;
-    let (mut stuck, _) = server.hold("stuck", 60_000).await;
+    let (mut stuck, _) = server.hold("stuck", 3_000).await;
     let mut waiter = server.wait_in_line("stuck", 60_000).await;
     let (mut healthy, healthy_token) = server.hold("healthy", 60_000).await;
 
