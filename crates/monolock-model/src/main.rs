@@ -72,6 +72,14 @@ struct Args {
     /// [default: 1].
     #[arg(long)]
     closes: Option<u8>,
+    /// v2: readers that may stall for good while their writer goes on
+    /// (over all sessions); the server may end such a session at
+    /// io-timeout [default: 1].
+    #[arg(long)]
+    read_stalls: Option<u8>,
+    /// v2: io-timeout, in ticks [default: 1].
+    #[arg(long)]
+    io_timeout: Option<u32>,
     /// Abandon fraction, in thousandths of the lease [default: 800].
     #[arg(long)]
     fraction: Option<u32>,
@@ -114,6 +122,8 @@ impl Args {
             locks: self.locks.unwrap_or(preset.locks),
             revokes: self.revokes.unwrap_or(preset.revokes),
             closes: self.closes.unwrap_or(preset.closes),
+            read_stalls: self.read_stalls.unwrap_or(preset.read_stalls),
+            io_timeout: self.io_timeout.unwrap_or(preset.io_timeout),
             fraction: self.fraction.unwrap_or(preset.fraction),
             drift: self.drift.unwrap_or(preset.drift),
             ..preset
@@ -193,13 +203,16 @@ fn main() -> ExitCode {
         if base.protocol == 2 {
             format!(
                 "; protocol 2: {} claims in use and {} ACQUIREs per session, {} lock(s), \
-                 {} revoke(s), {} close(s), {} stall(s), {} pause(s) each",
+                 {} revoke(s), {} close(s), {} stall(s), {} reader stall(s) \
+                 (io-timeout {} ticks), {} pause(s) each",
                 base.claims,
                 base.acquires,
                 base.locks,
                 base.revokes,
                 base.closes,
                 base.stalls,
+                base.read_stalls,
+                base.io_timeout,
                 base.pauses
             )
         } else {

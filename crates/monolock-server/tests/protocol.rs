@@ -82,13 +82,16 @@ async fn oversized_name_error_survives_unread_input() {
 
 #[tokio::test]
 async fn errors_after_acquire_release_the_holder() {
+    // The holder's lease: its lock is handed on when it runs out.
+    const HOLDER_LEASE_MS: u32 = 300;
     let server = TestServer::start().await;
     for (bytes, code) in [
         (acquire_bytes(1, LEASE_MS, b"dup"), 0x12u8),
         (vec![0x7f], 0x13),
         (vec![msg::WAITING], 0x13),
     ] {
-        let (mut holder, _) = server.hold("errs", LEASE_MS).await;
+        let asked = Instant::now();
+        let (mut holder, _) = server.hold("errs", HOLDER_LEASE_MS).await;
         let mut waiter = server.wait_in_line("errs", LEASE_MS).await;
         holder.send(&bytes).await;
         let (got, reason) = holder.expect_error_then_close().await;
@@ -96,8 +99,10 @@ async fn errors_after_acquire_release_the_holder() {
         if code == 0x13 {
             assert!(reason.contains(&format!("0x{:02x}", bytes[0])), "{reason}");
         }
-        // The holder's lock went to the waiter in the same step.
+        // The holder's lock goes to the waiter when the holder's lease
+        // (from its ACQUIRE, its last frame) runs out, not at the error.
         assert!(matches!(waiter.recv().await, ServerFrame::Acquired { .. }));
+        assert!(asked.elapsed() >= Duration::from_millis(HOLDER_LEASE_MS.into()));
         drop(waiter);
         common::eventually("lock forgotten", || server.handle.counts().locks == 0).await;
     }

@@ -221,8 +221,8 @@ async fn read_until_closed(stream: &mut (impl tokio::io::AsyncRead + Unpin)) {
 }
 
 /// The reproduction of the defect, in version 2: a holder that keeps
-/// writing (pipelined try-ACQUIRE / RELEASE pairs on other names) but
-/// stops reading. The server's writes stall and io-timeout ends the
+/// writing (pipelined try-ACQUIRE / RELEASE pairs on other names, and
+/// PINGs) but stops reading. The server's writes stall and io-timeout ends the
 /// session; the waiter is granted only when the holder's lease would have
 /// run out, counted from the last frame the server took in.
 #[tokio::test]
@@ -245,8 +245,11 @@ async fn v2_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
         .set_recv_buffer_size(4096)
         .expect("rcvbuf");
     let writer = tokio::spawn(async move {
+        // The reproduction's pipelined pairs, and PINGs between them: a
+        // PING costs the server least per byte of reply, so its buffers
+        // fill in a fraction of a second even on a loaded machine.
         let mut batch = Vec::new();
-        for i in 0..200u32 {
+        for i in 0..20u32 {
             let name = monolock_proto::LockName::new(format!("other-{i}")).expect("name");
             ClientFrame::Acquire {
                 claim: 2,
@@ -255,6 +258,7 @@ async fn v2_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
             }
             .encode(&mut batch);
             batch.extend_from_slice(&v2::release_frame(2));
+            batch.extend(std::iter::repeat_n(v2::msg::PING, 200));
         }
         for _ in 0..20_000 {
             if holder.stream_mut().write_all(&batch).await.is_err() {

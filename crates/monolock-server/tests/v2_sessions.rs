@@ -219,7 +219,9 @@ async fn session_errors_end_every_claim() {
         (0x7f, ErrorCode::UNKNOWN_MESSAGE_TYPE),
     ] {
         let server = TestServer::start().await;
-        let (mut a, _) = RawV2::open(server.addr, LEASE).await;
+        // A short lease: the server keeps the held lock until it would have
+        // run out (server_endings.rs has the timing).
+        let (mut a, _) = RawV2::open(server.addr, 300).await;
         a.acquire(1, Mode::Wait, "held").await;
         a.send_raw(&[0x23, bad]).await;
         assert_eq!(a.recv().await, ServerFrame::Pong);
