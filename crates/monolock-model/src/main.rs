@@ -219,6 +219,9 @@ fn main() -> ExitCode {
             String::new()
         }
     );
+    // Version 2 with a reader that stalls while its writer goes on, and a
+    // server ending that session at io-timeout, at the bounds CI affords.
+    let reader_stall = base.with_reader_stall();
     if let Some(name) = &args.mistake {
         let mistakes = Variant::mistakes(base.protocol);
         let Some(&variant) = mistakes.iter().find(|v| format!("{v:?}") == *name) else {
@@ -228,7 +231,12 @@ fn main() -> ExitCode {
             );
             return ExitCode::from(64);
         };
-        let holds = run(&format!("{variant:?}"), &Params { variant, ..base });
+        let bounds = if variant.needs_reader_stall() && base.read_stalls == 0 {
+            reader_stall
+        } else {
+            base
+        };
+        let holds = run(&format!("{variant:?}"), &Params { variant, ..bounds });
         return if holds {
             ExitCode::FAILURE
         } else {
@@ -244,6 +252,13 @@ fn main() -> ExitCode {
         ),
         &base,
     );
+    let stalled_shipped = base.protocol != 2
+        || base.read_stalls > 0
+        || run(
+            "protocol, a reader stalls (no revoke, close or uplink stall)",
+            &reader_stall,
+        );
+    let shipped = shipped && stalled_shipped;
     if args.only_shipped {
         return if shipped {
             ExitCode::SUCCESS
@@ -252,7 +267,17 @@ fn main() -> ExitCode {
         };
     }
     for &variant in Variant::mistakes(base.protocol) {
-        run(&format!("{variant:?}"), &Params { variant, ..base });
+        if variant.needs_reader_stall() && base.read_stalls == 0 {
+            run(
+                &format!("{variant:?} (a reader stalls)"),
+                &Params {
+                    variant,
+                    ..reader_stall
+                },
+            );
+        } else {
+            run(&format!("{variant:?}"), &Params { variant, ..base });
+        }
     }
     if args.margins {
         let fraction = bisect(800, 2000, |fraction| {

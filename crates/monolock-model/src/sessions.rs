@@ -314,7 +314,12 @@ impl Model for State {
         }
         // A session the server closed keeps its held claims until its lease
         // would have run out, and nothing else.
-        let held = self.server.holders.iter().flatten().map(|&(k, _)| (k, true));
+        let held = self
+            .server
+            .holders
+            .iter()
+            .flatten()
+            .map(|&(k, _)| (k, true));
         let queued = self.server.queues.iter().flatten().map(|&k| (k, false));
         for ((c, claim), holds) in held.chain(queued) {
             let in_table = match self.server.sessions[usize::from(c)] {
@@ -579,12 +584,13 @@ impl State {
         self.clients.iter().all(|client| {
             let due = |sent: u32| sent + p.max_delay <= self.now;
             let up_due = client.up.first().is_some_and(|m| due(m.sent));
-            let down_due = !client.paused
-                && !client.deaf
-                && client.down.first().is_some_and(|m| due(m.sent));
+            let down_due =
+                !client.paused && !client.deaf && client.down.first().is_some_and(|m| due(m.sent));
+            // A client whose reader stalled writes on, on the schedule,
+            // whatever is in flight.
             let ping_due = !client.paused
                 && client.link == Link::Open
-                && !client.ping_in_flight()
+                && (client.deaf || !client.ping_in_flight())
                 && self.now >= client.last_send + p.base();
             !up_due && !down_due && !ping_due
         })

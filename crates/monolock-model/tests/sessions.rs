@@ -84,3 +84,47 @@ fn messages_in_flight_across_ticks_keep_exclusion_at_small_bounds() {
     let outcome = check(&params);
     assert!(outcome.holds(), "{outcome:?}");
 }
+
+/// One session's reader may stall for good while its writer goes on; the
+/// server may then end the session at io-timeout. Its held claims stay held
+/// until its last frame plus its lease.
+fn reader_stall() -> Params {
+    small().with_reader_stall()
+}
+
+#[test]
+fn a_reader_that_stalls_keeps_exclusion_at_small_bounds() {
+    let outcome = check(&reader_stall());
+    assert!(outcome.holds(), "{outcome:?}");
+}
+
+#[test]
+fn a_lock_kept_after_io_timeout_is_handed_on_at_the_lease_end_safely() {
+    // Long enough for the hand-on at the ended session's last frame plus
+    // its lease (an io-timeout at tick 3 hands on at tick 6), and for the
+    // waiter to hold after it.
+    let params = Params {
+        horizon: 8,
+        claims: 1,
+        acquires: 1,
+        ..reader_stall()
+    };
+    let outcome = check(&params);
+    assert!(outcome.holds(), "{outcome:?}");
+}
+
+#[test]
+fn handing_on_at_io_timeout_is_caught() {
+    // The holder's reader stalls; its last confirmed frame keeps it
+    // believing past the io-timeout, and the waiter is granted then.
+    match check(&Params {
+        variant: Variant::HandOnAtIoTimeout,
+        ..reader_stall()
+    }) {
+        Outcome::Broken { what, path, .. } => {
+            assert!(!path.is_empty());
+            assert!(what.contains("believe they hold"), "{what}");
+        }
+        outcome => panic!("HandOnAtIoTimeout not found: {outcome:?}"),
+    }
+}

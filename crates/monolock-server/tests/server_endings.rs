@@ -130,7 +130,11 @@ impl Timeline {
 
     async fn granted(&self, lock: &str, to: SocketAddr) -> (Instant, u64) {
         self.first(&format!("{lock} granted to {to}"), |seen| match seen {
-            Seen::Granted { lock: l, addr, token } if l == lock && *addr == to => Some(*token),
+            Seen::Granted {
+                lock: l,
+                addr,
+                token,
+            } if l == lock && *addr == to => Some(*token),
             _ => None,
         })
         .await
@@ -230,7 +234,8 @@ async fn v2_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
     let (server, timeline) = start().await;
     let (mut holder, _) = RawV2::open(server.addr, LEASE_MS).await;
     let holder_addr = holder.stream_mut().local_addr().expect("addr");
-    let v2::ServerFrame::Acquired { token, .. } = holder.acquire(1, Mode::Wait, "io-X").await else {
+    let v2::ServerFrame::Acquired { token, .. } = holder.acquire(1, Mode::Wait, "io-X").await
+    else {
         panic!("io-X not granted");
     };
     let (mut waiter, _) = RawV2::open(server.addr, WAITER_LEASE_MS).await;
@@ -286,10 +291,16 @@ async fn v2_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
         waiter.recv().await,
         v2::ServerFrame::Granted { claim: 1, .. }
     ));
-    assert!(closed_at < granted_at, "the socket was held to the lease's end");
+    assert!(
+        closed_at < granted_at,
+        "the socket was held to the lease's end"
+    );
     let last_frame = timeline.last_activity(holder_addr, ended_at);
     assert_granted_at_lease_end("v2 write io-timeout", last_frame - BATCH, granted_at);
-    assert!(release_in > LEASE - IO_TIMEOUT - BATCH * 5, "{release_in:?}");
+    assert!(
+        release_in > LEASE - IO_TIMEOUT - BATCH * 5,
+        "{release_in:?}"
+    );
     assert_eq!(
         timeline.releases("io-X", holder_addr),
         [ReleaseReason::IoTimeout]
@@ -335,7 +346,10 @@ async fn v1_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
         waiter.recv().await,
         ServerFrame::Acquired { token: next } if next > token
     ));
-    assert!(closed_at < granted_at, "the socket was held to the lease's end");
+    assert!(
+        closed_at < granted_at,
+        "the socket was held to the lease's end"
+    );
     // Only the holder sends heartbeats here.
     let last_frame = timeline.last_activity(holder_addr, ended_at);
     assert_granted_at_lease_end("v1 write io-timeout", last_frame - BATCH, granted_at);
@@ -343,9 +357,7 @@ async fn v1_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
         timeline.releases("stuck", holder_addr),
         [ReleaseReason::IoTimeout]
     );
-    server
-        .stop_and_drop((read_half, write_half, waiter))
-        .await;
+    server.stop_and_drop((read_half, write_half, waiter)).await;
 }
 
 /// Version 2: a started frame not completed within io-timeout ends the
