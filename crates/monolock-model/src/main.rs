@@ -231,12 +231,12 @@ fn main() -> ExitCode {
             );
             return ExitCode::from(64);
         };
-        let bounds = if variant.needs_reader_stall() && base.read_stalls == 0 {
-            reader_stall
+        let (label, bounds) = if variant.needs_reader_stall() && base.read_stalls == 0 {
+            (format!("{variant:?} (a reader stalls)"), reader_stall)
         } else {
-            base
+            (format!("{variant:?}"), base)
         };
-        let holds = run(&format!("{variant:?}"), &Params { variant, ..bounds });
+        let holds = run(&label, &Params { variant, ..bounds });
         return if holds {
             ExitCode::FAILURE
         } else {
