@@ -700,6 +700,13 @@ mod tests {
                 }
                 Event::KickWaiter(session) => format!("kick_waiter {}", session.remote_addr.port()),
                 Event::WaiterLeft(session) => format!("left {}", session.remote_addr.port()),
+                Event::EndedByServer {
+                    session, reason, ..
+                } => format!(
+                    "ended_by_server {} {}",
+                    session.remote_addr.port(),
+                    reason.as_str()
+                ),
                 _ => return,
             };
             self.0.lock().expect("recorder").push(line);
@@ -770,6 +777,38 @@ mod tests {
 
     fn holder(table: &LockTable, name: &str) -> Option<u16> {
         table.lock(name).map(|lock| lock.holder.remote_addr.port())
+    }
+
+    /// A session the server closes keeps what it holds (the caller releases
+    /// it at the lease's end) and leaves the queues it waits in at once.
+    #[test]
+    fn a_server_chosen_ending_keeps_held_claims_and_drops_waiting_ones() {
+        let (table, events, first, _queued) = line(1);
+        let other = session(&table, "m", 9);
+        table.acquire(&other);
+        // Port 1 also waits on `m`.
+        let waiting = {
+            let info = SessionInfo {
+                lock: LockName::new("m").expect("valid name"),
+                ..first.info.clone()
+            };
+            let slot = Arc::new(SessionSlot::new(info, Instant::now()));
+            assert_eq!(table.acquire(&slot), Acquired::Queued);
+            slot
+        };
+        events.take();
+        let release_at = Instant::now() + Duration::from_secs(3);
+        let held =
+            table.end_waiting_keep_held([&first, &waiting], ReleaseReason::IoTimeout, release_at);
+        assert_eq!(held.len(), 1);
+        assert!(Arc::ptr_eq(&held[0], &first));
+        assert_eq!(events.take(), ["ended_by_server 1 io_timeout", "left 1"]);
+        assert_eq!(holder(&table, "l"), Some(1));
+        assert_eq!(queue(&table, "l"), [2]);
+        assert_eq!(queue(&table, "m"), Vec::<u16>::new());
+        // The release at the lease's end hands the lock on.
+        table.end_claims(&held, ReleaseReason::IoTimeout);
+        assert_eq!(events.take(), ["released 1 io_timeout", "granted 2"]);
     }
 
     #[test]
