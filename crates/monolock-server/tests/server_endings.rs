@@ -297,8 +297,9 @@ async fn v2_a_holder_that_stops_reading_keeps_its_lock_until_its_lease_ends() {
     );
     let last_frame = timeline.last_activity(holder_addr, ended_at);
     assert_granted_at_lease_end("v2 write io-timeout", last_frame - BATCH, granted_at);
+    // The ending was announced with the time left to the lease's end.
     assert!(
-        release_in > LEASE - IO_TIMEOUT - BATCH * 5,
+        release_in > Duration::ZERO && release_in < LEASE,
         "{release_in:?}"
     );
     assert_eq!(
