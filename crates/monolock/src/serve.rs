@@ -9,8 +9,9 @@ use anyhow::Context as _;
 use clap::{ArgAction, Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
     AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls,
-    Service, SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
+    AuditOverflow, AuditTarget, EventHub, HttpLimits, HttpStats, Listeners, Metrics, Reloader,
+    ServerConfig, ServerTls, Service, SystemWallClock, TlsFiles, TokenFloor,
+    admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
@@ -47,8 +48,8 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
     about = "Run the lock server",
     after_help = "Durations accept 250ms, 5s, 1m. Addresses accept IP:PORT, [IPv6]:PORT or :PORT. \
                   On/off variables take 1/0, true/false, yes/no or on/off. \
-                  There is deliberately no lease setting, no heartbeat setting, no connection \
-                  limit and no queue limit.\n\
+                  There is deliberately no lease setting and no heartbeat setting; connections \
+                  and claims are bounded by --max-connections and --max-claims.\n\
                   Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
                   every session, the ops listener stays up 2s longer); SIGHUP re-reads the TLS \
                   files, the ACL file and the admin token file and reopens the audit log, \
@@ -159,9 +160,34 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_OPS_SHUTDOWN_GRACE", default_value = "2s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     ops_shutdown_grace: Duration,
 
-    /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03).
-    #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03);
+    /// 0 turns it off (as Redis's `timeout 0`).
+    #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     idle_timeout: Duration,
+
+    /// Protocol connections open at once; one more is told ERROR 0x04 and closed. Lowered
+    /// at start to the descriptor limit less a reserve for the HTTP listeners and files.
+    #[arg(long, env = "MONOLOCK_MAX_CONNECTIONS", default_value_t = monolock_server::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
+    max_connections: usize,
+
+    /// Claims (held and waiting) over all sessions; one more ACQUIRE is refused with code
+    /// 0x0a (REFUSED in v2, the session lives on; ERROR in v1).
+    #[arg(long, env = "MONOLOCK_MAX_CLAIMS", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
+    max_claims: usize,
+
+    /// Admin and ops listeners: time a client has to send a whole request head (from
+    /// accept, or from the first byte of a later request).
+    #[arg(long, env = "MONOLOCK_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    http_header_timeout: Duration,
+
+    /// Admin and ops listeners: time a kept-alive connection may wait for its next request,
+    /// and a response may go without a byte moving.
+    #[arg(long, env = "MONOLOCK_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    http_idle_timeout: Duration,
+
+    /// Admin and ops listeners: connections open at once, each; one more gets 503.
+    #[arg(long, env = "MONOLOCK_HTTP_MAX_CONNECTIONS", default_value_t = monolock_server::DEFAULT_HTTP_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000), value_name = "N")]
+    http_max_connections: usize,
 
     /// Diagnostic log level.
     #[arg(long, env = "MONOLOCK_LOG_LEVEL", default_value = "info", value_enum)]
@@ -239,6 +265,9 @@ struct Settings {
     max_claims_per_session: u32,
     idle_timeout: Duration,
     ops_shutdown_grace: Duration,
+    max_connections: usize,
+    max_claims: usize,
+    http_limits: HttpLimits,
 }
 
 /// A value given as empty (flag or environment variable) means "off".
@@ -331,8 +360,21 @@ impl Settings {
             token_floor: path(args.token_floor),
             startup_grace: args.startup_grace,
             max_claims_per_session: args.max_claims_per_session,
-            idle_timeout: args.idle_timeout,
+            // 0 means off, as Redis's `timeout 0`: no session is ever idle
+            // long enough.
+            idle_timeout: if args.idle_timeout.is_zero() {
+                Duration::MAX
+            } else {
+                args.idle_timeout
+            },
             ops_shutdown_grace: args.ops_shutdown_grace,
+            max_connections: args.max_connections,
+            max_claims: args.max_claims,
+            http_limits: HttpLimits {
+                header_timeout: args.http_header_timeout,
+                idle_timeout: args.http_idle_timeout,
+                max_connections: args.http_max_connections,
+            },
         })
     }
 }
@@ -426,15 +468,21 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
     let signals = Signals::install()?;
 
-    match monolock_server::raise_fd_limit() {
-        Ok((before, after)) if before != after => {
-            info!(before, after, "raised the open-file limit")
+    let descriptors = match monolock_server::raise_fd_limit() {
+        Ok((before, after)) => {
+            if before != after {
+                info!(before, after, "raised the open-file limit");
+            }
+            Some(after)
         }
-        Ok(_) => {}
-        Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
-    }
+        Err(err) => {
+            warn!(error = %err, "cannot raise the open-file limit");
+            None
+        }
+    };
+    let max_connections = fit_max_connections(&settings, descriptors)?;
 
-    let (service, effective) = build_service(&settings, loaded)?;
+    let (service, effective) = build_service(&settings, max_connections, loaded)?;
     let reloader = service.reloader().clone();
     let listeners = Listeners {
         protocol: monolock_server::bind(settings.listen)
@@ -459,11 +507,50 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         .context("server failed")
 }
 
+/// `--max-connections`, lowered (as Redis lowers `maxclients`) so that the
+/// descriptor limit keeps a reserve: the admin and ops listeners' caps, and
+/// [`monolock_server::RESERVED_DESCRIPTORS`] for files and refusals.
+fn fit_max_connections(settings: &Settings, descriptors: Option<u64>) -> anyhow::Result<usize> {
+    let Some(limit) = descriptors else {
+        return Ok(settings.max_connections);
+    };
+    let http_listeners = [settings.ops_listen, settings.admin_listen]
+        .iter()
+        .filter(|addr| addr.is_some())
+        .count() as u64;
+    let reserve = monolock_server::RESERVED_DESCRIPTORS
+        + http_listeners * settings.http_limits.max_connections as u64;
+    let Some(fits) = monolock_server::connections_within(limit, reserve) else {
+        anyhow::bail!(
+            "the open-file limit ({limit}) leaves no descriptor for connections after the reserve ({reserve}: {} for files, --http-max-connections for each HTTP listener); raise it (ulimit -n) or lower --http-max-connections",
+            monolock_server::RESERVED_DESCRIPTORS
+        );
+    };
+    if fits < settings.max_connections {
+        warn!(
+            asked = settings.max_connections,
+            max_connections = fits,
+            descriptor_limit = limit,
+            reserve,
+            "--max-connections lowered to fit the open-file limit less the reserve"
+        );
+        return Ok(fits);
+    }
+    info!(
+        max_connections = settings.max_connections,
+        descriptor_limit = limit,
+        reserve,
+        "connection limit"
+    );
+    Ok(settings.max_connections)
+}
+
 /// The service the settings and the loaded files describe (with the
 /// reloader of its files, for SIGHUP), and the configuration the admin API
 /// reports.
 fn build_service(
     settings: &Settings,
+    max_connections: usize,
     loaded: Loaded,
 ) -> anyhow::Result<(Service, EffectiveConfig)> {
     let Loaded {
@@ -477,7 +564,9 @@ fn build_service(
         .with_io_timeout(settings.io_timeout)
         .with_startup_grace(settings.startup_grace)
         .with_max_claims_per_session(settings.max_claims_per_session)
-        .with_idle_timeout(settings.idle_timeout);
+        .with_idle_timeout(settings.idle_timeout)
+        .with_max_connections(max_connections)
+        .with_max_claims(settings.max_claims);
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
     }
@@ -503,7 +592,10 @@ fn build_service(
     let mut service = Service::builder(config)
         .with_admin_config(effective.clone())
         .with_commit(commit)
-        .with_ops_grace(settings.ops_shutdown_grace);
+        .with_ops_grace(settings.ops_shutdown_grace)
+        .with_http_limits(settings.http_limits);
+    let (admin_http, ops_http) = (Arc::<HttpStats>::default(), Arc::<HttpStats>::default());
+    service = service.with_http_stats(admin_http.clone(), ops_http.clone());
     if let Some(tls) = &tls {
         service = service.reload_tls(tls.clone());
     }
@@ -514,7 +606,13 @@ fn build_service(
         service = service.with_audit(audit.clone());
     }
     if settings.ops_listen.is_some() {
-        let mut metrics = Metrics::new().with_build_info(commit);
+        let mut metrics = Metrics::new()
+            .with_build_info(commit)
+            .with_limits(max_connections, settings.max_claims)
+            .with_ops_http_stats(ops_http);
+        if settings.admin_listen.is_some() {
+            metrics = metrics.with_admin_http_stats(admin_http);
+        }
         if let Some(audit) = &audit {
             metrics = metrics.with_audit_log(audit.clone());
         }

@@ -20,10 +20,11 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
+    core::admission::{OVER_LIMIT_REASON, Pending},
     core::events::Event,
     core::grace::GraceStatus,
     core::session,
-    core::shared::Shared,
+    core::shared::{Shared, Shed},
     core::slot::{EndNotice, deadline_after},
     core::table::{AdminRefused, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot},
     core::tls::identity_of_certificate,
@@ -109,6 +110,18 @@ impl Server {
             match accepted {
                 Ok((tcp, remote_addr)) => {
                     backoff = ACCEPT_BACKOFF_MIN;
+                    // Counted here, not in the task, so a burst of accepts
+                    // cannot overshoot the limit.
+                    if shared.connections.fetch_add(1, Ordering::AcqRel)
+                        >= shared.config.max_connections
+                    {
+                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        shared.config.observer.observe(&Event::ConnectionRefused);
+                        debug!(%remote_addr, "over --max-connections: refused");
+                        shared.pending.refuse(tcp, OVER_LIMIT_REASON);
+                        continue;
+                    }
+                    let pending = shared.pending.register();
                     // Two task types, so a plaintext task stays exactly as
                     // small as it would be in a server without TLS. No
                     // tracing span per connection: entering it on every poll
@@ -118,12 +131,14 @@ impl Server {
                             tcp,
                             remote_addr,
                             nodelay,
+                            pending,
                             Arc::clone(&shared),
                         )),
                         Some(tls) => tracker.spawn(tls_connection(
                             tcp,
                             remote_addr,
                             nodelay,
+                            pending,
                             tls.acceptor(),
                             Arc::clone(&shared),
                         )),
@@ -135,12 +150,15 @@ impl Server {
                 Err(err) => {
                     shared.config.observer.observe(&Event::AcceptFailed(&err));
                     if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        let asked = shared.shed_idle_sessions();
-                        if asked > 0 {
-                            info!(
-                                sessions = asked,
-                                "out of descriptors: closing idle v2 sessions"
-                            );
+                        match shared.shed_for_descriptors() {
+                            Shed::Pending(0) | Shed::Idle(0) => {}
+                            Shed::Pending(connections) => info!(
+                                connections,
+                                "out of descriptors: closing connections without a first frame"
+                            ),
+                            Shed::Idle(sessions) => {
+                                info!(sessions, "out of descriptors: closing idle v2 sessions")
+                            }
                         }
                     }
                     warn!(error = %err, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
@@ -197,11 +215,20 @@ async fn connection(
     tcp: TcpStream,
     remote_addr: SocketAddr,
     nodelay: Nodelay,
+    pending: Pending,
     shared: Arc<Shared>,
 ) {
     let accepted_at = opened(&tcp, nodelay, &shared);
     let identity = Arc::clone(&shared.no_identity);
-    session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
+    session::serve(
+        tcp,
+        remote_addr,
+        identity,
+        accepted_at,
+        Some(pending),
+        Arc::clone(&shared),
+    )
+    .await;
     closed(&shared);
 }
 
@@ -213,6 +240,7 @@ async fn tls_connection(
     tcp: TcpStream,
     remote_addr: SocketAddr,
     nodelay: Nodelay,
+    pending: Pending,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
 ) {
@@ -221,6 +249,12 @@ async fn tls_connection(
     let handshake = tokio::select! {
         biased;
         () = shared.shutdown.cancelled() => None,
+        // Out of descriptors: a connection still in its handshake goes
+        // first, without a frame (there is no TLS session to carry one).
+        () = pending.shed.cancelled() => {
+            shared.config.observer.observe(&Event::ConnectionShed);
+            None
+        }
         handshake = timeout_at(deadline, acceptor.accept(tcp)) => Some(handshake),
     };
     match handshake {
@@ -236,6 +270,7 @@ async fn tls_connection(
                 remote_addr,
                 identity,
                 accepted_at,
+                Some(pending),
                 Arc::clone(&shared),
             )
             .await;
@@ -259,7 +294,6 @@ fn opened(tcp: &TcpStream, nodelay: Nodelay, shared: &Shared) -> Instant {
     if let Nodelay::SetEach = nodelay {
         let _ = tcp.set_nodelay(true);
     }
-    shared.connections.fetch_add(1, Ordering::Relaxed);
     shared.config.observer.observe(&Event::Accepted);
     accepted_at
 }
@@ -309,11 +343,28 @@ impl ServerHandle {
         self.shared.sessions.lock().len()
     }
 
-    /// Asks every idle version 2 session (one with no claim) to close with
-    /// ERROR 0x03, as the server does itself when it runs out of file
-    /// descriptors; returns how many were asked.
+    /// Asks every idle version 2 session (one with no claim), however
+    /// recently opened, to close with ERROR 0x03; returns how many were
+    /// asked. (Under descriptor pressure the server spares sessions opened
+    /// less than an io-timeout ago: see [`ServerHandle::shed_for_descriptors`].)
     pub fn close_idle_sessions(&self) -> usize {
-        self.shared.shed_idle_sessions()
+        self.shared.shed_idle_sessions(std::time::Duration::ZERO)
+    }
+
+    /// Frees descriptors as the server does when `accept` fails for want
+    /// of them: closes every connection that has not sent a whole first
+    /// frame (ERROR 0x04) if there is one, else asks idle version 2
+    /// sessions open for at least one io-timeout to close (ERROR 0x03).
+    /// Returns how many connections were asked to close.
+    pub fn shed_for_descriptors(&self) -> usize {
+        match self.shared.shed_for_descriptors() {
+            Shed::Pending(n) | Shed::Idle(n) => n,
+        }
+    }
+
+    /// Connections accepted whose first frame is not yet whole.
+    pub fn pending_connections(&self) -> usize {
+        self.shared.pending.len()
     }
 
     /// True from the first moment of shutdown.
@@ -456,6 +507,7 @@ impl ServerHandle {
             remote_addr,
             Arc::from(identity),
             accepted_at,
+            None,
             Arc::clone(&self.shared),
         )
         .await;
@@ -512,7 +564,14 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let server = super::Server::new(crate::ServerConfig::default());
-        let task = super::connection(stream, addr, super::Nodelay::SetEach, server.shared.clone());
+        let pending = server.shared.pending.register();
+        let task = super::connection(
+            stream,
+            addr,
+            super::Nodelay::SetEach,
+            pending,
+            server.shared.clone(),
+        );
         let size = std::mem::size_of_val(&task);
         assert!(size <= 960, "a session's future grew to {size} bytes");
     }

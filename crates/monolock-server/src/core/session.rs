@@ -25,6 +25,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
+    core::admission::{Pending, SHED_REASON},
     core::config::ERROR_DRAIN_TIMEOUT,
     core::events::{Event, ReleaseReason, SessionInfo},
     core::shared::Shared,
@@ -136,6 +137,7 @@ pub(crate) async fn serve<S>(
     remote_addr: SocketAddr,
     identity: Arc<str>,
     accepted_at: Instant,
+    pending: Option<Pending>,
     shared: Arc<Shared>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -150,7 +152,8 @@ pub(crate) async fn serve<S>(
     // not kept in every session's task for its whole life. A version 2
     // session is served from inside it (boxed again), so it adds nothing
     // to a version 1 session's task either.
-    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
+    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at, pending)).await
+    else {
         return;
     };
     let now = Instant::now();
@@ -192,16 +195,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         remote_addr: SocketAddr,
         identity: Arc<str>,
         accepted_at: Instant,
+        pending: Option<Pending>,
     ) -> Option<SessionInfo> {
         let shared = self.shared;
+        // Out of descriptors, the server closes connections without a whole
+        // first frame before any session (admission.rs).
+        let shed = pending.as_ref().map(|pending| pending.shed.clone());
+        let shed = async {
+            match shed {
+                Some(token) => token.cancelled_owned().await,
+                None => std::future::pending().await,
+            }
+        };
         let first = tokio::select! {
             biased;
             () = shared.shutdown.cancelled() => {
                 self.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await;
                 return None;
             }
+            () = shed => {
+                shared.config.observer.observe(&Event::ConnectionShed);
+                debug!(%remote_addr, "out of descriptors: closing a connection without a first frame");
+                self.close_with(ErrorCode::TOO_MANY_CONNECTIONS, SHED_REASON).await;
+                return None;
+            }
             first = timeout_at(deadline_after(accepted_at, shared.config.io_timeout), self.read_acquire()) => first,
         };
+        drop(pending);
         let (lease, lock) = match first {
             Ok(Ok(Some(First::Acquire { lease, name }))) => (lease, name),
             Ok(Ok(Some(First::Open(lease)))) => {

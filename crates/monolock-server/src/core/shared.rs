@@ -15,8 +15,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ServerConfig, core::grace::StartupGrace, core::slot::SessionLink, core::table::LockTable,
-    core::token::TokenIssuer,
+    ServerConfig, core::admission::PendingConnections, core::grace::StartupGrace,
+    core::slot::SessionLink, core::table::LockTable, core::token::TokenIssuer,
 };
 
 /// State shared by the accept loop, every connection and the handle.
@@ -36,6 +36,9 @@ pub(crate) struct Shared {
     /// sessions when descriptors run out, and for counts. Touched once at
     /// a session's open and once at its end, never per claim.
     pub(crate) sessions: parking_lot::Mutex<HashMap<u64, Arc<SessionLink>>>,
+    /// Connections whose first frame is not yet whole (closed first when
+    /// descriptors run out).
+    pub(crate) pending: Arc<PendingConnections>,
 }
 
 impl Shared {
@@ -60,17 +63,33 @@ impl Shared {
             no_identity: Arc::from(""),
             next_session_id: AtomicU64::new(1),
             sessions: parking_lot::Mutex::new(HashMap::new()),
+            pending: Arc::default(),
         }
     }
 
-    /// Asks every idle version 2 session to close (ERROR 0x03); returns how
-    /// many were asked. A session that has a claim by the time it looks
-    /// stays open.
-    pub(crate) fn shed_idle_sessions(&self) -> usize {
+    /// Frees descriptors in the order `admission.rs` gives: connections
+    /// without a whole first frame if there are any, else idle sessions.
+    /// Returns what was asked to close.
+    pub(crate) fn shed_for_descriptors(&self) -> Shed {
+        let pending = self.pending.shed_all();
+        if pending > 0 {
+            return Shed::Pending(pending);
+        }
+        Shed::Idle(self.shed_idle_sessions(self.config.io_timeout))
+    }
+
+    /// Asks every idle version 2 session open for at least `min_age` to
+    /// close (ERROR 0x03); returns how many were asked. A session that has
+    /// a claim by the time it looks stays open. Under descriptor pressure
+    /// `min_age` is one io-timeout: a session opened later may have its
+    /// first ACQUIRE on its way.
+    pub(crate) fn shed_idle_sessions(&self, min_age: std::time::Duration) -> usize {
         let sessions = self.sessions.lock();
+        let now = Instant::now();
         let mut asked = 0;
         for link in sessions.values() {
-            if link.idle.load(Ordering::Acquire) {
+            let opened_long_enough = now.saturating_duration_since(link.lease.queued_at) >= min_age;
+            if opened_long_enough && link.idle.load(Ordering::Acquire) {
                 link.shed.store(true, Ordering::Release);
                 link.lease.notify.notify_one();
                 asked += 1;
@@ -78,4 +97,13 @@ impl Shared {
         }
         asked
     }
+}
+
+/// What [`Shared::shed_for_descriptors`] asked to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shed {
+    /// This many connections without a whole first frame.
+    Pending(usize),
+    /// This many idle version 2 sessions.
+    Idle(usize),
 }

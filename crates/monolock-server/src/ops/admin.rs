@@ -50,8 +50,11 @@ use tracing::{info, warn};
 
 use crate::{
     AdminRefused, AdminToken, AllowedHosts, ClaimRef, Ending, EventHub, Glob, GraceStatus,
-    HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot,
-    WebGuard, ops::dashboard, ops::live, ops::record::rfc3339,
+    HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls, WaiterSnapshot, WebGuard,
+    ops::dashboard,
+    ops::http_conn::{self, HttpLimits, HttpStats},
+    ops::live,
+    ops::record::rfc3339,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -302,6 +305,8 @@ pub struct AdminOptions {
     token: Option<Arc<AdminToken>>,
     tls: Option<Arc<ServerTls>>,
     allowed_hosts: Arc<AllowedHosts>,
+    http_limits: HttpLimits,
+    http_stats: Arc<HttpStats>,
 }
 
 impl std::fmt::Debug for AdminOptions {
@@ -312,6 +317,7 @@ impl std::fmt::Debug for AdminOptions {
             .field("token", &self.token.as_ref().map(|token| token.path()))
             .field("tls", &self.tls.as_ref().map(|tls| tls.is_mutual()))
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("http_limits", &self.http_limits)
             .finish_non_exhaustive()
     }
 }
@@ -328,7 +334,24 @@ impl AdminOptions {
             token: None,
             tls: None,
             allowed_hosts: Arc::default(),
+            http_limits: HttpLimits::default(),
+            http_stats: Arc::default(),
         }
+    }
+
+    /// Bounds the listener's connections: header and idle timeouts and a
+    /// cap (see [`HttpLimits`]).
+    #[must_use]
+    pub fn with_http_limits(mut self, limits: HttpLimits) -> Self {
+        self.http_limits = limits;
+        self
+    }
+
+    /// Counts the listener's connections into `stats` (for metrics).
+    #[must_use]
+    pub fn with_http_stats(mut self, stats: Arc<HttpStats>) -> Self {
+        self.http_stats = stats;
+        self
     }
 
     /// Serves `GET /api/events` and the dashboard from `events` (which must
@@ -458,23 +481,13 @@ pub async fn serve_with(
     }
     let stop = CancellationToken::new();
     let guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
+    let (limits, stats) = (options.http_limits, Arc::clone(&options.http_stats));
     let app = guard.layer(router_with(options, stop.clone()));
     let shutdown = async move {
         shutdown.await;
         stop.cancel();
     };
-    match tls {
-        Some(tls) => {
-            axum::serve(TlsListener::new(listener, tls)?, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-    }
+    http_conn::serve(listener, tls, app, limits, stats, shutdown).await
 }
 
 /// The admin listener served on a thread of its own; see [`spawn`].

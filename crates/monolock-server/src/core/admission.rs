@@ -1,0 +1,148 @@
+//! Who gets a descriptor: the connection limit (`--max-connections`), the
+//! refusal of a connection over it, and the order in which connections are
+//! closed when the process runs out of descriptors anyway.
+//!
+//! The model is PostgreSQL's `max_connections` with its reserved slots and
+//! Redis's `maxclients` with its reserved descriptors: the protocol
+//! listener takes at most `--max-connections` connections, a limit the
+//! server keeps below the descriptor limit by a reserve
+//! ([`RESERVED_DESCRIPTORS`] plus the HTTP listeners' own caps). One more
+//! connection is accepted, told ERROR 0x04 and closed, so a client over the
+//! limit learns it at once instead of waiting in the backlog.
+//!
+//! When descriptors run out all the same (`accept` fails with EMFILE), the
+//! server frees them in this order, one step per failed `accept`:
+//!
+//! 1. connections that have not sent a whole first frame (they cost a
+//!    descriptor and promise nothing; each is told ERROR 0x04);
+//! 2. then idle version 2 sessions (no claim) that have been open for at
+//!    least one io-timeout, each told ERROR 0x03. A session just opened is
+//!    never idle in this sense: its first ACQUIRE may be on its way.
+
+use std::{
+    collections::BTreeMap,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use monolock_proto::{ErrorCode, ServerFrame};
+use tokio::{io::AsyncReadExt, net::TcpStream, time::Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Descriptors the server keeps for itself beyond the HTTP listeners'
+/// caps: listening sockets, the audit log, the token floor, files read on
+/// SIGHUP, `/proc/self` at scrape time, and the refusals in flight
+/// ([`MAX_REFUSALS_IN_FLIGHT`]). As Redis's `CONFIG_MIN_RESERVED_FDS`.
+pub const RESERVED_DESCRIPTORS: u64 = 32;
+
+/// Default for `--max-connections` (as Redis's `maxclients`); lowered at
+/// start to fit the descriptor limit less the reserve.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
+/// Refused connections drained at once (the rest are closed right after
+/// their ERROR is written); part of [`RESERVED_DESCRIPTORS`].
+pub const MAX_REFUSALS_IN_FLIGHT: usize = 8;
+
+/// How long a refused connection is drained after its ERROR, so that the
+/// client's first frame, if it is already on its way, does not turn the
+/// close into a reset that destroys the ERROR.
+const REFUSAL_DRAIN: Duration = Duration::from_millis(200);
+
+/// The reason in the ERROR 0x04 of a connection over the limit.
+pub(crate) const OVER_LIMIT_REASON: &str = "too many connections: server at --max-connections";
+
+/// The reason in the ERROR 0x04 of a connection closed to free its
+/// descriptor.
+pub(crate) const SHED_REASON: &str = "too many connections: server out of descriptors";
+
+/// The largest `--max-connections` that leaves `reserve` descriptors of
+/// `descriptor_limit` free: `None` when nothing is left.
+pub fn connections_within(descriptor_limit: u64, reserve: u64) -> Option<usize> {
+    let left = descriptor_limit.checked_sub(reserve)?;
+    (left > 0).then(|| usize::try_from(left).unwrap_or(usize::MAX))
+}
+
+/// Connections accepted whose first frame is not yet whole, oldest first.
+#[derive(Default)]
+pub(crate) struct PendingConnections {
+    next_id: AtomicU64,
+    open: parking_lot::Mutex<BTreeMap<u64, CancellationToken>>,
+    refusals_in_flight: AtomicUsize,
+}
+
+/// A connection's place among the pending ones; leaves it when dropped.
+pub(crate) struct Pending {
+    registry: Arc<PendingConnections>,
+    id: u64,
+    /// Cancelled when the server closes this connection to free its
+    /// descriptor.
+    pub(crate) shed: CancellationToken,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.registry.open.lock().remove(&self.id);
+    }
+}
+
+impl PendingConnections {
+    /// Files a connection just accepted.
+    pub(crate) fn register(self: &Arc<Self>) -> Pending {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let shed = CancellationToken::new();
+        self.open.lock().insert(id, shed.clone());
+        Pending {
+            registry: Arc::clone(self),
+            id,
+            shed,
+        }
+    }
+
+    /// Asks every pending connection to close; returns how many.
+    pub(crate) fn shed_all(&self) -> usize {
+        let open = std::mem::take(&mut *self.open.lock());
+        for token in open.values() {
+            token.cancel();
+        }
+        open.len()
+    }
+
+    /// Pending connections now.
+    pub(crate) fn len(&self) -> usize {
+        self.open.lock().len()
+    }
+
+    /// Tells `tcp` ERROR 0x04 and closes it, without waiting on the
+    /// client: the frame goes out in one non-blocking write (it is a few
+    /// dozen bytes, and the socket's buffer is empty), then a few refusals
+    /// at a time are drained briefly in the background.
+    pub(crate) fn refuse(self: &Arc<Self>, tcp: TcpStream, reason: &str) {
+        let frame = ServerFrame::Error {
+            code: ErrorCode::TOO_MANY_CONNECTIONS,
+            reason: reason.to_owned(),
+        }
+        .to_bytes();
+        let _ = tcp.try_write(&frame);
+        if self.refusals_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSALS_IN_FLIGHT {
+            self.refusals_in_flight.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        tokio::spawn(drain_refused(tcp, Arc::clone(self)));
+    }
+}
+
+/// Shuts the write side (the ERROR is all the client gets) and reads what
+/// the client sent for a moment, then closes.
+async fn drain_refused(mut tcp: TcpStream, registry: Arc<PendingConnections>) {
+    let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 256];
+    let deadline = Instant::now() + REFUSAL_DRAIN;
+    let _ = tokio::time::timeout_at(deadline, async {
+        while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {}
+    })
+    .await;
+    registry.refusals_in_flight.fetch_sub(1, Ordering::AcqRel);
+}
