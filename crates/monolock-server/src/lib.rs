@@ -78,7 +78,7 @@ pub use crate::core::table::{
 };
 pub use crate::core::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
-pub use crate::ops::admin_auth::{AdminToken, AdminTokenError};
+pub use crate::ops::admin_auth::{AdminIdentities, AdminToken, AdminTokenError};
 pub use crate::ops::audit::{
     AUDIT_QUEUE_CAPACITY, AuditError, AuditLog, AuditOptions, AuditOverflow, AuditTarget,
 };

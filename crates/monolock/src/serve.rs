@@ -8,9 +8,9 @@ use std::{
 use anyhow::Context as _;
 use clap::{ArgAction, Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, EventHub, HttpLimits, HttpStats, Listeners, Metrics, Reloader,
-    ServerConfig, ServerTls, Service, SystemWallClock, TlsFiles, TokenFloor,
+    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminIdentities, AdminToken, AllowedHosts, AuditLog,
+    AuditOptions, AuditOverflow, AuditTarget, EventHub, HttpLimits, HttpStats, Listeners, Metrics,
+    Reloader, ServerConfig, ServerTls, Service, SystemWallClock, TlsFiles, TokenFloor,
     admin::EffectiveConfig,
 };
 use tokio::{
@@ -93,6 +93,18 @@ pub struct ServeArgs {
     /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
     #[arg(long, env = "MONOLOCK_ADMIN_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
     admin_tls: bool,
+
+    /// With --admin-tls, --tls-client-ca and no --admin-token-file: a client certificate
+    /// with this identity (exactly) is an administrator; every other one is refused (403).
+    /// Repeatable; comma-separated in the variable; the ACL file's "admin" list adds
+    /// patterns [default: none].
+    #[arg(
+        long,
+        env = "MONOLOCK_ADMIN_IDENTITY",
+        value_delimiter = ',',
+        value_name = "ID"
+    )]
+    admin_identity: Vec<String>,
 
     /// Serve /metrics, /healthz and /readyz over HTTPS, as --admin-tls does.
     #[arg(long, env = "MONOLOCK_OPS_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
@@ -240,9 +252,43 @@ fn init_logging(level: LogLevel, format: LogFormat) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(escaped_fields()).init(),
+        // serde_json escapes every string: the lines stay valid JSON.
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+}
+
+/// Text-format fields with control characters escaped: lock names,
+/// identities and reasons come from clients, and one holding a newline
+/// must not start a line of its own (a forged log line).
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        if field.name() == "message" {
+            writer.write_str(&escape_control(&text))
+        } else {
+            write!(writer, "{}={}", field.name(), escape_control(&text))
+        }
+    })
+    .delimited(" ")
+}
+
+/// `text` with every control character (newlines, NUL, escape sequences)
+/// written as a Rust escape (`\n`, `\0`, `\u{1b}`).
+fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// The flags, checked: every combination valid, every value parsed.
@@ -254,6 +300,9 @@ struct Settings {
     admin_token_file: Option<PathBuf>,
     admin_tls: bool,
     ops_tls: bool,
+    /// Whose certificates are administrators: `Some` when the admin
+    /// listener authenticates by client certificate (mTLS, no token).
+    admin_identities: Option<Vec<String>>,
     allowed_hosts: AllowedHosts,
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
@@ -313,6 +362,19 @@ impl Settings {
                 "--admin-listen {addr} is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure to serve it without authentication"
             ));
         }
+        let admin_identity: Vec<String> = args
+            .admin_identity
+            .iter()
+            .map(|identity| identity.trim().to_owned())
+            .filter(|identity| !identity.is_empty())
+            .collect();
+        let admin_by_certificate = admin_mtls && admin_token_file.is_none();
+        if !admin_identity.is_empty() && !admin_by_certificate {
+            return Err(
+                "--admin-identity requires --admin-tls with --tls-client-ca and no --admin-token-file (the token decides otherwise)"
+                    .to_owned(),
+            );
+        }
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -347,6 +409,7 @@ impl Settings {
             admin_token_file,
             admin_tls: args.admin_tls,
             ops_tls: args.ops_tls,
+            admin_identities: admin_by_certificate.then_some(admin_identity),
             allowed_hosts,
             tls,
             acl_file,
@@ -628,6 +691,20 @@ fn build_service(
     }
     if let Some(token) = &admin_token {
         service = service.with_admin_token(token.clone());
+    }
+    if let Some(named) = &settings.admin_identities
+        && settings.admin_listen.is_some()
+    {
+        let mut identities = AdminIdentities::new(named.iter().cloned());
+        if let Some(acl) = &acl {
+            identities = identities.with_acl(acl.clone());
+        }
+        if identities.names_none() {
+            warn!(
+                "the admin API takes client certificates and no token, but no identity is an administrator: every request will be refused; name them with --admin-identity or the ACL file's admin list"
+            );
+        }
+        service = service.with_admin_identities(Arc::new(identities));
     }
     service = service.with_allowed_hosts(Arc::new(settings.allowed_hosts.clone()));
     if let Some(tls) = &tls {

@@ -49,8 +49,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminRefused, AdminToken, AllowedHosts, ClaimRef, Ending, EventHub, Glob, GraceStatus,
-    HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls, WaiterSnapshot, WebGuard,
+    AdminIdentities, AdminRefused, AdminToken, AllowedHosts, ClaimRef, ClientIdentity, Ending,
+    EventHub, Glob, GraceStatus, HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls,
+    WaiterSnapshot, WebGuard,
     ops::dashboard,
     ops::http_conn::{self, HttpLimits, HttpStats},
     ops::live,
@@ -307,6 +308,7 @@ pub struct AdminOptions {
     allowed_hosts: Arc<AllowedHosts>,
     http_limits: HttpLimits,
     http_stats: Arc<HttpStats>,
+    identities: Option<Arc<AdminIdentities>>,
 }
 
 impl std::fmt::Debug for AdminOptions {
@@ -336,7 +338,17 @@ impl AdminOptions {
             allowed_hosts: Arc::default(),
             http_limits: HttpLimits::default(),
             http_stats: Arc::default(),
+            identities: None,
         }
+    }
+
+    /// Without a token, only client certificates whose identity
+    /// `identities` names are administrators (mTLS; see
+    /// [`AdminIdentities`]). With a token, the token decides.
+    #[must_use]
+    pub fn with_admin_identities(mut self, identities: Arc<AdminIdentities>) -> Self {
+        self.identities = Some(identities);
+        self
     }
 
     /// Bounds the listener's connections: header and idle timeouts and a
@@ -411,6 +423,7 @@ pub fn router(handle: ServerHandle, config: EffectiveConfig) -> Router {
 /// the listener's address): put it in front of a router served otherwise.
 pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
     let token = options.token.clone();
+    let identities = options.identities.clone();
     let state = Arc::new(AdminState { options, stop });
     let api = Router::new()
         .route("/api/info", get(info_handler))
@@ -426,9 +439,15 @@ pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
-    let api = match token {
-        Some(token) => api.layer(middleware::from_fn_with_state(token, authenticate)),
-        None => api,
+    // The token, when there is one, is the admin's credential, as it
+    // always was; without one, under mTLS, the certificate's identity is.
+    let api = match (token, identities) {
+        (Some(token), _) => api.layer(middleware::from_fn_with_state(token, authenticate)),
+        (None, Some(identities)) => api.layer(middleware::from_fn_with_state(
+            identities,
+            require_admin_identity,
+        )),
+        (None, None) => api,
     };
     // The page's shell holds no data (everything it shows comes from the
     // API with the token), and a browser cannot add a bearer header to a
@@ -480,7 +499,10 @@ pub async fn serve_with(
         info!(%addr, allowed_hosts = %options.allowed_hosts, "admin API also serves these Host names");
     }
     let stop = CancellationToken::new();
-    let guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
+    let mut guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
+    if options.token.is_some() {
+        guard = guard.with_bearer_token();
+    }
     let (limits, stats) = (options.http_limits, Arc::clone(&options.http_stats));
     let app = guard.layer(router_with(options, stop.clone()));
     let shutdown = async move {
@@ -585,6 +607,36 @@ async fn authenticate(
         HeaderValue::from_static("Bearer realm=\"monolock admin\""),
     );
     response
+}
+
+/// Lets through a request whose client certificate names an
+/// administrator; refuses (403) and logs any other, with its identity.
+async fn require_admin_identity(
+    State(identities): State<Arc<AdminIdentities>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let identity = request
+        .extensions()
+        .get::<ClientIdentity>()
+        .map(|identity| Arc::clone(&identity.0));
+    let identity = identity.as_deref().unwrap_or("");
+    if identities.allows(identity) {
+        return next.run(request).await;
+    }
+    warn!(
+        identity,
+        method = %request.method(),
+        path = request.uri().path(),
+        "admin request refused: the client certificate's identity is not an administrator (--admin-identity, or the ACL file's admin list)"
+    );
+    ApiError(
+        StatusCode::FORBIDDEN,
+        format!(
+            "the certificate identity {identity:?} is not an administrator of this server (it needs --admin-identity or the ACL file's admin list)"
+        ),
+    )
+    .into_response()
 }
 
 /// An API error: a status and `{"error": "..."}`.

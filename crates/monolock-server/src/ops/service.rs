@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, EventHub, HttpLimits, HttpStats,
-    Metrics, Observer, Observers, Reloader, Server, ServerConfig, ServerHandle, ServerTls,
+    AclFileAuthorizer, AdminIdentities, AdminToken, AllowedHosts, AuditLog, EventHub, HttpLimits,
+    HttpStats, Metrics, Observer, Observers, Reloader, Server, ServerConfig, ServerHandle,
+    ServerTls,
     ops::admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE, OpsOptions},
 };
@@ -92,6 +93,7 @@ pub struct ServiceBuilder {
     http_limits: HttpLimits,
     admin_http_stats: Arc<HttpStats>,
     ops_http_stats: Arc<HttpStats>,
+    admin_identities: Option<Arc<AdminIdentities>>,
 }
 
 impl Service {
@@ -114,6 +116,7 @@ impl Service {
             http_limits: HttpLimits::default(),
             admin_http_stats: Arc::default(),
             ops_http_stats: Arc::default(),
+            admin_identities: None,
         }
     }
 
@@ -180,6 +183,9 @@ impl Service {
             }
             if let Some(token) = &parts.admin_token {
                 options = options.with_token(token.clone());
+            }
+            if let Some(identities) = &parts.admin_identities {
+                options = options.with_admin_identities(identities.clone());
             }
             if let Some(tls) = &parts.admin_tls {
                 options = options.with_tls(tls.clone());
@@ -291,6 +297,13 @@ impl ServiceBuilder {
     /// own (`--admin-allowed-host`); see [`crate::WebGuard`].
     pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
         self.allowed_hosts = allowed;
+        self
+    }
+
+    /// Without an admin token, makes only the client certificates that
+    /// `identities` names administrators (see [`AdminIdentities`]).
+    pub fn with_admin_identities(mut self, identities: Arc<AdminIdentities>) -> Self {
+        self.admin_identities = Some(identities);
         self
     }
 
