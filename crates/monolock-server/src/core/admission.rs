@@ -146,3 +146,38 @@ async fn drain_refused(mut tcp: TcpStream, registry: Arc<PendingConnections>) {
     .await;
     registry.refusals_in_flight.fetch_sub(1, Ordering::AcqRel);
 }
+
+/// Claims (held and waiting, both protocol versions) the server has
+/// admitted and not yet ended, against `--max-claims`.
+#[derive(Default)]
+pub(crate) struct ClaimCount(Arc<AtomicUsize>);
+
+/// One admitted claim; ends its count when dropped.
+pub(crate) struct ClaimPermit(Arc<AtomicUsize>);
+
+impl Drop for ClaimPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The reason in the refusal (code 0x0a) of a claim over `--max-claims`.
+pub(crate) fn claim_limit_reason(max: usize) -> String {
+    format!("server claim limit reached: it holds --max-claims {max} claims (held and waiting)")
+}
+
+impl ClaimCount {
+    /// A permit for one more claim, or `None` if `max` are admitted.
+    pub(crate) fn try_admit(&self, max: usize) -> Option<ClaimPermit> {
+        if self.0.fetch_add(1, Ordering::AcqRel) >= max {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(ClaimPermit(Arc::clone(&self.0)))
+    }
+
+    /// Claims admitted now.
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+}

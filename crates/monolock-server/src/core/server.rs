@@ -362,6 +362,12 @@ impl ServerHandle {
         }
     }
 
+    /// Claims admitted now, held and waiting, of both protocol versions
+    /// (what `--max-claims` bounds).
+    pub fn claims(&self) -> usize {
+        self.shared.claims.get()
+    }
+
     /// Connections accepted whose first frame is not yet whole.
     pub fn pending_connections(&self) -> usize {
         self.shared.pending.len()

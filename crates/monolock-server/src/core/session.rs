@@ -25,7 +25,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
-    core::admission::{Pending, SHED_REASON},
+    core::admission::{Pending, SHED_REASON, claim_limit_reason},
     core::config::ERROR_DRAIN_TIMEOUT,
     core::events::{Event, ReleaseReason, SessionInfo},
     core::shared::Shared,
@@ -154,6 +154,14 @@ pub(crate) async fn serve<S>(
     // to a version 1 session's task either.
     let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at, pending)).await
     else {
+        return;
+    };
+    // Held for the whole session: a version 1 connection is one claim.
+    let Some(_claim) = shared.admit_claim() else {
+        let reason = claim_limit_reason(shared.config.max_claims);
+        debug!(%remote_addr, "over --max-claims: ACQUIRE refused");
+        conn.close_with(ErrorCode::SERVER_CLAIM_LIMIT, &reason)
+            .await;
         return;
     };
     let now = Instant::now();

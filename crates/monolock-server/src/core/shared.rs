@@ -15,8 +15,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    ServerConfig, core::admission::PendingConnections, core::grace::StartupGrace,
-    core::slot::SessionLink, core::table::LockTable, core::token::TokenIssuer,
+    ServerConfig,
+    core::admission::{ClaimCount, ClaimPermit, PendingConnections},
+    core::grace::StartupGrace,
+    core::slot::SessionLink,
+    core::table::LockTable,
+    core::token::TokenIssuer,
 };
 
 /// State shared by the accept loop, every connection and the handle.
@@ -39,6 +43,8 @@ pub(crate) struct Shared {
     /// Connections whose first frame is not yet whole (closed first when
     /// descriptors run out).
     pub(crate) pending: Arc<PendingConnections>,
+    /// Claims admitted, against `--max-claims`.
+    pub(crate) claims: ClaimCount,
 }
 
 impl Shared {
@@ -64,7 +70,19 @@ impl Shared {
             next_session_id: AtomicU64::new(1),
             sessions: parking_lot::Mutex::new(HashMap::new()),
             pending: Arc::default(),
+            claims: ClaimCount::default(),
         }
+    }
+
+    /// A permit for one more claim, or `None` (counted) at `--max-claims`.
+    pub(crate) fn admit_claim(&self) -> Option<ClaimPermit> {
+        let permit = self.claims.try_admit(self.config.max_claims);
+        if permit.is_none() {
+            self.config
+                .observer
+                .observe(&crate::core::events::Event::ClaimLimitRefused);
+        }
+        permit
     }
 
     /// Frees descriptors in the order `admission.rs` gives: connections
