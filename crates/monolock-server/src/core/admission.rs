@@ -20,10 +20,11 @@
 //!    never idle in this sense: its first ACQUIRE may be on its way.
 
 use std::{
-    collections::BTreeMap,
+    collections::HashMap,
+    net::SocketAddr,
     sync::{
         Arc,
-        atomic::{AtomicU64, AtomicUsize, Ordering},
+        atomic::{AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -65,40 +66,52 @@ pub fn connections_within(descriptor_limit: u64, reserve: u64) -> Option<usize> 
     (left > 0).then(|| usize::try_from(left).unwrap_or(usize::MAX))
 }
 
-/// Connections accepted whose first frame is not yet whole, oldest first.
+/// Connections accepted whose first frame is not yet whole, by the
+/// client's address (unique among open connections to one listener).
 #[derive(Default)]
 pub(crate) struct PendingConnections {
-    next_id: AtomicU64,
-    open: parking_lot::Mutex<BTreeMap<u64, CancellationToken>>,
+    open: parking_lot::Mutex<HashMap<SocketAddr, CancellationToken>>,
     refusals_in_flight: AtomicUsize,
 }
 
 /// A connection's place among the pending ones; leaves it when dropped.
-pub(crate) struct Pending {
-    registry: Arc<PendingConnections>,
-    id: u64,
+/// Kept by the task while it waits for the first frame (inside the boxed
+/// handshake, so no session's task grows by it).
+pub(crate) struct Pending<'a> {
+    registry: &'a PendingConnections,
+    addr: SocketAddr,
     /// Cancelled when the server closes this connection to free its
     /// descriptor.
     pub(crate) shed: CancellationToken,
 }
 
-impl Drop for Pending {
+impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        self.registry.open.lock().remove(&self.id);
+        self.registry.open.lock().remove(&self.addr);
     }
 }
 
 impl PendingConnections {
-    /// Files a connection just accepted.
-    pub(crate) fn register(self: &Arc<Self>) -> Pending {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let shed = CancellationToken::new();
-        self.open.lock().insert(id, shed.clone());
-        Pending {
-            registry: Arc::clone(self),
-            id,
+    /// Files a connection just accepted from `addr`.
+    pub(crate) fn register(&self, addr: SocketAddr) {
+        self.open.lock().insert(addr, CancellationToken::new());
+    }
+
+    /// The place of the connection from `addr`, if it was filed (a
+    /// connection served by `ServerHandle::serve_stream` is not).
+    pub(crate) fn take(&self, addr: SocketAddr) -> Option<Pending<'_>> {
+        let shed = self.open.lock().get(&addr)?.clone();
+        Some(Pending {
+            registry: self,
+            addr,
             shed,
-        }
+        })
+    }
+
+    /// Removes the connection from `addr` (it ended before its first
+    /// frame's wait began).
+    pub(crate) fn forget(&self, addr: SocketAddr) {
+        self.open.lock().remove(&addr);
     }
 
     /// Asks every pending connection to close; returns how many.
@@ -174,6 +187,11 @@ impl ClaimCount {
             return None;
         }
         Some(ClaimPermit(Arc::clone(&self.0)))
+    }
+
+    /// Ends one claim admitted by a permit that was forgotten.
+    pub(crate) fn end_one(&self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Claims admitted now.

@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
-    core::admission::{OVER_LIMIT_REASON, Pending},
+    core::admission::OVER_LIMIT_REASON,
     core::events::Event,
     core::grace::GraceStatus,
     core::session,
@@ -121,7 +121,7 @@ impl Server {
                         shared.pending.refuse(tcp, OVER_LIMIT_REASON);
                         continue;
                     }
-                    let pending = shared.pending.register();
+                    shared.pending.register(remote_addr);
                     // Two task types, so a plaintext task stays exactly as
                     // small as it would be in a server without TLS. No
                     // tracing span per connection: entering it on every poll
@@ -131,14 +131,12 @@ impl Server {
                             tcp,
                             remote_addr,
                             nodelay,
-                            pending,
                             Arc::clone(&shared),
                         )),
                         Some(tls) => tracker.spawn(tls_connection(
                             tcp,
                             remote_addr,
                             nodelay,
-                            pending,
                             tls.acceptor(),
                             Arc::clone(&shared),
                         )),
@@ -215,20 +213,11 @@ async fn connection(
     tcp: TcpStream,
     remote_addr: SocketAddr,
     nodelay: Nodelay,
-    pending: Pending,
     shared: Arc<Shared>,
 ) {
     let accepted_at = opened(&tcp, nodelay, &shared);
     let identity = Arc::clone(&shared.no_identity);
-    session::serve(
-        tcp,
-        remote_addr,
-        identity,
-        accepted_at,
-        Some(pending),
-        Arc::clone(&shared),
-    )
-    .await;
+    session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
     closed(&shared);
 }
 
@@ -240,25 +229,35 @@ async fn tls_connection(
     tcp: TcpStream,
     remote_addr: SocketAddr,
     nodelay: Nodelay,
-    pending: Pending,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
 ) {
     let accepted_at = opened(&tcp, nodelay, &shared);
+    // Out of descriptors, a connection still in its handshake goes first,
+    // without a frame (there is no TLS session to carry one). Its place is
+    // taken again by the first frame's wait once the handshake is done.
+    let shed = shared
+        .pending
+        .take(remote_addr)
+        .map(|pending| pending.shed.clone());
+    let shed = async {
+        match shed {
+            Some(token) => token.cancelled_owned().await,
+            None => std::future::pending().await,
+        }
+    };
     let deadline = deadline_after(accepted_at, shared.config.io_timeout);
     let handshake = tokio::select! {
         biased;
         () = shared.shutdown.cancelled() => None,
-        // Out of descriptors: a connection still in its handshake goes
-        // first, without a frame (there is no TLS session to carry one).
-        () = pending.shed.cancelled() => {
+        () = shed => {
             shared.config.observer.observe(&Event::ConnectionShed);
             None
         }
         handshake = timeout_at(deadline, acceptor.accept(tcp)) => Some(handshake),
     };
     match handshake {
-        None => {}
+        None => shared.pending.forget(remote_addr),
         Some(Ok(Ok(stream))) => {
             let identity = match stream.get_ref().1.peer_certificates() {
                 Some([leaf, ..]) => Arc::from(identity_of_certificate(leaf)),
@@ -270,16 +269,17 @@ async fn tls_connection(
                 remote_addr,
                 identity,
                 accepted_at,
-                Some(pending),
                 Arc::clone(&shared),
             )
             .await;
         }
         Some(Ok(Err(err))) => {
+            shared.pending.forget(remote_addr);
             shared.config.observer.observe(&Event::TlsHandshakeFailed);
             debug!(%remote_addr, error = %err, "TLS handshake failed");
         }
         Some(Err(_)) => {
+            shared.pending.forget(remote_addr);
             shared.config.observer.observe(&Event::TlsHandshakeFailed);
             debug!(%remote_addr, "TLS handshake not complete within io-timeout");
         }
@@ -513,7 +513,6 @@ impl ServerHandle {
             remote_addr,
             Arc::from(identity),
             accepted_at,
-            None,
             Arc::clone(&self.shared),
         )
         .await;
@@ -570,14 +569,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let server = super::Server::new(crate::ServerConfig::default());
-        let pending = server.shared.pending.register();
-        let task = super::connection(
-            stream,
-            addr,
-            super::Nodelay::SetEach,
-            pending,
-            server.shared.clone(),
-        );
+        let task = super::connection(stream, addr, super::Nodelay::SetEach, server.shared.clone());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 960, "a session's future grew to {size} bytes");
     }

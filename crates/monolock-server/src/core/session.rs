@@ -25,7 +25,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
-    core::admission::{Pending, SHED_REASON, claim_limit_reason},
+    core::admission::{SHED_REASON, claim_limit_reason},
     core::config::ERROR_DRAIN_TIMEOUT,
     core::events::{Event, ReleaseReason, SessionInfo},
     core::shared::Shared,
@@ -137,7 +137,6 @@ pub(crate) async fn serve<S>(
     remote_addr: SocketAddr,
     identity: Arc<str>,
     accepted_at: Instant,
-    pending: Option<Pending>,
     shared: Arc<Shared>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -152,18 +151,20 @@ pub(crate) async fn serve<S>(
     // not kept in every session's task for its whole life. A version 2
     // session is served from inside it (boxed again), so it adds nothing
     // to a version 1 session's task either.
-    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at, pending)).await
-    else {
+    let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
         return;
     };
-    // Held for the whole session: a version 1 connection is one claim.
-    let Some(_claim) = shared.admit_claim() else {
+    // A version 1 connection is one claim, for the whole session. Ended
+    // by hand below rather than by a guard kept here: every session's task
+    // carries what it keeps across its awaits.
+    let Some(claim) = shared.admit_claim() else {
         let reason = claim_limit_reason(shared.config.max_claims);
         debug!(%remote_addr, "over --max-claims: ACQUIRE refused");
         conn.close_with(ErrorCode::SERVER_CLAIM_LIMIT, &reason)
             .await;
         return;
     };
+    std::mem::forget(claim);
     let now = Instant::now();
     let slot = Arc::new(SessionSlot::new(info, now));
     shared.table.touch(&slot, now);
@@ -175,6 +176,7 @@ pub(crate) async fn serve<S>(
     };
     let end = session.run().await;
     session.finish(end).await;
+    shared.claims.end_one();
 }
 
 /// The stream and its buffer.
@@ -203,11 +205,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         remote_addr: SocketAddr,
         identity: Arc<str>,
         accepted_at: Instant,
-        pending: Option<Pending>,
     ) -> Option<SessionInfo> {
         let shared = self.shared;
         // Out of descriptors, the server closes connections without a whole
         // first frame before any session (admission.rs).
+        let pending = shared.pending.take(remote_addr);
         let shed = pending.as_ref().map(|pending| pending.shed.clone());
         let shed = async {
             match shed {
