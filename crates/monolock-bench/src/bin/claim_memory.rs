@@ -6,8 +6,9 @@
 //! names of NAME_LEN bytes (pipelined, try mode), hold them, then close.
 //! After every burst it waits for `/metrics` to show no lock held and
 //! reads the server's RSS. Prints the RSS at start, at the peak of each
-//! burst and after it, and the bytes per claim (peak less start, over the
-//! claims held).
+//! burst and after it (SETTLE_MS after the last claim ended, 6000 by
+//! default: the server looks for an ended burst every 5 s), and the bytes
+//! per claim (peak less start, over the claims held).
 //!
 //! ```text
 //! cargo build --release -p monolock
@@ -192,9 +193,10 @@ fn main() -> anyhow::Result<()> {
     };
     let monolock = args
         .get(1)
-        .context("usage: claim-memory MONOLOCK [SESSIONS CLAIMS BURSTS NAME_LEN]")?;
+        .context("usage: claim-memory MONOLOCK [SESSIONS CLAIMS BURSTS NAME_LEN SETTLE_MS]")?;
     let (sessions, claims, bursts, name_len) =
         (arg(2, 100)?, arg(3, 1024)?, arg(4, 25)?, arg(5, 255)?);
+    let settle = Duration::from_millis(arg(6, 6000)? as u64);
     raise_nofile();
     let server = start(monolock, claims)?;
     let pid = server.child.id();
@@ -231,6 +233,8 @@ fn main() -> anyhow::Result<()> {
             anyhow::ensure!(Instant::now() < deadline, "claims never ended");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The server looks for an ended burst every 5 s (RECLAIM_INTERVAL).
+        std::thread::sleep(settle);
         let after = rss_bytes(pid);
         last_after = after;
         println!(

@@ -20,7 +20,7 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
-    core::admission::OVER_LIMIT_REASON,
+    core::admission::{OVER_LIMIT_REASON, RECLAIM_INTERVAL},
     core::events::Event,
     core::grace::GraceStatus,
     core::session,
@@ -100,6 +100,25 @@ impl Server {
                 }
             });
         }
+        let reclaimer = Arc::clone(&shared);
+        tracker.spawn(async move {
+            let mut every = tokio::time::interval(RECLAIM_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = reclaimer.shutdown.cancelled() => break,
+                    _ = every.tick() => {}
+                }
+                if reclaimer.claims.burst_ended() {
+                    reclaimer.table.shrink();
+                    crate::core::limits::trim_heap();
+                    debug!(
+                        claims = reclaimer.claims.get(),
+                        "a burst of claims ended: memory given back"
+                    );
+                }
+            }
+        });
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let accepted = tokio::select! {
