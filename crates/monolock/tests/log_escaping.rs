@@ -302,11 +302,8 @@ fn grant_lines_of_both_versions_are_escaped() {
     v1.set_read_timeout(Some(PATIENCE)).expect("timeout");
     let lease = Lease::from_millis(30_000).expect("lease");
     v1.write_all(
-        &ClientFrame::acquire(
-            lease,
-            LockName::new(&format!("v1{FORGED}\0")).expect("name"),
-        )
-        .to_bytes(),
+        &ClientFrame::acquire(lease, LockName::new(format!("v1{FORGED}\0")).expect("name"))
+            .to_bytes(),
     )
     .expect("ACQUIRE");
     assert!(matches!(read_frame(&mut v1), ServerFrame::Acquired { .. }));
@@ -316,7 +313,7 @@ fn grant_lines_of_both_versions_are_escaped() {
     let acquire = v2::ClientFrame::Acquire {
         claim: 1,
         mode: v2::Mode::Wait,
-        name: LockName::new(&format!("v2{FORGED}\0")).expect("name"),
+        name: LockName::new(format!("v2{FORGED}\0")).expect("name"),
     };
     v2.write_all(&acquire.to_bytes()).expect("ACQUIRE");
     let mut grants = 0;

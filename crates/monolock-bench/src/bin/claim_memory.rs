@@ -41,7 +41,13 @@ impl Drop for Server {
 
 fn start(monolock: &str, claims: usize) -> anyhow::Result<Server> {
     let mut child = Command::new(monolock)
-        .args(["serve", "--listen", "127.0.0.1:0", "--ops-listen", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--ops-listen",
+            "127.0.0.1:0",
+        ])
         .args(["--log-format", "json", "--log-level", "warn"])
         .args(["--max-claims-per-session", &claims.to_string()])
         .stdin(Stdio::null())
@@ -151,7 +157,10 @@ fn session(
     for claim in 0..claims {
         let prefix = format!("b{burst}-s{session}-c{claim}-");
         let mut name = prefix.clone();
-        name.extend(std::iter::repeat_n('x', name_len.saturating_sub(prefix.len())));
+        name.extend(std::iter::repeat_n(
+            'x',
+            name_len.saturating_sub(prefix.len()),
+        ));
         v2::ClientFrame::Acquire {
             claim: claim as u32,
             mode: v2::Mode::Try,
