@@ -177,10 +177,11 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     idle_timeout: Duration,
 
-    /// Protocol connections open at once; one more is told ERROR 0x04 and closed. Lowered
-    /// at start to the descriptor limit less a reserve for the HTTP listeners and files.
-    #[arg(long, env = "MONOLOCK_MAX_CONNECTIONS", default_value_t = monolock_server::DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
-    max_connections: usize,
+    /// Protocol connections open at once; one more is told ERROR 0x04 and closed. Never
+    /// more than the open-file limit less a reserve for the HTTP listeners and files
+    /// [default: that figure].
+    #[arg(long, env = "MONOLOCK_MAX_CONNECTIONS", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
+    max_connections: Option<usize>,
 
     /// Claims (held and waiting) over all sessions; one more ACQUIRE is refused with code
     /// 0x0a (REFUSED in v2, the session lives on; ERROR in v1).
@@ -314,7 +315,8 @@ struct Settings {
     max_claims_per_session: u32,
     idle_timeout: Duration,
     ops_shutdown_grace: Duration,
-    max_connections: usize,
+    /// `None`: as many as the descriptors allow.
+    max_connections: Option<usize>,
     max_claims: usize,
     http_limits: HttpLimits,
 }
@@ -574,8 +576,11 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
 /// descriptor limit keeps a reserve: the admin and ops listeners' caps, and
 /// [`monolock_server::RESERVED_DESCRIPTORS`] for files and refusals.
 fn fit_max_connections(settings: &Settings, descriptors: Option<u64>) -> anyhow::Result<usize> {
+    let asked = settings
+        .max_connections
+        .unwrap_or(monolock_server::DEFAULT_MAX_CONNECTIONS);
     let Some(limit) = descriptors else {
-        return Ok(settings.max_connections);
+        return Ok(asked);
     };
     let http_listeners = [settings.ops_listen, settings.admin_listen]
         .iter()
@@ -589,23 +594,32 @@ fn fit_max_connections(settings: &Settings, descriptors: Option<u64>) -> anyhow:
             monolock_server::RESERVED_DESCRIPTORS
         );
     };
-    if fits < settings.max_connections {
-        warn!(
-            asked = settings.max_connections,
-            max_connections = fits,
-            descriptor_limit = limit,
-            reserve,
-            "--max-connections lowered to fit the open-file limit less the reserve"
-        );
+    if fits < asked {
+        if settings.max_connections.is_some() {
+            warn!(
+                asked,
+                max_connections = fits,
+                descriptor_limit = limit,
+                reserve,
+                "--max-connections lowered to fit the open-file limit less the reserve"
+            );
+        } else {
+            info!(
+                max_connections = fits,
+                descriptor_limit = limit,
+                reserve,
+                "connection limit: the open-file limit less the reserve"
+            );
+        }
         return Ok(fits);
     }
     info!(
-        max_connections = settings.max_connections,
+        max_connections = asked,
         descriptor_limit = limit,
         reserve,
         "connection limit"
     );
-    Ok(settings.max_connections)
+    Ok(asked)
 }
 
 /// The service the settings and the loaded files describe (with the

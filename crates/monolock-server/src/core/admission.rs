@@ -39,9 +39,12 @@ use tokio_util::sync::CancellationToken;
 /// ([`MAX_REFUSALS_IN_FLIGHT`]). As Redis's `CONFIG_MIN_RESERVED_FDS`.
 pub const RESERVED_DESCRIPTORS: u64 = 32;
 
-/// Default for `--max-connections` (as Redis's `maxclients`); lowered at
-/// start to fit the descriptor limit less the reserve.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Default for [`ServerConfig::max_connections`](crate::ServerConfig):
+/// no limit of the server's own. `monolock serve` sets it to the open-file
+/// limit less the reserve unless `--max-connections` asks for fewer: one
+/// session is one descriptor, and a fleet of a million sessions must not
+/// meet a lower default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = usize::MAX;
 
 /// Refused connections drained at once (the rest are closed right after
 /// their ERROR is written); part of [`RESERVED_DESCRIPTORS`].
