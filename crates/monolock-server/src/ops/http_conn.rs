@@ -123,6 +123,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Arc::new(AtomicU64::new(0));
     let tracker = TaskTracker::new();
     let stop = CancellationToken::new();
     tokio::pin!(shutdown);
@@ -148,7 +149,7 @@ pub(crate) async fn serve(
         let Ok(permit) = Arc::clone(&slots).try_acquire_owned() else {
             stats.refused.fetch_add(1, Ordering::Relaxed);
             debug!(%remote_addr, "HTTP listener at its connection cap: refused");
-            let _ = tcp.try_write(OVER_CAP_RESPONSE);
+            refuse(tcp, &refusals);
             continue;
         };
         let connection = Connection {
@@ -171,6 +172,38 @@ pub(crate) async fn serve(
     tracker.close();
     tracker.wait().await;
     Ok(())
+}
+
+/// Refused connections drained at once; the rest are closed right after
+/// their 503 is written.
+const MAX_REFUSALS_IN_FLIGHT: u64 = 8;
+
+/// How long a refused connection's request is read and dropped, so the
+/// close does not turn into a reset that destroys the 503.
+const REFUSAL_DRAIN: Duration = Duration::from_millis(200);
+
+/// Answers `503` in one non-blocking write, then closes; a few refusals at
+/// a time are drained briefly first.
+fn refuse(tcp: TcpStream, in_flight: &Arc<AtomicU64>) {
+    let _ = tcp.try_write(OVER_CAP_RESPONSE);
+    if in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_REFUSALS_IN_FLIGHT {
+        in_flight.fetch_sub(1, Ordering::AcqRel);
+        return;
+    }
+    let in_flight = Arc::clone(in_flight);
+    tokio::spawn(async move {
+        let mut tcp = tcp;
+        let _ = socket2::SockRef::from(&tcp).shutdown(std::net::Shutdown::Write);
+        let mut sink = [0u8; 1024];
+        let _ = tokio::time::timeout(REFUSAL_DRAIN, async {
+            while matches!(
+                tokio::io::AsyncReadExt::read(&mut tcp, &mut sink).await,
+                Ok(n) if n > 0
+            ) {}
+        })
+        .await;
+        in_flight.fetch_sub(1, Ordering::AcqRel);
+    });
 }
 
 struct Connection {
