@@ -35,6 +35,13 @@ impl ErrorCode {
     pub const SHUTTING_DOWN: Self = Self(0x01);
     /// 0x02: closed by an administrator (force-release or kick).
     pub const CLOSED_BY_ADMIN: Self = Self(0x02);
+    /// 0x04: the server is at its connection limit, or out of descriptors
+    /// and closing connections that have not sent a first frame; reconnect
+    /// with backoff.
+    pub const TOO_MANY_CONNECTIONS: Self = Self(0x04);
+    /// 0x0a: the server holds as many claims (held and waiting, all
+    /// sessions) as it may; in ERROR for v1, in REFUSED for a v2 claim.
+    pub const SERVER_CLAIM_LIMIT: Self = Self(0x0a);
     /// 0x10: unsupported protocol version.
     pub const UNSUPPORTED_VERSION: Self = Self(0x10);
     /// 0x11: the first message on a connection must be ACQUIRE.
@@ -76,9 +83,11 @@ impl ErrorCode {
     pub const UNKNOWN_MODE: Self = Self(0x25);
 
     /// Every code protocol v1 defines, in ascending order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 13] = [
         Self::SHUTTING_DOWN,
         Self::CLOSED_BY_ADMIN,
+        Self::TOO_MANY_CONNECTIONS,
+        Self::SERVER_CLAIM_LIMIT,
         Self::UNSUPPORTED_VERSION,
         Self::FIRST_MESSAGE_NOT_ACQUIRE,
         Self::DUPLICATE_ACQUIRE,
@@ -126,8 +135,10 @@ impl ErrorCode {
             0x01 => "server shutting down",
             0x02 => "closed by administrator",
             0x03 => "idle session closed",
+            0x04 => "too many connections",
             0x08 => "claim revoked by administrator",
             0x09 => "too many claims on this session",
+            0x0a => "server claim limit reached",
             0x10 => "unsupported protocol version",
             0x11 => "first message must be ACQUIRE",
             0x12 => "duplicate ACQUIRE",

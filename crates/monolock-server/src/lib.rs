@@ -56,10 +56,13 @@ pub mod ops;
 pub use crate::ops::admin;
 
 pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
+pub use crate::core::admission::{
+    DEFAULT_MAX_CONNECTIONS, MAX_REFUSALS_IN_FLIGHT, RESERVED_DESCRIPTORS, connections_within,
+};
 pub use crate::core::clock::{SystemWallClock, WallClock};
 pub use crate::core::config::{
-    Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS_PER_SESSION,
-    ServerConfig,
+    Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS,
+    DEFAULT_MAX_CLAIMS_PER_SESSION, ServerConfig,
 };
 pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
@@ -75,9 +78,13 @@ pub use crate::core::table::{
 };
 pub use crate::core::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
-pub use crate::ops::admin_auth::{AdminToken, AdminTokenError};
+pub use crate::ops::admin_auth::{AdminIdentities, AdminToken, AdminTokenError};
 pub use crate::ops::audit::{
     AUDIT_QUEUE_CAPACITY, AuditError, AuditLog, AuditOptions, AuditOverflow, AuditTarget,
+};
+pub use crate::ops::http_conn::{
+    ClientIdentity, DEFAULT_HTTP_HEADER_TIMEOUT, DEFAULT_HTTP_IDLE_TIMEOUT,
+    DEFAULT_HTTP_MAX_CONNECTIONS, HttpLimits, HttpStats,
 };
 pub use crate::ops::https::TlsListener;
 pub use crate::ops::live::{Batching, EventHub, Subscription};

@@ -465,3 +465,36 @@ async fn the_ops_listener_on_loopback_refuses_a_rebinding_host() {
     ops.stop().await;
     server.stop().await;
 }
+
+/// A change sent with `Authorization: Bearer <token>` to a listener with a
+/// token needs no `X-Requested-By` (no page can send that header to another
+/// site without a preflight); a wrong token is still a 401, and a change
+/// with neither is still refused.
+#[tokio::test]
+async fn a_change_with_the_bearer_token_needs_no_requested_by_header() {
+    let server = TestServer::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("token");
+    std::fs::write(&path, "s3cret\n").expect("write the token");
+    let token = Arc::new(monolock_server::AdminToken::load(&path).expect("token"));
+    let admin = admin_with(
+        AdminOptions::new(server.handle.clone(), EffectiveConfig::default()).with_token(token),
+    )
+    .await;
+    let (holder, held) = server.hold("deploy", 30_000).await;
+    let host = admin.addr.to_string();
+    let post = |authorization: &'static str| {
+        format!("POST /api/locks/deploy/release HTTP/1.1\r\nHost: {host}{authorization}")
+    };
+
+    let answer = raw(admin.addr, &post("")).await;
+    assert_eq!(answer.status, 403, "{}", answer.body);
+    assert!(answer.error().contains("X-Requested-By"));
+    let answer = raw(admin.addr, &post("\r\nAuthorization: Bearer wrong")).await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    let answer = raw(admin.addr, &post("\r\nAuthorization: Bearer s3cret")).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.json()["token"], held);
+    admin.stop().await;
+    server.stop_and_drop(holder).await;
+}

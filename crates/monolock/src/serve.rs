@@ -8,9 +8,10 @@ use std::{
 use anyhow::Context as _;
 use clap::{ArgAction, Args, ValueEnum, builder::OsStringValueParser};
 use monolock_server::{
-    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, AuditOptions,
-    AuditOverflow, AuditTarget, EventHub, Listeners, Metrics, Reloader, ServerConfig, ServerTls,
-    Service, SystemWallClock, TlsFiles, TokenFloor, admin::EffectiveConfig,
+    AUDIT_QUEUE_CAPACITY, AclFileAuthorizer, AdminIdentities, AdminToken, AllowedHosts, AuditLog,
+    AuditOptions, AuditOverflow, AuditTarget, EventHub, HttpLimits, HttpStats, Listeners, Metrics,
+    Reloader, ServerConfig, ServerTls, Service, SystemWallClock, TlsFiles, TokenFloor,
+    admin::EffectiveConfig,
 };
 use tokio::{
     net::TcpListener,
@@ -47,8 +48,8 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:7070";
     about = "Run the lock server",
     after_help = "Durations accept 250ms, 5s, 1m. Addresses accept IP:PORT, [IPv6]:PORT or :PORT. \
                   On/off variables take 1/0, true/false, yes/no or on/off. \
-                  There is deliberately no lease setting, no heartbeat setting, no connection \
-                  limit and no queue limit.\n\
+                  There is deliberately no lease setting and no heartbeat setting; connections \
+                  and claims are bounded by --max-connections and --max-claims.\n\
                   Signals: SIGTERM/SIGINT shut down gracefully (/healthz turns 503, ERROR 0x01 to \
                   every session, the ops listener stays up 2s longer); SIGHUP re-reads the TLS \
                   files, the ACL file and the admin token file and reopens the audit log, \
@@ -92,6 +93,18 @@ pub struct ServeArgs {
     /// --tls-client-ca, admin clients need a certificate from that CA (mTLS).
     #[arg(long, env = "MONOLOCK_ADMIN_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
     admin_tls: bool,
+
+    /// With --admin-tls, --tls-client-ca and no --admin-token-file: a client certificate
+    /// with this identity (exactly) is an administrator; every other one is refused (403).
+    /// Repeatable; comma-separated in the variable; the ACL file's "admin" list adds
+    /// patterns [default: none].
+    #[arg(
+        long,
+        env = "MONOLOCK_ADMIN_IDENTITY",
+        value_delimiter = ',',
+        value_name = "ID"
+    )]
+    admin_identity: Vec<String>,
 
     /// Serve /metrics, /healthz and /readyz over HTTPS, as --admin-tls does.
     #[arg(long, env = "MONOLOCK_OPS_TLS", action = ArgAction::SetTrue, value_parser = parse_switch)]
@@ -159,9 +172,35 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_OPS_SHUTDOWN_GRACE", default_value = "2s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     ops_shutdown_grace: Duration,
 
-    /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03).
-    #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    /// Protocol v2: close a session that has had no claim for this long (ERROR 0x03);
+    /// 0 turns it off (as Redis's `timeout 0`).
+    #[arg(long, env = "MONOLOCK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration_or_zero, value_name = "DURATION", allow_hyphen_values = true)]
     idle_timeout: Duration,
+
+    /// Protocol connections open at once; one more is told ERROR 0x04 and closed. Never
+    /// more than the open-file limit less a reserve for the HTTP listeners and files
+    /// [default: that figure].
+    #[arg(long, env = "MONOLOCK_MAX_CONNECTIONS", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
+    max_connections: Option<usize>,
+
+    /// Claims (held and waiting) over all sessions; one more ACQUIRE is refused with code
+    /// 0x0a (REFUSED in v2, the session lives on; ERROR in v1).
+    #[arg(long, env = "MONOLOCK_MAX_CLAIMS", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
+    max_claims: usize,
+
+    /// Admin and ops listeners: time a client has to send a whole request head (from
+    /// accept, or from the first byte of a later request).
+    #[arg(long, env = "MONOLOCK_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    http_header_timeout: Duration,
+
+    /// Admin and ops listeners: time a kept-alive connection may wait for its next request,
+    /// and a response may go without a byte moving.
+    #[arg(long, env = "MONOLOCK_HTTP_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration, value_name = "DURATION")]
+    http_idle_timeout: Duration,
+
+    /// Admin and ops listeners: connections open at once, each; one more gets 503.
+    #[arg(long, env = "MONOLOCK_HTTP_MAX_CONNECTIONS", default_value_t = monolock_server::DEFAULT_HTTP_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000), value_name = "N")]
+    http_max_connections: usize,
 
     /// Diagnostic log level.
     #[arg(long, env = "MONOLOCK_LOG_LEVEL", default_value = "info", value_enum)]
@@ -214,9 +253,43 @@ fn init_logging(level: LogLevel, format: LogFormat) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.fmt_fields(escaped_fields()).init(),
+        // serde_json escapes every string: the lines stay valid JSON.
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
+}
+
+/// Text-format fields with control characters escaped: lock names,
+/// identities and reasons come from clients, and one holding a newline
+/// must not start a line of its own (a forged log line).
+fn escaped_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> + 'static {
+    use tracing_subscriber::field::MakeExt as _;
+    tracing_subscriber::fmt::format::debug_fn(|writer, field, value| {
+        let text = format!("{value:?}");
+        if field.name() == "message" {
+            writer.write_str(&escape_control(&text))
+        } else {
+            write!(writer, "{}={}", field.name(), escape_control(&text))
+        }
+    })
+    .delimited(" ")
+}
+
+/// `text` with every control character (newlines, NUL, escape sequences)
+/// written as a Rust escape (`\n`, `\0`, `\u{1b}`).
+fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            escaped.extend(c.escape_default());
+        } else {
+            escaped.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(escaped)
 }
 
 /// The flags, checked: every combination valid, every value parsed.
@@ -228,6 +301,9 @@ struct Settings {
     admin_token_file: Option<PathBuf>,
     admin_tls: bool,
     ops_tls: bool,
+    /// Whose certificates are administrators: `Some` when the admin
+    /// listener authenticates by client certificate (mTLS, no token).
+    admin_identities: Option<Vec<String>>,
     allowed_hosts: AllowedHosts,
     tls: Option<TlsFiles>,
     acl_file: Option<PathBuf>,
@@ -239,6 +315,10 @@ struct Settings {
     max_claims_per_session: u32,
     idle_timeout: Duration,
     ops_shutdown_grace: Duration,
+    /// `None`: as many as the descriptors allow.
+    max_connections: Option<usize>,
+    max_claims: usize,
+    http_limits: HttpLimits,
 }
 
 /// A value given as empty (flag or environment variable) means "off".
@@ -284,6 +364,19 @@ impl Settings {
                 "--admin-listen {addr} is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure to serve it without authentication"
             ));
         }
+        let admin_identity: Vec<String> = args
+            .admin_identity
+            .iter()
+            .map(|identity| identity.trim().to_owned())
+            .filter(|identity| !identity.is_empty())
+            .collect();
+        let admin_by_certificate = admin_mtls && admin_token_file.is_none();
+        if !admin_identity.is_empty() && !admin_by_certificate {
+            return Err(
+                "--admin-identity requires --admin-tls with --tls-client-ca and no --admin-token-file (the token decides otherwise)"
+                    .to_owned(),
+            );
+        }
         let tls = match (tls_cert, tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert,
@@ -318,6 +411,7 @@ impl Settings {
             admin_token_file,
             admin_tls: args.admin_tls,
             ops_tls: args.ops_tls,
+            admin_identities: admin_by_certificate.then_some(admin_identity),
             allowed_hosts,
             tls,
             acl_file,
@@ -331,8 +425,21 @@ impl Settings {
             token_floor: path(args.token_floor),
             startup_grace: args.startup_grace,
             max_claims_per_session: args.max_claims_per_session,
-            idle_timeout: args.idle_timeout,
+            // 0 means off, as Redis's `timeout 0`: no session is ever idle
+            // long enough.
+            idle_timeout: if args.idle_timeout.is_zero() {
+                Duration::MAX
+            } else {
+                args.idle_timeout
+            },
             ops_shutdown_grace: args.ops_shutdown_grace,
+            max_connections: args.max_connections,
+            max_claims: args.max_claims,
+            http_limits: HttpLimits {
+                header_timeout: args.http_header_timeout,
+                idle_timeout: args.http_idle_timeout,
+                max_connections: args.http_max_connections,
+            },
         })
     }
 }
@@ -426,15 +533,21 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
     // Handlers first: a signal that arrives right after startup is never lost.
     let signals = Signals::install()?;
 
-    match monolock_server::raise_fd_limit() {
-        Ok((before, after)) if before != after => {
-            info!(before, after, "raised the open-file limit")
+    let descriptors = match monolock_server::raise_fd_limit() {
+        Ok((before, after)) => {
+            if before != after {
+                info!(before, after, "raised the open-file limit");
+            }
+            Some(after)
         }
-        Ok(_) => {}
-        Err(err) => warn!(error = %err, "cannot raise the open-file limit"),
-    }
+        Err(err) => {
+            warn!(error = %err, "cannot raise the open-file limit");
+            None
+        }
+    };
+    let max_connections = fit_max_connections(&settings, descriptors)?;
 
-    let (service, effective) = build_service(&settings, loaded)?;
+    let (service, effective) = build_service(&settings, max_connections, loaded)?;
     let reloader = service.reloader().clone();
     let listeners = Listeners {
         protocol: monolock_server::bind(settings.listen)
@@ -459,11 +572,62 @@ async fn serve(settings: Settings, loaded: Loaded) -> anyhow::Result<()> {
         .context("server failed")
 }
 
+/// `--max-connections`, lowered (as Redis lowers `maxclients`) so that the
+/// descriptor limit keeps a reserve: the admin and ops listeners' caps, and
+/// [`monolock_server::RESERVED_DESCRIPTORS`] for files and refusals.
+fn fit_max_connections(settings: &Settings, descriptors: Option<u64>) -> anyhow::Result<usize> {
+    let asked = settings
+        .max_connections
+        .unwrap_or(monolock_server::DEFAULT_MAX_CONNECTIONS);
+    let Some(limit) = descriptors else {
+        return Ok(asked);
+    };
+    let http_listeners = [settings.ops_listen, settings.admin_listen]
+        .iter()
+        .filter(|addr| addr.is_some())
+        .count() as u64;
+    let reserve = monolock_server::RESERVED_DESCRIPTORS
+        + http_listeners * settings.http_limits.max_connections as u64;
+    let Some(fits) = monolock_server::connections_within(limit, reserve) else {
+        anyhow::bail!(
+            "the open-file limit ({limit}) leaves no descriptor for connections after the reserve ({reserve}: {} for files, --http-max-connections for each HTTP listener); raise it (ulimit -n) or lower --http-max-connections",
+            monolock_server::RESERVED_DESCRIPTORS
+        );
+    };
+    if fits < asked {
+        if settings.max_connections.is_some() {
+            warn!(
+                asked,
+                max_connections = fits,
+                descriptor_limit = limit,
+                reserve,
+                "--max-connections lowered to fit the open-file limit less the reserve"
+            );
+        } else {
+            info!(
+                max_connections = fits,
+                descriptor_limit = limit,
+                reserve,
+                "connection limit: the open-file limit less the reserve"
+            );
+        }
+        return Ok(fits);
+    }
+    info!(
+        max_connections = asked,
+        descriptor_limit = limit,
+        reserve,
+        "connection limit"
+    );
+    Ok(asked)
+}
+
 /// The service the settings and the loaded files describe (with the
 /// reloader of its files, for SIGHUP), and the configuration the admin API
 /// reports.
 fn build_service(
     settings: &Settings,
+    max_connections: usize,
     loaded: Loaded,
 ) -> anyhow::Result<(Service, EffectiveConfig)> {
     let Loaded {
@@ -477,7 +641,9 @@ fn build_service(
         .with_io_timeout(settings.io_timeout)
         .with_startup_grace(settings.startup_grace)
         .with_max_claims_per_session(settings.max_claims_per_session)
-        .with_idle_timeout(settings.idle_timeout);
+        .with_idle_timeout(settings.idle_timeout)
+        .with_max_connections(max_connections)
+        .with_max_claims(settings.max_claims);
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
     }
@@ -503,7 +669,10 @@ fn build_service(
     let mut service = Service::builder(config)
         .with_admin_config(effective.clone())
         .with_commit(commit)
-        .with_ops_grace(settings.ops_shutdown_grace);
+        .with_ops_grace(settings.ops_shutdown_grace)
+        .with_http_limits(settings.http_limits);
+    let (admin_http, ops_http) = (Arc::<HttpStats>::default(), Arc::<HttpStats>::default());
+    service = service.with_http_stats(admin_http.clone(), ops_http.clone());
     if let Some(tls) = &tls {
         service = service.reload_tls(tls.clone());
     }
@@ -514,7 +683,13 @@ fn build_service(
         service = service.with_audit(audit.clone());
     }
     if settings.ops_listen.is_some() {
-        let mut metrics = Metrics::new().with_build_info(commit);
+        let mut metrics = Metrics::new()
+            .with_build_info(commit)
+            .with_limits(max_connections, settings.max_claims)
+            .with_ops_http_stats(ops_http);
+        if settings.admin_listen.is_some() {
+            metrics = metrics.with_admin_http_stats(admin_http);
+        }
         if let Some(audit) = &audit {
             metrics = metrics.with_audit_log(audit.clone());
         }
@@ -530,6 +705,20 @@ fn build_service(
     }
     if let Some(token) = &admin_token {
         service = service.with_admin_token(token.clone());
+    }
+    if let Some(named) = &settings.admin_identities
+        && settings.admin_listen.is_some()
+    {
+        let mut identities = AdminIdentities::new(named.iter().cloned());
+        if let Some(acl) = &acl {
+            identities = identities.with_acl(acl.clone());
+        }
+        if identities.names_none() {
+            warn!(
+                "the admin API takes client certificates and no token, but no identity is an administrator: every request will be refused; name them with --admin-identity or the ACL file's admin list"
+            );
+        }
+        service = service.with_admin_identities(Arc::new(identities));
     }
     service = service.with_allowed_hosts(Arc::new(settings.allowed_hosts.clone()));
     if let Some(tls) = &tls {

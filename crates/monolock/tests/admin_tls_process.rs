@@ -54,6 +54,8 @@ impl Lab {
             path(&tls.key),
             "--tls-client-ca",
             path(&tls.client_ca),
+            "--admin-identity",
+            OPERATOR,
         ]);
         Self {
             server,
@@ -278,4 +280,99 @@ fn admin_tls_flag_mistakes_exit_64_with_one_line() {
         .output()
         .expect("run monolock");
     fails_with_one_line(&output, 1, path(&missing));
+}
+
+/// Under mTLS without a token, a valid certificate is an administrator
+/// only if its identity is named (`--admin-identity`, or the ACL file's
+/// `admin` list). A worker's certificate cannot force-release another
+/// identity's lock, and the refusal is logged with its identity.
+#[test]
+fn only_named_certificates_are_administrators() {
+    const WORKER: &str = "spiffe://dev/worker/1";
+    const ALICE: &str = "spiffe://prod/ops/alice";
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let tls = TlsDir::new(&server_ca.server(), Some(&client_ca));
+    let files = Files::new();
+    let ca = files.ca("ca.pem", &server_ca);
+    let (operator_cert, operator_key) = files.leaf("operator", &client_ca.client_uri(OPERATOR));
+    let (worker_cert, worker_key) = files.leaf("worker", &client_ca.client_uri(WORKER));
+    let (alice_cert, alice_key) = files.leaf("alice", &client_ca.client_uri(ALICE));
+    let acl = files.path("acl.json");
+    std::fs::write(
+        &acl,
+        format!(
+            r#"{{"rules": [{{"identity": "{OPERATOR}", "locks": ["*"]}}], "admin": ["spiffe://prod/ops/*"]}}"#
+        ),
+    )
+    .expect("write the ACL");
+    let server = ServerProcess::start(&[
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--admin-tls",
+        "--tls-cert",
+        path(&tls.cert),
+        "--tls-key",
+        path(&tls.key),
+        "--tls-client-ca",
+        path(&tls.client_ca),
+        "--acl-file",
+        path(&acl),
+        "--admin-identity",
+        OPERATOR,
+    ]);
+    let admin = server.admin.expect("admin").to_string();
+    let cli = |cert: &Path, key: &Path, args: &[&str]| {
+        Command::new(MONOLOCK)
+            .args(args)
+            .env("MONOLOCK_ADMIN_ADDRESS", &admin)
+            .env("MONOLOCK_ADMIN_CA", &ca)
+            .env("MONOLOCK_ADMIN_CERT", cert)
+            .env("MONOLOCK_ADMIN_KEY", key)
+            .env_remove("MONOLOCK_ADMIN_TOKEN")
+            .output()
+            .expect("run monolock")
+    };
+    let protocol = server.addr.to_string();
+    let mut holder = Command::new(MONOLOCK)
+        .args(["exec", "--server", &protocol])
+        .args(["--tls-ca", path(&ca)])
+        .args(["--tls-cert", path(&operator_cert)])
+        .args(["--tls-key", path(&operator_key)])
+        .args(["deploy", "--", "sh", "-c", "echo held; cat >/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run monolock exec");
+    let held = common::lines_of(&mut holder)
+        .recv_timeout(common::PATIENCE)
+        .expect("the holder runs");
+    assert_eq!(held, "held");
+
+    // The worker's certificate is valid, but names no administrator.
+    let output = cli(&worker_cert, &worker_key, &["release", "deploy"]);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        text(&output.stderr).contains("not an administrator"),
+        "{output:?}"
+    );
+    let refusal = server.wait_log("admin request refused");
+    assert_eq!(refusal["identity"], WORKER, "{refusal}");
+    let output = cli(&worker_cert, &worker_key, &["locks"]);
+    assert!(
+        !output.status.success(),
+        "reads are refused too: {output:?}"
+    );
+
+    // The lock is still held; the named operator and the ACL's admin
+    // pattern both are administrators.
+    let output = cli(&alice_cert, &alice_key, &["lock", "deploy", "--json"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let lock: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(lock["holder"]["identity"], OPERATOR, "{lock}");
+    let output = cli(&operator_cert, &operator_key, &["release", "deploy"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let _ = holder.kill();
+    let _ = holder.wait();
 }

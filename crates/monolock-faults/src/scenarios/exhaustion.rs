@@ -3,11 +3,11 @@
 //! The real `monolock` binary runs with a hard RLIMIT_NOFILE of 64 (set in
 //! the child before exec: the server raises its soft limit to the hard one
 //! at startup, so the hard limit is the one that binds). More sessions are
-//! opened than fit. Checked: connections beyond the limit wait in the
-//! listen backlog (they are not refused and the server does not exit);
-//! every admitted session keeps being served (heartbeats answered); the
-//! failed accepts are logged; once sessions close, every waiting
-//! connection is accepted and answered.
+//! opened than fit. Checked: the server fits `--max-connections` under the
+//! limit less its descriptor reserve, so connections beyond it are refused
+//! at once with ERROR 0x04 (never left waiting, and the server does not
+//! exit); every admitted session keeps being served (heartbeats answered);
+//! once sessions close, new connections are accepted and answered.
 
 use std::time::Duration;
 
@@ -60,7 +60,6 @@ async fn exhaust_round(
     rng: &mut StdRng,
     report: &mut Report,
 ) -> Result<()> {
-    let accept_errors_before = server.count_log("accept failed");
     let mut probes = Vec::new();
     for i in 0..SESSIONS {
         let lock = format!("faults/fd/{round}/{i}");
@@ -73,14 +72,20 @@ async fn exhaust_round(
         probes.push(probe);
     }
     report.fault("descriptor-exhaustion");
-    // Admitted sessions answer at once; the rest wait in the backlog.
+    // Admitted sessions answer at once; the rest are refused at once.
     let mut admitted = Vec::new();
     let mut waiting = Vec::new();
+    let mut refused = 0usize;
     let first_reply_by = Instant::now() + Duration::from_secs(3);
     for mut probe in probes {
         let left = first_reply_by.saturating_duration_since(Instant::now());
         match probe.next_frame(left.max(Duration::from_millis(1))).await {
             Ok(ServerFrame::Acquired { token }) => admitted.push((probe, token)),
+            Ok(ServerFrame::Error { code, .. })
+                if code == monolock_proto::ErrorCode::TOO_MANY_CONNECTIONS =>
+            {
+                refused += 1;
+            }
             Ok(other) => {
                 return Err(ScenarioError::Unexpected(format!(
                     "unexpected first reply {other:?}"
@@ -97,22 +102,16 @@ async fn exhaust_round(
     }
     report.count("sessions_admitted_at_limit", admitted.len() as u64);
     report.count("connections_waiting_at_limit", waiting.len() as u64);
-    report.check(!waiting.is_empty(), || {
+    report.count("connections_refused_at_limit", refused as u64);
+    report.check(waiting.is_empty(), || {
+        format!(
+            "{} connections were left waiting instead of refused",
+            waiting.len()
+        )
+    });
+    report.check(refused > 0, || {
         format!("all {SESSIONS} sessions were admitted under a limit of {NOFILE} descriptors")
     });
-    let errors = server
-        .process
-        .stderr()
-        .wait_for(
-            Duration::from_secs(5),
-            "an accept failure in the log",
-            |lines| {
-                let n = lines.iter().filter(|l| l.contains("accept failed")).count();
-                (n > accept_errors_before).then_some(n - accept_errors_before)
-            },
-        )
-        .await?;
-    report.count("accept_errors_logged", errors as u64);
     // Existing sessions keep being served.
     let mut max_rtt = Duration::ZERO;
     for (probe, token) in admitted.iter_mut() {
@@ -129,21 +128,42 @@ async fn exhaust_round(
             .max_heartbeat_rtt_ms
             .map_or(max_ms, |m| m.max(max_ms)),
     );
-    // Free descriptors: close a random part of the admitted sessions,
-    // more than are waiting.
-    let close = (waiting.len() + 5).min(admitted.len());
+    // Free places: close a random part of the admitted sessions; as many
+    // new connections are then served.
+    let close = 5.min(admitted.len());
     for _ in 0..close {
         let i = rng.random_range(0..admitted.len());
         drop(admitted.swap_remove(i));
     }
     let recovered_at = Instant::now();
     let mut recovered = 0u64;
-    for mut probe in waiting {
-        match probe.next_frame(Duration::from_secs(10)).await {
-            Ok(ServerFrame::Acquired { .. }) => recovered += 1,
-            other => report.problem(format!(
-                "a waiting connection was not served after recovery: {other:?}"
-            )),
+    let deadline = recovered_at + Duration::from_secs(10);
+    for i in 0..close {
+        let lock = format!("faults/fd/{round}/after/{i}");
+        loop {
+            let mut probe = Probe::send_acquire(server.addr, &lock, LEASE, Duration::from_secs(5))
+                .await
+                .map_err(|source| ScenarioError::Probe {
+                    what: format!("connection {i} after recovery"),
+                    source,
+                })?;
+            match probe.next_frame(Duration::from_secs(5)).await {
+                Ok(ServerFrame::Acquired { .. }) => {
+                    recovered += 1;
+                    admitted.push((probe, 0));
+                    break;
+                }
+                // The server sees a close a moment after it happens.
+                Ok(ServerFrame::Error { code, .. })
+                    if code == monolock_proto::ErrorCode::TOO_MANY_CONNECTIONS
+                        && Instant::now() < deadline => {}
+                other => {
+                    report.problem(format!(
+                        "a connection was not served after recovery: {other:?}"
+                    ));
+                    break;
+                }
+            }
         }
     }
     report.count("waiting_served_after_recovery", recovered);

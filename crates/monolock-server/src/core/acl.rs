@@ -1,8 +1,14 @@
 //! The access-control list: which mTLS identity may claim which locks.
 //!
 //! ```json
-//! {"rules": [{"identity": "spiffe://prod/worker/*", "locks": ["nightly/*", "shard-?"]}]}
+//! {"rules": [{"identity": "spiffe://prod/worker/*", "locks": ["nightly/*", "shard-?"]}],
+//!  "admin": ["spiffe://prod/operator/*"]}
 //! ```
+//!
+//! `admin` (optional) names the identities whose certificates are
+//! administrators on an admin listener served with mTLS and no token
+//! (`--admin-tls --tls-client-ca`), beside those named by
+//! `--admin-identity`. It grants no lock.
 //!
 //! Deny by default. A lock is allowed if *any* rule whose identity pattern
 //! matches the client's identity has a lock pattern that matches the lock
@@ -43,6 +49,14 @@ pub enum AclError {
         #[source]
         source: serde_json::Error,
     },
+    /// The `admin` list is invalid.
+    #[error("ACL file {}: admin {problem}", path.display())]
+    Admin {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: &'static str,
+    },
     /// A rule is incomplete.
     #[error("ACL file {}: rule {rule}: {problem}", path.display())]
     Rule {
@@ -59,6 +73,8 @@ pub enum AclError {
 #[serde(deny_unknown_fields)]
 struct AclFile {
     rules: Vec<RuleFile>,
+    #[serde(default)]
+    admin: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -93,6 +109,7 @@ pub struct AclRule {
 #[derive(Clone, Debug, Default)]
 pub struct Acl {
     rules: Vec<AclRule>,
+    admins: Vec<Glob>,
 }
 
 impl Acl {
@@ -147,7 +164,29 @@ impl Acl {
                 locks: locks.iter().map(|lock| Glob::new(lock)).collect(),
             });
         }
-        Ok(Self { rules })
+        if file.admin.iter().any(String::is_empty) {
+            return Err(AclError::Admin {
+                path: path.to_owned(),
+                problem: "has an empty identity",
+            });
+        }
+        let admins = file
+            .admin
+            .iter()
+            .map(|identity| Glob::new(identity))
+            .collect();
+        Ok(Self { rules, admins })
+    }
+
+    /// How many patterns the `admin` list holds.
+    pub fn admin_patterns(&self) -> usize {
+        self.admins.len()
+    }
+
+    /// True if the file's `admin` list names `identity` (never the empty
+    /// identity of a client without a certificate).
+    pub fn is_admin(&self, identity: &str) -> bool {
+        !identity.is_empty() && self.admins.iter().any(|glob| glob.matches(identity))
     }
 
     /// The rules, in file order.
@@ -219,6 +258,14 @@ impl AclFileAuthorizer {
             );
         }
         empty
+    }
+
+    /// True if the rules in force name `identity` an administrator.
+    pub fn is_admin(&self, identity: &str) -> bool {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_admin(identity)
     }
 
     /// The rules in force.

@@ -25,6 +25,10 @@ pub const DEFAULT_MAX_CLAIMS_PER_SESSION: u32 = monolock_proto::v2::DEFAULT_MAX_
 /// Default for [`ServerConfig::idle_timeout`] (protocol v2).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default for [`ServerConfig::max_claims`]: a million claims of the
+/// longest names take about a gigabyte (docs/operations.md, "Limits").
+pub const DEFAULT_MAX_CLAIMS: usize = 1_000_000;
+
 /// How long a connection is drained after an ERROR frame (write side shut
 /// down, input discarded) before it is closed, so the ERROR is not lost to a
 /// reset when unread input remains.
@@ -63,8 +67,16 @@ pub struct ServerConfig {
     /// lives on.
     pub max_claims_per_session: u32,
     /// Protocol v2: how long a session may stay open with no claim before
-    /// it is closed (ERROR 0x03).
+    /// it is closed (ERROR 0x03). [`Duration::MAX`] never closes one
+    /// (`--idle-timeout 0`).
     pub idle_timeout: Duration,
+    /// The most protocol connections open at once (with or without a
+    /// session); one more is told ERROR 0x04 and closed at once.
+    pub max_connections: usize,
+    /// The most claims, held and waiting, over all sessions of both
+    /// protocol versions; one more ACQUIRE is refused with code 0x0a
+    /// (REFUSED in v2, where the session lives on; ERROR in v1).
+    pub max_claims: usize,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +91,8 @@ impl Default for ServerConfig {
             startup_grace: Duration::ZERO,
             max_claims_per_session: DEFAULT_MAX_CLAIMS_PER_SESSION,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: crate::core::admission::DEFAULT_MAX_CONNECTIONS,
+            max_claims: DEFAULT_MAX_CLAIMS,
         }
     }
 }
@@ -140,6 +154,20 @@ impl ServerConfig {
         self
     }
 
+    /// Sets [`ServerConfig::max_connections`].
+    #[must_use]
+    pub fn with_max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_claims`].
+    #[must_use]
+    pub fn with_max_claims(mut self, max: usize) -> Self {
+        self.max_claims = max;
+        self
+    }
+
     /// Sets [`ServerConfig::tls`].
     #[must_use]
     pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
@@ -158,6 +186,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("startup_grace", &self.startup_grace)
             .field("max_claims_per_session", &self.max_claims_per_session)
             .field("idle_timeout", &self.idle_timeout)
+            .field("max_connections", &self.max_connections)
+            .field("max_claims", &self.max_claims)
             .finish_non_exhaustive()
     }
 }

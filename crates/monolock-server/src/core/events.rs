@@ -103,6 +103,14 @@ pub enum Event<'a> {
     /// A TLS handshake failed or did not complete within io-timeout of
     /// accept (the connection is closed; no other connection is affected).
     TlsHandshakeFailed,
+    /// A connection over `--max-connections` was refused at once (ERROR
+    /// 0x04, then closed); it was never counted as accepted.
+    ConnectionRefused,
+    /// A connection that had not sent a whole first frame was closed to
+    /// free its descriptor (the server ran out of them).
+    ConnectionShed,
+    /// A claim was refused because the server holds `--max-claims` claims.
+    ClaimLimitRefused,
     /// A connection ended (with or without a session).
     Closed,
     /// A session received this many heartbeats in one read.

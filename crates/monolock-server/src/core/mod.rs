@@ -22,6 +22,7 @@
 //! connection without a frame (docs/protocol.md, "The session").
 
 pub(crate) mod acl;
+pub(crate) mod admission;
 pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod config_file;

@@ -20,10 +20,11 @@ use tracing::{debug, info, warn};
 
 use crate::{
     ServerConfig,
+    core::admission::{OVER_LIMIT_REASON, RECLAIM_INTERVAL},
     core::events::Event,
     core::grace::GraceStatus,
     core::session,
-    core::shared::Shared,
+    core::shared::{Shared, Shed},
     core::slot::{EndNotice, deadline_after},
     core::table::{AdminRefused, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot},
     core::tls::identity_of_certificate,
@@ -99,6 +100,25 @@ impl Server {
                 }
             });
         }
+        let reclaimer = Arc::clone(&shared);
+        tracker.spawn(async move {
+            let mut every = tokio::time::interval(RECLAIM_INTERVAL);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    () = reclaimer.shutdown.cancelled() => break,
+                    _ = every.tick() => {}
+                }
+                if reclaimer.claims.burst_ended() {
+                    reclaimer.table.shrink();
+                    crate::core::limits::trim_heap();
+                    debug!(
+                        claims = reclaimer.claims.get(),
+                        "a burst of claims ended: memory given back"
+                    );
+                }
+            }
+        });
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let accepted = tokio::select! {
@@ -109,6 +129,18 @@ impl Server {
             match accepted {
                 Ok((tcp, remote_addr)) => {
                     backoff = ACCEPT_BACKOFF_MIN;
+                    // Counted here, not in the task, so a burst of accepts
+                    // cannot overshoot the limit.
+                    if shared.connections.fetch_add(1, Ordering::AcqRel)
+                        >= shared.config.max_connections
+                    {
+                        shared.connections.fetch_sub(1, Ordering::AcqRel);
+                        shared.config.observer.observe(&Event::ConnectionRefused);
+                        debug!(%remote_addr, "over --max-connections: refused");
+                        shared.pending.refuse(tcp, OVER_LIMIT_REASON);
+                        continue;
+                    }
+                    shared.pending.register(remote_addr);
                     // Two task types, so a plaintext task stays exactly as
                     // small as it would be in a server without TLS. No
                     // tracing span per connection: entering it on every poll
@@ -135,12 +167,15 @@ impl Server {
                 Err(err) => {
                     shared.config.observer.observe(&Event::AcceptFailed(&err));
                     if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        let asked = shared.shed_idle_sessions();
-                        if asked > 0 {
-                            info!(
-                                sessions = asked,
-                                "out of descriptors: closing idle v2 sessions"
-                            );
+                        match shared.shed_for_descriptors() {
+                            Shed::Pending(0) | Shed::Idle(0) => {}
+                            Shed::Pending(connections) => info!(
+                                connections,
+                                "out of descriptors: closing connections without a first frame"
+                            ),
+                            Shed::Idle(sessions) => {
+                                info!(sessions, "out of descriptors: closing idle v2 sessions")
+                            }
                         }
                     }
                     warn!(error = %err, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
@@ -220,14 +255,31 @@ async fn tls_connection(
     shared: Arc<Shared>,
 ) {
     let accepted_at = opened(&tcp, nodelay, &shared);
+    // Out of descriptors, a connection still in its handshake goes first,
+    // without a frame (there is no TLS session to carry one). Its place is
+    // taken again by the first frame's wait once the handshake is done.
+    let shed = shared
+        .pending
+        .take(remote_addr)
+        .map(|pending| pending.shed.clone());
+    let shed = async {
+        match shed {
+            Some(token) => token.cancelled_owned().await,
+            None => std::future::pending().await,
+        }
+    };
     let deadline = deadline_after(accepted_at, shared.config.io_timeout);
     let handshake = tokio::select! {
         biased;
         () = shared.shutdown.cancelled() => None,
+        () = shed => {
+            shared.config.observer.observe(&Event::ConnectionShed);
+            None
+        }
         handshake = timeout_at(deadline, acceptor.accept(tcp)) => Some(handshake),
     };
     match handshake {
-        None => {}
+        None => shared.pending.forget(remote_addr),
         Some(Ok(Ok(stream))) => {
             let identity = match stream.get_ref().1.peer_certificates() {
                 Some([leaf, ..]) => Arc::from(identity_of_certificate(leaf)),
@@ -244,10 +296,12 @@ async fn tls_connection(
             .await;
         }
         Some(Ok(Err(err))) => {
+            shared.pending.forget(remote_addr);
             shared.config.observer.observe(&Event::TlsHandshakeFailed);
             debug!(%remote_addr, error = %err, "TLS handshake failed");
         }
         Some(Err(_)) => {
+            shared.pending.forget(remote_addr);
             shared.config.observer.observe(&Event::TlsHandshakeFailed);
             debug!(%remote_addr, "TLS handshake not complete within io-timeout");
         }
@@ -262,7 +316,6 @@ fn opened(tcp: &TcpStream, nodelay: Nodelay, shared: &Shared) -> Instant {
     if let Nodelay::SetEach = nodelay {
         let _ = tcp.set_nodelay(true);
     }
-    shared.connections.fetch_add(1, Ordering::Relaxed);
     shared.config.observer.observe(&Event::Accepted);
     accepted_at
 }
@@ -312,11 +365,34 @@ impl ServerHandle {
         self.shared.sessions.lock().len()
     }
 
-    /// Asks every idle version 2 session (one with no claim) to close with
-    /// ERROR 0x03, as the server does itself when it runs out of file
-    /// descriptors; returns how many were asked.
+    /// Asks every idle version 2 session (one with no claim), however
+    /// recently opened, to close with ERROR 0x03; returns how many were
+    /// asked. (Under descriptor pressure the server spares sessions opened
+    /// less than an io-timeout ago: see [`ServerHandle::shed_for_descriptors`].)
     pub fn close_idle_sessions(&self) -> usize {
-        self.shared.shed_idle_sessions()
+        self.shared.shed_idle_sessions(std::time::Duration::ZERO)
+    }
+
+    /// Frees descriptors as the server does when `accept` fails for want
+    /// of them: closes every connection that has not sent a whole first
+    /// frame (ERROR 0x04) if there is one, else asks idle version 2
+    /// sessions open for at least one io-timeout to close (ERROR 0x03).
+    /// Returns how many connections were asked to close.
+    pub fn shed_for_descriptors(&self) -> usize {
+        match self.shared.shed_for_descriptors() {
+            Shed::Pending(n) | Shed::Idle(n) => n,
+        }
+    }
+
+    /// Claims admitted now, held and waiting, of both protocol versions
+    /// (what `--max-claims` bounds).
+    pub fn claims(&self) -> usize {
+        self.shared.claims.get()
+    }
+
+    /// Connections accepted whose first frame is not yet whole.
+    pub fn pending_connections(&self) -> usize {
+        self.shared.pending.len()
     }
 
     /// True from the first moment of shutdown.

@@ -25,6 +25,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
+    core::admission::{SHED_REASON, claim_limit_reason},
     core::config::ERROR_DRAIN_TIMEOUT,
     core::events::{Event, ReleaseReason, SessionInfo},
     core::shared::Shared,
@@ -173,6 +174,17 @@ pub(crate) async fn serve<S>(
     let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
         return;
     };
+    // A version 1 connection is one claim, for the whole session. Ended
+    // by hand below rather than by a guard kept here: every session's task
+    // carries what it keeps across its awaits.
+    let Some(claim) = shared.admit_claim() else {
+        let reason = claim_limit_reason(shared.config.max_claims);
+        debug!(%remote_addr, "over --max-claims: ACQUIRE refused");
+        conn.close_with(ErrorCode::SERVER_CLAIM_LIMIT, &reason)
+            .await;
+        return;
+    };
+    std::mem::forget(claim);
     let now = Instant::now();
     let slot = Arc::new(SessionSlot::new(info, now));
     shared.table.touch(&slot, now);
@@ -184,6 +196,7 @@ pub(crate) async fn serve<S>(
     };
     let end = session.run().await;
     session.finish(end).await;
+    shared.claims.end_one();
 }
 
 /// The stream and its buffer.
@@ -214,14 +227,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Connection<'_, S> {
         accepted_at: Instant,
     ) -> Option<SessionInfo> {
         let shared = self.shared;
+        // Out of descriptors, the server closes connections without a whole
+        // first frame before any session (admission.rs).
+        let pending = shared.pending.take(remote_addr);
+        let shed = pending.as_ref().map(|pending| pending.shed.clone());
+        let shed = async {
+            match shed {
+                Some(token) => token.cancelled_owned().await,
+                None => std::future::pending().await,
+            }
+        };
         let first = tokio::select! {
             biased;
             () = shared.shutdown.cancelled() => {
                 self.close_with(ErrorCode::SHUTTING_DOWN, "server shutting down").await;
                 return None;
             }
+            () = shed => {
+                shared.config.observer.observe(&Event::ConnectionShed);
+                debug!(%remote_addr, "out of descriptors: closing a connection without a first frame");
+                self.close_with(ErrorCode::TOO_MANY_CONNECTIONS, SHED_REASON).await;
+                return None;
+            }
             first = timeout_at(deadline_after(accepted_at, shared.config.io_timeout), self.read_acquire()) => first,
         };
+        drop(pending);
         let (lease, lock) = match first {
             Ok(Ok(Some(First::Acquire { lease, name }))) => (lease, name),
             Ok(Ok(Some(First::Open(lease)))) => {

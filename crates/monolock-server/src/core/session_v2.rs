@@ -39,6 +39,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::{
+    core::admission::{ClaimPermit, claim_limit_reason},
     core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
     core::session::{
         Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, write_bounded,
@@ -61,6 +62,8 @@ const IDLE_REASON: &str = "idle session closed: no claims";
 
 /// One claim of the session.
 struct Claim {
+    /// Counts the claim against `--max-claims` while it lives here.
+    _permit: ClaimPermit,
     slot: Arc<SessionSlot>,
     /// Whether ACQUIRED or GRANTED has been written for it.
     announced: bool,
@@ -369,6 +372,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             );
             return None;
         }
+        let Some(permit) = shared.admit_claim() else {
+            let reason = claim_limit_reason(shared.config.max_claims);
+            self.refuse(claim, ErrorCode::SERVER_CLAIM_LIMIT, &reason);
+            return None;
+        };
         let Ok(lock) = LockName::new(name) else {
             // The decoder let through only 1..=255 bytes of UTF-8.
             self.refuse(claim, ErrorCode::CLAIM_EMPTY_NAME, "lock name is empty");
@@ -420,14 +428,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             }
             Acquired::ShuttingDown => return Some(SHUTTING_DOWN),
         };
-        self.claims.insert(claim, Claim { slot, announced });
+        self.claims.insert(
+            claim,
+            Claim {
+                _permit: permit,
+                slot,
+                announced,
+            },
+        );
         self.set_idle(false);
         None
     }
 
     fn release(&mut self, claim: u32) -> Option<End> {
         let shared = self.conn.shared;
-        let Some(Claim { slot, announced }) = self.claims.remove(&claim) else {
+        let Some(Claim {
+            slot, announced, ..
+        }) = self.claims.remove(&claim)
+        else {
             self.refuse(
                 claim,
                 ErrorCode::UNKNOWN_CLAIM,

@@ -17,6 +17,7 @@ use tracing::debug;
 
 use crate::{
     ServerConfig,
+    core::admission::{ClaimCount, ClaimPermit, PendingConnections},
     core::events::ReleaseReason,
     core::grace::StartupGrace,
     core::slot::{SessionLink, SessionSlot},
@@ -47,6 +48,11 @@ pub(crate) struct Shared {
     /// their lease runs out; the server waits for them at shutdown (they
     /// release at once then), so their releases reach the audit log.
     pub(crate) lease_holds: TaskTracker,
+    /// Connections whose first frame is not yet whole (closed first when
+    /// descriptors run out).
+    pub(crate) pending: Arc<PendingConnections>,
+    /// Claims admitted, against `--max-claims`.
+    pub(crate) claims: ClaimCount,
 }
 
 impl Shared {
@@ -72,6 +78,8 @@ impl Shared {
             next_session_id: AtomicU64::new(1),
             sessions: parking_lot::Mutex::new(HashMap::new()),
             lease_holds: TaskTracker::new(),
+            pending: Arc::default(),
+            claims: ClaimCount::default(),
         }
     }
 
@@ -107,14 +115,40 @@ impl Shared {
         });
     }
 
-    /// Asks every idle version 2 session to close (ERROR 0x03); returns how
-    /// many were asked. A session that has a claim by the time it looks
-    /// stays open.
-    pub(crate) fn shed_idle_sessions(&self) -> usize {
+    /// A permit for one more claim, or `None` (counted) at `--max-claims`.
+    pub(crate) fn admit_claim(&self) -> Option<ClaimPermit> {
+        let permit = self.claims.try_admit(self.config.max_claims);
+        if permit.is_none() {
+            self.config
+                .observer
+                .observe(&crate::core::events::Event::ClaimLimitRefused);
+        }
+        permit
+    }
+
+    /// Frees descriptors in the order `admission.rs` gives: connections
+    /// without a whole first frame if there are any, else idle sessions.
+    /// Returns what was asked to close.
+    pub(crate) fn shed_for_descriptors(&self) -> Shed {
+        let pending = self.pending.shed_all();
+        if pending > 0 {
+            return Shed::Pending(pending);
+        }
+        Shed::Idle(self.shed_idle_sessions(self.config.io_timeout))
+    }
+
+    /// Asks every idle version 2 session open for at least `min_age` to
+    /// close (ERROR 0x03); returns how many were asked. A session that has
+    /// a claim by the time it looks stays open. Under descriptor pressure
+    /// `min_age` is one io-timeout: a session opened later may have its
+    /// first ACQUIRE on its way.
+    pub(crate) fn shed_idle_sessions(&self, min_age: std::time::Duration) -> usize {
         let sessions = self.sessions.lock();
+        let now = Instant::now();
         let mut asked = 0;
         for link in sessions.values() {
-            if link.idle.load(Ordering::Acquire) {
+            let opened_long_enough = now.saturating_duration_since(link.lease.queued_at) >= min_age;
+            if opened_long_enough && link.idle.load(Ordering::Acquire) {
                 link.shed.store(true, Ordering::Release);
                 link.lease.notify.notify_one();
                 asked += 1;
@@ -122,4 +156,13 @@ impl Shared {
         }
         asked
     }
+}
+
+/// What [`Shared::shed_for_descriptors`] asked to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shed {
+    /// This many connections without a whole first frame.
+    Pending(usize),
+    /// This many idle version 2 sessions.
+    Idle(usize),
 }

@@ -229,6 +229,12 @@ impl LockTable {
         }
     }
 
+    /// Gives back the map's capacity beyond what it holds, after a burst
+    /// of claims has ended (see `admission.rs`, "memory after a burst").
+    pub(crate) fn shrink(&self) {
+        self.lock_state().locks.shrink_to_fit();
+    }
+
     fn lock_state(&self) -> MutexGuard<'_, TableState> {
         // parking_lot's mutex does not poison: no code panics while holding
         // the guard, and the state is consistent between operations anyway.

@@ -49,9 +49,13 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AdminRefused, AdminToken, AllowedHosts, ClaimRef, Ending, EventHub, Glob, GraceStatus,
-    HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls, TlsListener, WaiterSnapshot,
-    WebGuard, ops::dashboard, ops::live, ops::record::rfc3339,
+    AdminIdentities, AdminRefused, AdminToken, AllowedHosts, ClaimRef, ClientIdentity, Ending,
+    EventHub, Glob, GraceStatus, HolderSnapshot, HostCheck, LockSnapshot, ServerHandle, ServerTls,
+    WaiterSnapshot, WebGuard,
+    ops::dashboard,
+    ops::http_conn::{self, HttpLimits, HttpStats},
+    ops::live,
+    ops::record::rfc3339,
 };
 
 /// The configuration the server runs with, as `GET /api/info` shows it.
@@ -302,6 +306,9 @@ pub struct AdminOptions {
     token: Option<Arc<AdminToken>>,
     tls: Option<Arc<ServerTls>>,
     allowed_hosts: Arc<AllowedHosts>,
+    http_limits: HttpLimits,
+    http_stats: Arc<HttpStats>,
+    identities: Option<Arc<AdminIdentities>>,
 }
 
 impl std::fmt::Debug for AdminOptions {
@@ -312,6 +319,7 @@ impl std::fmt::Debug for AdminOptions {
             .field("token", &self.token.as_ref().map(|token| token.path()))
             .field("tls", &self.tls.as_ref().map(|tls| tls.is_mutual()))
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("http_limits", &self.http_limits)
             .finish_non_exhaustive()
     }
 }
@@ -328,7 +336,34 @@ impl AdminOptions {
             token: None,
             tls: None,
             allowed_hosts: Arc::default(),
+            http_limits: HttpLimits::default(),
+            http_stats: Arc::default(),
+            identities: None,
         }
+    }
+
+    /// Without a token, only client certificates whose identity
+    /// `identities` names are administrators (mTLS; see
+    /// [`AdminIdentities`]). With a token, the token decides.
+    #[must_use]
+    pub fn with_admin_identities(mut self, identities: Arc<AdminIdentities>) -> Self {
+        self.identities = Some(identities);
+        self
+    }
+
+    /// Bounds the listener's connections: header and idle timeouts and a
+    /// cap (see [`HttpLimits`]).
+    #[must_use]
+    pub fn with_http_limits(mut self, limits: HttpLimits) -> Self {
+        self.http_limits = limits;
+        self
+    }
+
+    /// Counts the listener's connections into `stats` (for metrics).
+    #[must_use]
+    pub fn with_http_stats(mut self, stats: Arc<HttpStats>) -> Self {
+        self.http_stats = stats;
+        self
     }
 
     /// Serves `GET /api/events` and the dashboard from `events` (which must
@@ -388,6 +423,7 @@ pub fn router(handle: ServerHandle, config: EffectiveConfig) -> Router {
 /// the listener's address): put it in front of a router served otherwise.
 pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
     let token = options.token.clone();
+    let identities = options.identities.clone();
     let state = Arc::new(AdminState { options, stop });
     let api = Router::new()
         .route("/api/info", get(info_handler))
@@ -403,9 +439,15 @@ pub fn router_with(options: AdminOptions, stop: CancellationToken) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state);
-    let api = match token {
-        Some(token) => api.layer(middleware::from_fn_with_state(token, authenticate)),
-        None => api,
+    // The token, when there is one, is the admin's credential, as it
+    // always was; without one, under mTLS, the certificate's identity is.
+    let api = match (token, identities) {
+        (Some(token), _) => api.layer(middleware::from_fn_with_state(token, authenticate)),
+        (None, Some(identities)) => api.layer(middleware::from_fn_with_state(
+            identities,
+            require_admin_identity,
+        )),
+        (None, None) => api,
     };
     // The page's shell holds no data (everything it shows comes from the
     // API with the token), and a browser cannot add a bearer header to a
@@ -457,24 +499,17 @@ pub async fn serve_with(
         info!(%addr, allowed_hosts = %options.allowed_hosts, "admin API also serves these Host names");
     }
     let stop = CancellationToken::new();
-    let guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
+    let mut guard = WebGuard::new(addr, HostCheck::Always, options.allowed_hosts.clone());
+    if options.token.is_some() {
+        guard = guard.with_bearer_token();
+    }
+    let (limits, stats) = (options.http_limits, Arc::clone(&options.http_stats));
     let app = guard.layer(router_with(options, stop.clone()));
     let shutdown = async move {
         shutdown.await;
         stop.cancel();
     };
-    match tls {
-        Some(tls) => {
-            axum::serve(TlsListener::new(listener, tls)?, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        None => {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-    }
+    http_conn::serve(listener, tls, app, limits, stats, shutdown).await
 }
 
 /// The admin listener served on a thread of its own; see [`spawn`].
@@ -572,6 +607,36 @@ async fn authenticate(
         HeaderValue::from_static("Bearer realm=\"monolock admin\""),
     );
     response
+}
+
+/// Lets through a request whose client certificate names an
+/// administrator; refuses (403) and logs any other, with its identity.
+async fn require_admin_identity(
+    State(identities): State<Arc<AdminIdentities>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let identity = request
+        .extensions()
+        .get::<ClientIdentity>()
+        .map(|identity| Arc::clone(&identity.0));
+    let identity = identity.as_deref().unwrap_or("");
+    if identities.allows(identity) {
+        return next.run(request).await;
+    }
+    warn!(
+        identity,
+        method = %request.method(),
+        path = request.uri().path(),
+        "admin request refused: the client certificate's identity is not an administrator (--admin-identity, or the ACL file's admin list)"
+    );
+    ApiError(
+        StatusCode::FORBIDDEN,
+        format!(
+            "the certificate identity {identity:?} is not an administrator of this server (it needs --admin-identity or the ACL file's admin list)"
+        ),
+    )
+    .into_response()
 }
 
 /// An API error: a status and `{"error": "..."}`.

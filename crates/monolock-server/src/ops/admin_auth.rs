@@ -19,6 +19,8 @@ use std::{
 
 use subtle::ConstantTimeEq;
 
+use crate::AclFileAuthorizer;
+
 /// The admin token file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminTokenError {
@@ -103,6 +105,62 @@ impl AdminToken {
     /// A shared view of [`AdminToken::unauthorized`], for metrics.
     pub fn unauthorized_counter(&self) -> Arc<AtomicU64> {
         Arc::clone(&self.unauthorized)
+    }
+}
+
+/// Which client certificates are administrators on an admin listener
+/// served with mTLS and no token: those whose identity is named by
+/// `--admin-identity` (exactly) or by the ACL file's `admin` list (a
+/// pattern, re-read on SIGHUP). Every other certificate, however valid,
+/// is refused (403), and the refusal is logged with its identity.
+#[derive(Debug, Default)]
+pub struct AdminIdentities {
+    named: Vec<String>,
+    acl: Option<Arc<AclFileAuthorizer>>,
+    refused: AtomicU64,
+}
+
+impl AdminIdentities {
+    /// The identities named on the command line.
+    pub fn new(named: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            named: named.into_iter().filter(|name| !name.is_empty()).collect(),
+            acl: None,
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Also the identities the ACL file's `admin` list names.
+    #[must_use]
+    pub fn with_acl(mut self, acl: Arc<AclFileAuthorizer>) -> Self {
+        self.acl = Some(acl);
+        self
+    }
+
+    /// True if `identity` is an administrator; counts a refusal.
+    pub fn allows(&self, identity: &str) -> bool {
+        let ok = !identity.is_empty()
+            && (self.named.iter().any(|name| name == identity)
+                || self.acl.as_ref().is_some_and(|acl| acl.is_admin(identity)));
+        if !ok {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// True if no identity can be an administrator now (none named, and
+    /// the ACL's `admin` list empty or absent).
+    pub fn names_none(&self) -> bool {
+        self.named.is_empty()
+            && self
+                .acl
+                .as_ref()
+                .is_none_or(|acl| acl.current().admin_patterns() == 0)
+    }
+
+    /// Requests refused so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 }
 

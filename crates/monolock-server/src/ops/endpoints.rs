@@ -27,6 +27,7 @@ use tracing::info;
 
 use crate::{
     AllowedHosts, HostCheck, METRICS_CONTENT_TYPE, Metrics, ServerHandle, ServerTls, WebGuard,
+    ops::http_conn::{self, HttpLimits, HttpStats},
 };
 
 /// How long the ops listener stays up after the protocol listener has
@@ -87,6 +88,8 @@ pub struct OpsOptions {
     metrics: Arc<Metrics>,
     tls: Option<Arc<ServerTls>>,
     allowed_hosts: Arc<AllowedHosts>,
+    http_limits: HttpLimits,
+    http_stats: Arc<HttpStats>,
 }
 
 impl OpsOptions {
@@ -97,7 +100,24 @@ impl OpsOptions {
             metrics,
             tls: None,
             allowed_hosts: Arc::default(),
+            http_limits: HttpLimits::default(),
+            http_stats: Arc::default(),
         }
+    }
+
+    /// Bounds the listener's connections: header and idle timeouts and a
+    /// cap (see [`HttpLimits`]).
+    #[must_use]
+    pub fn with_http_limits(mut self, limits: HttpLimits) -> Self {
+        self.http_limits = limits;
+        self
+    }
+
+    /// Counts the listener's connections into `stats` (for metrics).
+    #[must_use]
+    pub fn with_http_stats(mut self, stats: Arc<HttpStats>) -> Self {
+        self.http_stats = stats;
+        self
     }
 
     /// Serves HTTPS with `tls` (mTLS when it has a client CA).
@@ -132,23 +152,16 @@ pub async fn serve_with(
         metrics,
         tls,
         allowed_hosts,
+        http_limits,
+        http_stats,
     } = options;
     let app =
         WebGuard::new(addr, HostCheck::OnLoopback, allowed_hosts).layer(router(handle, metrics));
-    match tls {
-        Some(tls) => {
-            info!(%addr, mtls = tls.is_mutual(), "ops endpoint listening");
-            axum::serve(crate::TlsListener::new(listener, tls)?, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        None => {
-            info!(%addr, "ops endpoint listening");
-            axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
+    match &tls {
+        Some(tls) => info!(%addr, mtls = tls.is_mutual(), "ops endpoint listening"),
+        None => info!(%addr, "ops endpoint listening"),
     }
+    http_conn::serve(listener, tls, app, http_limits, http_stats, shutdown).await
 }
 
 async fn metrics_handler(State(state): State<Arc<OpsState>>) -> Response {

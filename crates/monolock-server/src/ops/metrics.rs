@@ -30,7 +30,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{AuditLog, Event, Observer, ReleaseReason, ServerHandle, SessionInfo};
+use crate::{AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerHandle, SessionInfo};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -114,6 +114,9 @@ pub struct Metrics {
     heartbeats: Counter,
     v2_sessions_active: Gauge,
     v2_idle_sessions_closed: Counter,
+    connections_refused: Counter,
+    connections_shed: Counter,
+    claims_refused_server_limit: Counter,
     /// By protocol, indexed like [`PROTOCOLS`].
     grants_by_protocol: [Counter; 2],
     /// By protocol, then indexed like [`ReleaseReason::ALL`].
@@ -229,6 +232,24 @@ impl Metrics {
             "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
             Counter::default(),
         );
+        let connections_refused = registered(
+            &mut registry,
+            "monolock_connections_refused",
+            "Protocol connections refused at --max-connections (ERROR 0x04)",
+            Counter::default(),
+        );
+        let connections_shed = registered(
+            &mut registry,
+            "monolock_connections_shed",
+            "Connections without a whole first frame closed when descriptors ran out",
+            Counter::default(),
+        );
+        let claims_refused_server_limit = registered(
+            &mut registry,
+            "monolock_claims_refused_server_limit",
+            "ACQUIREs refused because the server held --max-claims claims (code 0x0a)",
+            Counter::default(),
+        );
         let grants_family = registered(
             &mut registry,
             "monolock_grants",
@@ -296,6 +317,9 @@ impl Metrics {
             heartbeats,
             v2_sessions_active,
             v2_idle_sessions_closed,
+            connections_refused,
+            connections_shed,
+            claims_refused_server_limit,
             grants_by_protocol,
             releases_by_protocol,
             sessions_opened,
@@ -333,6 +357,78 @@ impl Metrics {
             "monolock_build_info",
             "The running build: version and git commit (always 1)",
             info,
+        );
+        self
+    }
+
+    /// Also exposes the limits the server runs with:
+    /// `monolock_max_connections` and `monolock_max_claims`.
+    #[must_use]
+    pub fn with_limits(mut self, max_connections: usize, max_claims: usize) -> Self {
+        let (connections, claims) = (max_connections as u64, max_claims as u64);
+        self.read_at_scrape(
+            "monolock_max_connections",
+            "Protocol connections the server takes at once (--max-connections, as fitted to the descriptor limit).",
+            MetricType::Gauge,
+            move || connections,
+        );
+        self.read_at_scrape(
+            "monolock_max_claims",
+            "Claims, held and waiting, the server holds at once (--max-claims).",
+            MetricType::Gauge,
+            move || claims,
+        );
+        self
+    }
+
+    /// Also exposes the connection counts of the admin listener
+    /// (`monolock_admin_http_connections_*`) from `stats`.
+    #[must_use]
+    pub fn with_admin_http_stats(mut self, stats: Arc<HttpStats>) -> Self {
+        let (active, refused, timed_out) = (stats.clone(), stats.clone(), stats);
+        self.read_at_scrape(
+            "monolock_admin_http_connections_active",
+            "Open connections to the admin listener.",
+            MetricType::Gauge,
+            move || active.active(),
+        );
+        self.read_at_scrape(
+            "monolock_admin_http_connections_refused",
+            "Connections to the admin listener refused at --http-max-connections (503).",
+            MetricType::Counter,
+            move || refused.refused(),
+        );
+        self.read_at_scrape(
+            "monolock_admin_http_connections_timed_out",
+            "Admin connections closed by --http-header-timeout or --http-idle-timeout.",
+            MetricType::Counter,
+            move || timed_out.timed_out(),
+        );
+        self
+    }
+
+    /// Also exposes the connection counts of the ops listener
+    /// (`monolock_ops_http_connections_*`) from `stats`.
+    #[must_use]
+    pub fn with_ops_http_stats(mut self, stats: Arc<HttpStats>) -> Self {
+        let (active, refused, timed_out) = (stats.clone(), stats.clone(), stats);
+        self.read_at_scrape(
+            "monolock_ops_http_connections_active",
+            "Open connections to the ops listener.",
+            MetricType::Gauge,
+            move || active.active(),
+        );
+        self.read_at_scrape(
+            "monolock_ops_http_connections_refused",
+            "Connections to the ops listener refused at --http-max-connections (503).",
+            MetricType::Counter,
+            move || refused.refused(),
+        );
+        self.read_at_scrape(
+            "monolock_ops_http_connections_timed_out",
+            "Ops connections closed by --http-header-timeout or --http-idle-timeout.",
+            MetricType::Counter,
+            move || timed_out.timed_out(),
         );
         self
     }
@@ -455,6 +551,15 @@ impl Observer for Metrics {
             }
             Event::IdleSessionClosed => {
                 self.v2_idle_sessions_closed.inc();
+            }
+            Event::ConnectionRefused => {
+                self.connections_refused.inc();
+            }
+            Event::ConnectionShed => {
+                self.connections_shed.inc();
+            }
+            Event::ClaimLimitRefused => {
+                self.claims_refused_server_limit.inc();
             }
             Event::ErrorSent(code) => self.protocol_error(code),
             Event::Denied(_) => {

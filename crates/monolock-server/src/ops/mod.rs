@@ -13,6 +13,7 @@ pub(crate) mod admin_auth;
 pub(crate) mod audit;
 pub(crate) mod dashboard;
 mod endpoints;
+pub(crate) mod http_conn;
 pub(crate) mod https;
 pub(crate) mod live;
 pub(crate) mod metrics;

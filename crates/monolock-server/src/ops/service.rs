@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::{
-    AclFileAuthorizer, AdminToken, AllowedHosts, AuditLog, EventHub, Metrics, Observer, Observers,
-    Reloader, Server, ServerConfig, ServerHandle, ServerTls,
+    AclFileAuthorizer, AdminIdentities, AdminToken, AllowedHosts, AuditLog, EventHub, HttpLimits,
+    HttpStats, Metrics, Observer, Observers, Reloader, Server, ServerConfig, ServerHandle,
+    ServerTls,
     ops::admin::{self, AdminOptions, EffectiveConfig},
     ops::{self, OPS_SHUTDOWN_GRACE, OpsOptions},
 };
@@ -89,6 +90,10 @@ pub struct ServiceBuilder {
     ops_grace: Duration,
     reload_tls: Option<Arc<ServerTls>>,
     reload_acl: Option<Arc<AclFileAuthorizer>>,
+    http_limits: HttpLimits,
+    admin_http_stats: Arc<HttpStats>,
+    ops_http_stats: Arc<HttpStats>,
+    admin_identities: Option<Arc<AdminIdentities>>,
 }
 
 impl Service {
@@ -108,6 +113,10 @@ impl Service {
             ops_grace: OPS_SHUTDOWN_GRACE,
             reload_tls: None,
             reload_acl: None,
+            http_limits: HttpLimits::default(),
+            admin_http_stats: Arc::default(),
+            ops_http_stats: Arc::default(),
+            admin_identities: None,
         }
     }
 
@@ -165,6 +174,8 @@ impl Service {
         let admin_stop = CancellationToken::new();
         let admin_task = admin.map(|listener| {
             let mut options = AdminOptions::new(handle.clone(), admin_config)
+                .with_http_limits(parts.http_limits)
+                .with_http_stats(parts.admin_http_stats.clone())
                 .with_commit(parts.commit.clone())
                 .with_allowed_hosts(parts.allowed_hosts.clone());
             if let Some(events) = &parts.events {
@@ -172,6 +183,9 @@ impl Service {
             }
             if let Some(token) = &parts.admin_token {
                 options = options.with_token(token.clone());
+            }
+            if let Some(identities) = &parts.admin_identities {
+                options = options.with_admin_identities(identities.clone());
             }
             if let Some(tls) = &parts.admin_tls {
                 options = options.with_tls(tls.clone());
@@ -184,6 +198,8 @@ impl Service {
         let ops_task = ops.map(|(listener, metrics)| {
             let stop = ops_stop.clone().cancelled_owned();
             let mut options = OpsOptions::new(handle.clone(), metrics)
+                .with_http_limits(parts.http_limits)
+                .with_http_stats(parts.ops_http_stats.clone())
                 .with_allowed_hosts(parts.allowed_hosts.clone());
             if let Some(tls) = &parts.ops_tls {
                 options = options.with_tls(tls.clone());
@@ -281,6 +297,28 @@ impl ServiceBuilder {
     /// own (`--admin-allowed-host`); see [`crate::WebGuard`].
     pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
         self.allowed_hosts = allowed;
+        self
+    }
+
+    /// Without an admin token, makes only the client certificates that
+    /// `identities` names administrators (see [`AdminIdentities`]).
+    pub fn with_admin_identities(mut self, identities: Arc<AdminIdentities>) -> Self {
+        self.admin_identities = Some(identities);
+        self
+    }
+
+    /// Bounds the connections of the admin and ops listeners (each has
+    /// its own cap of `limits.max_connections`).
+    pub fn with_http_limits(mut self, limits: HttpLimits) -> Self {
+        self.http_limits = limits;
+        self
+    }
+
+    /// Counts the connections of the admin listener into `admin` and of
+    /// the ops listener into `ops` (see [`Metrics::with_admin_http_stats`]).
+    pub fn with_http_stats(mut self, admin: Arc<HttpStats>, ops: Arc<HttpStats>) -> Self {
+        self.admin_http_stats = admin;
+        self.ops_http_stats = ops;
         self
     }
 

@@ -34,7 +34,9 @@
 //!    CLI and the dashboard send it.
 //!
 //! The bearer token, when configured, is checked after these (inside this
-//! layer): a refusal here counts no unauthorized request.
+//! layer): a refusal here counts no unauthorized request. On a listener
+//! with a token, a change that carries `Authorization: Bearer` needs no
+//! [`REQUEST_HEADER`] (see [`WebGuard::with_bearer_token`]).
 //!
 //! The checks read headers as bytes and allocate nothing on a request that
 //! passes.
@@ -182,6 +184,9 @@ pub struct WebGuard {
     port: u16,
     check_host: bool,
     allowed: Arc<AllowedHosts>,
+    /// A bearer token guards the listener: a change carrying
+    /// `Authorization: Bearer` needs no [`REQUEST_HEADER`].
+    bearer_marks: bool,
 }
 
 impl WebGuard {
@@ -196,7 +201,20 @@ impl WebGuard {
             port: local.port(),
             check_host,
             allowed,
+            bearer_marks: false,
         }
+    }
+
+    /// For a listener that requires a bearer token: a change that carries
+    /// `Authorization: Bearer ...` needs no [`REQUEST_HEADER`]. No page can
+    /// send `Authorization` to another site without a CORS preflight (it
+    /// is not a safelisted header), which is never granted; and the token
+    /// itself is checked after this guard. Scripts written for an API that
+    /// only asks for the token keep working.
+    #[must_use]
+    pub fn with_bearer_token(mut self) -> Self {
+        self.bearer_marks = true;
+        self
     }
 
     /// `router` behind this guard.
@@ -252,7 +270,14 @@ impl WebGuard {
         }
         let marked = headers
             .get(REQUEST_HEADER)
-            .is_some_and(|value| !value.as_bytes().trim_ascii().is_empty());
+            .is_some_and(|value| !value.as_bytes().trim_ascii().is_empty())
+            || (self.bearer_marks
+                && headers.get(header::AUTHORIZATION).is_some_and(|value| {
+                    value
+                        .as_bytes()
+                        .get(..7)
+                        .is_some_and(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+                }));
         if !marked {
             return Some(format!(
                 "{method} refused: a change needs the header X-Requested-By (any value, e.g. \

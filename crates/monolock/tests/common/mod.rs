@@ -43,10 +43,17 @@ impl ServerProcess {
 
     /// As [`ServerProcess::start`], with extra environment variables.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
-        let mut child = Command::new(MONOLOCK)
+        let mut command = Command::new(MONOLOCK);
+        command.envs(env.iter().copied());
+        Self::start_with_command(command, extra)
+    }
+
+    /// As [`ServerProcess::start`], run by `command` (the binary itself, or
+    /// a wrapper such as `prlimit ... -- monolock`).
+    pub fn start_with_command(mut command: Command, extra: &[&str]) -> Self {
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
             .args(extra)
-            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
