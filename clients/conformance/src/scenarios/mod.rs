@@ -10,6 +10,7 @@ mod leaks;
 mod loss;
 mod ordering;
 mod queue;
+mod sessions;
 mod transport;
 
 use crate::{Check, Lab, clients::Prepared, driver::Driver};
@@ -66,6 +67,18 @@ pub const SCENARIOS: &[Scenario] = &[
         run: Run::Each(loss::sigterm_gives_shutdown),
     },
     Scenario {
+        name: "killed_server_gives_connection",
+        run: Run::Each(loss::killed_server_gives_connection),
+    },
+    Scenario {
+        name: "wrong_port_is_a_connect_error",
+        run: Run::Each(transport::wrong_port_is_a_connect_error),
+    },
+    Scenario {
+        name: "many_locks_few_connections",
+        run: Run::Each(sessions::many_locks_few_connections),
+    },
+    Scenario {
         name: "tls",
         run: Run::Each(transport::tls),
     },
@@ -76,6 +89,14 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "bad_input_rejected_before_connecting",
         run: Run::Each(transport::bad_input_rejected_before_connecting),
+    },
+    Scenario {
+        name: "lease_bounds_refused_before_connecting",
+        run: Run::Each(transport::lease_bounds_refused_before_connecting),
+    },
+    Scenario {
+        name: "address_with_scheme_refused",
+        run: Run::Each(transport::address_with_scheme_refused),
     },
     Scenario {
         name: "dead_address_named",
