@@ -84,7 +84,7 @@ class Failures:
         else:
             temporary = not isinstance(last, ssl.SSLError)
         error = ConnectError(
-            "could not connect to " + "; ".join(self._lines),
+            "could not connect: " + "; ".join(self._lines),
             self._endpoints.addresses,
             temporary=temporary,
         )
