@@ -148,7 +148,7 @@ impl Error {
 /// lease the client takes.
 pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
     const UNIT: &str = "(leases are in milliseconds: a Duration of whole milliseconds)";
-    let shown = if lease.subsec_nanos() % 1_000_000 == 0 {
+    let shown = if lease.subsec_nanos().is_multiple_of(1_000_000) {
         format!("{} ms", lease.as_millis())
     } else {
         format!("{lease:?}")
@@ -161,7 +161,7 @@ pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
         Some(format!(
             "lease {shown} is above the maximum of 1 hour {UNIT}"
         ))
-    } else if lease.subsec_nanos() % 1_000_000 != 0 {
+    } else if !lease.subsec_nanos().is_multiple_of(1_000_000) {
         Some(format!(
             "lease {shown} is not a whole number of milliseconds {UNIT}"
         ))
@@ -208,7 +208,7 @@ struct DisplaySeconds(Duration);
 impl fmt::Display for DisplaySeconds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             write!(f, "{} s", ms / 1000)
         } else {
             write!(f, "{:.1} s", self.0.as_secs_f64())

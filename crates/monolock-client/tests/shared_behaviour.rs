@@ -243,12 +243,20 @@ async fn the_v1_protocol_is_one_connection_per_lock_and_v2_shares_one() {
     let v2 = server.client();
     let mut held = Vec::new();
     for i in 0..50 {
-        held.push(v2.acquire(format!("many/{i}"), LEASE).await.expect("acquire"));
+        held.push(
+            v2.acquire(format!("many/{i}"), LEASE)
+                .await
+                .expect("acquire"),
+        );
     }
     assert_eq!(v2.session_loads(), [50]);
     let v1 = server.client().with_protocol(Protocol::V1);
     for i in 50..60 {
-        held.push(v1.acquire(format!("many/{i}"), LEASE).await.expect("acquire"));
+        held.push(
+            v1.acquire(format!("many/{i}"), LEASE)
+                .await
+                .expect("acquire"),
+        );
     }
     assert!(v1.session_loads().is_empty());
     for guard in held {

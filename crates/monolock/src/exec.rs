@@ -231,7 +231,7 @@ fn parse_servers(text: &str) -> Result<String, String> {
 /// lease: whole milliseconds, 100 ms to 1 hour.
 fn parse_lease(text: &str) -> Result<Duration, String> {
     let lease = parse_duration(text)?;
-    if lease < MIN_LEASE || lease > MAX_LEASE || lease.subsec_nanos() % 1_000_000 != 0 {
+    if lease < MIN_LEASE || lease > MAX_LEASE || !lease.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(format!(
             "{text} is out of range: a lease is 100ms to 1h, in whole milliseconds"
         ));

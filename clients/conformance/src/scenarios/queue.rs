@@ -154,7 +154,7 @@ pub fn release_then_try_lock(lab: &Lab, client: &Prepared) -> Check {
         );
         first = token;
     }
-    let last = if HANDOVERS % 2 == 0 { 0 } else { 1 };
+    let last = if HANDOVERS.is_multiple_of(2) { 0 } else { 1 };
     drivers[last].release("h")?;
     exit_all(drivers)
 }
