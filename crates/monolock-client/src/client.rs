@@ -260,14 +260,18 @@ impl<C: Connector> Client<C> {
     /// `lease` (`None`: the client's default) is the failure detector, not
     /// a work deadline: the guard heartbeats about four times per lease and
     /// may be held for hours. A shorter lease hands the lock on sooner after
-    /// a crash or a partition, at the cost of more heartbeats. It is sent
-    /// in whole milliseconds.
+    /// a crash or a partition, at the cost of more heartbeats. It must be
+    /// 100 ms to 1 hour, in whole milliseconds
+    /// ([`MIN_LEASE`](crate::MIN_LEASE), [`MAX_LEASE`](crate::MAX_LEASE)).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] and [`Error::InvalidLease`] before dialing;
-    /// connection failures ([`Error::Connect`], a failed TLS handshake
-    /// included); [`Error::Lost`] when the server refuses the claim or ends
-    /// it while waiting ([`LossReason::Server`]), or stops answering
+    /// [`Error::InvalidName`], [`Error::InvalidLease`] and
+    /// [`Error::InvalidAddress`] before dialing; connection failures
+    /// ([`Error::Connect`], a failed TLS handshake included);
+    /// [`Error::WrongPeer`] when what answered is not a monolock server (an
+    /// HTTP port, a TLS mismatch, no answer within the connect timeout);
+    /// [`Error::Lost`] when the server refuses the claim or ends it while
+    /// waiting ([`LossReason::Server`]), or stops answering
     /// ([`LossReason::HeartbeatTimeout`]).
     ///
     /// # Cancel safety
@@ -288,7 +292,8 @@ impl<C: Connector> Client<C> {
 
     /// Takes the lock if it is free; `Ok(None)` if someone holds it. Leaves
     /// no trace in the queue: version 2 asks in try-only mode (BUSY);
-    /// version 1 closes the connection the server answered WAITING on.
+    /// version 1 leaves the queue the server put it in as a release does
+    /// (half-close, then the server's EOF) before it returns.
     ///
     /// # Errors
     /// As for [`acquire`](Self::acquire).
