@@ -147,6 +147,16 @@ class WrongPorts(SharedServer, Protocols, unittest.TestCase):
             with self.assertRaises(monolock.ConnectError) as caught:
                 self.sync_client(address, connect_timeout=0.5).lock("silent", lease=60)
             self.assertIn(f"{address} did not answer within 0.5 s", str(caught.exception))
+            self.assertTrue(caught.exception.is_temporary)
+            self.assertLess(time.monotonic() - start, 30)
+
+            async def use() -> None:
+                with self.assertRaises(monolock.ConnectError) as caught:
+                    await self.async_client(address, connect_timeout=0.5).lock("silent", lease=60)
+                self.assertIn(f"{address} did not answer within 0.5 s", str(caught.exception))
+
+            start = time.monotonic()
+            asyncio.run(use())
             self.assertLess(time.monotonic() - start, 30)
 
 
