@@ -252,29 +252,49 @@ pub fn run(setup: Setup) -> ExitCode {
 }
 
 /// Runs the selected scenarios of one client, one after the other.
+/// The scenarios that mostly wait (`Run::Beside`) go in threads of their
+/// own, beside the others.
 fn run_each(lab: &Lab, selection: &Selection, tally: &Tally, client: &Prepared) {
-    for scenario in SCENARIOS {
-        let Run::Each(run) = scenario.run else {
-            continue;
-        };
-        if !selection.wants(client.name(), scenario.name) {
-            continue;
+    std::thread::scope(|scope| {
+        for scenario in SCENARIOS {
+            if let Run::Beside(run) = scenario.run
+                && selection.wants(client.name(), scenario.name)
+            {
+                scope.spawn(move || run_one(lab, tally, client, scenario, run));
+            }
         }
-        let start = Instant::now();
-        let outcome = match &client.launch {
-            Ok(_) => guarded(|| run(lab, client)),
-            Err(why) => Err(Failure::of(
-                client.name(),
-                format!("the {} client could not be prepared: {why}", client.name()),
-            )),
-        };
-        tally.record(
+        for scenario in SCENARIOS {
+            if let Run::Each(run) = scenario.run
+                && selection.wants(client.name(), scenario.name)
+            {
+                run_one(lab, tally, client, scenario, run);
+            }
+        }
+    });
+}
+
+/// Runs one scenario of one client and records its line.
+fn run_one(
+    lab: &Lab,
+    tally: &Tally,
+    client: &Prepared,
+    scenario: &Scenario,
+    run: fn(&Lab, &Prepared) -> crate::Check,
+) {
+    let start = Instant::now();
+    let outcome = match &client.launch {
+        Ok(_) => guarded(|| run(lab, client)),
+        Err(why) => Err(Failure::of(
             client.name(),
-            scenario.name,
-            start.elapsed(),
-            outcome.map_err(|failure| failure.message),
-        );
-    }
+            format!("the {} client could not be prepared: {why}", client.name()),
+        )),
+    };
+    tally.record(
+        client.name(),
+        scenario.name,
+        start.elapsed(),
+        outcome.map_err(|failure| failure.message),
+    );
 }
 
 /// Runs a cross-language scenario with every selected client that was

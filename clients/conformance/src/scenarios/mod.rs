@@ -19,6 +19,10 @@ use crate::{Check, Lab, clients::Prepared, driver::Driver};
 pub enum Run {
     /// Once for each client, with that client's drivers alone.
     Each(fn(&Lab, &Prepared) -> Check),
+    /// As `Each`, in a thread of its own beside the client's other
+    /// scenarios: for a scenario that mostly waits on a bound (5 s), so
+    /// that the wait costs no wall time of its own.
+    Beside(fn(&Lab, &Prepared) -> Check),
     /// Once, with drivers of every client in the run mixed; reported on
     /// one line per client.
     Across(fn(&Lab, &[&Prepared]) -> Check),
@@ -73,6 +77,10 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "wrong_port_is_a_connect_error",
         run: Run::Each(transport::wrong_port_is_a_connect_error),
+    },
+    Scenario {
+        name: "silent_port_is_a_temporary_connect_error",
+        run: Run::Beside(transport::silent_port_is_a_temporary_connect_error),
     },
     Scenario {
         name: "many_locks_few_connections",
