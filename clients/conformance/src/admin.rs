@@ -96,6 +96,38 @@ impl Admin {
             .unwrap_or(0))
     }
 
+    /// The open protocol v2 sessions (`GET /api/sessions`), each with its
+    /// `held` and `waiting` counts.
+    pub fn sessions(&self) -> Check<Vec<Value>> {
+        let response = self.request("GET", "/api/sessions")?;
+        match (response.status, response.body["sessions"].as_array()) {
+            (200, Some(list)) => Ok(list.clone()),
+            (status, _) => Err(Failure::new(format!(
+                "admin API: GET /api/sessions answered {status}: {}",
+                response.body
+            ))),
+        }
+    }
+
+    /// Every held lock whose name matches the ACL glob `pattern`
+    /// (`GET /api/locks?match=...`).
+    pub fn locks_matching(&self, pattern: &str) -> Check<Vec<Value>> {
+        let response = self.request("GET", &format!("/api/locks?match={}", encode(pattern)))?;
+        match (response.status, response.body["locks"].as_array()) {
+            (200, Some(list)) => Ok(list.clone()),
+            (status, _) => Err(Failure::new(format!(
+                "admin API: GET /api/locks?match={pattern} answered {status}: {}",
+                response.body
+            ))),
+        }
+    }
+
+    /// The admin listener's address (an HTTP port, for the wrong-port
+    /// scenario).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// The holder's fencing token, or `None` when nobody holds `name`.
     pub fn holder_token(&self, name: &str) -> Check<Option<u64>> {
         Ok(self

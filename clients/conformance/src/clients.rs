@@ -17,37 +17,36 @@ use crate::{Check, Failure, Lab, driver::Driver, driver::Launch};
 
 /// A client of the suite.
 pub struct ClientSpec {
-    /// The name printed on every line (`rust`, `python`, ...).
+    /// The name printed on every line of its run on protocol v2 (`rust`,
+    /// `python`, ...).
     pub name: &'static str,
+    /// The name of its run forced to protocol v1 (`open` with `force_v1`).
+    pub name_v1: &'static str,
     /// A file, relative to the repository, whose presence puts the client
     /// in the suite; `None`: always in it.
     pub present_if: Option<&'static str>,
     /// Builds what its driver needs, once per run, and says how to start
     /// the driver; `Err` says what failed and what to install or run.
     pub prepare: fn(&Lab) -> Result<Launch, String>,
-    /// The client's `release` returns only once the server has confirmed
-    /// that the lock is free (protocol v2). With v1, release is a close the
-    /// server notices a moment later, so another client's `try_lock` right
-    /// after may still find the lock busy and must retry, briefly.
-    pub release_confirmed: bool,
 }
 
 /// Every client, in the order the report lists them.
 pub const CLIENTS: &[ClientSpec] = &[
     ClientSpec {
         name: "rust",
+        name_v1: "rust-v1",
         present_if: None,
         prepare: |lab| Ok(Launch::program(&lab.rust_driver)),
-        release_confirmed: true,
     },
     ClientSpec {
         name: "python",
+        name_v1: "python-v1",
         present_if: Some("clients/python/src/monolock/__init__.py"),
         prepare: prepare_python,
-        release_confirmed: true,
     },
     ClientSpec {
         name: "go",
+        name_v1: "go-v1",
         present_if: Some("clients/go/go.mod"),
         prepare: |lab| {
             let driver = lab.scratch.path().join("go-driver");
@@ -61,10 +60,10 @@ pub const CLIENTS: &[ClientSpec] = &[
             run_step(build, "go", "build the Go driver")?;
             Ok(Launch::program(driver))
         },
-        release_confirmed: false,
     },
     ClientSpec {
         name: "node",
+        name_v1: "node-v1",
         present_if: Some("clients/node/package.json"),
         prepare: |lab| {
             let dir = lab.repo_path("clients/node");
@@ -85,7 +84,6 @@ pub const CLIENTS: &[ClientSpec] = &[
                 .arg("dist/conformance/driver.js")
                 .cwd(dir))
         },
-        release_confirmed: false,
     },
 ];
 
@@ -96,28 +94,35 @@ impl ClientSpec {
     }
 }
 
-/// A client after its preparation step.
+/// A client after its preparation step, in one of its two runs: on
+/// protocol v2 (its default), or forced to v1.
 #[derive(Clone)]
 pub struct Prepared {
     /// Its entry in [`CLIENTS`].
     pub spec: &'static ClientSpec,
     /// How to start its driver, or why it cannot be started.
     pub launch: Result<Launch, String>,
+    /// Every `open` of its drivers asks for protocol v1 (`force_v1`).
+    pub force_v1: bool,
 }
 
 impl Prepared {
-    /// The client's name.
+    /// The name of this run (`rust`, `rust-v1`, ...).
     pub fn name(&self) -> &'static str {
-        self.spec.name
+        if self.force_v1 {
+            self.spec.name_v1
+        } else {
+            self.spec.name
+        }
     }
 
     /// Starts driver number `n` of this client for a scenario.
     pub fn driver(&self, lab: &Lab, n: usize) -> Check<Driver> {
-        let label = format!("{}#{n}", self.spec.name);
+        let label = format!("{}#{n}", self.name());
         match &self.launch {
-            Ok(launch) => Driver::spawn(self.spec.name, label, launch, &lab.monolock),
+            Ok(launch) => Driver::spawn(self.name(), label, launch, &lab.monolock, self.force_v1),
             Err(why) => Err(Failure::of(
-                self.spec.name,
+                self.name(),
                 format!("the {} client could not be prepared: {why}", self.spec.name),
             )),
         }

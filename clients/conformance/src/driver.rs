@@ -22,6 +22,17 @@ use crate::{Check, Failure, PATIENCE};
 /// How many of a driver's last standard-error lines a failure shows.
 const STDERR_TAIL: usize = 40;
 
+/// The one list of loss reasons (DRIVER.md): the same strings in every
+/// client's API and in every reply.
+pub const REASONS: &[&str] = &[
+    "expired",
+    "forced",
+    "shutdown",
+    "connection",
+    "protocol",
+    "server_error",
+];
+
 /// How to start one driver process.
 #[derive(Clone, Debug)]
 pub struct Launch {
@@ -90,6 +101,11 @@ impl Reply {
         self.0["error"]["message"].as_str().unwrap_or_default()
     }
 
+    /// `error.temporary`: the client's own classification of the error.
+    pub fn temporary(&self) -> Option<bool> {
+        self.0["error"]["temporary"].as_bool()
+    }
+
     /// A boolean field of a successful reply.
     pub fn flag(&self, field: &str) -> Option<bool> {
         self.0[field].as_bool()
@@ -103,6 +119,8 @@ pub struct Driver {
     pub client: &'static str,
     /// `client#n`, for messages.
     pub label: String,
+    /// Every `open` asks for protocol v1.
+    pub force_v1: bool,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -118,6 +136,7 @@ impl Driver {
         label: String,
         launch: &Launch,
         monolock: &Path,
+        force_v1: bool,
     ) -> Check<Self> {
         let mut command = Command::new(&launch.program);
         command
@@ -169,6 +188,7 @@ impl Driver {
         Ok(Self {
             client,
             label,
+            force_v1,
             stdin: child.stdin.take(),
             child,
             lines,
@@ -258,10 +278,29 @@ impl Driver {
         if !value["ok"].is_boolean() {
             return Err(self.failure(format!("answered {cmd} without a boolean ok: {line}")));
         }
-        if value["ok"] == json!(false) && !value["error"]["kind"].is_string() {
-            return Err(self.failure(format!(
-                "answered {cmd} with a failure without error.kind: {line}"
-            )));
+        if value["ok"] == json!(false) {
+            if !value["error"]["kind"].is_string() {
+                return Err(self.failure(format!(
+                    "answered {cmd} with a failure without error.kind: {line}"
+                )));
+            }
+            if !value["error"]["temporary"].is_boolean() {
+                return Err(self.failure(format!(
+                    "answered {cmd} with a failure without a boolean error.temporary \
+                     (the client's own flag): {line}"
+                )));
+            }
+        }
+        // Whatever the command, a reason is one of the one list.
+        for reason in [&value["error"]["reason"], &value["reason"]] {
+            if let Some(reason) = reason.as_str()
+                && !REASONS.contains(&reason)
+            {
+                return Err(self.failure(format!(
+                    "answered {cmd} with the loss reason {reason:?}, which is not one of \
+                     {REASONS:?}: {line}"
+                )));
+            }
         }
         Ok(Some(Reply(value)))
     }
@@ -316,16 +355,23 @@ impl Driver {
         Ok(reply)
     }
 
+    /// The `open` command on plain TCP, with `force_v1` as this driver's
+    /// run asks.
+    pub fn open_cmd(&self, address: &str) -> Value {
+        json!({"cmd": "open", "address": address, "force_v1": self.force_v1})
+    }
+
     /// `open` on plain TCP.
     pub fn open(&mut self, address: &str) -> Check {
-        self.ok(json!({"cmd": "open", "address": address}))
-            .map(drop)
+        let cmd = self.open_cmd(address);
+        self.ok(cmd).map(drop)
     }
 
     /// `open` with a `tls` object.
     pub fn open_tls(&mut self, address: &str, tls: Value) -> Check {
-        self.ok(json!({"cmd": "open", "address": address, "tls": tls}))
-            .map(drop)
+        let mut cmd = self.open_cmd(address);
+        cmd["tls"] = tls;
+        self.ok(cmd).map(drop)
     }
 
     /// `lock` without a bound on the wait; returns the token.

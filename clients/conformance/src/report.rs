@@ -88,12 +88,12 @@ impl Tally {
         let text = match outcome {
             Ok(()) => {
                 self.passed.fetch_add(1, Ordering::Relaxed);
-                format!("{client:<8}{scenario} ... ok ({ms} ms)\n")
+                format!("{client:<10}{scenario} ... ok ({ms} ms)\n")
             }
             Err(why) => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 let detail: String = why.lines().map(|line| format!("    {line}\n")).collect();
-                format!("{client:<8}{scenario} ... FAILED ({ms} ms)\n{detail}")
+                format!("{client:<10}{scenario} ... FAILED ({ms} ms)\n{detail}")
             }
         };
         let mut out = std::io::stdout().lock();
@@ -137,9 +137,11 @@ pub fn run(setup: Setup) -> ExitCode {
         .collect();
     if selection.list {
         for spec in &present {
-            for scenario in SCENARIOS {
-                if selection.wants(spec.name, scenario.name) {
-                    println!("{} {}: test", spec.name, scenario.name);
+            for run_name in [spec.name, spec.name_v1] {
+                for scenario in SCENARIOS {
+                    if selection.wants(run_name, scenario.name) {
+                        println!("{run_name} {}: test", scenario.name);
+                    }
                 }
             }
         }
@@ -181,16 +183,18 @@ pub fn run(setup: Setup) -> ExitCode {
     let wanted: Vec<_> = present
         .into_iter()
         .filter(|spec| {
-            SCENARIOS
-                .iter()
-                .any(|scenario| selection.wants(spec.name, scenario.name))
+            SCENARIOS.iter().any(|scenario| {
+                selection.wants(spec.name, scenario.name)
+                    || selection.wants(spec.name_v1, scenario.name)
+            })
         })
         .collect();
     let tally = Tally::default();
-    // Each client is prepared and runs its own scenarios in a thread of
-    // its own, as soon as it is ready (a slow build holds up no other
-    // client); the cross-language scenarios run once every client is
-    // prepared, beside them.
+    // Each client is prepared once, in a thread of its own, as soon as it
+    // can be (a slow build holds up no other client); then its two runs
+    // (protocol v2, and forced to v1) go through their scenarios in two
+    // threads side by side. The cross-language scenarios run once every
+    // client is prepared, beside them, with both runs of every client.
     std::thread::scope(|scope| {
         let (lab, selection, tally) = (&lab, &selection, &tally);
         let (ready_tx, ready) = mpsc::channel();
@@ -199,15 +203,33 @@ pub fn run(setup: Setup) -> ExitCode {
             scope.spawn(move || {
                 let launch = std::panic::catch_unwind(|| (spec.prepare)(lab))
                     .unwrap_or_else(|_| Err("its preparation panicked".to_owned()));
-                let client = Prepared { spec, launch };
+                let v2 = Prepared {
+                    spec,
+                    launch: launch.clone(),
+                    force_v1: false,
+                };
+                let v1 = Prepared {
+                    spec,
+                    launch,
+                    force_v1: true,
+                };
                 // The receiver lives until every sender has sent.
-                let _ = ready_tx.send(client.clone());
-                run_each(lab, selection, tally, &client);
+                let _ = ready_tx.send(v2.clone());
+                let _ = ready_tx.send(v1.clone());
+                std::thread::scope(|runs| {
+                    runs.spawn(|| run_each(lab, selection, tally, &v1));
+                    run_each(lab, selection, tally, &v2);
+                });
             });
         }
         drop(ready_tx);
         let mut prepared: Vec<Prepared> = ready.iter().collect();
-        prepared.sort_by_key(|client| CLIENTS.iter().position(|c| c.name == client.name()));
+        prepared.sort_by_key(|client| {
+            (
+                CLIENTS.iter().position(|c| c.name == client.spec.name),
+                client.force_v1,
+            )
+        });
         for scenario in SCENARIOS {
             if let Run::Across(run) = scenario.run {
                 run_across(lab, selection, tally, scenario, run, &prepared);
@@ -230,29 +252,49 @@ pub fn run(setup: Setup) -> ExitCode {
 }
 
 /// Runs the selected scenarios of one client, one after the other.
+/// The scenarios that mostly wait (`Run::Beside`) go in threads of their
+/// own, beside the others.
 fn run_each(lab: &Lab, selection: &Selection, tally: &Tally, client: &Prepared) {
-    for scenario in SCENARIOS {
-        let Run::Each(run) = scenario.run else {
-            continue;
-        };
-        if !selection.wants(client.name(), scenario.name) {
-            continue;
+    std::thread::scope(|scope| {
+        for scenario in SCENARIOS {
+            if let Run::Beside(run) = scenario.run
+                && selection.wants(client.name(), scenario.name)
+            {
+                scope.spawn(move || run_one(lab, tally, client, scenario, run));
+            }
         }
-        let start = Instant::now();
-        let outcome = match &client.launch {
-            Ok(_) => guarded(|| run(lab, client)),
-            Err(why) => Err(Failure::of(
-                client.name(),
-                format!("the {} client could not be prepared: {why}", client.name()),
-            )),
-        };
-        tally.record(
+        for scenario in SCENARIOS {
+            if let Run::Each(run) = scenario.run
+                && selection.wants(client.name(), scenario.name)
+            {
+                run_one(lab, tally, client, scenario, run);
+            }
+        }
+    });
+}
+
+/// Runs one scenario of one client and records its line.
+fn run_one(
+    lab: &Lab,
+    tally: &Tally,
+    client: &Prepared,
+    scenario: &Scenario,
+    run: fn(&Lab, &Prepared) -> crate::Check,
+) {
+    let start = Instant::now();
+    let outcome = match &client.launch {
+        Ok(_) => guarded(|| run(lab, client)),
+        Err(why) => Err(Failure::of(
             client.name(),
-            scenario.name,
-            start.elapsed(),
-            outcome.map_err(|failure| failure.message),
-        );
-    }
+            format!("the {} client could not be prepared: {why}", client.name()),
+        )),
+    };
+    tally.record(
+        client.name(),
+        scenario.name,
+        start.elapsed(),
+        outcome.map_err(|failure| failure.message),
+    );
 }
 
 /// Runs a cross-language scenario with every selected client that was

@@ -21,48 +21,39 @@ import threading
 from typing import Any, Dict, Optional
 
 import monolock
-from monolock import LossReason
-
-#: The reason names of DRIVER.md, by the client's LossReason.
-REASONS = {
-    LossReason.EXPIRED: "expired",
-    LossReason.FORCED: "forced",
-    LossReason.SHUTDOWN: "shutdown",
-    LossReason.SERVER_ERROR: "server_error",
-    LossReason.CONNECTION_LOST: "connection",
-    LossReason.PROTOCOL_VIOLATION: "protocol",
-}
 
 Fields = Dict[str, Any]
 
 
 class Failure(Exception):
-    """A failed command: the `error` object of the reply."""
+    """A failed command: the `error` object of the reply. `temporary` is
+    the client's own `is_temporary` (False for the driver's own errors)."""
 
-    def __init__(self, kind: str, message: str, reason: Optional[str] = None) -> None:
+    def __init__(
+        self, kind: str, message: str, reason: Optional[str] = None, temporary: bool = False
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.reason = reason
-
-
-def lost(loss: monolock.LockLost) -> Failure:
-    return Failure("lost", str(loss), REASONS.get(loss.reason, "server_error"))
+        self.temporary = temporary
 
 
 def classify(err: monolock.Error) -> Failure:
-    """The DRIVER.md kind of an error the client raised."""
+    """The DRIVER.md kind of an error the client raised. Loss reasons are
+    the client's own values (`LossReason.value`), passed on as they are."""
+    temporary = err.is_temporary
     if isinstance(err, monolock.InvalidArgument):
-        return Failure("invalid_argument", str(err))
+        return Failure("invalid_argument", str(err), temporary=temporary)
     if isinstance(err, monolock.NotAcquired):
-        return Failure("not_acquired", str(err))
+        return Failure("not_acquired", str(err), temporary=temporary)
     if isinstance(err, monolock.ConnectError):
         kind = "tls" if isinstance(err.__cause__, ssl.SSLError) else "connect"
-        return Failure(kind, str(err))
+        return Failure(kind, str(err), temporary=temporary)
     if isinstance(err, monolock.LockLost):
         if err.code is not None and not err.is_temporary:
-            return Failure("server", str(err))
-        return lost(err)
-    return Failure("other", f"{type(err).__name__}: {err}")
+            return Failure("server", str(err), temporary=temporary)
+        return Failure("lost", str(err), err.reason.value, temporary=temporary)
+    return Failure("other", f"{type(err).__name__}: {err}", temporary=temporary)
 
 
 def field(cmd: Fields, name: str, kind: type) -> Any:
@@ -70,6 +61,14 @@ def field(cmd: Fields, name: str, kind: type) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise Failure("other", f"the command needs a {kind.__name__} {name!r}")
     return value
+
+
+def lease_seconds(cmd: Fields) -> float:
+    """`lease_ms` (which may carry a fraction) in the client's unit."""
+    value = cmd.get("lease_ms")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Failure("other", "the command needs a number 'lease_ms'")
+    return value / 1000
 
 
 class Driver:
@@ -115,24 +114,25 @@ class Driver:
             except (OSError, ssl.SSLError) as err:
                 raise Failure("tls", f"unusable TLS settings: {err}") from err
             server_name = tls.get("server_name")
-        self.client = monolock.Client(address, ssl_context=context, server_hostname=server_name)
+        self.client = monolock.Client(
+            address,
+            ssl_context=context,
+            server_hostname=server_name,
+            force_v1=cmd.get("force_v1") is True,
+        )
         return {}
 
     def cmd_lock(self, cmd: Fields) -> Fields:
         handle = field(cmd, "handle", str)
         wait_ms = cmd.get("wait_ms")
         wait = None if wait_ms is None else field(cmd, "wait_ms", int) / 1000
-        lock = self.need_client().lock(
-            field(cmd, "name", str), field(cmd, "lease_ms", int) / 1000, wait=wait
-        )
+        lock = self.need_client().lock(field(cmd, "name", str), lease_seconds(cmd), wait=wait)
         self.handles[handle] = lock
         return {"token": str(lock.token)}
 
     def cmd_try_lock(self, cmd: Fields) -> Fields:
         handle = field(cmd, "handle", str)
-        lock = self.need_client().try_lock(
-            field(cmd, "name", str), field(cmd, "lease_ms", int) / 1000
-        )
+        lock = self.need_client().try_lock(field(cmd, "name", str), lease_seconds(cmd))
         if lock is None:
             return {"acquired": False}
         self.handles[handle] = lock
@@ -158,7 +158,7 @@ class Driver:
         loss = self.lock(cmd).wait_lost(field(cmd, "timeout_ms", int) / 1000)
         if loss is None:
             return {"lost": False}
-        return {"lost": True, "reason": REASONS.get(loss.reason, "server_error")}
+        return {"lost": True, "reason": loss.reason.value, "message": str(loss)}
 
     def cmd_cycles(self, cmd: Fields) -> Fields:
         client = self.need_client()
@@ -191,7 +191,12 @@ class Driver:
 def reply(cid: Any, fields: Optional[Fields], failure: Optional[Failure]) -> str:
     if failure is None:
         return json.dumps({"id": cid, "ok": True, **(fields or {})})
-    error = {"kind": failure.kind, "reason": failure.reason, "message": str(failure)}
+    error = {
+        "kind": failure.kind,
+        "reason": failure.reason,
+        "message": str(failure),
+        "temporary": failure.temporary,
+    }
     return json.dumps({"id": cid, "ok": False, "error": error})
 
 

@@ -47,12 +47,21 @@ class Frames(unittest.TestCase):
         for bad in ["", "a" * 256, "\u00e9" * 128, "\ud800"]:
             with self.assertRaises(InvalidArgument, msg=repr(bad)):
                 _frames.encode_name(bad)
-        self.assertEqual(_frames.lease_ms(0.001), 1)
+        self.assertEqual(_frames.lease_ms(0.1), 100)
         self.assertEqual(_frames.lease_ms(4.35), 4350)
-        self.assertEqual(_frames.lease_ms(0xFFFF_FFFF / 1000), 0xFFFF_FFFF)
-        for bad_lease in [0, 0.0004, -1, 0x1_0000_0000 / 1000, float("nan"), float("inf"), True]:
+        self.assertEqual(_frames.lease_ms(3600), 3_600_000)
+        for bad_lease in [0, 0.0004, -1, 3600.001, float("nan"), float("inf"), True]:
             with self.assertRaises(InvalidArgument, msg=repr(bad_lease)):
                 _frames.lease_ms(bad_lease)
+        # The bounds every client shares, each refusal naming the unit.
+        for bad_lease, says in [
+            (0.01, "lease 0.01 s is below the minimum of 100 ms (leases are in seconds)"),
+            (10000, "lease 10000 s is above the maximum of 1 hour (leases are in seconds)"),
+            (1.5005, "lease 1.5005 s is not a whole number of milliseconds (leases are in seconds)"),
+        ]:
+            with self.assertRaises(InvalidArgument) as caught:
+                _frames.lease_ms(bad_lease)
+            self.assertEqual(str(caught.exception), says)
 
 
 class Addresses(unittest.TestCase):
@@ -199,7 +208,7 @@ class ClaimMachine(unittest.TestCase):
             (b"\x13\x02\x05force", LossReason.FORCED, 2),
             (b"\x13\x01\x00", LossReason.SHUTDOWN, 1),
             (b"\x13\x18\x00", LossReason.SERVER_ERROR, 0x18),
-            (b"\x7f", LossReason.PROTOCOL_VIOLATION, None),
+            (b"\x7f", LossReason.PROTOCOL, None),
         ]
         for data, reason, code in cases:
             claim = Claim("x", 2000, T0)
@@ -219,9 +228,9 @@ class ClaimMachine(unittest.TestCase):
 
     def test_first_bytes_of_another_protocol_name_the_wrong_port(self) -> None:
         cases = [
-            (b"HTTP/1.1 400 Bad Request\r\n\r\n", "it answered like HTTP"),
-            (b"\x15\x03\x03\x00\x02\x02\x32", "the server speaks TLS: pass ssl_context"),
-            (b"\x16\x03\x03", "the server speaks TLS: pass ssl_context"),
+            (b"HTTP/1.1 400 Bad Request\r\n\r\n", "is not a monolock server: an HTTP server answered"),
+            (b"\x15\x03\x03\x00\x02\x02\x32", "expects TLS: the server speaks TLS on this port"),
+            (b"\x16\x03\x03", "expects TLS: the server speaks TLS on this port"),
         ]
         for data, says in cases:
             for split in (1, len(data)):
@@ -229,7 +238,7 @@ class ClaimMachine(unittest.TestCase):
                 claim.receive(data[:split], T0 + MS)
                 claim.receive(data[split:], T0 + MS)
                 assert claim.loss is not None
-                self.assertIs(claim.loss.reason, LossReason.PROTOCOL_VIOLATION)
+                self.assertIs(claim.loss.reason, LossReason.PROTOCOL)
                 cause = claim.loss.__cause__
                 assert isinstance(cause, ProtocolError)
                 self.assertTrue(cause.wrong_port, says)

@@ -60,6 +60,28 @@ class Lockless(unittest.TestCase):
             self.listener.accept()
         self.listener.close()
 
+    def test_an_address_with_a_scheme_is_refused(self) -> None:
+        for scheme in ["http", "tcp"]:
+            written = f"{scheme}://{self.address}"
+            with self.assertRaises(monolock.InvalidArgument) as caught:
+                monolock.Client(written)
+            self.assertEqual(
+                str(caught.exception), f'address "{written}": write host:port, without a scheme'
+            )
+            self.assertFalse(caught.exception.is_temporary)
+
+    def test_leases_out_of_bounds_name_the_unit(self) -> None:
+        client = monolock.Client(self.address)
+        for lease, says in [
+            (0.01, "below the minimum of 100 ms (leases are in seconds)"),
+            (10000, "above the maximum of 1 hour (leases are in seconds)"),
+            (1.5005, "not a whole number of milliseconds (leases are in seconds)"),
+        ]:
+            for attempt in (client.lock, client.try_lock):
+                with self.assertRaises(monolock.InvalidArgument) as caught:
+                    attempt("ok", lease)
+                self.assertIn(says, str(caught.exception))
+
     def test_bad_waits_are_rejected_before_connecting(self) -> None:
         client = monolock.Client(self.address)
         for wait in [-1, -0.001, float("nan"), float("-inf"), "30", True, [1.0]]:
@@ -130,14 +152,46 @@ class SyncClient(SharedServer, Protocols, unittest.TestCase):
         self.assertGreater(tokens[0], holder.token)
 
     def test_try_lock_when_busy_leaves_no_trace_in_the_queue(self) -> None:
+        # No trace by the time try_lock returns (v1 half-closes and reads
+        # until the server's EOF), and the lock is free once release returns.
         client = self.client()
         holder = client.try_lock("busy", lease=5.0)
         assert holder is not None
-        self.assertIsNone(client.try_lock("busy", lease=5.0))
-        eventually("the queue to be empty", lambda: self.server.waiters("busy") == [])
+        for _ in range(10):
+            self.assertIsNone(client.try_lock("busy", lease=5.0))
+            self.assertEqual(self.server.waiters("busy"), [])
         holder.release()
-        # Had the try_lock stayed queued, it would now hold the lock.
-        eventually("the lock to be forgotten", lambda: self.server.lock("busy") is None)
+        # Had a try_lock stayed queued, it would now hold the lock.
+        self.assertIsNone(self.server.lock("busy"))
+
+    def test_a_try_lock_right_after_a_release_succeeds_at_the_first_attempt(self) -> None:
+        # The release returns once the server has released (v2: RELEASED;
+        # v1: the server's EOF after the client's half-close), so another
+        # client's try_lock never finds the lock busy, not even now and then.
+        first, second = self.client(), self.sync_client(self.server.addr, connect_timeout=5.0)
+        holder = first.lock("handover", lease=5.0)
+        for round_ in range(50):
+            holder.release()
+            taker = (second, first)[round_ % 2]
+            taken = taker.try_lock("handover", lease=5.0)
+            self.assertIsNotNone(taken, f"busy right after a release returned (round {round_})")
+            assert taken is not None
+            self.assertGreater(taken.token, holder.token)
+            holder = taken
+        holder.release()
+
+    def test_loss_messages_name_the_lock_and_reason(self) -> None:
+        lock = self.client().lock("named/loss", lease=5.0)
+        self.assertIsNotNone(self.server.force_release("named/loss"))
+        loss = lock.wait_lost(PATIENCE)
+        assert loss is not None
+        self.assertTrue(
+            str(loss).startswith('lock "named/loss" lost (forced): '), str(loss)
+        )
+        self.assertEqual(loss.name, "named/loss")
+        with self.assertRaises(LockLost) as caught:
+            lock.check()
+        self.assertTrue(str(caught.exception).startswith('lock "named/loss" lost (forced): '))
 
     def test_wait_bounds_the_time_in_the_queue(self) -> None:
         client = self.client()
@@ -209,7 +263,7 @@ class SyncClient(SharedServer, Protocols, unittest.TestCase):
                 client.lock(name, lease=1.0)  # type: ignore[arg-type]
             with self.assertRaises(ValueError, msg=repr(name)):
                 client.try_lock(name, lease=1.0)  # type: ignore[arg-type]
-        for lease in [0, 0.0004, -1.0, 4294967.296, float("nan"), float("inf"), "10", True]:
+        for lease in [0, 0.0004, 0.099, 1.0005, 3600.001, 10000, -1.0, float("nan"), float("inf"), "10", True]:
             with self.assertRaises(monolock.InvalidArgument, msg=repr(lease)):
                 client.lock("ok", lease=lease)  # type: ignore[arg-type]
         with self.assertRaises(BlockingIOError):
@@ -220,7 +274,7 @@ class SyncClient(SharedServer, Protocols, unittest.TestCase):
         with client.lock("n" * 255, lease=5.0) as lock:
             self.assertTrue(lock.is_held())
             for other in ["N" * 255, " " + "n" * 254]:
-                with client.lock(other, lease=4294967.295, wait=PATIENCE) as distinct:
+                with client.lock(other, lease=3600, wait=PATIENCE) as distinct:
                     self.assertTrue(distinct.is_held())
 
     def test_wait_inf_waits_forever_and_leaves_no_orphan_claim(self) -> None:

@@ -41,6 +41,9 @@ class Tls(Protocols, unittest.TestCase):
                 self.sync_client(server.addr, ssl_context=context).lock("tls", lease=5.0)
             self.assertIn(server.addr, str(caught.exception))
             self.assertIsInstance(caught.exception.__cause__, ssl.SSLError)
+            # A certificate that fails verification fails the same way every
+            # time: a retry loop keyed on is_temporary must stop.
+            self.assertFalse(caught.exception.is_temporary)
             # The name checked is the address's host unless overridden.
             trusted = client_context(with_certificate=False)
             with self.assertRaises(monolock.ConnectError):
@@ -54,7 +57,7 @@ class Tls(Protocols, unittest.TestCase):
 
     def test_a_client_without_ssl_context_is_told_to_pass_one(self) -> None:
         with Server(*tls_args(mutual=False)) as server:
-            says = f"{server.addr}: the server speaks TLS: pass ssl_context"
+            says = f"{server.addr} expects TLS: the server speaks TLS on this port; pass ssl_context"
             lease = 60.0  # an answer at the deadline could not pass for a prompt one
             start = time.monotonic()
             with self.assertRaises(monolock.ConnectError) as caught:

@@ -8,7 +8,7 @@ use tracing::debug;
 
 use crate::{
     connector::{Connection, Connector, TcpConnector},
-    error::{Error, LossReason},
+    error::{Error, LossReason, ProtocolViolation, WrongPeer, has_scheme, lease_problem},
     guard::{Claim, Enqueued, LockGuard},
     retry::RetryPolicy,
     scoped::{LockContext, Outcome, run_scoped},
@@ -260,14 +260,18 @@ impl<C: Connector> Client<C> {
     /// `lease` (`None`: the client's default) is the failure detector, not
     /// a work deadline: the guard heartbeats about four times per lease and
     /// may be held for hours. A shorter lease hands the lock on sooner after
-    /// a crash or a partition, at the cost of more heartbeats. It is sent
-    /// in whole milliseconds.
+    /// a crash or a partition, at the cost of more heartbeats. It must be
+    /// 100 ms to 1 hour, in whole milliseconds
+    /// ([`MIN_LEASE`](crate::MIN_LEASE), [`MAX_LEASE`](crate::MAX_LEASE)).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] and [`Error::InvalidLease`] before dialing;
-    /// connection failures ([`Error::Connect`], a failed TLS handshake
-    /// included); [`Error::Lost`] when the server refuses the claim or ends
-    /// it while waiting ([`LossReason::Server`]), or stops answering
+    /// [`Error::InvalidName`], [`Error::InvalidLease`] and
+    /// [`Error::InvalidAddress`] before dialing; connection failures
+    /// ([`Error::Connect`], a failed TLS handshake included);
+    /// [`Error::WrongPeer`] when what answered is not a monolock server (an
+    /// HTTP port, a TLS mismatch, no answer within the connect timeout);
+    /// [`Error::Lost`] when the server refuses the claim or ends it while
+    /// waiting ([`LossReason::Server`]), or stops answering
     /// ([`LossReason::HeartbeatTimeout`]).
     ///
     /// # Cancel safety
@@ -288,7 +292,8 @@ impl<C: Connector> Client<C> {
 
     /// Takes the lock if it is free; `Ok(None)` if someone holds it. Leaves
     /// no trace in the queue: version 2 asks in try-only mode (BUSY);
-    /// version 1 closes the connection the server answered WAITING on.
+    /// version 1 leaves the queue the server put it in as a release does
+    /// (half-close, then the server's EOF) before it returns.
     ///
     /// # Errors
     /// As for [`acquire`](Self::acquire).
@@ -383,29 +388,45 @@ impl<C: Connector> Client<C> {
         lease: Duration,
         mode: Mode,
     ) -> Result<Option<Enqueued>, Error> {
-        let lease_ms = Lease::from_duration(lease).ok_or(Error::InvalidLease { lease })?;
+        let lease_ms = check_lease(lease)?;
+        if let Some(addr) = self.addrs().find(|addr| has_scheme(addr)) {
+            return Err(Error::InvalidAddress {
+                addr: addr.to_owned(),
+            });
+        }
         for _ in 0..MAX_PLACEMENTS {
             let (session, id, starter) = match self.place(lease_ms).await? {
-                Placement::V1(conn) => return self.claim_v1(conn, name, lease_ms).await.map(Some),
+                Placement::V1(conn, addr) => {
+                    return self.claim_v1(conn, addr, name, lease_ms, mode).await;
+                }
                 Placement::V2(session, id) => (session, id, None),
                 Placement::New(session, id, starter) => (session, id, Some(starter)),
             };
+            let addr = session.addr().clone();
+            let new_session = starter.is_some().then(|| session.clone());
             let claim = v2_session::Claim::start(session, id, name.clone(), mode);
             // A new session's OPEN and its first ACQUIRE go out in one write.
             if let Some(starter) = starter {
                 starter.start();
             }
-            let reply = claim
-                .shared()
-                .wait_until(|status| match status {
-                    Status::Held(token) => Some(Reply::Held(*token)),
-                    Status::Waiting => Some(Reply::Waiting),
-                    Status::Busy => Some(Reply::Busy),
-                    Status::Retry(retry) => Some(Reply::Retry(retry.clone())),
-                    Status::Unanswered | Status::Released | Status::Lost(_) => None,
-                })
-                .await
-                .map_err(|reason| self.unanswered(reason))?;
+            let first_reply = claim.shared().wait_until(|status| match status {
+                Status::Held(token) => Some(Reply::Held(*token)),
+                Status::Waiting => Some(Reply::Waiting),
+                Status::Busy => Some(Reply::Busy),
+                Status::Retry(retry) => Some(Reply::Retry(retry.clone())),
+                Status::Unanswered | Status::Released | Status::Lost(_) => None,
+            });
+            let reply = match timeout(self.connect_timeout, first_reply).await {
+                Ok(reply) => reply.map_err(|reason| self.unanswered(reason, &addr))?,
+                Err(_) => {
+                    // A silent new session is nobody's: close it, so that
+                    // no later claim is placed on it.
+                    if let Some(session) = new_session {
+                        session.close();
+                    }
+                    return Err(self.silent(&addr));
+                }
+            };
             let claim = Claim::V2 {
                 claim,
                 io_timeout: self.io_timeout,
@@ -428,28 +449,42 @@ impl<C: Connector> Client<C> {
         Err(too_many_claims())
     }
 
-    /// A claim on its own version 1 connection.
+    /// A claim on its own version 1 connection: `None` when a try-only
+    /// claim found the lock held. Version 1 has no try-only mode: the
+    /// server queues the claim (WAITING), and the client leaves the queue
+    /// as it releases, half-closing and reading until the server's EOF, so
+    /// that no trace of it is left when this returns.
     async fn claim_v1<S: crate::connector::Transport>(
         &self,
         conn: Connection<S>,
+        addr: Arc<str>,
         name: LockName,
         lease: Lease,
-    ) -> Result<Enqueued, Error> {
-        let session = Session::start(conn, name.clone(), lease);
-        let token = session
-            .shared()
-            .wait_until(|status| match status {
-                Status::Held(token) => Some(Some(*token)),
-                Status::Waiting => Some(None),
-                _ => None,
-            })
-            .await
-            .map_err(|reason| self.unanswered(reason))?;
+        mode: Mode,
+    ) -> Result<Option<Enqueued>, Error> {
+        let mut session = Session::start(conn, name.clone(), lease, self.io_timeout);
+        let first_reply = session.shared().wait_until(|status| match status {
+            Status::Held(token) => Some(Some(*token)),
+            Status::Waiting => Some(None),
+            _ => None,
+        });
+        let token = match timeout(self.connect_timeout, first_reply).await {
+            Ok(token) => token.map_err(|reason| self.unanswered(reason, &addr))?,
+            Err(_) => return Err(self.silent(&addr)),
+        };
+        if token.is_none() && mode == Mode::Try {
+            // Whether or not the server confirmed it, the claim is gone
+            // for this caller; the busy answer stands.
+            if let Err(err) = session.release().await {
+                debug!(error = %err, "leaving the queue after a busy try was not confirmed");
+            }
+            return Ok(None);
+        }
         let claim = Claim::V1(session);
-        Ok(match token {
+        Ok(Some(match token {
             Some(token) => Enqueued::Acquired(LockGuard::new(claim, name, token)),
             None => Enqueued::Waiting(crate::Waiter::new(claim, name)),
-        })
+        }))
     }
 
     /// Where a new claim goes: a session with room for it (opened if
@@ -457,7 +492,8 @@ impl<C: Connector> Client<C> {
     /// the address does.
     async fn place(&self, lease: Lease) -> Result<Placement<C::Stream>, Error> {
         if self.protocol == Protocol::V1 {
-            return Ok(Placement::V1(self.connect().await?.0));
+            let (conn, addr) = self.connect().await?;
+            return Ok(Placement::V1(conn, addr));
         }
         if let Some((session, id)) = self.pool.pick(lease) {
             return Ok(Placement::V2(session, id));
@@ -466,7 +502,7 @@ impl<C: Connector> Client<C> {
         if self.addrs().all(|addr| self.pool.is_v1_only(addr)) {
             let (conn, addr) = self.connect().await?;
             if self.pool.is_v1_only(&addr) {
-                return Ok(Placement::V1(conn));
+                return Ok(Placement::V1(conn, addr));
             }
             return self.open_session(conn, addr, lease);
         }
@@ -479,7 +515,7 @@ impl<C: Connector> Client<C> {
         }
         let (conn, addr) = self.connect().await?;
         if self.pool.is_v1_only(&addr) {
-            return Ok(Placement::V1(conn));
+            return Ok(Placement::V1(conn, addr));
         }
         self.open_session(conn, addr, lease)
     }
@@ -573,20 +609,44 @@ impl<C: Connector> Client<C> {
         lease.into().unwrap_or(self.default_lease)
     }
 
-    /// The error for a claim that ended before the server's first reply.
-    /// A TLS alert then is the server refusing the handshake: a failed
-    /// connect, not a failed session.
-    fn unanswered(&self, reason: LossReason) -> Error {
+    /// The error for a claim that ended before the server's first reply
+    /// from `addr`: nothing was held, so what is a connect failure is
+    /// reported as one, never as a loss. A TLS alert then is the server
+    /// refusing the handshake; the first bytes of HTTP or TLS show the
+    /// wrong port; a deadline that ran out unanswered is a silent peer.
+    fn unanswered(&self, reason: LossReason, addr: &str) -> Error {
         #[cfg(feature = "tls")]
         if let LossReason::Io(err) = &reason
             && let Some(source) = crate::tls::refused_handshake(err)
         {
             return Error::Connect {
-                addr: self.addr.to_string(),
+                addr: addr.to_owned(),
                 source,
             };
         }
-        reason.into()
+        let problem = match &reason {
+            LossReason::ProtocolViolation(ProtocolViolation::HttpServer) => WrongPeer::Http,
+            LossReason::ProtocolViolation(ProtocolViolation::TlsServer) => WrongPeer::ExpectsTls,
+            LossReason::HeartbeatTimeout { lease } => WrongPeer::Silent {
+                within: *lease * 4 / 5,
+            },
+            _ => return reason.into(),
+        };
+        Error::WrongPeer {
+            addr: addr.to_owned(),
+            problem,
+        }
+    }
+
+    /// The error for a connection accepted at `addr` that gave no first
+    /// reply within the connect timeout.
+    fn silent(&self, addr: &str) -> Error {
+        Error::WrongPeer {
+            addr: addr.to_owned(),
+            problem: WrongPeer::Silent {
+                within: self.connect_timeout,
+            },
+        }
     }
 
     /// Dials the addresses in order until one answers; the last failure
@@ -598,6 +658,13 @@ impl<C: Connector> Client<C> {
         for addr in self.addrs() {
             let err = match timeout(self.connect_timeout, self.connector.connect(addr)).await {
                 Ok(Ok(conn)) => return Ok((conn, Arc::from(addr))),
+                #[cfg(feature = "tls")]
+                Ok(Err(source)) if crate::tls::answered_in_plain_text(&source) => {
+                    Error::WrongPeer {
+                        addr: addr.to_owned(),
+                        problem: WrongPeer::NoTls,
+                    }
+                }
                 Ok(Err(source)) => Error::Connect {
                     addr: addr.to_owned(),
                     source,
@@ -624,13 +691,22 @@ impl<C: Connector> Client<C> {
 
 /// Where a claim goes.
 enum Placement<S> {
-    /// Its own version 1 connection.
-    V1(Connection<S>),
+    /// Its own version 1 connection, to this address.
+    V1(Connection<S>, Arc<str>),
     /// This session, under this claim id.
     V2(Arc<SessionHandle>, u32),
     /// A new session, under this claim id; its task starts once the claim
     /// is placed.
     New(Arc<SessionHandle>, u32, Starter<S>),
+}
+
+/// The lease on the wire, or why the client refuses it (checked before
+/// dialing).
+fn check_lease(lease: Duration) -> Result<Lease, Error> {
+    if lease_problem(lease).is_some() {
+        return Err(Error::InvalidLease { lease });
+    }
+    Lease::from_duration(lease).ok_or(Error::InvalidLease { lease })
 }
 
 /// The first reply to a version 2 claim, as the caller needs it.

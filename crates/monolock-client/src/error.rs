@@ -2,7 +2,16 @@
 
 use std::{fmt, io, sync::Arc, time::Duration};
 
-use monolock_proto::{DecodeError, ErrorCode, NameError, ServerFrame};
+use monolock_proto::{DecodeError, ErrorCode, LockName, NameError, ServerFrame};
+
+/// The shortest lease a client takes: below it, the holder's deadline
+/// (0.8 x lease) is shorter than ordinary scheduling stalls.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// The longest lease a client takes: above it, a partitioned holder blocks
+/// everyone for longer than any operator would accept. A lease is a
+/// failure detector, not a work deadline: hold for hours by heartbeating.
+pub const MAX_LEASE: Duration = Duration::from_secs(3600);
 
 /// Everything that can go wrong in this crate.
 ///
@@ -15,12 +24,20 @@ pub enum Error {
     /// dialing.
     #[error("invalid lock name")]
     InvalidName(#[from] NameError),
-    /// The lease is zero milliseconds or longer than `u32::MAX` ms. Checked
-    /// before dialing.
-    #[error("invalid lease {lease:?}: it must be between 1ms and {max_ms}ms", max_ms = u32::MAX)]
+    /// The lease is below [`MIN_LEASE`] (100 ms), above [`MAX_LEASE`]
+    /// (1 hour), or not a whole number of milliseconds. Checked before
+    /// dialing.
+    #[error("{}", lease_problem(*lease).unwrap_or_default())]
     InvalidLease {
         /// The lease that was given.
         lease: Duration,
+    },
+    /// An address is not `host:port`: it has a scheme (`http://...`).
+    /// Checked before dialing.
+    #[error("address {addr:?}: write host:port, without a scheme")]
+    InvalidAddress {
+        /// The address as given.
+        addr: String,
     },
     /// The TCP connection could not be established, or the TLS handshake
     /// failed. A failed handshake's source is an [`io::Error`] wrapping the
@@ -42,6 +59,24 @@ pub enum Error {
         /// The timeout that ran out.
         timeout: Duration,
     },
+    /// The connection was made, but what is at `addr` is not a monolock
+    /// server as this client speaks to it: an HTTP server (the admin or
+    /// ops port), a TLS port dialled in plain text, a plain port dialled
+    /// with TLS, or a peer that never answered. A failed connect, never a
+    /// lost lock: nothing was held.
+    #[error("{addr} {problem}")]
+    WrongPeer {
+        /// The server address.
+        addr: String,
+        /// What answered, or that nothing did.
+        problem: WrongPeer,
+    },
+    /// The lock was held and is lost; the message names the lock:
+    /// `lock "NAME" lost (REASON): DETAIL`. Returned by
+    /// [`LockGuard::check`](crate::LockGuard::check) and by
+    /// [`LockGuard::release`](crate::LockGuard::release) of a lost lock.
+    #[error(transparent)]
+    LockLost(#[from] LockLost),
     /// The session ended before or after the grant: the server closed it
     /// (with or without an ERROR frame), the connection failed, no
     /// heartbeat was confirmed in time, or the server broke the protocol.
@@ -77,10 +112,13 @@ impl Error {
         match self {
             Self::Connect { source, .. } => !is_permanent_connect_failure(source),
             Self::ConnectTimeout { .. } => true,
+            Self::WrongPeer { problem, .. } => matches!(problem, WrongPeer::Silent { .. }),
             Self::Lost(reason) => reason.is_temporary(),
-            Self::InvalidName(_) | Self::InvalidLease { .. } | Self::BlockingInAsyncContext => {
-                false
-            }
+            Self::LockLost(lost) => lost.reason.is_temporary(),
+            Self::InvalidName(_)
+            | Self::InvalidLease { .. }
+            | Self::InvalidAddress { .. }
+            | Self::BlockingInAsyncContext => false,
             #[cfg(feature = "tls")]
             Self::Tls(_) => false,
         }
@@ -89,7 +127,11 @@ impl Error {
     /// The ERROR code, when the server ended the session with one.
     pub fn server_code(&self) -> Option<ErrorCode> {
         match self {
-            Self::Lost(LossReason::Server { code, .. }) => Some(*code),
+            Self::Lost(LossReason::Server { code, .. })
+            | Self::LockLost(LockLost {
+                reason: LossReason::Server { code, .. },
+                ..
+            }) => Some(*code),
             _ => None,
         }
     }
@@ -99,6 +141,110 @@ impl Error {
     /// the server has been unreachable from the last such answer.
     pub(crate) fn server_answered(&self) -> bool {
         self.server_code().is_some()
+    }
+}
+
+/// Why a lease is refused, naming the bound and the unit; `None` for a
+/// lease the client takes.
+pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
+    const UNIT: &str = "(leases are in milliseconds: a Duration of whole milliseconds)";
+    let shown = if lease.subsec_nanos().is_multiple_of(1_000_000) {
+        format!("{} ms", lease.as_millis())
+    } else {
+        format!("{lease:?}")
+    };
+    if lease < MIN_LEASE {
+        Some(format!(
+            "lease {shown} is below the minimum of 100 ms {UNIT}"
+        ))
+    } else if lease > MAX_LEASE {
+        Some(format!(
+            "lease {shown} is above the maximum of 1 hour {UNIT}"
+        ))
+    } else if !lease.subsec_nanos().is_multiple_of(1_000_000) {
+        Some(format!(
+            "lease {shown} is not a whole number of milliseconds {UNIT}"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Whether `addr` is written with a scheme (`http://`, `tcp://`).
+pub(crate) fn has_scheme(addr: &str) -> bool {
+    addr.contains("://")
+}
+
+/// What answered at an address that is not a monolock server, as the
+/// client speaks to it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WrongPeer {
+    /// An HTTP response came back: monolock's admin or ops port, say.
+    #[error(
+        "is not a monolock server: an HTTP server answered (the admin or ops port? give the \
+         server's --listen address)"
+    )]
+    Http,
+    /// A TLS record came back, or the connection closed before any
+    /// reply: a TLS port, dialled in plain text.
+    #[error("expects TLS: the server speaks TLS on this port; connect with a TlsConnector")]
+    ExpectsTls,
+    /// The TLS handshake was answered in plain text: a monolock port
+    /// without TLS.
+    #[error("does not speak TLS: it answered the TLS handshake in plain text")]
+    NoTls,
+    /// The connection was accepted and nothing came back in time.
+    #[error("did not answer within {}", DisplaySeconds(*within))]
+    Silent {
+        /// How long the client waited.
+        within: Duration,
+    },
+}
+
+/// A duration as `5 s` or `1.6 s`.
+struct DisplaySeconds(Duration);
+
+impl fmt::Display for DisplaySeconds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        if ms.is_multiple_of(1000) {
+            write!(f, "{} s", ms / 1000)
+        } else {
+            write!(f, "{:.1} s", self.0.as_secs_f64())
+        }
+    }
+}
+
+/// A held lock that is lost: its name and why. Displays as `lock "NAME"
+/// lost (REASON): DETAIL`, `REASON` being [`LossReason::name`].
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("lock {:?} lost ({}): {reason}", name.as_str(), reason.name())]
+pub struct LockLost {
+    name: LockName,
+    #[source]
+    reason: LossReason,
+}
+
+impl LockLost {
+    /// The loss of the lock `name` for `reason`.
+    pub fn new(name: LockName, reason: LossReason) -> Self {
+        Self { name, reason }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Why it was lost.
+    pub fn reason(&self) -> &LossReason {
+        &self.reason
+    }
+
+    /// The reason, owned.
+    pub fn into_reason(self) -> LossReason {
+        self.reason
     }
 }
 
@@ -168,6 +314,22 @@ impl LossReason {
 
     pub(crate) fn io(err: io::Error) -> Self {
         Self::Io(Arc::new(err))
+    }
+
+    /// The reason's name in the vocabulary every monolock client shares:
+    /// `expired` (no heartbeat confirmed in time), `forced` (ERROR 0x02 or
+    /// v2 REVOKED: an administrator), `shutdown` (ERROR 0x01),
+    /// `connection` (EOF, reset, I/O error), `protocol` (the server broke
+    /// the protocol), `server_error` (any other ERROR code).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::HeartbeatTimeout { .. } => "expired",
+            Self::Server { code, .. } if *code == ErrorCode::SHUTTING_DOWN => "shutdown",
+            Self::Server { code, .. } if *code == ErrorCode::CLOSED_BY_ADMIN => "forced",
+            Self::Server { .. } => "server_error",
+            Self::ConnectionClosed | Self::Io(_) => "connection",
+            Self::ProtocolViolation(_) => "protocol",
+        }
     }
 }
 

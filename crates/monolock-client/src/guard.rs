@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    error::{Error, LossReason},
+    error::{Error, LockLost, LossReason},
     session::{Session, Shared, Status},
     v2,
 };
@@ -137,28 +137,47 @@ impl LockGuard {
         self.session.shared().loss()
     }
 
+    /// `Ok` while the lock is held; once it is lost, the loss with a
+    /// message naming the lock (`lock "NAME" lost (REASON): DETAIL`).
+    /// Checks the deadline against the clock, like
+    /// [`is_held`](Self::is_held).
+    ///
+    /// # Errors
+    /// [`LockLost`] once the lock is lost.
+    pub fn check(&self) -> Result<(), LockLost> {
+        match self.loss() {
+            None => Ok(()),
+            Some(reason) => Err(LockLost::new(self.name.clone(), reason)),
+        }
+    }
+
     /// A token that is cancelled the moment the lock is lost. Hand clones
     /// to tasks that must stop then.
     pub fn loss_token(&self) -> CancellationToken {
         self.session.shared().lost_token().clone()
     }
 
-    /// Releases the lock. With protocol version 2 it returns once the
-    /// server's RELEASED has been read, so the lock is free (or handed to
-    /// the next waiter) when it returns: a `try_acquire` of the same name
-    /// right after, from any process, succeeds when nobody waits. The wait
-    /// is bounded by the client's I/O timeout; past it the session is
-    /// closed, which releases every claim on it (each guard reports its
-    /// loss). With version 1 it closes the connection cleanly.
+    /// Releases the lock and returns once the server has released it, so
+    /// the lock is free (or handed to the next waiter) when it returns: a
+    /// `try_acquire` of the same name right after, from any process,
+    /// succeeds at the first attempt when nobody waits. Version 2 reads the
+    /// server's RELEASED; version 1, which has no release frame, shuts its
+    /// write side down and reads until the server's EOF (the server
+    /// releases before it closes). The wait is bounded by the client's I/O
+    /// timeout; past it the connection is closed (version 2: the session,
+    /// which releases every claim on it, each guard reporting its loss) and
+    /// the release is reported as unconfirmed.
     ///
     /// # Errors
-    /// If the lock had been lost before the release, the reason (so a
-    /// caller learns that its work may have run unprotected); or the error
-    /// of closing the stream, or the timeout.
+    /// [`Error::LockLost`] if the lock had been lost before the release
+    /// (so a caller learns that its work may have run unprotected); or
+    /// [`Error::Lost`] with the error of closing the stream, or the
+    /// timeout of an unconfirmed release.
     ///
     /// # Cancel safety
     /// Dropping the future drops the guard, which releases the lock at once.
     pub async fn release(mut self) -> Result<(), Error> {
+        self.check()?;
         self.session.release().await.map_err(Error::from)
     }
 }

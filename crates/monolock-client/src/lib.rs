@@ -159,8 +159,9 @@
 //! `with_server_name` says otherwise; `TlsConnector::from_config` takes a
 //! whole `rustls::ClientConfig` (the crate re-exports its `rustls`). A
 //! failed handshake is an [`Error::Connect`]; one that failed on a
-//! certificate or on a peer that does not speak TLS is permanent and not
-//! retried. Unusable TLS settings are `Error::Tls`, invalid input. Dropping
+//! certificate is permanent and not retried. A peer that answers the
+//! handshake in plain text (a monolock port without TLS) is an
+//! [`Error::WrongPeer`] (`does not speak TLS`), permanent too. Unusable TLS settings are `Error::Tls`, invalid input. Dropping
 //! a guard still shuts the TCP socket down inside `Drop`.
 //!
 //! # Feature flags
@@ -190,7 +191,7 @@ mod v2;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
-pub use error::{Error, LossReason, ProtocolViolation};
+pub use error::{Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ProtocolViolation, WrongPeer};
 pub use guard::{Enqueued, LockGuard, Waiter};
 pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
 pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_FOR, RetryPolicy};

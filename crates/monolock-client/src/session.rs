@@ -270,8 +270,14 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Starts the task for `conn`: it sends the ACQUIRE at once.
-    pub(crate) fn start<S: Transport>(conn: Connection<S>, name: LockName, lease: Lease) -> Self {
+    /// Starts the task for `conn`: it sends the ACQUIRE at once. A release
+    /// waits at most `io_timeout` for the server's EOF.
+    pub(crate) fn start<S: Transport>(
+        conn: Connection<S>,
+        name: LockName,
+        lease: Lease,
+        io_timeout: Duration,
+    ) -> Self {
         let now = Instant::now();
         let shared = Arc::new(Shared::new(
             Arc::new(Deadline::new(now + lease.as_duration() * 4 / 5)),
@@ -285,6 +291,7 @@ impl Session {
             stream: conn.stream,
             shared: shared.clone(),
             release: release.clone(),
+            io_timeout,
             buf: Vec::with_capacity(READ_CHUNK),
         };
         let task = tokio::spawn(
@@ -303,11 +310,14 @@ impl Session {
         &self.shared
     }
 
-    /// Asks the task to shut the stream down cleanly and waits for it.
+    /// Asks the task to shut the write side down and waits until the
+    /// server's EOF confirms the release (the server releases in its table
+    /// before it closes), at most the I/O timeout.
     ///
     /// # Errors
-    /// The reason the claim had ended before the release, or the error of
-    /// the shutdown itself.
+    /// The reason the claim had ended before the release, the error of the
+    /// shutdown itself, or the timeout (the connection is closed then: the
+    /// lock is gone for the caller, unconfirmed).
     pub(crate) async fn release(&mut self) -> Result<(), LossReason> {
         if let Some(reason) = self.shared.loss() {
             return Err(reason);
@@ -340,6 +350,7 @@ struct Driver<S> {
     stream: S,
     shared: Arc<Shared>,
     release: CancellationToken,
+    io_timeout: Duration,
     buf: Vec<u8>,
 }
 
@@ -387,9 +398,22 @@ impl<S: Transport> Driver<S> {
                 biased;
                 () = self.release.cancelled() => {
                     self.shared.advance(Status::Released);
-                    let result = timeout_at(deadline, self.stream.shutdown())
+                    let bound = Instant::now() + self.io_timeout;
+                    let result = timeout_at(bound, self.half_close_until_eof(&mut chunk))
                         .await
-                        .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+                        .unwrap_or_else(|_| {
+                            Err(std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                format!(
+                                    "the server did not confirm the release within {:?}; \
+                                     the connection was closed",
+                                    self.io_timeout
+                                ),
+                            ))
+                        });
+                    if result.is_err() {
+                        self.shared.close_socket();
+                    }
                     return Ok(TaskEnd::Released(result));
                 }
                 read = self.stream.read(&mut chunk) => {
@@ -409,6 +433,30 @@ impl<S: Transport> Driver<S> {
                     self.send(&ClientFrame::Heartbeat, deadline).await?;
                     exchange.heartbeat_sent(sent);
                 }
+            }
+        }
+    }
+
+    /// Version 1 has no release frame: the client shuts its write side
+    /// down, and the server, seeing the EOF, releases the claim in its
+    /// table and then closes. Reading until that EOF (frames still in
+    /// flight, such as a heartbeat's reply, are discarded) confirms the
+    /// release. A reset after the shutdown is the server closing too.
+    async fn half_close_until_eof(&mut self, chunk: &mut [u8]) -> std::io::Result<()> {
+        self.stream.shutdown().await?;
+        loop {
+            match self.stream.read(chunk).await {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                    ) =>
+                {
+                    return Ok(());
+                }
+                Err(err) => return Err(err),
             }
         }
     }

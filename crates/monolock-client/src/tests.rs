@@ -241,7 +241,7 @@ async fn a_silent_server_loses_the_lock_at_four_fifths_of_the_lease() {
     assert_eq!(closed_at, lost_at, "the connection closes with the loss");
     assert!(matches!(
         guard.release().await,
-        Err(Error::Lost(LossReason::HeartbeatTimeout { .. }))
+        Err(Error::LockLost(lost)) if matches!(lost.reason(), LossReason::HeartbeatTimeout { .. })
     ));
 }
 
@@ -272,9 +272,13 @@ async fn a_waiter_heartbeats_and_is_promoted_by_a_push() {
     assert_eq!(waiter.name().as_str(), "queue");
     let guard = waiter.granted().await.unwrap();
     assert_eq!(guard.token(), 42);
-    let _peer = script.await.unwrap();
+    let mut peer = script.await.unwrap();
     assert!(guard.is_held());
-    guard.release().await.unwrap();
+    // A v1 release is confirmed by the server's EOF after the client's.
+    let (released, ()) = tokio::join!(guard.release(), async move {
+        peer.expect_eof().await;
+    });
+    released.unwrap();
 }
 
 #[tokio::test(start_paused = true)]

@@ -441,6 +441,15 @@ pub(crate) fn refused_handshake(err: &io::Error) -> Option<io::Error> {
     }
 }
 
+/// Whether a failed handshake was answered in plain text: the first
+/// bytes back were no TLS record (a monolock port without TLS answers the
+/// ClientHello with an ERROR frame).
+pub(crate) fn answered_in_plain_text(err: &io::Error) -> bool {
+    err.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|tls| matches!(tls, rustls::Error::InvalidMessage(_)))
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};

@@ -176,7 +176,7 @@ fn is_held_reads_false_after_a_pause_past_the_deadline(protocol) {
         ));
         assert!(matches!(
             guard.release().await,
-            Err(Error::Lost(LossReason::HeartbeatTimeout { .. }))
+            Err(Error::LockLost(lost)) if matches!(lost.reason(), LossReason::HeartbeatTimeout { .. })
         ));
     });
 }

@@ -116,7 +116,7 @@ fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found() {
 #[test]
 fn a_deadline_taken_from_the_receive_instant_is_found() {
     found(
-        8,
+        19,
         Duration::from_secs(9),
         Mutation::DeadlineFromReceive,
         "two holders",
@@ -263,7 +263,7 @@ fn found_v2(
 #[test]
 fn a_v2_claim_believed_until_released_arrives_is_found() {
     found_v2(
-        4,
+        1,
         Duration::from_secs(5),
         None,
         V2Mistake::BeliefUntilReleased,
@@ -274,7 +274,7 @@ fn a_v2_claim_believed_until_released_arrives_is_found() {
 #[test]
 fn v2_claims_believed_past_the_session_deadline_are_found() {
     found_v2(
-        1,
+        15,
         Duration::from_secs(5),
         None,
         V2Mistake::BeliefPastDeadline,
@@ -324,7 +324,7 @@ fn released_written_before_the_table_released_the_claim_is_found() {
 #[test]
 fn a_queued_claim_promoted_as_its_session_ends_is_found() {
     found_in_v2_server(
-        1018,
+        1022,
         Duration::from_secs(5),
         Mutation::V2PromoteEndingSession,
         "after the server read the end of its connection",

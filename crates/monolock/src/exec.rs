@@ -17,8 +17,8 @@ use std::{
 
 use clap::{ArgAction, Args};
 use monolock_client::{
-    Client, Connector, Enqueued, Error, LockGuard, LossReason, ProtocolViolation, TcpConnector,
-    TlsConnector,
+    Client, Connector, Enqueued, Error, LockGuard, LossReason, MAX_LEASE, MIN_LEASE,
+    ProtocolViolation, TcpConnector, TlsConnector, WrongPeer,
 };
 use tokio::{
     process::{Child, Command},
@@ -27,7 +27,7 @@ use tokio::{
 };
 
 use crate::{
-    args::{EXIT_USAGE, MAX_DURATION, parse_duration, parse_duration_or_zero, parse_switch},
+    args::{EXIT_USAGE, parse_duration, parse_duration_or_zero, parse_switch},
     process::{
         Terminal, announce_group, die_with_parent, enter_new_pid_namespace, group_alive,
         signal_group,
@@ -227,15 +227,13 @@ fn parse_servers(text: &str) -> Result<String, String> {
     Ok(addrs.join(","))
 }
 
-/// Parses `--lease`: what the protocol carries (whole milliseconds, 1 ms
-/// to about 49 days).
+/// Parses `--lease` within the bounds every monolock client puts on a
+/// lease: whole milliseconds, 100 ms to 1 hour.
 fn parse_lease(text: &str) -> Result<Duration, String> {
     let lease = parse_duration(text)?;
-    let max = Duration::from_millis(u64::from(u32::MAX)).min(MAX_DURATION);
-    if lease < Duration::from_millis(1) || lease > max {
+    if lease < MIN_LEASE || lease > MAX_LEASE || !lease.subsec_nanos().is_multiple_of(1_000_000) {
         return Err(format!(
-            "{text} is out of range: a lease is 1ms to {}ms (about 49 days)",
-            max.as_millis()
+            "{text} is out of range: a lease is 100ms to 1h, in whole milliseconds"
         ));
     }
     Ok(lease)
@@ -466,8 +464,13 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// answers an HTTP request like HTTP, it is an HTTP port (one that waits
 /// for the rest of a request), not a silent server.
 async fn unanswered<C: Connector>(err: Error, connector: &C, args: &ExecArgs) -> Error {
-    if matches!(err, Error::Lost(LossReason::HeartbeatTimeout { .. }))
-        && answers_http(connector, &args.server).await
+    if matches!(
+        err,
+        Error::WrongPeer {
+            problem: WrongPeer::Silent { .. },
+            ..
+        }
+    ) && answers_http(connector, &args.server).await
     {
         return Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer));
     }
@@ -501,6 +504,10 @@ fn describe(err: &Error, args: &ExecArgs) -> String {
     if matches!(
         err,
         Error::Lost(LossReason::ProtocolViolation(ProtocolViolation::HttpServer))
+            | Error::WrongPeer {
+                problem: WrongPeer::Http,
+                ..
+            }
     ) {
         return format!(
             "{} is not a monolock protocol port (it answered like HTTP): give --server the server's --listen address, not its admin or ops port",
@@ -508,11 +515,10 @@ fn describe(err: &Error, args: &ExecArgs) -> String {
         );
     }
     if args.tls_ca.is_some()
-        && let Error::Connect { addr, source } = err
-        && source
-            .get_ref()
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-            .is_some_and(|tls| matches!(tls, rustls::Error::InvalidMessage(_)))
+        && let Error::WrongPeer {
+            addr,
+            problem: WrongPeer::NoTls,
+        } = err
     {
         return format!(
             "the server does not speak TLS: {addr} answered the TLS handshake in plain text; drop --tls-ca, or give the server's TLS port"

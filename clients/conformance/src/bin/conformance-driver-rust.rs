@@ -10,7 +10,7 @@
 
 use std::{collections::HashMap, error::Error as StdError, time::Duration};
 
-use monolock_client::{Client, Error, LockGuard, LossReason, TlsConnector};
+use monolock_client::{Client, Error, LockGuard, LockLost, Protocol, TlsConnector, WrongPeer};
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -35,6 +35,8 @@ struct Failure {
     kind: &'static str,
     reason: Option<&'static str>,
     message: String,
+    /// The client's own `is_temporary` (false for the driver's own errors).
+    temporary: bool,
 }
 
 impl Failure {
@@ -43,53 +45,53 @@ impl Failure {
             kind,
             reason: None,
             message: message.into(),
+            temporary: false,
         }
     }
+}
 
-    fn lost(reason: &LossReason) -> Self {
-        Self {
-            kind: "lost",
-            reason: Some(reason_name(reason)),
-            message: chain(reason),
-        }
+impl From<LockLost> for Failure {
+    fn from(lost: LockLost) -> Self {
+        Error::from(lost).into()
     }
 }
 
 impl From<Error> for Failure {
     fn from(err: Error) -> Self {
         let message = chain(&err);
-        match &err {
-            Error::InvalidName(_) | Error::InvalidLease { .. } => {
-                Self::new("invalid_argument", message)
+        let temporary = err.is_temporary();
+        let (kind, reason) = match &err {
+            Error::InvalidName(_) | Error::InvalidLease { .. } | Error::InvalidAddress { .. } => {
+                ("invalid_argument", None)
             }
             Error::Connect { source, .. }
                 if source
                     .get_ref()
                     .is_some_and(|inner| inner.is::<monolock_client::rustls::Error>()) =>
             {
-                Self::new("tls", message)
+                ("tls", None)
             }
-            Error::Connect { .. } | Error::ConnectTimeout { .. } => Self::new("connect", message),
-            Error::Tls(_) => Self::new("tls", message),
-            Error::Lost(LossReason::Server { code, .. }) if !code.is_temporary() => {
-                Self::new("server", message)
+            Error::WrongPeer {
+                problem: WrongPeer::NoTls,
+                ..
             }
-            Error::Lost(reason) => Self::lost(reason),
-            _ => Self::new("other", message),
+            | Error::Tls(_) => ("tls", None),
+            Error::Connect { .. } | Error::ConnectTimeout { .. } | Error::WrongPeer { .. } => {
+                ("connect", None)
+            }
+            Error::Lost(_) if err.server_code().is_some_and(|code| !code.is_temporary()) => {
+                ("server", None)
+            }
+            Error::Lost(reason) => ("lost", Some(reason.name())),
+            Error::LockLost(lost) => ("lost", Some(lost.reason().name())),
+            _ => ("other", None),
+        };
+        Self {
+            kind,
+            reason,
+            message,
+            temporary,
         }
-    }
-}
-
-/// The reason names of DRIVER.md.
-fn reason_name(reason: &LossReason) -> &'static str {
-    match reason {
-        LossReason::HeartbeatTimeout { .. } => "expired",
-        LossReason::Server { code, .. } if code.0 == 0x01 => "shutdown",
-        LossReason::Server { code, .. } if code.0 == 0x02 => "forced",
-        LossReason::Server { .. } => "server_error",
-        LossReason::ConnectionClosed | LossReason::Io(_) => "connection",
-        LossReason::ProtocolViolation(_) => "protocol",
-        _ => "server_error",
     }
 }
 
@@ -136,6 +138,23 @@ fn millis(cmd: &Value, name: &str) -> Result<Duration, Failure> {
     u64_field(cmd, name).map(Duration::from_millis)
 }
 
+/// `lease_ms`, which may carry a fraction of a millisecond (DRIVER.md):
+/// converted exactly for whole milliseconds, to the nanosecond otherwise.
+fn lease(cmd: &Value) -> Result<Duration, Failure> {
+    match cmd.get("lease_ms") {
+        Some(value) if value.is_u64() => millis(cmd, "lease_ms"),
+        Some(Value::Number(ms)) => ms
+            .as_f64()
+            .filter(|ms| ms.is_finite() && *ms >= 0.0)
+            .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+            .ok_or_else(|| Failure::new("other", "lease_ms must be a non-negative number")),
+        _ => Err(Failure::new(
+            "other",
+            "the command needs a number \"lease_ms\"",
+        )),
+    }
+}
+
 fn token_fields(token: u64) -> Fields {
     let mut fields = Fields::new();
     fields.insert("token".into(), Value::String(token.to_string()));
@@ -167,10 +186,10 @@ impl Driver {
                 let held = self.guard(cmd)?.is_held();
                 Ok(Fields::from_iter([("held".into(), Value::Bool(held))]))
             }
-            "check" => match self.guard(cmd)?.loss() {
-                None => Ok(Fields::new()),
-                Some(reason) => Err(Failure::lost(&reason)),
-            },
+            "check" => {
+                self.guard(cmd)?.check()?;
+                Ok(Fields::new())
+            }
             "token" => Ok(token_fields(self.guard(cmd)?.token())),
             "wait_lost" => self.wait_lost(cmd).await,
             "cycles" => self.cycles(cmd).await,
@@ -181,7 +200,10 @@ impl Driver {
 
     fn open(&mut self, cmd: &Value) -> Result<Fields, Failure> {
         let address = str_field(cmd, "address")?;
-        let client = Client::new(address);
+        let mut client = Client::new(address);
+        if cmd.get("force_v1").and_then(Value::as_bool) == Some(true) {
+            client = client.with_protocol(Protocol::V1);
+        }
         self.client = Some(match cmd.get("tls").filter(|tls| !tls.is_null()) {
             None => AnyClient::Tcp(client),
             Some(tls) => {
@@ -205,7 +227,7 @@ impl Driver {
     async fn lock(&mut self, cmd: &Value) -> Result<Fields, Failure> {
         let handle = str_field(cmd, "handle")?.to_owned();
         let name = str_field(cmd, "name")?;
-        let lease = millis(cmd, "lease_ms")?;
+        let lease = lease(cmd)?;
         let wait = match cmd.get("wait_ms") {
             None | Some(Value::Null) => None,
             Some(_) => Some(millis(cmd, "wait_ms")?),
@@ -227,7 +249,7 @@ impl Driver {
     async fn try_lock(&mut self, cmd: &Value) -> Result<Fields, Failure> {
         let handle = str_field(cmd, "handle")?.to_owned();
         let name = str_field(cmd, "name")?;
-        let lease = millis(cmd, "lease_ms")?;
+        let lease = lease(cmd)?;
         let guard = with_client!(self.client()?, client => client.try_acquire(name, lease).await?);
         let mut fields = Fields::new();
         fields.insert("acquired".into(), Value::Bool(guard.is_some()));
@@ -255,7 +277,9 @@ impl Driver {
         match tokio::time::timeout(timeout, guard.lost()).await {
             Ok(reason) => {
                 fields.insert("lost".into(), Value::Bool(true));
-                fields.insert("reason".into(), Value::from(reason_name(&reason)));
+                fields.insert("reason".into(), Value::from(reason.name()));
+                let lost = LockLost::new(guard.name().clone(), reason);
+                fields.insert("message".into(), Value::from(lost.to_string()));
             }
             Err(_) => {
                 fields.insert("lost".into(), Value::Bool(false));
@@ -315,7 +339,12 @@ fn reply(id: &Value, result: Result<Fields, Failure>) -> Value {
             object.insert("ok".into(), Value::Bool(false));
             object.insert(
                 "error".into(),
-                json!({"kind": failure.kind, "reason": failure.reason, "message": failure.message}),
+                json!({
+                    "kind": failure.kind,
+                    "reason": failure.reason,
+                    "message": failure.message,
+                    "temporary": failure.temporary,
+                }),
             );
         }
     }

@@ -20,10 +20,24 @@ const POLL: Duration = Duration::from_millis(10);
 /// The lease where nothing waits for one to run out.
 const LEASE_MS: u64 = 5_000;
 
-/// Requires the loss of `handle` to be reported everywhere it shows:
-/// `is_held` false, `check` failing with `lost` and `reason`, and a
-/// release that answers ok or `lost` and forgets the handle.
-fn lost_everywhere(driver: &mut Driver, handle: &str, reason: &str) -> Check {
+/// Requires a loss message to name the lock as every client words it:
+/// `lock "NAME" lost (REASON): DETAIL`.
+fn names_the_lock(driver: &Driver, message: &str, lock: &str, reason: &str) -> Check {
+    let expected = format!("lock \"{lock}\" lost ({reason})");
+    ensure!(
+        driver.client,
+        message.starts_with(&expected),
+        "{}: the loss message must start with {expected:?}: {message:?}",
+        driver.label
+    );
+    Ok(())
+}
+
+/// Requires the loss of `handle` (a claim on `lock`) to be reported
+/// everywhere it shows: `is_held` false, `check` failing with `lost`,
+/// `reason` and a message naming the lock, and a release that answers ok
+/// or `lost` and forgets the handle.
+fn lost_everywhere(driver: &mut Driver, handle: &str, lock: &str, reason: &str) -> Check {
     let client = driver.client;
     ensure!(
         client,
@@ -40,6 +54,7 @@ fn lost_everywhere(driver: &mut Driver, handle: &str, reason: &str) -> Check {
         check.reason(),
         check.0
     );
+    names_the_lock(driver, check.message(), lock, reason)?;
     let release = driver.call(json!({"cmd": "release", "handle": handle}))?;
     ensure!(
         client,
@@ -55,8 +70,9 @@ fn lost_everywhere(driver: &mut Driver, handle: &str, reason: &str) -> Check {
     Ok(())
 }
 
-/// Sends `wait_lost` and requires it to report a loss for `reason`.
-fn expect_loss(driver: &mut Driver, reason: &str) -> Check {
+/// Collects the reply to `wait_lost` and requires it to report a loss of
+/// `lock` for `reason`, with the client's loss message naming the lock.
+fn expect_loss(driver: &mut Driver, lock: &str, reason: &str) -> Check {
     let reply = driver.reply()?;
     let client = driver.client;
     ensure!(
@@ -73,7 +89,8 @@ fn expect_loss(driver: &mut Driver, reason: &str) -> Check {
         driver.label,
         reply.0["reason"]
     );
-    Ok(())
+    let message = reply.0["message"].as_str().unwrap_or_default().to_owned();
+    names_the_lock(driver, &message, lock, reason)
 }
 
 /// An administrator force-releases the lock through the admin API
@@ -89,14 +106,14 @@ pub fn force_release_reaches_holder(lab: &Lab, client: &Prepared) -> Check {
     driver.send(json!({"cmd": "wait_lost", "handle": "h", "timeout_ms": 10_000}))?;
     let forced = Instant::now();
     server.admin.force_release(lock)?;
-    expect_loss(&mut driver, "forced")?;
+    expect_loss(&mut driver, lock, "forced")?;
     let took = forced.elapsed();
     ensure!(
         client.name(),
         took < FORCED_WITHIN,
         "the force-release reached the holder after {took:?}, more than {FORCED_WITHIN:?}"
     );
-    lost_everywhere(&mut driver, "h", "forced")?;
+    lost_everywhere(&mut driver, "h", lock, "forced")?;
     driver.exit()
 }
 
@@ -120,7 +137,8 @@ pub fn paused_server_is_held_false(lab: &Lab, client: &Prepared) -> Check {
     let server = Server::start(&lab.monolock, &[])?;
     let mut driver = client.driver(lab, 1)?;
     driver.open(&server.address())?;
-    driver.lock("h", "conformance/paused", PAUSE_LEASE_MS)?;
+    let lock = "conformance/paused";
+    driver.lock("h", lock, PAUSE_LEASE_MS)?;
     ensure!(
         name,
         driver.is_held("h")?,
@@ -155,6 +173,7 @@ pub fn paused_server_is_held_false(lab: &Lab, client: &Prepared) -> Check {
         check.reason(),
         check.0
     );
+    names_the_lock(&driver, check.message(), lock, "expired")?;
     server.signal(libc::SIGCONT)?;
     driver.exit()
 }
@@ -165,11 +184,29 @@ pub fn sigterm_gives_shutdown(lab: &Lab, client: &Prepared) -> Check {
     let mut server = Server::start(&lab.monolock, &[])?;
     let mut driver = client.driver(lab, 1)?;
     driver.open(&server.address())?;
-    driver.lock("h", "conformance/shutdown", LEASE_MS)?;
+    let lock = "conformance/shutdown";
+    driver.lock("h", lock, LEASE_MS)?;
     driver.send(json!({"cmd": "wait_lost", "handle": "h", "timeout_ms": 10_000}))?;
     server.signal(libc::SIGTERM)?;
-    expect_loss(&mut driver, "shutdown")?;
-    lost_everywhere(&mut driver, "h", "shutdown")?;
+    expect_loss(&mut driver, lock, "shutdown")?;
+    lost_everywhere(&mut driver, "h", lock, "shutdown")?;
+    server.wait_exit()?;
+    driver.exit()
+}
+
+/// SIGKILL to the server closes the holder's connection without an ERROR
+/// frame: the client reports the loss with reason `connection`, and its
+/// message names the lock.
+pub fn killed_server_gives_connection(lab: &Lab, client: &Prepared) -> Check {
+    let mut server = Server::start(&lab.monolock, &[])?;
+    let mut driver = client.driver(lab, 1)?;
+    driver.open(&server.address())?;
+    let lock = "conformance/killed";
+    driver.lock("h", lock, LEASE_MS)?;
+    driver.send(json!({"cmd": "wait_lost", "handle": "h", "timeout_ms": 10_000}))?;
+    server.signal(libc::SIGKILL)?;
+    expect_loss(&mut driver, lock, "connection")?;
+    lost_everywhere(&mut driver, "h", lock, "connection")?;
     server.wait_exit()?;
     driver.exit()
 }

@@ -10,6 +10,7 @@ mod leaks;
 mod loss;
 mod ordering;
 mod queue;
+mod sessions;
 mod transport;
 
 use crate::{Check, Lab, clients::Prepared, driver::Driver};
@@ -18,6 +19,10 @@ use crate::{Check, Lab, clients::Prepared, driver::Driver};
 pub enum Run {
     /// Once for each client, with that client's drivers alone.
     Each(fn(&Lab, &Prepared) -> Check),
+    /// As `Each`, in a thread of its own beside the client's other
+    /// scenarios: for a scenario that mostly waits on a bound (5 s), so
+    /// that the wait costs no wall time of its own.
+    Beside(fn(&Lab, &Prepared) -> Check),
     /// Once, with drivers of every client in the run mixed; reported on
     /// one line per client.
     Across(fn(&Lab, &[&Prepared]) -> Check),
@@ -66,6 +71,22 @@ pub const SCENARIOS: &[Scenario] = &[
         run: Run::Each(loss::sigterm_gives_shutdown),
     },
     Scenario {
+        name: "killed_server_gives_connection",
+        run: Run::Each(loss::killed_server_gives_connection),
+    },
+    Scenario {
+        name: "wrong_port_is_a_connect_error",
+        run: Run::Each(transport::wrong_port_is_a_connect_error),
+    },
+    Scenario {
+        name: "silent_port_is_a_temporary_connect_error",
+        run: Run::Beside(transport::silent_port_is_a_temporary_connect_error),
+    },
+    Scenario {
+        name: "many_locks_few_connections",
+        run: Run::Each(sessions::many_locks_few_connections),
+    },
+    Scenario {
         name: "tls",
         run: Run::Each(transport::tls),
     },
@@ -76,6 +97,14 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "bad_input_rejected_before_connecting",
         run: Run::Each(transport::bad_input_rejected_before_connecting),
+    },
+    Scenario {
+        name: "lease_bounds_refused_before_connecting",
+        run: Run::Each(transport::lease_bounds_refused_before_connecting),
+    },
+    Scenario {
+        name: "address_with_scheme_refused",
+        run: Run::Each(transport::address_with_scheme_refused),
     },
     Scenario {
         name: "dead_address_named",

@@ -11,7 +11,11 @@ use serde_json::{Value, json};
 use socket2::{Domain, Socket, Type};
 
 use crate::{
-    Check, Failure, Lab, clients::Prepared, driver::lock_cmd, ensure, pki::CLIENT_IDENTITY,
+    Check, Failure, Lab,
+    clients::Prepared,
+    driver::{Driver, Reply, lock_cmd},
+    ensure,
+    pki::CLIENT_IDENTITY,
     server::Server,
 };
 
@@ -44,9 +48,37 @@ fn tls_server(lab: &Lab, client_ca: bool) -> Result<Server, Failure> {
     Server::start(&lab.monolock, &args)
 }
 
+/// Requires a failure's `temporary` flag to be `expected`.
+fn temporary_is(driver: &Driver, reply: &Reply, expected: bool, what: &str) -> Check {
+    ensure!(
+        driver.client,
+        reply.temporary() == Some(expected),
+        "{}: {what} must be temporary: {expected}, the client says {:?}: {}",
+        driver.label,
+        reply.temporary(),
+        reply.0["error"]
+    );
+    Ok(())
+}
+
+/// Requires a failure's message to contain every one of `parts`.
+fn message_has(driver: &Driver, reply: &Reply, parts: &[&str], what: &str) -> Check {
+    let message = reply.message();
+    for part in parts {
+        ensure!(
+            driver.client,
+            message.contains(part),
+            "{}: the error for {what} must contain {part:?}: {message:?}",
+            driver.label
+        );
+    }
+    Ok(())
+}
+
 /// TLS with the lab PKI: a driver trusting the server's CA takes and
 /// releases a lock (with and without an explicit server name); one that
-/// trusts another CA fails with `tls`.
+/// trusts another CA fails with `tls`, not temporary (a certificate that
+/// fails verification fails the same way every time).
 pub fn tls(lab: &Lab, client: &Prepared) -> Check {
     let name = client.name();
     let pki = &lab.pki;
@@ -70,13 +102,19 @@ pub fn tls(lab: &Lab, client: &Prepared) -> Check {
         driver.release("h")?;
     }
     driver.open_tls(&address, json!({"ca": path(&pki.foreign_ca)}))?;
-    driver.fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
+    let refused = driver.fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
+    temporary_is(
+        &driver,
+        &refused,
+        false,
+        "a certificate that fails verification",
+    )?;
     driver.exit()
 }
 
 /// mTLS with the lab PKI: a driver presenting the client certificate holds
 /// the lock under the certificate's identity (as the admin API shows it);
-/// one without a client certificate is refused with `tls`.
+/// one without a client certificate is refused with `tls`, not temporary.
 pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
     let name = client.name();
     let pki = &lab.pki;
@@ -107,14 +145,14 @@ pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
     );
     driver.release("h")?;
     driver.open_tls(&address, json!({"ca": path(&pki.ca)}))?;
-    driver.fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
+    let refused = driver.fails(lock_cmd("h", lock, LEASE_MS, Some(WAIT_MS)), &["tls"])?;
+    temporary_is(&driver, &refused, false, "a refused client certificate")?;
     driver.exit()
 }
 
-/// Bad names and leases are refused with `invalid_argument` before any
-/// connection: the driver's address is a listener of the runner's that
-/// must see no connection at all.
-pub fn bad_input_rejected_before_connecting(lab: &Lab, client: &Prepared) -> Check {
+/// A listener of the runner's that must see no connection, and its
+/// address.
+fn untouched_listener() -> Check<(TcpListener, String)> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|err| Failure::new(format!("cannot bind a listener: {err}")))?;
@@ -122,6 +160,23 @@ pub fn bad_input_rejected_before_connecting(lab: &Lab, client: &Prepared) -> Che
         .local_addr()
         .map_err(|err| Failure::new(format!("listener address: {err}")))?
         .to_string();
+    Ok((listener, address))
+}
+
+/// Fails unless `listener` has accepted nothing.
+fn no_connection(driver: &Driver, listener: &TcpListener, what: &str) -> Check {
+    match listener.accept() {
+        Err(err) if err.kind() == ErrorKind::WouldBlock => Ok(()),
+        Ok((_, peer)) => Err(driver.failure(format!("connected (from {peer}) before {what}"))),
+        Err(err) => Err(Failure::new(format!("accept: {err}"))),
+    }
+}
+
+/// Bad names and leases are refused with `invalid_argument`, not
+/// temporary, before any connection: the driver's address is a listener
+/// of the runner's that must see no connection at all.
+pub fn bad_input_rejected_before_connecting(lab: &Lab, client: &Prepared) -> Check {
+    let (listener, address) = untouched_listener()?;
     let mut driver = client.driver(lab, 1)?;
     driver.open(&address)?;
     let long = "n".repeat(256);
@@ -136,22 +191,239 @@ pub fn bad_input_rejected_before_connecting(lab: &Lab, client: &Prepared) -> Che
         json!({"cmd": "try_lock", "handle": "h", "name": "conformance/bad", "lease_ms": 0}),
     ];
     for cmd in cases {
-        driver.fails(cmd, &["invalid_argument"])?;
-        match listener.accept() {
-            Err(err) if err.kind() == ErrorKind::WouldBlock => {}
-            Ok((_, peer)) => {
-                return Err(
-                    driver.failure(format!("connected (from {peer}) before refusing bad input"))
-                );
-            }
-            Err(err) => return Err(Failure::new(format!("accept: {err}"))),
-        }
+        let refused = driver.fails(cmd, &["invalid_argument"])?;
+        temporary_is(&driver, &refused, false, "an invalid argument")?;
+        no_connection(&driver, &listener, "refusing bad input")?;
     }
     driver.exit()
 }
 
-/// A lock on an address where nothing listens fails with `connect`, names
-/// the address, and does not hang: the port is bound by the runner but not
+/// The bounds every client puts on a lease (docs/protocol.md): at least
+/// 100 ms, at most 1 hour, a whole number of milliseconds. A lease of
+/// 99 ms, 3,600,001 ms or 1,500.5 ms is refused with `invalid_argument`,
+/// not temporary, before any connection, and the message says which bound
+/// and names the unit the client's API takes (`minimum of 100 ms`,
+/// `maximum of 1 hour`, `whole number of milliseconds`, and
+/// `(leases are in ...)`). The bounds themselves are accepted: 100 ms and
+/// 3,600,000 ms take a lock on a live server.
+pub fn lease_bounds_refused_before_connecting(lab: &Lab, client: &Prepared) -> Check {
+    let (listener, address) = untouched_listener()?;
+    let mut driver = client.driver(lab, 1)?;
+    driver.open(&address)?;
+    let lock = "conformance/lease";
+    let cases: [(Value, &str); 3] = [
+        (json!(99), "minimum of 100 ms"),
+        (json!(3_600_001), "maximum of 1 hour"),
+        (json!(1_500.5), "whole number of milliseconds"),
+    ];
+    for (lease_ms, bound) in cases {
+        for cmd in ["lock", "try_lock"] {
+            let sent = json!({"cmd": cmd, "handle": "h", "name": lock, "lease_ms": lease_ms});
+            let refused = driver.fails(sent, &["invalid_argument"])?;
+            let what = format!("a lease of {lease_ms} ms ({cmd})");
+            temporary_is(&driver, &refused, false, &what)?;
+            message_has(&driver, &refused, &[bound, "(leases are in "], &what)?;
+            no_connection(&driver, &listener, &format!("refusing {what}"))?;
+        }
+    }
+    let server = Server::start(&lab.monolock, &[])?;
+    driver.open(&server.address())?;
+    for lease_ms in [100, 3_600_000] {
+        let token = driver.lock("h", lock, lease_ms)?;
+        let shown = server.admin.lock(lock)?;
+        ensure!(
+            client.name(),
+            shown.as_ref().and_then(|l| l["holder"]["token"].as_u64()) == Some(token)
+                && shown
+                    .as_ref()
+                    .and_then(|l| l["holder"]["lease_ms"].as_u64())
+                    == Some(lease_ms),
+            "a lock with a lease of {lease_ms} ms (token {token}): the admin API shows {shown:?}"
+        );
+        driver.release("h")?;
+    }
+    driver.exit()
+}
+
+/// An address with a scheme (`http://...`, `tcp://...`) is refused with
+/// `invalid_argument` before any connection, at `open` or at the first
+/// lock, and the message quotes the address and says to write
+/// `host:port` without a scheme.
+pub fn address_with_scheme_refused(lab: &Lab, client: &Prepared) -> Check {
+    let (listener, address) = untouched_listener()?;
+    let mut driver = client.driver(lab, 1)?;
+    for scheme in ["http", "tcp"] {
+        let written = format!("{scheme}://{address}");
+        let what = format!("the address {written:?}");
+        let opened = driver.call(driver.open_cmd(&written))?;
+        let refused = if opened.ok() {
+            driver.fails(
+                lock_cmd("h", "conformance/scheme", LEASE_MS, None),
+                &["invalid_argument"],
+            )?
+        } else {
+            ensure!(
+                client.name(),
+                opened.kind() == Some("invalid_argument"),
+                "{}: `open` of {what} failed with kind {:?}, expected invalid_argument: {}",
+                driver.label,
+                opened.kind(),
+                opened.0["error"]
+            );
+            opened
+        };
+        temporary_is(&driver, &refused, false, &what)?;
+        message_has(
+            &driver,
+            &refused,
+            &[&format!("address \"{written}\""), "without a scheme"],
+            &what,
+        )?;
+        no_connection(&driver, &listener, &format!("refusing {what}"))?;
+    }
+    driver.exit()
+}
+
+/// How long a client waits for the first answer of a server that
+/// accepted the connection (DRIVER.md): its connect bound, 5 s.
+const FIRST_ANSWER: Duration = Duration::from_secs(5);
+
+/// A listener that accepts every connection and never writes a byte,
+/// until dropped.
+struct SilentListener {
+    address: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl SilentListener {
+    fn start() -> Check<Self> {
+        use std::sync::{Arc, atomic::AtomicBool, atomic::Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|err| Failure::new(format!("cannot bind a listener: {err}")))?;
+        let address = listener
+            .local_addr()
+            .map_err(|err| Failure::new(format!("listener address: {err}")))?
+            .to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopped.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => held.push(stream),
+                    // Polled, not synchronised on: it only bounds how late
+                    // the thread notices `stop`.
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Ok(Self { address, stop })
+    }
+}
+
+impl Drop for SilentListener {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Connecting to the wrong thing is a `connect` error naming the address
+/// and the problem, never a loss:
+///
+/// - the admin API's HTTP port: `connect`, `is not a monolock server: an
+///   HTTP server answered`, not temporary;
+/// - a plain client to a TLS port: `connect`, `expects TLS`, not
+///   temporary;
+/// - TLS to a plain monolock port: `tls`, `does not speak TLS`, not
+///   temporary.
+///
+/// A port that accepts and never answers is
+/// `silent_port_is_a_temporary_connect_error`.
+pub fn wrong_port_is_a_connect_error(lab: &Lab, client: &Prepared) -> Check {
+    let plain = Server::start(&lab.monolock, &[])?;
+    let tls = tls_server(lab, false)?;
+    let mut driver = client.driver(lab, 1)?;
+    let admin = plain.admin.addr().to_string();
+    driver.open(&admin)?;
+    let refused = driver.fails(
+        lock_cmd("h", "conformance/wrong", LEASE_MS, None),
+        &["connect"],
+    )?;
+    let what = format!("the admin HTTP port {admin}");
+    message_has(
+        &driver,
+        &refused,
+        &[&format!(
+            "{admin} is not a monolock server: an HTTP server answered"
+        )],
+        &what,
+    )?;
+    temporary_is(&driver, &refused, false, &what)?;
+
+    let tls_address = tls.address();
+    driver.open(&tls_address)?;
+    let refused = driver.fails(
+        lock_cmd("h", "conformance/wrong", LEASE_MS, None),
+        &["connect"],
+    )?;
+    let what = format!("a plain client to the TLS port {tls_address}");
+    message_has(&driver, &refused, &[&tls_address, "expects TLS"], &what)?;
+    temporary_is(&driver, &refused, false, &what)?;
+
+    let plain_address = plain.address();
+    driver.open_tls(&plain_address, json!({"ca": path(&lab.pki.ca)}))?;
+    let refused = driver.fails(lock_cmd("h", "conformance/wrong", LEASE_MS, None), &["tls"])?;
+    let what = format!("TLS to the plain port {plain_address}");
+    message_has(
+        &driver,
+        &refused,
+        &[&plain_address, "does not speak TLS"],
+        &what,
+    )?;
+    temporary_is(&driver, &refused, false, &what)?;
+    driver.exit()
+}
+
+/// A port that accepts the connection and never answers (a listener of
+/// the runner's) is a `connect` error naming the address and saying `did
+/// not answer within 5 s` (the client's default connect bound), temporary
+/// (a server may answer later), reported between 5 s and 8 s after the
+/// `lock` was sent: the lease is 10 s, so the client's own connect bound
+/// must end the wait, not the lease's 0.8 x 10 s. Never a loss. It runs
+/// beside the client's other scenarios.
+pub fn silent_port_is_a_temporary_connect_error(lab: &Lab, client: &Prepared) -> Check {
+    let silent = SilentListener::start()?;
+    let mut driver = client.driver(lab, 1)?;
+    driver.open(&silent.address)?;
+    let sent = Instant::now();
+    let reply = driver.call(lock_cmd("h", "conformance/silent", 10_000, None))?;
+    let took = sent.elapsed();
+    let what = format!("a port that never answers ({})", silent.address);
+    ensure!(
+        client.name(),
+        !reply.ok() && reply.kind() == Some("connect"),
+        "{}: {what} must fail with `connect`: {}",
+        driver.label,
+        reply.0
+    );
+    message_has(
+        &driver,
+        &reply,
+        &[&silent.address, "did not answer within 5 s"],
+        &what,
+    )?;
+    temporary_is(&driver, &reply, true, &what)?;
+    ensure!(
+        client.name(),
+        took >= FIRST_ANSWER && took < FIRST_ANSWER + Duration::from_secs(3),
+        "{what} was reported after {took:?}, expected between {FIRST_ANSWER:?} and 3 s more"
+    );
+    driver.exit()
+}
+
+/// A lock on an address where nothing listens fails with `connect`,
+/// temporary, names the address, and does not hang: the port is bound by the runner but not
 /// listening, so the kernel refuses the connection. Listed before a live
 /// server (`dead,live`), the same address is passed over and the lock is
 /// taken on the live one.
@@ -176,6 +448,7 @@ pub fn dead_address_named(lab: &Lab, client: &Prepared) -> Check {
         &["connect"],
     )?;
     let took = sent.elapsed();
+    temporary_is(&driver, &reply, true, "a refused connection")?;
     ensure!(
         client.name(),
         reply.message().contains(&dead),

@@ -36,6 +36,8 @@ class Address:
 def parse_one(text: str) -> Address:
     """`host:port`, `[v6]:port`."""
     text = text.strip()
+    if "://" in text:
+        raise InvalidArgument(f'address "{text}": write host:port, without a scheme')
     host, sep, port = text.rpartition(":")
     if not sep or not host:
         raise InvalidArgument(f"server address {text!r} must be host:port")

@@ -42,6 +42,10 @@ class _Driver(asyncio.Protocol):
         #: Futures of tasks waiting for a change, resolved on each one.
         self._waiters: List["asyncio.Future[None]"] = []
         self._timer: Optional[asyncio.TimerHandle] = None
+        #: Resolved once the connection is closed (the server's EOF read).
+        self._closed: "asyncio.Future[None]" = loop.create_future()
+        #: How long a release waits for the server's EOF, in seconds.
+        self.io_timeout = 5.0
 
     # asyncio.Protocol
 
@@ -62,6 +66,7 @@ class _Driver(asyncio.Protocol):
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self._cancel_timer()
+        _resolve(self._closed)
         claim = self.claim
         if claim is None or self.released:
             return
@@ -196,8 +201,40 @@ class _Driver(asyncio.Protocol):
         return None if self.claim is None else self.claim.loss
 
     async def release_confirmed(self) -> Optional[LockLost]:
-        """v1 has no confirmation: the close is the release."""
-        return self.release()
+        """v1 has no release frame: shuts the write side down and waits for
+        the server's EOF (the server releases before it closes), at most
+        `io_timeout`; past it the connection is closed and the release
+        reported as unconfirmed (a loss, `connection`)."""
+        loss = None
+        if self.claim is not None:
+            self.status()
+            loss = self.claim.loss
+        transport = self.transport
+        if self.released or loss is not None or transport is None:
+            return self.release()
+        self.released = True
+        self._cancel_timer()
+        try:
+            if transport.can_write_eof():
+                transport.write_eof()
+            else:
+                # TLS transports cannot half-close: the socket itself can,
+                # and the server's EOF still reaches the protocol.
+                sock = transport.get_extra_info("socket")
+                if sock is None:
+                    transport.close()
+                else:
+                    sock.shutdown(socket.SHUT_WR)
+            await asyncio.wait_for(asyncio.shield(self._closed), self.io_timeout)
+        except asyncio.TimeoutError:
+            self.close()
+            assert self.claim is not None
+            return LockLost.connection(
+                TimeoutError(f"the server did not confirm the release within {self.io_timeout}s")
+            ).for_lock(self.claim.name)
+        except (OSError, RuntimeError):
+            self.close()  # the transport failed: the connection is over anyway
+        return None
 
     def release_from_gc(self) -> None:
         self.released = True
@@ -479,8 +516,21 @@ class AsyncClient(Endpoints):
         # From here on the connection is a claim: whatever ends this call
         # without handing a lock over, a cancellation included, ends it.
         try:
-            driver.start(Claim(name, lease_ms, time.monotonic_ns()), frame)
-            status, _ = await driver.wait_until(lambda s: s is not Status.UNANSWERED, None)
+            sent = time.monotonic_ns()
+            driver.io_timeout = self._connect_timeout
+            driver.start(Claim(name, lease_ms, sent), frame)
+            # A server answers at once: silence past the connect timeout is
+            # a peer that is no monolock server (or one that cannot serve).
+            answer_by = sent + int(self._connect_timeout * 1e9)
+            status, silent = await driver.wait_until(lambda s: s is not Status.UNANSWERED, answer_by)
+            if silent:
+                raise ConnectError(
+                    f"{address} did not answer within {self._connect_timeout:g} s", [str(address)]
+                )
+            if status is Status.WAITING and give_up_when_queued:
+                # Leaves no trace in the queue by the time it returns.
+                await driver.release_confirmed()
+                return None
             if status is Status.WAITING and not give_up_when_queued:
                 until = None if wait_ns is None else start + wait_ns
                 status, timed_out = await driver.wait_until(lambda s: s is Status.HELD, until)

@@ -51,7 +51,7 @@ class Claim:
         if self.status is Status.LOST:
             return False
         self.status = Status.LOST
-        self.loss = loss
+        self.loss = loss.for_lock(self.name)
         return True
 
     def check(self, now: int) -> None:

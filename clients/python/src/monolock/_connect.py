@@ -60,19 +60,35 @@ class Failures:
         self._last: Optional[BaseException] = None
 
     def add(self, address: Address, err: BaseException) -> None:
-        line = f"{address}: {err or type(err).__name__}"
-        if isinstance(err, ssl.SSLError) and err.reason == "WRONG_VERSION_NUMBER":
+        if isinstance(err, ConnectError):
+            line = str(err)
+        elif isinstance(err, ssl.SSLError) and err.reason == "WRONG_VERSION_NUMBER":
             # The first bytes back were no TLS record: a plain monolock
             # port (its ERROR frame) or another protocol's.
-            line += " (the server does not speak TLS on this port: drop ssl_context, or check the port)"
+            line = (
+                f"{address} does not speak TLS: it answered the TLS handshake in plain text "
+                f"(drop ssl_context, or check the port): {err}"
+            )
+        else:
+            line = f"{address}: {err or type(err).__name__}"
         self._lines.append(line)
         self._last = err
 
     def error(self) -> ConnectError:
+        last = self._last
+        # The last failure decides, as it ended the attempt: a TLS failure
+        # (a certificate that fails verification, a plain port) fails the
+        # same way every time; refused, unreachable and timeouts may heal.
+        if isinstance(last, ConnectError):
+            temporary = last.is_temporary
+        else:
+            temporary = not isinstance(last, ssl.SSLError)
         error = ConnectError(
-            "could not connect to " + "; ".join(self._lines), self._endpoints.addresses
+            "could not connect: " + "; ".join(self._lines),
+            self._endpoints.addresses,
+            temporary=temporary,
         )
-        error.__cause__ = self._last
+        error.__cause__ = last.__cause__ if isinstance(last, ConnectError) else last
         return error
 
 
@@ -124,10 +140,15 @@ def first_reply_error(address: Address, loss: LockLost) -> Optional[ConnectError
         error = ConnectError(
             f"could not connect to {address}: the server refused the TLS handshake: {cause}",
             [str(address)],
+            temporary=False,
         )
     elif isinstance(cause, ProtocolError) and cause.wrong_port:
-        error = ConnectError(
-            f"could not connect to {address}: {cause}", [str(address)], temporary=False
+        error = ConnectError(f"{address} {cause}", [str(address)], temporary=False)
+    elif loss.unanswered is not None:
+        # Nothing came back at all: a silent peer, or a server too busy to
+        # answer; either may change, so a retry may succeed.
+        return ConnectError(
+            f"{address} did not answer within {loss.unanswered:g} s", [str(address)]
         )
     else:
         return None

@@ -31,9 +31,10 @@ HEARTBEAT = bytes([HEARTBEAT_BYTE])
 #: protocol server (a monolock server's first byte is always 0x11, 0x12 or
 #: 0x13): a TLS record (0x15 alert, 0x16 handshake), or HTTP's `H`.
 _WRONG_PORT = {
-    0x15: "the server speaks TLS: pass ssl_context",
-    0x16: "the server speaks TLS: pass ssl_context",
-    ord("H"): "this is not a monolock protocol port (it answered like HTTP)",
+    0x15: "expects TLS: the server speaks TLS on this port; pass ssl_context",
+    0x16: "expects TLS: the server speaks TLS on this port; pass ssl_context",
+    ord("H"): "is not a monolock server: an HTTP server answered "
+    "(the admin or ops port? give the server's --listen address)",
 }
 
 _ACQUIRE_HEAD = struct.Struct(">BBIH")
@@ -80,18 +81,31 @@ def encode_name(name: str) -> bytes:
     return raw
 
 
+#: The shortest lease, in milliseconds: below it the holder's deadline
+#: (0.8 x lease) is shorter than ordinary scheduling stalls.
+MIN_LEASE_MS = 100
+#: The longest lease, in milliseconds (1 hour): above it a partitioned
+#: holder blocks everyone for longer than any operator would accept.
+MAX_CLIENT_LEASE_MS = 3_600_000
+
+_UNIT = "(leases are in seconds)"
+
+
 def lease_ms(lease: float) -> int:
-    """The lease in whole milliseconds (truncated, as the Rust client does,
-    after rounding to the microsecond so that 4.35 means 4350 ms), checked."""
+    """The lease in whole milliseconds, checked against the bounds every
+    monolock client shares: at least 100 ms, at most 1 hour, a whole number
+    of milliseconds (4.35 is 4350 ms: the float's last bits do not count)."""
     if isinstance(lease, bool) or not isinstance(lease, (int, float)):
         raise InvalidArgument(f"lease must be a number of seconds, not {type(lease).__name__}")
     if lease != lease or lease in (float("inf"), float("-inf")):
         raise InvalidArgument(f"lease must be a finite number of seconds, not {lease}")
-    ms = round(lease * 1_000_000) // 1000
-    if ms < 1 or ms > MAX_LEASE_MS:
-        raise InvalidArgument(
-            f"lease {lease}s is out of range: it must be between 0.001s and {MAX_LEASE_MS / 1000}s"
-        )
+    if lease * 1000 < MIN_LEASE_MS:
+        raise InvalidArgument(f"lease {lease} s is below the minimum of 100 ms {_UNIT}")
+    if lease * 1000 > MAX_CLIENT_LEASE_MS:
+        raise InvalidArgument(f"lease {lease} s is above the maximum of 1 hour {_UNIT}")
+    ms = round(lease * 1000)
+    if abs(lease * 1000 - ms) > 1e-6:
+        raise InvalidArgument(f"lease {lease} s is not a whole number of milliseconds {_UNIT}")
     return ms
 
 

@@ -41,6 +41,36 @@ WRITE_RETRY_NS = 5 * MS
 _WOULD_BLOCK = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
+def half_close(sock: socket.socket) -> bool:
+    """Shuts the write side down: a v1 server reads the EOF, releases the
+    claim in its table, and then closes (its EOF confirms the release).
+    False when the socket is already gone."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_WR)
+    except OSError:
+        return False
+    return True
+
+
+def leave_queue(sock: socket.socket, timeout: float) -> None:
+    """Leaves a v1 queue the way a release does (half-close, then read
+    until the server's EOF, at most `timeout` seconds), then closes: once
+    this returns the server has dropped the claim (or the bound ran out)."""
+    try:
+        sock.settimeout(timeout)
+        if half_close(sock):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                if not sock.recv(READ_CHUNK):
+                    break
+    except (OSError, ssl.SSLError, ValueError):
+        pass  # closed, reset or timed out: the connection ends here anyway
+    finally:
+        shutdown_socket(sock)
+        sock.close()
+
+
 def shutdown_socket(sock: socket.socket) -> None:
     """Sends FIN now (the server hands the lock on at once) without closing
     the descriptor, which the reactor thread may be polling. The plain
@@ -65,6 +95,7 @@ class Session:
         "closed_event",
         "released",
         "wake_at",
+        "io_timeout",
         "__weakref__",
     )
 
@@ -81,6 +112,8 @@ class Session:
         self.released = False
         #: The instant of this session's live heap entry, if any.
         self.wake_at: Optional[int] = None
+        #: How long a release waits for the server's EOF, in seconds.
+        self.io_timeout = 5.0
 
     @property
     def lease_ms(self) -> int:
@@ -129,19 +162,34 @@ class Session:
         self.reactor.remove(self)
 
     def release(self, wait: bool) -> Optional[LockLost]:
-        """Closes the connection; returns the loss that ended the claim
-        before, if one did. With `wait`, returns once the descriptor is
-        closed."""
+        """Ends the claim; returns the loss that ended it before, if one
+        did. With `wait`, the release is confirmed: v1 has no release frame,
+        so the write side is shut down and the reactor reads until the
+        server's EOF (the server releases before it closes), at most
+        `io_timeout`; past it the connection is closed and the release
+        reported as unconfirmed (a loss, `connection`). Without `wait` (a
+        garbage-collected lock, a failed acquire), the connection is shut
+        down on the spot."""
         with self.cond:
             ended = self._check_locked(time.monotonic_ns())
             first = not self.released
             self.released = True
             loss = self.claim.loss
-        if first or ended:
-            self._drop()
-        if wait:
-            self.closed_event.wait(5.0)
-        return loss
+        if ended or loss is not None or not wait:
+            if first or ended:
+                self._drop()
+            if wait:
+                self.closed_event.wait(self.io_timeout)
+            return loss
+        if not first:
+            self.closed_event.wait(self.io_timeout)
+            return None
+        if half_close(self.sock) and self.closed_event.wait(self.io_timeout):
+            return None
+        self._drop()
+        return LockLost.connection(
+            TimeoutError(f"the server did not confirm the release within {self.io_timeout}s")
+        ).for_lock(self.claim.name)
 
     def wait_until(
         self, ready: Callable[[Status], bool], until: Optional[int]
@@ -242,9 +290,11 @@ class Reactor:
             if add:
                 # A dedicated reactor has had its session, served or not.
                 self._served = True
-                if session.released or session.closed_event.is_set():
-                    self._close(session)
+                if session.closed_event.is_set():
                     continue
+                # A session released before this add still has to read the
+                # server's EOF (the confirmation of its release): served
+                # until then; one given up on the spot has a remove queued.
                 self._sel.register(session.sock, selectors.EVENT_READ, session)
                 self._sessions += 1
                 self._schedule(session)

@@ -385,7 +385,8 @@ class SessionCore:
         self, claim: ClaimState, status: CStatus, loss: Optional[LockLost], keep: bool = False
     ) -> None:
         claim.status = status
-        claim.loss = loss
+        # Each claim's loss names its own lock.
+        claim.loss = None if loss is None else loss.for_lock(claim.name)
         if not keep:
             self.claims.pop(claim.id, None)
         self.changed.append(claim)

@@ -13,7 +13,7 @@ from . import _frames, _frames2, _session, _v2sync
 from ._address import Address
 from ._claim import Claim, Status
 from ._connect import Endpoints, Failures, connect, first_reply_error
-from ._reactor import READ_CHUNK, Reactor, Session, shared_reactor, shutdown_socket
+from ._reactor import READ_CHUNK, Reactor, Session, leave_queue, shared_reactor
 from ._session import CStatus
 from ._timeouts import bound_ns
 from .errors import ConnectError, LockLost, LossReason, NotAcquired
@@ -353,14 +353,15 @@ class Client(Endpoints):
                 loss = claim.loss or LockLost.connection()
                 raise first_reply_error(address, loss) or loss
             if claim.status is Status.WAITING and give_up_when_queued:
-                shutdown_socket(sock)
-                sock.close()
+                # Leaves no trace in the queue by the time it returns.
+                leave_queue(sock, self._connect_timeout)
                 return None
             # Read before the reactor thread shares the claim: from `add` on
             # it may end the claim at any moment (a queued claim that ends
             # before its grant has no token).
             first_status = claim.status
             session = Session(claim, sock, (self._reactor_factory or shared_reactor)())
+            session.io_timeout = self._connect_timeout
             session.reactor.add(session)
             if first_status is Status.WAITING:
                 until = None if wait_ns is None else start + wait_ns
@@ -387,7 +388,11 @@ class Client(Endpoints):
         reactor thread to be granted); the socket is left non-blocking."""
         frame = _frames.acquire(raw_name, lease_ms)
         sock, address = connect(self, addresses)
-        claim = Claim(name, lease_ms, time.monotonic_ns())
+        sent = time.monotonic_ns()
+        claim = Claim(name, lease_ms, sent)
+        # A server answers at once: silence past the connect timeout is a
+        # peer that is no monolock server (or one that cannot serve).
+        answer_by = sent + int(self._connect_timeout * 1e9)
         try:
             sock.sendall(frame)
             while claim.status is Status.UNANSWERED:
@@ -395,7 +400,7 @@ class Client(Endpoints):
                 claim.check(now)
                 if claim.loss is not None:
                     break
-                sock.settimeout((claim.deadline() - now) / 1e9)
+                sock.settimeout(max(min(claim.deadline(), answer_by) - now, 0) / 1e9)
                 data = sock.recv(READ_CHUNK)
                 if not data:
                     claim.closed(None)
@@ -404,7 +409,8 @@ class Client(Endpoints):
             sock.setblocking(False)
         except socket.timeout:
             claim.check(time.monotonic_ns())
-            claim.lose(LockLost.expired(lease_ms, unanswered=True))
+            waited = (min(claim.deadline(), answer_by) - sent) / 1e9
+            claim.lose(LockLost.expired(lease_ms, unanswered=True, within=round(waited, 1)))
         except (OSError, ssl.SSLError) as err:
             claim.closed(err)
         except BaseException:  # KeyboardInterrupt while waiting: nothing stays open

@@ -32,7 +32,7 @@ from ._v2sync import (
     owner_view,
     pool_key,
 )
-from .errors import LockLost, LossReason
+from .errors import ConnectError, LockLost, LossReason
 
 def _resolve(future: "asyncio.Future[None]") -> None:
     if not future.done():
@@ -389,12 +389,21 @@ class AsyncPool:
             if session.transport is not None:
                 session.transport.abort()
             raise
+        # A server answers at once: silence past the connect timeout is a
+        # peer that is no monolock server (or one that cannot serve).
+        answer_by = time.monotonic_ns() + int(endpoints._connect_timeout * 1e9)
         try:
             while session.core.state is SState.OPENING:
                 session.check()
                 if session.core.is_closed():
                     break
-                await session.changed(session.core.deadline())
+                if time.monotonic_ns() >= answer_by:
+                    session.close()
+                    raise ConnectError(
+                        f"{address} did not answer within {endpoints._connect_timeout:g} s",
+                        [str(address)],
+                    )
+                await session.changed(min(session.core.deadline(), answer_by))
         except BaseException:
             session.close()
             raise

@@ -800,7 +800,11 @@ class SessionPool:
             sock = dial(endpoints, address)
         except (OSError, ssl.SSLError) as err:
             raise DialFailed(str(err)) from err
-        core = SessionCore(lease_ms, time.monotonic_ns())
+        sent = time.monotonic_ns()
+        core = SessionCore(lease_ms, sent)
+        # A server answers at once: silence past the connect timeout is a
+        # peer that is no monolock server (or one that cannot serve).
+        answer_by = sent + int(endpoints._connect_timeout * 1e9)
         try:
             sock.sendall(bytes(core.outbox))
             core.outbox.clear()
@@ -809,7 +813,7 @@ class SessionPool:
                 core.check(now)
                 if core.is_closed():
                     break
-                sock.settimeout((core.deadline() - now) / 1e9)
+                sock.settimeout(max(min(core.deadline(), answer_by) - now, 0) / 1e9)
                 data = sock.recv(READ_CHUNK)
                 if not data:
                     core.closed(None)
@@ -818,7 +822,8 @@ class SessionPool:
             sock.setblocking(False)
         except socket.timeout:
             core.check(time.monotonic_ns())
-            core.fail(LockLost.expired(lease_ms, True, "OPEN"))
+            waited = (min(core.deadline(), answer_by) - sent) / 1e9
+            core.fail(LockLost.expired(lease_ms, True, "OPEN", within=round(waited, 1)))
         except (OSError, ssl.SSLError) as err:
             core.closed(err)
         except BaseException:

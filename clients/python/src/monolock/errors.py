@@ -79,6 +79,8 @@ class ConnectError(Error, ConnectionError):
     chained as `__cause__`."""
 
     def __init__(self, message: str, addresses: Sequence[str], *, temporary: bool = True) -> None:
+        # `temporary`: refused, unreachable, timed out; not the wrong port,
+        # a TLS mismatch or a certificate that fails verification.
         super().__init__(message)
         self.addresses = tuple(addresses)
         self._temporary = temporary
@@ -117,7 +119,15 @@ class NotAcquired(Error, TimeoutError):
 
 
 class LossReason(enum.Enum):
-    """Why a claim (the lock, or a place in its queue) ended."""
+    """Why a claim (the lock, or a place in its queue) ended.
+
+    The values are the vocabulary every monolock client shares (and the
+    conformance suite checks): `expired`, `forced`, `shutdown`,
+    `connection`, `protocol`, `server_error`. `CONNECTION_LOST` and
+    `PROTOCOL_VIOLATION` are deprecated aliases of `CONNECTION` and
+    `PROTOCOL` (the same members), and `LossReason("connection_lost")` /
+    `LossReason("protocol_violation")` still find them.
+    """
 
     #: No reply confirmed the session within 0.8 x lease: the client gave
     #: the claim up before the server could hand the lock on.
@@ -129,11 +139,26 @@ class LossReason(enum.Enum):
     #: Another ERROR code (for example 0x18: the ACL refuses this lock).
     SERVER_ERROR = "server_error"
     #: The connection closed or failed without an ERROR frame.
-    CONNECTION_LOST = "connection_lost"
-    #: The server broke protocol v1; the connection was closed.
-    PROTOCOL_VIOLATION = "protocol_violation"
+    CONNECTION = "connection"
+    #: The server broke the protocol; the connection was closed.
+    PROTOCOL = "protocol"
     #: This process released the lock (raised by `check()` after `release()`).
     RELEASED = "released"
+    #: Deprecated alias of CONNECTION (the value was "connection_lost").
+    CONNECTION_LOST = "connection"
+    #: Deprecated alias of PROTOCOL (the value was "protocol_violation").
+    PROTOCOL_VIOLATION = "protocol"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Optional[LossReason]:
+        """The values of the deprecated names still find their members."""
+        return _OLD_VALUES.get(value) if isinstance(value, str) else None
+
+
+_OLD_VALUES = {
+    "connection_lost": LossReason.CONNECTION,
+    "protocol_violation": LossReason.PROTOCOL,
+}
 
 
 class LockLost(Error):
@@ -141,7 +166,8 @@ class LockLost(Error):
     `Client.lock`, the place in the queue was lost before the grant).
 
     `reason` says why; `code` and `detail` carry the server's ERROR frame
-    when there was one.
+    when there was one; `name` is the lock's. Its message names the lock
+    as every monolock client does: `lock "NAME" lost (REASON): DETAIL`.
     """
 
     def __init__(
@@ -155,25 +181,48 @@ class LockLost(Error):
         self.reason = reason
         self.code = code
         self.detail = detail
+        #: The lock's name, once the loss is a lock's (see `for_lock`).
+        self.name: Optional[str] = None
+        #: Seconds the claim waited for a first reply that never came (a
+        #: silent peer), else None.
+        self.unanswered: Optional[float] = None
+        self._what = message
 
     @property
     def is_temporary(self) -> bool:
-        if self.reason is LossReason.PROTOCOL_VIOLATION:
+        if self.reason is LossReason.PROTOCOL:
             return False
         if self.code is not None:
             return self.code < CLIENT_ERROR_CODES
         return True
 
+    def for_lock(self, name: str) -> LockLost:
+        """This loss as the lock `name`'s: a copy whose message names it
+        (one session's loss ends many locks, each told with its name)."""
+        if self.name == name:
+            return self
+        named = LockLost(
+            self.reason, f'lock "{name}" lost ({self.reason.value}): {self._what}', self.code, self.detail
+        )
+        named.name = name
+        named.unanswered = self.unanswered
+        named._what = self._what
+        named.__cause__ = self.__cause__
+        return named
+
     @classmethod
-    def expired(cls, lease_ms: int, unanswered: bool = False, first: str = "ACQUIRE") -> LockLost:
+    def expired(
+        cls,
+        lease_ms: int,
+        unanswered: bool = False,
+        first: str = "ACQUIRE",
+        within: Optional[float] = None,
+    ) -> LockLost:
         if unanswered:
-            # A monolock server answers an ACQUIRE at once: silence is more
-            # likely another protocol's port that waits for a request line.
-            return cls(
-                LossReason.EXPIRED,
-                f"no reply to the {first} within 0.8 x the lease of {lease_ms / 1000}s "
-                "(is this address a monolock protocol port?)",
-            )
+            waited = within if within is not None else lease_ms * 0.8 / 1000
+            lost = cls(LossReason.EXPIRED, f"no reply to the {first} within {waited:g} s")
+            lost.unanswered = waited
+            return lost
         return cls(
             LossReason.EXPIRED,
             f"no heartbeat was confirmed within 0.8 x the lease of {lease_ms / 1000}s",
@@ -208,8 +257,8 @@ class LockLost(Error):
     @classmethod
     def connection(cls, cause: Optional[BaseException] = None) -> LockLost:
         if cause is None:
-            return cls(LossReason.CONNECTION_LOST, "the server closed the connection")
-        lost = cls(LossReason.CONNECTION_LOST, f"the connection failed: {cause}")
+            return cls(LossReason.CONNECTION, "the server closed the connection")
+        lost = cls(LossReason.CONNECTION, f"the connection failed: {cause}")
         lost.__cause__ = cause
         return lost
 
@@ -219,6 +268,6 @@ class LockLost(Error):
 
     @classmethod
     def protocol(cls, cause: ProtocolError) -> LockLost:
-        lost = cls(LossReason.PROTOCOL_VIOLATION, f"protocol violation by the server: {cause}")
+        lost = cls(LossReason.PROTOCOL, f"protocol violation by the server: {cause}")
         lost.__cause__ = cause
         return lost

@@ -75,6 +75,7 @@ pub(crate) struct SessionHandle {
     deadline: Arc<Deadline>,
     socket: Option<Arc<SocketShutdown>>,
     counts: Arc<Counts>,
+    addr: Arc<str>,
 }
 
 /// Claim counts, shared with the task.
@@ -122,8 +123,14 @@ impl SessionHandle {
             deadline,
             socket,
             counts,
+            addr,
         });
         (handle, Starter { driver, span })
+    }
+
+    /// The address the session is connected to.
+    pub(crate) fn addr(&self) -> &Arc<str> {
+        &self.addr
     }
 
     /// The session's lease.
@@ -167,7 +174,7 @@ impl SessionHandle {
     }
 
     /// Closes the session now: every claim on it ends.
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         if let Some(socket) = &self.socket {
             socket.shutdown();
         }
