@@ -131,6 +131,8 @@ func (e *LostError) Error() string {
 	switch {
 	case e.Reason == ReasonExpired:
 		why = fmt.Sprintf("no heartbeat was confirmed within 0.8 x the lease of %v", e.Lease)
+	case e.Code != 0 && wire.IsClaimCode(e.Code):
+		why = "the server ended the claim with " + wire.DescribeClaimCode(e.Code, e.Detail)
 	case e.Code != 0:
 		why = "the server ended the session with " + wire.DescribeCode(e.Code, e.Detail)
 	case e.Reason == ReasonProtocol:
@@ -200,11 +202,13 @@ func (e *TLSError) Error() string {
 func (e *TLSError) Unwrap() error { return e.Err }
 
 // IsTemporary reports whether trying again (a new claim, at the back of the
-// queue) may succeed: server conditions (ERROR codes below 0x10, unknown
-// ones included), connections lost or refused, expired heartbeats, a lock
-// that was busy. False for what fails the same way every time: invalid
-// arguments, TLS certificate failures, client-error codes (0x10 and up,
-// such as 0x18: not authorized) and protocol violations.
+// queue) may succeed: server conditions (codes below 0x10, unknown ones
+// included), connections lost, refused or timed out, a server shutting
+// down, expired heartbeats, a lock that was busy. False for what fails the
+// same way every time: invalid arguments, TLS failures (certificate
+// verification, TLS to a plain port), an address that is not a monolock
+// server (an HTTP port, a TLS port without TLS), client-error codes (0x10
+// and up, such as the ACL's refusal) and protocol violations.
 func IsTemporary(err error) bool {
 	var lost *LostError
 	var tlsErr *TLSError
@@ -224,5 +228,12 @@ func IsTemporary(err error) bool {
 		return true
 	}
 	var connect *ConnectError
-	return errors.As(err, &connect)
+	if !errors.As(err, &connect) {
+		return false
+	}
+	var answer *answerFailure
+	if last := connect.Unwrap(); last != nil && errors.As(last, &answer) {
+		return answer.temporary
+	}
+	return true
 }

@@ -303,7 +303,7 @@ func (s *Session) Receive(data []byte, now time.Duration) []ClaimEvent {
 }
 
 func unexpected(frame wire.Frame2, why string) error {
-	return &ProtocolError{fmt.Sprintf("%v %s", frame, why)}
+	return &ProtocolError{msg: fmt.Sprintf("%v %s", frame, why)}
 }
 
 func (s *Session) free(claim uint32, now time.Duration) {

@@ -50,6 +50,13 @@ var claimCodeNames = map[uint8]string{
 	0x25: "unknown ACQUIRE mode",
 }
 
+// IsClaimCode is whether code is one of REFUSED and REVOKED (their
+// numbers differ from every session code).
+func IsClaimCode(code uint8) bool {
+	_, ok := claimCodeNames[code]
+	return ok
+}
+
 // DescribeClaimCode formats a REFUSED or REVOKED code as
 // `0x24 (not authorized for lock): detail`.
 func DescribeClaimCode(code uint8, detail string) string {
