@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand"
 	"net"
 	"os"
 	"strings"
@@ -300,6 +301,44 @@ func TestAnUnconfirmedReleaseReturnsAfterTheIOTimeout(t *testing.T) {
 		contains(t, err, `lock "stuck" lost (connection): `, "not confirm", "300ms")
 		if lock.Held() {
 			t.Fatal("held after the release")
+		}
+	}
+}
+
+// A v2 peer that answers with random bytes, after OPENED or instead of
+// it: every claim ends with an error, none panics, none hangs.
+func TestRandomBytesOnASessionNeverPanic(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	replies := make([][]byte, 200)
+	for i := range replies {
+		replies[i] = make([]byte, 1+rng.Intn(40))
+		rng.Read(replies[i])
+		if i%2 == 0 {
+			opened := append([]byte{0x30}, make([]byte, 12)...)
+			binary.BigEndian.PutUint32(opened[9:], 8)
+			replies[i] = append(opened, replies[i]...)
+		}
+	}
+	addr := peer(t, func(i int, conn net.Conn) {
+		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+			return
+		}
+		_, _ = conn.Write(replies[i%len(replies)])
+		_, _ = io.Copy(io.Discard, conn)
+	})
+	client := must(monolock.NewClient(addr, monolock.WithIOTimeout(100*time.Millisecond)))
+	for i := range replies {
+		lock, err := client.Lock(context.Background(), "peer", monolock.MinLease)
+		if err == nil {
+			select {
+			case <-lock.Done():
+			case <-time.After(patience):
+				t.Fatalf("reply %d (%x): the claim did not end", i, replies[i])
+			}
+			err = lock.Release()
+		}
+		if err == nil {
+			t.Fatalf("reply %d (%x): no error", i, replies[i])
 		}
 	}
 }
