@@ -309,7 +309,7 @@ func TestAnUnconfirmedReleaseReturnsAfterTheIOTimeout(t *testing.T) {
 // it: every claim ends with an error, none panics, none hangs.
 func TestRandomBytesOnASessionNeverPanic(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
-	replies := make([][]byte, 200)
+	replies := make([][]byte, 60)
 	for i := range replies {
 		replies[i] = make([]byte, 1+rng.Intn(40))
 		rng.Read(replies[i])
