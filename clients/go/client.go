@@ -226,6 +226,10 @@ func checkArgs(name string, lease time.Duration) (uint32, error) {
 	return uint32(lease / time.Millisecond), nil
 }
 
+// errRetry: the session the claim waited for was given up by the caller
+// who opened it; the claim tries another.
+var errRetry = errors.New("the session was abandoned before it opened")
+
 // attemptFailed is an address that could not be used: it goes into the
 // ConnectError, and the next address is tried unless stop.
 type attemptFailed struct {
@@ -279,6 +283,12 @@ func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseM
 	var claim *v2Claim
 	for round := 0; ; round++ {
 		s, err := c.session(ctx, ep, leaseMS, name)
+		if err == errRetry {
+			if round < 8 {
+				continue
+			}
+			return nil, &attemptFailed{err: err}
+		}
 		if errors.Is(err, errFallBack) {
 			c.pool.rememberV1(ep.addr)
 			return c.acquireV1(ctx, ep, name, leaseMS, try)
@@ -349,7 +359,11 @@ func (c *Client) session(ctx context.Context, ep endpoint, leaseMS uint32, name 
 		}
 		s.mu.Lock()
 		err = s.openErr
+		abandoned := s.abandoned
 		s.mu.Unlock()
+		if abandoned && ctx.Err() == nil {
+			return nil, errRetry
+		}
 	}
 	switch {
 	case err == nil:

@@ -70,7 +70,7 @@ func (p *pool) reserve(key poolKey) (s *v2Session, fresh bool) {
 			return s, false
 		}
 	}
-	s = &v2Session{key: key, load: 1, ready: make(chan struct{}), claims: map[uint32]*v2Claim{}}
+	s = &v2Session{key: key, pool: p, load: 1, ready: make(chan struct{}), claims: map[uint32]*v2Claim{}}
 	p.sessions[key] = append(p.sessions[key], s)
 	return s, true
 }
@@ -142,7 +142,9 @@ type v2Session struct {
 	full    bool
 	dead    bool
 	openErr error // why it never opened
-	ready   chan struct{}
+	// abandoned: its opener's ctx ended before it opened.
+	abandoned bool
+	ready     chan struct{}
 }
 
 // tryReserve takes room for one claim on a live session.
@@ -169,9 +171,12 @@ func (s *v2Session) unreserve() {
 // within the connect timeout. On failure the session is dead and out of
 // the pool, and every claim waiting for it gets the same error.
 func (s *v2Session) open(ctx context.Context, c *Client, ep endpoint, leaseMS uint32) error {
-	s.client, s.pool, s.ep = c, c.pool, ep
+	s.client, s.ep = c, ep
 	conn, raw, err := c.dialOne(ctx, ep)
 	if err != nil {
+		if ctx.Err() != nil {
+			s.abandon()
+		}
 		s.failOpen(err)
 		return err
 	}
@@ -184,12 +189,21 @@ func (s *v2Session) open(ctx context.Context, c *Client, ep endpoint, leaseMS ui
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
+		s.abandon()
 		s.close(core.Loss{Reason: core.ReasonConnection, Err: ctx.Err()})
 		<-s.ready
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.openErr
+}
+
+// abandon records that the caller who opened the session gave up (its
+// ctx ended): the claims waiting for it try another session.
+func (s *v2Session) abandon() {
+	s.mu.Lock()
+	s.abandoned = true
+	s.mu.Unlock()
 }
 
 func (s *v2Session) failOpen(err error) {
