@@ -411,12 +411,14 @@ func (s *v2Session) dispatchLocked(events []core.ClaimEvent) (release []uint32) 
 			cl.busy = true
 			s.freeLocked(cl)
 			cl.endLocked(nil)
+			cl.confirmedLocked()
 		case core.EventRefused:
 			s.freeLocked(cl)
 			if ev.Code == wire.CodeTooManyClaims {
 				s.full = true
 				cl.refusedFull = true
 				cl.endLocked(nil)
+				cl.confirmedLocked()
 			} else {
 				cl.loseLocked(core.Loss{Reason: core.ReasonServerError, Code: ev.Code, Detail: ev.Reason}, false)
 			}

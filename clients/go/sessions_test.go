@@ -342,3 +342,49 @@ func TestRandomBytesOnASessionNeverPanic(t *testing.T) {
 		}
 	}
 }
+
+// A TryLock whose ctx ends before the server's BUSY leaves at the BUSY:
+// no RELEASE to wait for, and the session lives on.
+func TestATryGivenUpBeforeItsBusyKeepsTheSession(t *testing.T) {
+	var connections atomic.Int32
+	addr := peer(t, func(i int, conn net.Conn) {
+		connections.Add(1)
+		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+			return
+		}
+		opened := append([]byte{0x30}, make([]byte, 12)...)
+		binary.BigEndian.PutUint32(opened[9:], 8)
+		if _, err := conn.Write(opened); err != nil {
+			return
+		}
+		for {
+			head := make([]byte, 7)
+			if _, err := io.ReadFull(conn, head); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(conn, make([]byte, head[6])); err != nil {
+				return
+			}
+			time.Sleep(300 * time.Millisecond) // a slow server: the BUSY comes late
+			if _, err := conn.Write(append([]byte{0x33}, head[1:5]...)); err != nil {
+				return
+			}
+		}
+	})
+	client := must(monolock.NewClient(addr))
+	for i := 0; i < 2; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		start := time.Now()
+		_, err := client.TryLock(ctx, "slow", 5*time.Second)
+		cancel()
+		if !errors.Is(err, monolock.ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("try %d: %v", i, err)
+		}
+		if took := time.Since(start); took > 4*time.Second {
+			t.Fatalf("try %d returned after %v: it waited for a RELEASED that never comes", i, took)
+		}
+	}
+	if n := connections.Load(); n != 1 {
+		t.Fatalf("%d connections, want the one session kept", n)
+	}
+}
