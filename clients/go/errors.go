@@ -11,7 +11,7 @@ import (
 )
 
 // ErrNotAcquired is returned by TryLock when someone else holds the lock
-// (the connection is closed at once and leaves no trace in the queue). A
+// (the claim leaves no trace in the queue). A
 // Lock whose ctx ended before the grant returns an error for which both
 // errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()) hold.
 var ErrNotAcquired = errors.New("monolock: lock not acquired: it is held by someone else")
@@ -58,20 +58,21 @@ const (
 	// lease. The client gave the claim up before the server could hand the
 	// lock on.
 	ReasonExpired Reason = iota + 1
-	// ReasonForced: the server closed the claim by administrator action
-	// (ERROR 0x02: force-release, or a waiter removed).
+	// ReasonForced: the server ended the claim by administrator action
+	// (force-release, or a waiter removed: v2 REVOKED 0x08, v1 ERROR 0x02).
 	ReasonForced
 	// ReasonShutdown: the server is shutting down (ERROR 0x01).
 	ReasonShutdown
-	// ReasonServerError: another ERROR code, such as 0x18 (the ACL refuses
-	// this identity for this lock). LostError.Code has it.
+	// ReasonServerError: another code, such as the ACL's refusal of this
+	// identity for this lock (v2 REFUSED 0x24, v1 ERROR 0x18).
+	// LostError.Code has it.
 	ReasonServerError
 	// ReasonConnection: the connection closed or failed without an ERROR
-	// frame (EOF, reset, I/O error).
+	// frame (EOF, reset, I/O error), or a release went unconfirmed.
 	ReasonConnection
-	// ReasonProtocol: the server sent something a protocol v1 server never
-	// sends (or the address is a TLS or HTTP port); the connection was
-	// closed.
+	// ReasonProtocol: the server sent something a monolock server never
+	// sends at that point; the connection was closed. (An address that is
+	// not a monolock server at all is a *ConnectError, never a loss.)
 	ReasonProtocol
 )
 
