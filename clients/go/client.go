@@ -312,11 +312,15 @@ func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseM
 		}
 		s.mu.Lock()
 		busy, full := claim.busy, claim.refusedFull
+		// A session the server closed as idle (ERROR 0x03, also when it
+		// runs out of descriptors) before it saw the claim: the claim
+		// never existed there and goes to a new session.
+		idleClosed := !claim.seen && s.dead && s.core.Loss().Code == wire.CodeIdleClosed
 		s.mu.Unlock()
 		switch {
 		case busy:
 			return nil, ErrNotAcquired
-		case full && round < 8:
+		case (full || idleClosed) && round < 8:
 			continue
 		}
 		break

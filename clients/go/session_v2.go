@@ -404,9 +404,9 @@ func (s *v2Session) dispatchLocked(events []core.ClaimEvent) (release []uint32) 
 		switch ev.Kind {
 		case core.EventHeld:
 			cl.token = ev.Token
-			cl.status = core.StatusHeld
+			cl.status, cl.seen = core.StatusHeld, true
 		case core.EventWaiting:
-			cl.status = core.StatusWaiting
+			cl.status, cl.seen = core.StatusWaiting, true
 		case core.EventBusy:
 			cl.busy = true
 			s.freeLocked(cl)
@@ -500,6 +500,7 @@ type v2Claim struct {
 	// Guarded by s.mu.
 	status      core.Status
 	token       uint64
+	seen        bool // the server answered WAITING or ACQUIRED
 	busy        bool // a try that found the lock held
 	refusedFull bool // refused with 0x09: try another session
 	ended       bool

@@ -388,3 +388,38 @@ func TestATryGivenUpBeforeItsBusyKeepsTheSession(t *testing.T) {
 		t.Fatalf("%d connections, want the one session kept", n)
 	}
 }
+
+// A session the server closes as idle (ERROR 0x03) before it answered a
+// claim: the claim never existed there and goes to a new session.
+func TestAClaimOnASessionClosedAsIdleGoesToANewSession(t *testing.T) {
+	var connections atomic.Int32
+	addr := peer(t, func(i int, conn net.Conn) {
+		connections.Add(1)
+		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+			return
+		}
+		opened := append([]byte{0x30}, make([]byte, 12)...)
+		binary.BigEndian.PutUint32(opened[9:], 8)
+		if _, err := conn.Write(opened); err != nil {
+			return
+		}
+		head := make([]byte, 7)
+		if _, err := io.ReadFull(conn, head); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(conn, make([]byte, head[6])); err != nil {
+			return
+		}
+		if i == 0 {
+			_, _ = conn.Write([]byte{0x13, 0x03, 0x00})
+			return
+		}
+		_, _ = conn.Write(binary.BigEndian.AppendUint64(append([]byte{0x31}, head[1:5]...), 7))
+		_, _ = io.Copy(io.Discard, conn)
+	})
+	client := must(monolock.NewClient(addr))
+	lock := must(client.Lock(context.Background(), "again", 5*time.Second))
+	if lock.Token() != 7 || connections.Load() != 2 {
+		t.Fatalf("token %d after %d connections", lock.Token(), connections.Load())
+	}
+}
