@@ -8,8 +8,8 @@
 //     has open, and the CPU it spends over 3 s of holding (heartbeats);
 //   - the lock cycle over TLS: cycles per second with 1 goroutine.
 //
-// Rounds alternate the protocols so that a slow moment of a shared machine
-// falls on both; the medians of the rounds are printed as a Markdown table
+// Rounds alternate the protocols, and their order, so that a slow moment
+// of a shared machine falls on both; the medians of the rounds are printed as a Markdown table
 // with the ratio v2 / v1.
 //
 // It needs the server binary: $MONOLOCK_BIN, else the repository's release
@@ -100,7 +100,14 @@ func main() {
 	}
 	results := map[string][]figures{}
 	for round := 0; round < *rounds; round++ {
-		for _, p := range protocols {
+		order := protocols
+		if round%2 == 1 {
+			order = []struct {
+				label string
+				opts  []monolock.Option
+			}{protocols[1], protocols[0]}
+		}
+		for _, p := range order {
 			client := newClient(plain, p.opts...)
 			tlsClient := newClient(secure, append(p.opts, monolock.WithTLS(&tls.Config{RootCAs: roots}))...)
 			var f figures
@@ -186,6 +193,8 @@ func hold(client *monolock.Client, addr string, n int) (conns, fds int, cpu time
 	ctx := context.Background()
 	runtime.GC()
 	_, baseFDs := descriptors()
+	// Sessions of the clients of earlier rounds may still idle on it.
+	baseConns := connectionsTo(addr)
 	locks := make([]*monolock.Lock, 0, n)
 	for i := 0; i < n; i++ {
 		lock, err := client.Lock(ctx, fmt.Sprintf("bench/held/%d", i), lease)
@@ -204,7 +213,7 @@ func hold(client *monolock.Client, addr string, n int) (conns, fds int, cpu time
 			log.Fatal(err)
 		}
 	}
-	return c, f - baseFDs, cpu
+	return c - baseConns, f - baseFDs, cpu
 }
 
 // connectionsTo counts this process's TCP connections to addr (a
