@@ -86,10 +86,6 @@ func main() {
 	defer stopPlain()
 	secure, stopSecure := serve(bin, "--tls-cert", certPath, "--tls-key", keyPath)
 	defer stopSecure()
-	// The locks held go to a server of their own, so that the connections
-	// to it are the holding client's alone.
-	holding, stopHolding := serve(bin)
-	defer stopHolding()
 
 	protocols := []struct {
 		label string
@@ -113,7 +109,11 @@ func main() {
 			var f figures
 			f.p50, f.perSec1 = cycle(client, *cycles, 1)
 			_, f.perSec16 = cycle(client, *cycles, 16)
+			// The locks held go to a server of their own, so that the
+			// connections to it are the holding client's alone.
+			holding, stopHolding := serve(bin)
 			f.conns, f.fds, f.cpu = hold(newClient(holding, p.opts...), holding, *held)
+			stopHolding()
 			_, f.tlsSec = cycle(tlsClient, *cycles/3, 1)
 			results[p.label] = append(results[p.label], f)
 			log.Printf("round %d %s: %+v", round+1, p.label, f)
@@ -193,8 +193,6 @@ func hold(client *monolock.Client, addr string, n int) (conns, fds int, cpu time
 	ctx := context.Background()
 	runtime.GC()
 	_, baseFDs := descriptors()
-	// Sessions of the clients of earlier rounds may still idle on it.
-	baseConns := connectionsTo(addr)
 	locks := make([]*monolock.Lock, 0, n)
 	for i := 0; i < n; i++ {
 		lock, err := client.Lock(ctx, fmt.Sprintf("bench/held/%d", i), lease)
@@ -213,7 +211,7 @@ func hold(client *monolock.Client, addr string, n int) (conns, fds int, cpu time
 			log.Fatal(err)
 		}
 	}
-	return c - baseConns, f - baseFDs, cpu
+	return c, f - baseFDs, cpu
 }
 
 // connectionsTo counts this process's TCP connections to addr (a
