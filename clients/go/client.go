@@ -214,14 +214,14 @@ func checkArgs(name string, lease time.Duration) (uint32, error) {
 	if why := wire.CheckName(name); why != "" {
 		return 0, invalid("%s", why)
 	}
-	const unit = "(leases are a time.Duration: write 10*time.Second, not 10)"
+	const unit = "(leases are in nanoseconds, a time.Duration: write 10*time.Second, not 10)"
 	switch {
 	case lease < MinLease:
 		return 0, invalid("lease %v is below the minimum of 100 ms %s", lease, unit)
 	case lease > MaxLease:
 		return 0, invalid("lease %v is above the maximum of 1 hour %s", lease, unit)
 	case lease%time.Millisecond != 0:
-		return 0, invalid("lease %v is not a whole number of milliseconds (leases are sent in milliseconds)", lease)
+		return 0, invalid("lease %v is not a whole number of milliseconds %s", lease, unit)
 	}
 	return uint32(lease / time.Millisecond), nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"monolock.dev/go/monolock/internal/core"
 	"monolock.dev/go/monolock/internal/wire"
@@ -88,7 +89,7 @@ func (c *Client) answerError(ep endpoint, loss core.Loss) error {
 	var peer *core.ProtocolError
 	switch {
 	case loss.Err == errNoAnswer:
-		return &answerFailure{msg: fmt.Sprintf("%s did not answer within %v", ep.addr, c.connectTimeout), temporary: true}
+		return &answerFailure{msg: fmt.Sprintf("%s did not answer within %s", ep.addr, spoken(c.connectTimeout)), temporary: true}
 	case loss.Reason == core.ReasonExpired:
 		return &answerFailure{msg: fmt.Sprintf("%s did not answer within 0.8 x the lease", ep.addr), temporary: true}
 	case ep.tls != nil && errors.As(loss.Err, &op) && op.Op == "remote error":
@@ -111,6 +112,18 @@ func (c *Client) answerError(ep endpoint, loss core.Loss) error {
 		msg:       fmt.Sprintf("%s closed the connection without answering (a TLS port, or not a monolock server?)", ep.addr),
 		temporary: true,
 	}
+}
+
+// spoken writes a bound as the messages of every monolock client do:
+// "5 s", "200 ms", else Go's own form.
+func spoken(d time.Duration) string {
+	switch {
+	case d%time.Second == 0:
+		return fmt.Sprintf("%d s", d/time.Second)
+	case d%time.Millisecond == 0:
+		return fmt.Sprintf("%d ms", d/time.Millisecond)
+	}
+	return d.String()
 }
 
 // answerFailure is what answered at an address instead of a monolock

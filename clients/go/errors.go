@@ -143,7 +143,9 @@ func (e *LostError) Error() string {
 	default:
 		why = "the server closed the connection"
 	}
-	return fmt.Sprintf("monolock: lock %q lost (%s): %s", e.Name, e.Reason, why)
+	// The message starts with the lock, as in every monolock client:
+	// lock "NAME" lost (REASON): DETAIL.
+	return fmt.Sprintf("lock %q lost (%s): %s", e.Name, e.Reason, why)
 }
 
 // Unwrap is the cause (see Err).

@@ -224,7 +224,10 @@ func TestForceReleaseReachesDoneContextAndErr(t *testing.T) {
 	if !errors.As(lock.Err(), &lost) || lost.Reason != monolock.ReasonForced || lost.Code != code {
 		t.Fatalf("Err() = %v", lock.Err())
 	}
-	contains(t, lost, `lock "go/forced" lost (forced): `, says)
+	contains(t, lost, says)
+	if !strings.HasPrefix(lost.Error(), `lock "go/forced" lost (forced): `) {
+		t.Fatalf("the loss message does not start with the lock: %v", lost)
+	}
 	if lock.Held() || !monolock.IsTemporary(lost) {
 		t.Fatal("a forced lock: not held, temporary")
 	}
@@ -324,13 +327,13 @@ func TestBadNamesAndLeasesAreRejectedBeforeConnecting(t *testing.T) {
 		{strings.Repeat("a", 256), time.Second, "256 bytes long: at most 255"},
 		{strings.Repeat("é", 128), time.Second, "256 bytes long"},
 		{"bad\xffutf8", time.Second, "not valid UTF-8"},
-		{"ok", 0, "lease 0s is below the minimum of 100 ms (leases are a time.Duration"},
+		{"ok", 0, "lease 0s is below the minimum of 100 ms (leases are in nanoseconds, a time.Duration"},
 		{"ok", 10, "lease 10ns is below the minimum of 100 ms"},
 		{"ok", 99 * time.Millisecond, "below the minimum of 100 ms"},
 		{"ok", -time.Second, "below the minimum"},
 		{"ok", 1500 * time.Microsecond, "lease 1.5ms is below the minimum"},
-		{"ok", 1500*time.Millisecond + time.Microsecond, "lease 1.500001s is not a whole number of milliseconds"},
-		{"ok", time.Hour + time.Millisecond, "lease 1h0m0.001s is above the maximum of 1 hour (leases are a time.Duration"},
+		{"ok", 1500*time.Millisecond + time.Microsecond, "lease 1.500001s is not a whole number of milliseconds (leases are in"},
+		{"ok", time.Hour + time.Millisecond, "lease 1h0m0.001s is above the maximum of 1 hour (leases are in nanoseconds, a time.Duration"},
 		{"ok", 10000 * time.Second, "above the maximum of 1 hour"},
 	}
 	for _, c := range cases {

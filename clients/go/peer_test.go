@@ -101,7 +101,7 @@ func TestASilentPortIsAConnectErrorAfterTheConnectTimeout(t *testing.T) {
 		if !errors.As(err, &connect) || !monolock.IsTemporary(err) {
 			t.Fatalf("a port that never answers: %v", err)
 		}
-		contains(t, err, addr+" did not answer within 200ms")
+		contains(t, err, addr+" did not answer within 200 ms")
 	}
 }
 

@@ -41,7 +41,7 @@ type command struct {
 	ForceV1   bool            `json:"force_v1"`
 	Handle    string          `json:"handle"`
 	Name      string          `json:"name"`
-	LeaseMS   int64           `json:"lease_ms"`
+	LeaseMS   float64         `json:"lease_ms"`
 	WaitMS    *int64          `json:"wait_ms"`
 	TimeoutMS int64           `json:"timeout_ms"`
 	Count     int64           `json:"count"`
@@ -240,7 +240,9 @@ func tlsConfig(files *tlsFiles) (*tls.Config, error) {
 }
 
 func (d *driver) acquire(cmd command) (reply, error) {
-	lease := time.Duration(cmd.LeaseMS) * time.Millisecond
+	// Milliseconds on the wire, possibly with a fraction: converted
+	// exactly, and judged by the client.
+	lease := time.Duration(cmd.LeaseMS * 1e6)
 	switch cmd.Cmd {
 	case "try_lock":
 		lock, err := d.client.TryLock(context.Background(), cmd.Name, lease)

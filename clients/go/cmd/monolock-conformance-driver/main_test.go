@@ -160,6 +160,11 @@ func driverScenario(t *testing.T, forceV1 string) {
 
 	expect(t, do(t, d, `{"cmd":"lock","handle":"c","name":"","lease_ms":1000}`), map[string]interface{}{"kind": "invalid_argument"})
 	expect(t, do(t, d, `{"cmd":"lock","handle":"c","name":"x","lease_ms":0}`), map[string]interface{}{"kind": "invalid_argument"})
+	fraction := do(t, d, `{"cmd":"try_lock","handle":"c","name":"x","lease_ms":1500.5}`)
+	expect(t, fraction, map[string]interface{}{"kind": "invalid_argument"})
+	if message := fraction["error"].(map[string]interface{})["message"].(string); !strings.Contains(message, "lease 1.5005s is not a whole number of milliseconds (leases are in ") {
+		t.Fatalf("a lease of 1500.5 ms: %v", fraction)
+	}
 	short := do(t, d, `{"cmd":"lock","handle":"c","name":"x","lease_ms":10}`)
 	expect(t, short, map[string]interface{}{"kind": "invalid_argument"})
 	if failure := short["error"].(map[string]interface{}); failure["temporary"] != false ||
