@@ -397,7 +397,7 @@ func (c *Client) acquireV1(ctx context.Context, ep endpoint, name string, leaseM
 	select {
 	case <-s.answered():
 	case <-silent.C:
-		_ = s.release()
+		s.abort()
 		return nil, &attemptFailed{err: c.answerError(ep, core.Loss{Reason: core.ReasonConnection, Err: errNoAnswer})}
 	case <-ctx.Done():
 		_ = s.release()

@@ -93,10 +93,22 @@ func TestASilentPeerIsAConnectErrorAtTheDeadline(t *testing.T) {
 }
 
 func TestASilentPortIsAConnectErrorAfterTheConnectTimeout(t *testing.T) {
-	addr := scriptedPeer(t, func(int) []byte { return nil })
+	// It reads everything and never answers, nor closes while the test runs.
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	addr := peer(t, func(_ int, conn net.Conn) {
+		_, _ = io.Copy(io.Discard, conn)
+		<-stop
+	})
 	for _, opts := range [][]monolock.Option{nil, {monolock.WithProtocolV1()}} {
 		opts = append(opts, monolock.WithConnectTimeout(200*time.Millisecond))
+		start := time.Now()
 		_, err := newClient(t, addr, opts...).Lock(context.Background(), "peer", 10*time.Second)
+		// Nothing to confirm with a server that never answered: no wait
+		// for the I/O timeout (5 s) after the connect timeout.
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("a silent port reported after %v", took)
+		}
 		var connect *monolock.ConnectError
 		if !errors.As(err, &connect) || !monolock.IsTemporary(err) {
 			t.Fatalf("a port that never answers: %v", err)

@@ -316,6 +316,19 @@ func (s *v1Session) release() error {
 	return s.releaseErr
 }
 
+// abort gives the claim up without waiting for the server, which never
+// answered: there is nothing to confirm.
+func (s *v1Session) abort() {
+	s.mu.Lock()
+	if !s.releaseDone {
+		s.releaseDone = true
+		s.endLocked()
+	}
+	s.mu.Unlock()
+	_ = s.raw.Close()
+	<-s.exitedCh
+}
+
 // drain reads until the server's EOF after a release (the bytes are
 // replies to heartbeats, or a grant that crossed the release).
 func (s *v1Session) drain(buf []byte) {
