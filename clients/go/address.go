@@ -43,6 +43,9 @@ func parseAddrs(addrs string) ([]endpoint, error) {
 
 // parseAddr checks `host:port` or `[v6]:port`.
 func parseAddr(text string) (endpoint, error) {
+	if strings.Contains(text, "://") {
+		return endpoint{}, invalid("address %q: write host:port, without a scheme", text)
+	}
 	host, port, err := net.SplitHostPort(text)
 	if err != nil {
 		if strings.Count(text, ":") > 1 && !strings.HasPrefix(text, "[") {

@@ -12,18 +12,36 @@ import (
 	"monolock.dev/go/monolock/internal/wire"
 )
 
-// DefaultConnectTimeout bounds dialing one server address, the TLS
-// handshake included.
+// DefaultConnectTimeout bounds connecting to one server address: the
+// dial, the TLS handshake and the server's first answer.
 const DefaultConnectTimeout = 5 * time.Second
 
-// Client knows where the monolock servers are and how to reach them. It
-// holds no connection itself: each lock opens its own, because on monolock
-// the connection is the claim. A Client is safe for concurrent use and
-// cheap to share.
+// DefaultIOTimeout bounds the wait for the server to confirm a release.
+const DefaultIOTimeout = 5 * time.Second
+
+// The lease bounds. A lease is a failure detector, not a work deadline
+// (holders hold for hours by heartbeating): below MinLease the client's
+// deadline of 0.8 x lease is shorter than ordinary scheduling stalls, and
+// above MaxLease a partitioned holder blocks everyone for longer than any
+// operator would accept.
+const (
+	MinLease = 100 * time.Millisecond
+	MaxLease = time.Hour
+)
+
+// Client knows where the monolock servers are and how to reach them, and
+// keeps its protocol v2 sessions: the locks taken through one Client
+// share connections, one session per server address and lease carrying up
+// to the server's bound of claims (1,024 by default). A Client is safe
+// for concurrent use; share one per process. An unused session is closed
+// after about 20 s.
 type Client struct {
 	endpoints      []endpoint
 	connectTimeout time.Duration
+	ioTimeout      time.Duration
+	forceV1        bool
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
+	pool           *pool
 }
 
 // endpoint is one server address and, with TLS, its configuration (the
@@ -37,6 +55,8 @@ type endpoint struct {
 type options struct {
 	tls            *tls.Config
 	connectTimeout time.Duration
+	ioTimeout      time.Duration
+	forceV1        bool
 	dial           func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
@@ -53,11 +73,27 @@ func WithTLS(config *tls.Config) Option {
 	return func(o *options) { o.tls = config }
 }
 
-// WithConnectTimeout bounds dialing one address, TLS handshake included
-// (default DefaultConnectTimeout). When it runs out the next address is
-// tried.
+// WithConnectTimeout bounds connecting to one address: the dial, the TLS
+// handshake and the server's first answer (default DefaultConnectTimeout).
+// When it runs out the next address is tried.
 func WithConnectTimeout(d time.Duration) Option {
 	return func(o *options) { o.connectTimeout = d }
+}
+
+// WithIOTimeout bounds the wait for the server to confirm a release
+// (default DefaultIOTimeout). Past it the connection is closed and
+// Release reports the release as unconfirmed.
+func WithIOTimeout(d time.Duration) Option {
+	return func(o *options) { o.ioTimeout = d }
+}
+
+// WithProtocolV1 makes the client speak protocol v1 only: one connection
+// per lock, as monolock servers before protocol v2 require. Without it
+// the client speaks v2 and falls back to v1 by itself, per address, when
+// a server answers that it does not speak v2 (ERROR 0x10); the fallback
+// is remembered for 5 minutes or until the address fails to connect.
+func WithProtocolV1() Option {
+	return func(o *options) { o.forceV1 = true }
 }
 
 // WithDialContext replaces the dialer (a proxy, a Unix socket, a test
@@ -75,12 +111,15 @@ func WithDialContext(dial func(ctx context.Context, network, addr string) (net.C
 // The error matches ErrInvalidArgument when an address or an option is
 // malformed.
 func NewClient(addrs string, opts ...Option) (*Client, error) {
-	o := options{connectTimeout: DefaultConnectTimeout}
+	o := options{connectTimeout: DefaultConnectTimeout, ioTimeout: DefaultIOTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.connectTimeout <= 0 {
 		return nil, invalid("connect timeout %v must be positive", o.connectTimeout)
+	}
+	if o.ioTimeout <= 0 {
+		return nil, invalid("I/O timeout %v must be positive", o.ioTimeout)
 	}
 	endpoints, err := parseAddrs(addrs)
 	if err != nil {
@@ -98,7 +137,8 @@ func NewClient(addrs string, opts ...Option) (*Client, error) {
 			endpoints[i].tls = config
 		}
 	}
-	return &Client{endpoints: endpoints, connectTimeout: o.connectTimeout, dial: o.dial}, nil
+	return &Client{endpoints: endpoints, connectTimeout: o.connectTimeout, ioTimeout: o.ioTimeout,
+		forceV1: o.forceV1, dial: o.dial, pool: newPool()}, nil
 }
 
 // Addrs is the server addresses, in the order they are tried.
@@ -113,33 +153,35 @@ func (c *Client) Addrs() []string {
 // Lock waits for the lock name in its FIFO queue and returns it once the
 // server grants it (the grant is pushed: no polling, no retry loop).
 //
-// lease is the failure detector, not a work deadline: the lock heartbeats
-// about four times per lease and may be held for hours. A shorter lease
-// hands the lock on sooner after a crash or a partition, at the cost of
-// more heartbeats. It is sent in whole milliseconds, from 1ms to about 49
-// days.
+// lease is the failure detector, not a work deadline: the session
+// heartbeats about four times per lease and the lock may be held for
+// hours. A shorter lease hands the lock on sooner after a crash or a
+// partition, at the cost of more heartbeats. It is a time.Duration from
+// MinLease (100ms) to MaxLease (1h), in whole milliseconds.
 //
 // ctx bounds the whole wait, connecting included. When it ends first, the
-// place in the queue is given up (the connection is closed) and the error
-// matches both ErrNotAcquired and ctx.Err(). ctx does not bound the lock
-// once granted; the lock's Context keeps ctx's values.
+// place in the queue is given up (and the server has confirmed it when
+// Lock returns) and the error matches both ErrNotAcquired and ctx.Err().
+// ctx does not bound the lock once granted; the lock's Context keeps
+// ctx's values.
 //
 // Always Release the lock (defer lock.Release()): until then it
 // heartbeats and stays held.
 //
-// Errors: ErrInvalidArgument (before connecting), *ConnectError naming
-// every address tried (a *TLSError inside for a failed handshake), the
-// ErrNotAcquired wrapper above, or *LostError when the server refused or
-// ended the claim before the grant (Code 0x18: the ACL refuses this lock;
-// ReasonProtocol when the address is a TLS or HTTP port).
+// Errors: ErrInvalidArgument (before connecting); *ConnectError naming
+// every address tried, also when what answered is not a monolock server
+// (an HTTP port, a TLS port without WithTLS, a port that never answers),
+// with a *TLSError inside for a failed handshake; the ErrNotAcquired
+// wrapper above; or *LostError when the server refused or ended the claim
+// before the grant (ReasonServerError with Code 0x24, or 0x18 in protocol
+// v1: the ACL refuses this lock).
 func (c *Client) Lock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
 	return c.acquire(ctx, name, lease, false)
 }
 
 // TryLock takes the lock if it is free and returns ErrNotAcquired (itself,
-// so err == ErrNotAcquired holds) if someone holds it: the connection is
-// closed at once and leaves no trace in the queue. ctx bounds connecting.
-// Other errors as for Lock.
+// so err == ErrNotAcquired holds) if someone holds it, leaving no trace in
+// the queue. ctx bounds connecting. Other errors as for Lock.
 func (c *Client) TryLock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
 	return c.acquire(ctx, name, lease, true)
 }
@@ -166,19 +208,36 @@ func (c *Client) Do(ctx context.Context, name string, lease time.Duration, fn fu
 	return err
 }
 
-// checkArgs checks a name and a lease as the server would, before any
-// connection: the lease in whole milliseconds.
+// checkArgs checks a name and a lease before any connection: the name as
+// the server would, the lease against the client's bounds.
 func checkArgs(name string, lease time.Duration) (uint32, error) {
 	if why := wire.CheckName(name); why != "" {
 		return 0, invalid("%s", why)
 	}
-	ms := lease / time.Millisecond
-	if ms < 1 || ms > wire.MaxLeaseMS {
-		return 0, invalid("lease %v is out of range: it must be between 1ms and %v", lease,
-			time.Duration(wire.MaxLeaseMS)*time.Millisecond)
+	const unit = "(leases are in nanoseconds, a time.Duration: write 10*time.Second, not 10)"
+	switch {
+	case lease < MinLease:
+		return 0, invalid("lease %v is below the minimum of 100 ms %s", lease, unit)
+	case lease > MaxLease:
+		return 0, invalid("lease %v is above the maximum of 1 hour %s", lease, unit)
+	case lease%time.Millisecond != 0:
+		return 0, invalid("lease %v is not a whole number of milliseconds %s", lease, unit)
 	}
-	return uint32(ms), nil
+	return uint32(lease / time.Millisecond), nil
 }
+
+// errRetry: the session the claim waited for was given up by the caller
+// who opened it; the claim tries another.
+var errRetry = errors.New("the session was abandoned before it opened")
+
+// attemptFailed is an address that could not be used: it goes into the
+// ConnectError, and the next address is tried unless stop.
+type attemptFailed struct {
+	err  error
+	stop bool
+}
+
+func (e *attemptFailed) Error() string { return e.err.Error() }
 
 func (c *Client) acquire(ctx context.Context, name string, lease time.Duration, try bool) (*Lock, error) {
 	leaseMS, err := checkArgs(name, lease)
@@ -188,23 +247,173 @@ func (c *Client) acquire(ctx context.Context, name string, lease time.Duration, 
 	if ctx.Err() != nil {
 		return nil, &notAcquired{name: name, cause: ctx.Err()}
 	}
-	conn, raw, ep, err := c.connect(ctx)
+	var attempts []ConnectAttempt
+	for _, ep := range c.endpoints {
+		lock, err := c.acquireAt(ctx, ep, name, leaseMS, try)
+		var failed *attemptFailed
+		if !errors.As(err, &failed) {
+			return lock, err
+		}
+		attempts = append(attempts, ConnectAttempt{Addr: ep.addr, Err: failed.err})
+		c.pool.forgetV1(ep.addr)
+		if ctx.Err() != nil || failed.stop {
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, &notAcquired{name: name, cause: ctx.Err()}
+	}
+	return nil, &ConnectError{Attempts: attempts}
+}
+
+// acquireAt claims the lock at one address: on a pooled v2 session, or on
+// its own v1 connection when the client or the address speaks v1.
+func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseMS uint32, try bool) (*Lock, error) {
+	if c.forceV1 || c.pool.isV1(ep.addr) {
+		return c.acquireV1(ctx, ep, name, leaseMS, try)
+	}
+	lease := time.Duration(leaseMS) * time.Millisecond
+	mode := wire.ModeWait
+	if try {
+		mode = wire.ModeTry
+	}
+	// A session that ends under a fresh claim, or a claim refused for the
+	// session's bound (0x09), sends the claim to another session; the
+	// bound on rounds only guards against a server that refuses forever.
+	var claim *v2Claim
+	for round := 0; ; round++ {
+		s, err := c.session(ctx, ep, leaseMS, name)
+		if err == errRetry {
+			if round < 8 {
+				continue
+			}
+			return nil, &attemptFailed{err: err}
+		}
+		if errors.Is(err, errFallBack) {
+			c.pool.rememberV1(ep.addr)
+			return c.acquireV1(ctx, ep, name, leaseMS, try)
+		}
+		if err != nil {
+			return nil, err
+		}
+		claim, err = s.acquire(name, lease, mode)
+		if err != nil {
+			s.unreserve()
+			if round < 8 {
+				continue
+			}
+			return nil, &attemptFailed{err: err}
+		}
+		select {
+		case <-claim.answered():
+		case <-ctx.Done():
+			_ = claim.release()
+			return nil, &notAcquired{name: name, cause: ctx.Err()}
+		}
+		s.mu.Lock()
+		busy, full := claim.busy, claim.refusedFull
+		// A session the server closed as idle (ERROR 0x03, also when it
+		// runs out of descriptors) before it saw the claim: the claim
+		// never existed there and goes to a new session.
+		idleClosed := !claim.seen && s.dead && s.core.Loss().Code == wire.CodeIdleClosed
+		s.mu.Unlock()
+		switch {
+		case busy:
+			return nil, ErrNotAcquired
+		case (full || idleClosed) && round < 8:
+			continue
+		}
+		break
+	}
+	status, token, lost := claim.state()
+	if status == core.StatusWaiting {
+		select {
+		case <-claim.granted():
+		case <-claim.done():
+		case <-ctx.Done():
+			_ = claim.release()
+			return nil, &notAcquired{name: name, cause: ctx.Err()}
+		}
+		status, token, lost = claim.state()
+	}
+	if status != core.StatusHeld {
+		_ = claim.release()
+		if lost == nil {
+			lost = fmt.Errorf("monolock: lock %q: the claim ended before the grant", name)
+		}
+		return nil, lost
+	}
+	return &Lock{s: claim, name: name, token: token, lease: lease, addr: ep.addr, values: ctx}, nil
+}
+
+// session returns a pooled session at ep with room for one claim,
+// opening one when none has room. The error is errFallBack, the caller's
+// ctx ending (as ErrNotAcquired), or an *attemptFailed.
+func (c *Client) session(ctx context.Context, ep endpoint, leaseMS uint32, name string) (*v2Session, error) {
+	s, fresh := c.pool.reserve(poolKey{addr: ep.addr, leaseMS: leaseMS})
+	var err error
+	if fresh {
+		err = s.open(ctx, c, ep, leaseMS)
+	} else {
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			s.unreserve()
+			return nil, &notAcquired{name: name, cause: ctx.Err()}
+		}
+		s.mu.Lock()
+		err = s.openErr
+		abandoned := s.abandoned
+		s.mu.Unlock()
+		if abandoned && ctx.Err() == nil {
+			return nil, errRetry
+		}
+	}
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.Is(err, errFallBack):
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, &notAcquired{name: name, cause: ctx.Err()}
+	}
+	var tlsErr *TLSError
+	return nil, &attemptFailed{err: err, stop: errors.As(err, &tlsErr)}
+}
+
+// acquireV1 claims the lock on its own protocol v1 connection.
+func (c *Client) acquireV1(ctx context.Context, ep endpoint, name string, leaseMS uint32, try bool) (*Lock, error) {
+	conn, raw, err := c.dialOne(ctx, ep)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &notAcquired{name: name, cause: ctx.Err()}
 		}
-		return nil, err
+		var tlsErr *TLSError
+		return nil, &attemptFailed{err: err, stop: errors.As(err, &tlsErr)}
 	}
-	s := startV1(conn, raw, name, time.Duration(leaseMS)*time.Millisecond, leaseMS)
+	s := startV1(conn, raw, name, time.Duration(leaseMS)*time.Millisecond, leaseMS, c.ioTimeout)
+	silent := time.NewTimer(c.connectTimeout)
+	defer silent.Stop()
 	select {
 	case <-s.answered():
+	case <-silent.C:
+		s.abort()
+		return nil, &attemptFailed{err: c.answerError(ep, core.Loss{Reason: core.ReasonConnection, Err: errNoAnswer})}
 	case <-ctx.Done():
 		_ = s.release()
 		return nil, &notAcquired{name: name, cause: ctx.Err()}
 	}
 	status, token, lost := s.state()
+	if status == core.StatusLost && !s.hasReplied() {
+		_ = s.release()
+		if loss := s.loss(); loss.Code == 0 {
+			return nil, &attemptFailed{err: c.answerError(ep, loss)}
+		}
+	}
 	if status == core.StatusWaiting {
 		if try {
+			// Leaves the queue as a release does: confirmed by the
+			// server's EOF, so no trace of it remains when TryLock returns.
 			_ = s.release()
 			return nil, ErrNotAcquired
 		}

@@ -8,6 +8,10 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
+
+	"monolock.dev/go/monolock/internal/core"
+	"monolock.dev/go/monolock/internal/wire"
 )
 
 // connect dials the addresses in order until one answers (TCP, and the
@@ -52,6 +56,10 @@ func (c *Client) dialOne(ctx context.Context, ep endpoint) (net.Conn, net.Conn, 
 		if isNetworkFailure(err) || dctx.Err() != nil {
 			return nil, nil, c.timedOut(ctx, dctx, err)
 		}
+		var header tls.RecordHeaderError
+		if errors.As(err, &header) {
+			err = fmt.Errorf("%s does not speak TLS (a plain monolock port?): %w", ep.addr, err)
+		}
 		return nil, nil, &TLSError{Addr: ep.addr, Err: err}
 	}
 	return conn, raw, nil
@@ -72,3 +80,60 @@ func isNetworkFailure(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || isTimeout(err)
 }
+
+// answerError is the connect error for a connection that ended before the
+// server's first answer: what is at the address is not a monolock server
+// speaking this protocol, or it said nothing in time.
+func (c *Client) answerError(ep endpoint, loss core.Loss) error {
+	var op *net.OpError
+	var peer *core.ProtocolError
+	switch {
+	case loss.Err == errNoAnswer:
+		return &answerFailure{msg: fmt.Sprintf("%s did not answer within %s", ep.addr, spoken(c.connectTimeout)), temporary: true}
+	case loss.Reason == core.ReasonExpired:
+		return &answerFailure{msg: fmt.Sprintf("%s did not answer within 0.8 x the lease", ep.addr), temporary: true}
+	case ep.tls != nil && errors.As(loss.Err, &op) && op.Op == "remote error":
+		return &TLSError{Addr: ep.addr, Err: fmt.Errorf("the server refused the handshake: %w", op)}
+	case loss.Code != 0:
+		return &answerFailure{
+			msg:       fmt.Sprintf("%s refused the session: %s", ep.addr, wire.DescribeCode(loss.Code, loss.Detail)),
+			temporary: loss.Code < wire.ClientErrorCodes,
+		}
+	case errors.As(loss.Err, &peer) && peer.Peer == core.PeerTLS:
+		return &answerFailure{msg: fmt.Sprintf("%s expects TLS: connect with monolock.WithTLS", ep.addr)}
+	case errors.As(loss.Err, &peer) && peer.Peer == core.PeerHTTP:
+		return &answerFailure{msg: fmt.Sprintf("%s is not a monolock server: an HTTP server answered (the admin or ops port?)", ep.addr)}
+	case loss.Reason == core.ReasonProtocol:
+		return &answerFailure{msg: fmt.Sprintf("%s is not a monolock server: %v", ep.addr, loss.Err)}
+	case loss.Err != nil:
+		return &answerFailure{msg: fmt.Sprintf("%s failed before answering: %v", ep.addr, loss.Err), temporary: true, err: loss.Err}
+	}
+	return &answerFailure{
+		msg:       fmt.Sprintf("%s closed the connection without answering (a TLS port, or not a monolock server?)", ep.addr),
+		temporary: true,
+	}
+}
+
+// spoken writes a bound as the messages of every monolock client do:
+// "5 s", "200 ms", else Go's own form.
+func spoken(d time.Duration) string {
+	switch {
+	case d%time.Second == 0:
+		return fmt.Sprintf("%d s", d/time.Second)
+	case d%time.Millisecond == 0:
+		return fmt.Sprintf("%d ms", d/time.Millisecond)
+	}
+	return d.String()
+}
+
+// answerFailure is what answered at an address instead of a monolock
+// server, inside a ConnectError.
+type answerFailure struct {
+	msg       string
+	temporary bool
+	err       error
+}
+
+func (e *answerFailure) Error() string   { return e.msg }
+func (e *answerFailure) Unwrap() error   { return e.err }
+func (e *answerFailure) Temporary() bool { return e.temporary }

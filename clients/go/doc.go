@@ -2,10 +2,10 @@
 // many processes on many machines agree that exactly one of them runs the
 // nightly import, the deploy, the compaction.
 //
-// The connection is the claim. Lock opens a connection, queues in strict
-// FIFO order and returns once the server pushes the grant; Release closes
-// the connection and the next waiter gets the lock at once. A process that
-// crashes releases at once too (its kernel closes the socket).
+// Lock queues in strict FIFO order and returns once the server pushes the
+// grant; Release returns once the server has released, and the next
+// waiter gets the lock at once. The session is the claim's life: a process
+// that crashes releases at once too (its kernel closes the socket).
 //
 //	client, err := monolock.NewClient("") // $MONOLOCK_ADDRESS, else 127.0.0.1:7070
 //	if err != nil { ... }
@@ -23,7 +23,11 @@
 // S + 0.8 x lease (S: the send instant of the latest confirmed request)
 // while the server cannot expire it before S + lease.
 //
-// The client speaks monolock protocol v1 (docs/protocol.md) with the
-// standard library only. Its protocol logic is pure and tested on exact
-// instants (internal/core); a goroutine per lock drives it.
+// The client speaks monolock protocol v2 (docs/protocol.md) by default:
+// the locks of one Client share a few connections, a session per server
+// address and lease. It falls back to protocol v1 (a connection per lock)
+// for a server that does not speak v2, and WithProtocolV1 forces v1. It
+// uses the standard library only. Its protocol logic is pure and tested on
+// exact instants (internal/core); a goroutine per session (per lock on
+// v1) drives it.
 package monolock

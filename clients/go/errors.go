@@ -11,7 +11,7 @@ import (
 )
 
 // ErrNotAcquired is returned by TryLock when someone else holds the lock
-// (the connection is closed at once and leaves no trace in the queue). A
+// (the claim leaves no trace in the queue). A
 // Lock whose ctx ended before the grant returns an error for which both
 // errors.Is(err, ErrNotAcquired) and errors.Is(err, ctx.Err()) hold.
 var ErrNotAcquired = errors.New("monolock: lock not acquired: it is held by someone else")
@@ -58,20 +58,21 @@ const (
 	// lease. The client gave the claim up before the server could hand the
 	// lock on.
 	ReasonExpired Reason = iota + 1
-	// ReasonForced: the server closed the claim by administrator action
-	// (ERROR 0x02: force-release, or a waiter removed).
+	// ReasonForced: the server ended the claim by administrator action
+	// (force-release, or a waiter removed: v2 REVOKED 0x08, v1 ERROR 0x02).
 	ReasonForced
 	// ReasonShutdown: the server is shutting down (ERROR 0x01).
 	ReasonShutdown
-	// ReasonServerError: another ERROR code, such as 0x18 (the ACL refuses
-	// this identity for this lock). LostError.Code has it.
+	// ReasonServerError: another code, such as the ACL's refusal of this
+	// identity for this lock (v2 REFUSED 0x24, v1 ERROR 0x18).
+	// LostError.Code has it.
 	ReasonServerError
 	// ReasonConnection: the connection closed or failed without an ERROR
-	// frame (EOF, reset, I/O error).
+	// frame (EOF, reset, I/O error), or a release went unconfirmed.
 	ReasonConnection
-	// ReasonProtocol: the server sent something a protocol v1 server never
-	// sends (or the address is a TLS or HTTP port); the connection was
-	// closed.
+	// ReasonProtocol: the server sent something a monolock server never
+	// sends at that point; the connection was closed. (An address that is
+	// not a monolock server at all is a *ConnectError, never a loss.)
 	ReasonProtocol
 )
 
@@ -131,6 +132,8 @@ func (e *LostError) Error() string {
 	switch {
 	case e.Reason == ReasonExpired:
 		why = fmt.Sprintf("no heartbeat was confirmed within 0.8 x the lease of %v", e.Lease)
+	case e.Code != 0 && wire.IsClaimCode(e.Code):
+		why = "the server ended the claim with " + wire.DescribeClaimCode(e.Code, e.Detail)
 	case e.Code != 0:
 		why = "the server ended the session with " + wire.DescribeCode(e.Code, e.Detail)
 	case e.Reason == ReasonProtocol:
@@ -140,7 +143,9 @@ func (e *LostError) Error() string {
 	default:
 		why = "the server closed the connection"
 	}
-	return fmt.Sprintf("monolock: lock %q lost (%s): %s", e.Name, e.Reason, why)
+	// The message starts with the lock, as in every monolock client:
+	// lock "NAME" lost (REASON): DETAIL.
+	return fmt.Sprintf("lock %q lost (%s): %s", e.Name, e.Reason, why)
 }
 
 // Unwrap is the cause (see Err).
@@ -200,11 +205,13 @@ func (e *TLSError) Error() string {
 func (e *TLSError) Unwrap() error { return e.Err }
 
 // IsTemporary reports whether trying again (a new claim, at the back of the
-// queue) may succeed: server conditions (ERROR codes below 0x10, unknown
-// ones included), connections lost or refused, expired heartbeats, a lock
-// that was busy. False for what fails the same way every time: invalid
-// arguments, TLS certificate failures, client-error codes (0x10 and up,
-// such as 0x18: not authorized) and protocol violations.
+// queue) may succeed: server conditions (codes below 0x10, unknown ones
+// included), connections lost, refused or timed out, a server shutting
+// down, expired heartbeats, a lock that was busy. False for what fails the
+// same way every time: invalid arguments, TLS failures (certificate
+// verification, TLS to a plain port), an address that is not a monolock
+// server (an HTTP port, a TLS port without TLS), client-error codes (0x10
+// and up, such as the ACL's refusal) and protocol violations.
 func IsTemporary(err error) bool {
 	var lost *LostError
 	var tlsErr *TLSError
@@ -224,5 +231,12 @@ func IsTemporary(err error) bool {
 		return true
 	}
 	var connect *ConnectError
-	return errors.As(err, &connect)
+	if !errors.As(err, &connect) {
+		return false
+	}
+	var answer *answerFailure
+	if last := connect.Unwrap(); last != nil && errors.As(last, &answer) {
+		return answer.temporary
+	}
+	return true
 }

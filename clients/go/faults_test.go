@@ -19,7 +19,7 @@ import (
 const pausedChildEnv = "MONOLOCK_GO_PAUSED_CHILD"
 
 func pausedChild() {
-	client, err := monolock.NewClient(os.Getenv(pausedChildEnv))
+	client, err := monolock.NewClient(os.Getenv(pausedChildEnv), protocolOptions()...)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)

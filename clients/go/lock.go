@@ -9,10 +9,10 @@ import (
 	"monolock.dev/go/monolock/internal/core"
 )
 
-// Lock is a held lock. The lock is its connection: while the Lock lives it
-// heartbeats in the background; Release closes the connection and the
-// server hands the lock to the next waiter at once. A process that dies
-// releases it too, since its kernel closes the socket.
+// Lock is a held lock, a claim on a session: while the Lock lives its
+// session heartbeats in the background; Release lets it go and the server
+// hands the lock to the next waiter at once. A process that dies releases
+// it too, since its kernel closes the socket.
 //
 // Hand Token to everything the lock guards (the fencing token), hand
 // Context to every call made under the lock, and stop the guarded work
@@ -49,9 +49,9 @@ func (l *Lock) Addr() string { return l.addr }
 // has not run since (a process resumed from a pause never trusts a stale
 // "held").
 //
-// Once Held returns false the claim is given up for good: the connection
-// is closed and Held never returns true again. Stop touching the guarded
-// resource and lock anew (a new connection, at the back of the queue).
+// Once Held returns false the claim is given up for good and Held never
+// returns true again. Stop touching the guarded resource and lock anew (a
+// new claim, at the back of the queue).
 func (l *Lock) Held() bool {
 	status, _, _ := l.s.state()
 	return status == core.StatusHeld
@@ -84,9 +84,13 @@ func (l *Lock) Context() context.Context {
 	return l.ctx
 }
 
-// Release lets the lock go: the connection is closed, the server hands
-// the lock to the next waiter at once, and Done and Context end. It waits
-// for the background goroutine to stop.
+// Release lets the lock go and returns once the server has confirmed it
+// (protocol v2: its RELEASED; v1: the EOF that follows the client's
+// half-close), so that a TryLock by anyone succeeds right after. Done and
+// Context end at once. The wait is bounded by the I/O timeout
+// (WithIOTimeout); past it the connection is closed and the release
+// reported as unconfirmed (a *LostError, ReasonConnection): the lock is
+// gone for the caller all the same.
 //
 // It returns nil, or the *LostError if the lock had been lost before the
 // release (so the caller learns that its work may have run without the

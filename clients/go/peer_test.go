@@ -61,7 +61,7 @@ func TestProtocolViolationsEndTheClaim(t *testing.T) {
 	}
 	for _, c := range cases {
 		addr := scriptedPeer(t, func(int) []byte { return c.bytes })
-		lock, err := newClient(t, addr).Lock(context.Background(), "peer", time.Minute)
+		lock, err := newClient(t, addr, monolock.WithProtocolV1()).Lock(context.Background(), "peer", time.Minute)
 		if err == nil {
 			<-lock.Done()
 			err = lock.Err()
@@ -74,18 +74,46 @@ func TestProtocolViolationsEndTheClaim(t *testing.T) {
 	}
 }
 
-func TestASilentPeerIsGivenUpAtTheDeadline(t *testing.T) {
+func TestASilentPeerIsAConnectErrorAtTheDeadline(t *testing.T) {
 	addr := scriptedPeer(t, func(int) []byte { return nil })
 	const lease = 300 * time.Millisecond
-	start := time.Now()
-	_, err := newClient(t, addr).Lock(context.Background(), "peer", lease)
-	took := time.Since(start)
-	var lost *monolock.LostError
-	if !errors.As(err, &lost) || lost.Reason != monolock.ReasonExpired {
-		t.Fatalf("an unanswered ACQUIRE: %v", err)
+	for _, opts := range [][]monolock.Option{nil, {monolock.WithProtocolV1()}} {
+		start := time.Now()
+		_, err := newClient(t, addr, opts...).Lock(context.Background(), "peer", lease)
+		took := time.Since(start)
+		var connect *monolock.ConnectError
+		if !errors.As(err, &connect) || !monolock.IsTemporary(err) {
+			t.Fatalf("an unanswered first frame: %v", err)
+		}
+		contains(t, err, addr+" did not answer within 0.8 x the lease")
+		if took < lease*4/5 {
+			t.Fatalf("gave up after %v, before 0.8 x the lease", took)
+		}
 	}
-	if took < lease*4/5 {
-		t.Fatalf("gave up after %v, before 0.8 x the lease", took)
+}
+
+func TestASilentPortIsAConnectErrorAfterTheConnectTimeout(t *testing.T) {
+	// It reads everything and never answers, nor closes while the test runs.
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	addr := peer(t, func(_ int, conn net.Conn) {
+		_, _ = io.Copy(io.Discard, conn)
+		<-stop
+	})
+	for _, opts := range [][]monolock.Option{nil, {monolock.WithProtocolV1()}} {
+		opts = append(opts, monolock.WithConnectTimeout(200*time.Millisecond))
+		start := time.Now()
+		_, err := newClient(t, addr, opts...).Lock(context.Background(), "peer", 10*time.Second)
+		// Nothing to confirm with a server that never answered: no wait
+		// for the I/O timeout (5 s) after the connect timeout.
+		if took := time.Since(start); took > 3*time.Second {
+			t.Fatalf("a silent port reported after %v", took)
+		}
+		var connect *monolock.ConnectError
+		if !errors.As(err, &connect) || !monolock.IsTemporary(err) {
+			t.Fatalf("a port that never answers: %v", err)
+		}
+		contains(t, err, addr+" did not answer within 200 ms")
 	}
 }
 
@@ -100,10 +128,10 @@ func TestRandomBytesNeverPanicAndAlwaysEndTheClaim(t *testing.T) {
 		}
 	}
 	addr := scriptedPeer(t, func(i int) []byte { return replies[i] })
-	client := newClient(t, addr)
+	client := newClient(t, addr, monolock.WithProtocolV1())
 	for i := range replies {
 		// A short lease: a reply that is only a prefix is given up quickly.
-		lock, err := client.Lock(context.Background(), "peer", 40*time.Millisecond)
+		lock, err := client.Lock(context.Background(), "peer", monolock.MinLease)
 		if err == nil {
 			select {
 			case <-lock.Done():
@@ -113,7 +141,8 @@ func TestRandomBytesNeverPanicAndAlwaysEndTheClaim(t *testing.T) {
 			err = lock.Release()
 		}
 		var lost *monolock.LostError
-		if !errors.As(err, &lost) {
+		var connect *monolock.ConnectError
+		if !errors.As(err, &lost) && !errors.As(err, &connect) {
 			t.Fatalf("reply %d (%x): %v", i, replies[i], err)
 		}
 	}

@@ -2,7 +2,9 @@ package monolock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -48,11 +50,17 @@ type v1Session struct {
 	exitedCh   chan struct{}
 	isAnswered bool
 	isGranted  bool
+	// draining: the owner let go; the goroutine reads until the server's
+	// EOF, which confirms the release (drained: it came).
+	draining  bool
+	drained   bool
+	ioTimeout time.Duration
 }
 
 // startV1 starts the session's goroutine, which sends the ACQUIRE at once.
-func startV1(conn, raw net.Conn, name string, lease time.Duration, leaseMS uint32) *v1Session {
+func startV1(conn, raw net.Conn, name string, lease time.Duration, leaseMS uint32, ioTimeout time.Duration) *v1Session {
 	s := &v1Session{
+		ioTimeout:  ioTimeout,
 		name:       name,
 		lease:      lease,
 		conn:       conn,
@@ -80,6 +88,11 @@ func (s *v1Session) run(acquire []byte, deadline time.Duration) {
 	buf := make([]byte, readChunk)
 	for {
 		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			s.drain(buf)
+			return
+		}
 		if s.ended {
 			s.mu.Unlock()
 			return
@@ -100,6 +113,11 @@ func (s *v1Session) run(acquire []byte, deadline time.Duration) {
 
 		if due {
 			if err := s.write(wire.Heartbeat, deadline); err != nil {
+				if s.isDraining() {
+					// The release shut the write side down meanwhile.
+					s.drain(buf)
+					return
+				}
 				s.failed(err)
 				return
 			}
@@ -111,6 +129,15 @@ func (s *v1Session) run(acquire []byte, deadline time.Duration) {
 		n, err := s.conn.Read(buf)
 		t = now()
 		s.mu.Lock()
+		if s.draining {
+			s.mu.Unlock()
+			if err == nil {
+				s.drain(buf)
+			} else {
+				s.drainEnded(err)
+			}
+			return
+		}
 		if s.ended {
 			s.mu.Unlock()
 			return
@@ -245,28 +272,115 @@ func (s *v1Session) context(parent context.Context) context.Context {
 	return ctx
 }
 
+// release ends the claim. Protocol v1 has no release frame: the client
+// shuts down its write side and reads until the server's EOF, which the
+// server sends only once its lock table has released the claim. Bounded
+// by the I/O timeout; past it the connection is closed and the release
+// reported as unconfirmed. It returns nil, the *LostError if the claim
+// had been lost before, or that of an unconfirmed release. Every later
+// call returns the same.
 func (s *v1Session) release() error {
 	s.mu.Lock()
 	if s.releaseDone {
-		result := s.releaseErr
 		s.mu.Unlock()
 		<-s.exitedCh
-		return result
+		return s.releaseErr
 	}
 	s.releaseDone = true
 	s.checkLocked()
-	var result error
 	if s.ended {
-		result = s.endErr
-	} else {
+		s.releaseErr = s.endErr
+		s.mu.Unlock()
+		_ = s.conn.Close()
+		<-s.exitedCh
+		return s.releaseErr
+	}
+	s.endLocked()
+	s.draining = true
+	s.mu.Unlock()
+	closeWrite(s.conn, s.raw)
+	timer := time.NewTimer(s.ioTimeout)
+	defer timer.Stop()
+	select {
+	case <-s.exitedCh:
+	case <-timer.C:
+		_ = s.raw.Close()
+		<-s.exitedCh
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.drained {
+		s.releaseErr = newLostError(s.name, s.lease, core.Loss{Reason: core.ReasonConnection,
+			Err: fmt.Errorf("the server did not confirm the release (its EOF) within %v; the connection was closed", s.ioTimeout)})
+	}
+	return s.releaseErr
+}
+
+// abort gives the claim up without waiting for the server, which never
+// answered: there is nothing to confirm.
+func (s *v1Session) abort() {
+	s.mu.Lock()
+	if !s.releaseDone {
+		s.releaseDone = true
 		s.endLocked()
 	}
-	s.releaseErr = result
 	s.mu.Unlock()
-	// The close is the release: TLS sends its close_notify, then the FIN.
-	_ = s.conn.Close()
+	_ = s.raw.Close()
 	<-s.exitedCh
-	return result
+}
+
+// drain reads until the server's EOF after a release (the bytes are
+// replies to heartbeats, or a grant that crossed the release).
+func (s *v1Session) drain(buf []byte) {
+	_ = s.conn.SetReadDeadline(time.Time{})
+	for {
+		if _, err := s.conn.Read(buf); err != nil {
+			s.drainEnded(err)
+			return
+		}
+	}
+}
+
+func (s *v1Session) drainEnded(err error) {
+	s.mu.Lock()
+	s.drained = errors.Is(err, io.EOF)
+	s.mu.Unlock()
+	_ = s.conn.Close()
+}
+
+// closeWrite shuts down the write side: TLS close_notify first, then the
+// TCP FIN.
+func closeWrite(conn, raw net.Conn) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		_ = tc.CloseWrite()
+	}
+	if tcp, ok := raw.(interface{ CloseWrite() error }); ok {
+		if tcp.CloseWrite() == nil {
+			return
+		}
+	}
+	// A connection that cannot half-close (a test double): closing it is
+	// all that is left, and it cannot confirm.
+	_ = raw.Close()
+}
+
+func (s *v1Session) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+func (s *v1Session) hasReplied() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claim.Answered()
+}
+
+// loss is why the claim ended (valid once lost).
+func (s *v1Session) loss() core.Loss {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.claim.Loss()
 }
 
 func isTimeout(err error) bool {

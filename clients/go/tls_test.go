@@ -106,23 +106,42 @@ func TestAnACLRefusalIsAPermanentLoss(t *testing.T) {
 	client := newClient(t, srv.addr, monolock.WithTLS(p.config(true)))
 	noErr(t, must(client.Lock(context.Background(), "allowed/job", 5*time.Second)).Release())
 	_, err := client.Lock(context.Background(), "denied", 5*time.Second)
+	code, says := uint8(0x24), "0x24 (not authorized for lock)"
+	if v1Pass() {
+		code, says = 0x18, "0x18 (not authorized for lock)"
+	}
 	var lost *monolock.LostError
-	if !errors.As(err, &lost) || lost.Reason != monolock.ReasonServerError || lost.Code != 0x18 || monolock.IsTemporary(err) {
+	if !errors.As(err, &lost) || lost.Reason != monolock.ReasonServerError || lost.Code != code || monolock.IsTemporary(err) {
 		t.Fatalf("an ACL refusal: %v", err)
 	}
-	contains(t, err, "0x18 (not authorized for lock)")
+	contains(t, err, says)
+	// The refusal is one claim's: the same client goes on.
+	noErr(t, must(client.Lock(context.Background(), "allowed/job", 5*time.Second)).Release())
 }
 
-func TestTheWrongPortIsNamed(t *testing.T) {
+// A wrong port is a connect error naming the problem and the address,
+// never a loss, and it is not temporary.
+func TestTheWrongPortIsAConnectErrorNamingTheProblem(t *testing.T) {
 	p := newPKI(t)
-	srv := startServer(t, p.serverArgs(false)...)
-	plain := newClient(t, srv.addr)
-	_, err := plain.Lock(context.Background(), "go/port", time.Second)
-	var lost *monolock.LostError
-	if !errors.As(err, &lost) || lost.Reason != monolock.ReasonProtocol || monolock.IsTemporary(err) {
-		t.Fatalf("plain TCP to a TLS port: %v", err)
+	tlsSrv := startServer(t, p.serverArgs(false)...)
+	plainSrv := shared(t)
+	permanent := func(what string, err error, parts ...string) {
+		t.Helper()
+		var connect *monolock.ConnectError
+		var lost *monolock.LostError
+		if !errors.As(err, &connect) || errors.As(err, &lost) || monolock.IsTemporary(err) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		contains(t, err, parts...)
 	}
-	contains(t, err, "the server speaks TLS: connect with TLS")
-	_, err = newClient(t, srv.admin).Lock(context.Background(), "go/port", time.Second)
-	contains(t, err, "an HTTP server answered: this is not the lock protocol's port")
+	_, err := newClient(t, tlsSrv.addr).Lock(context.Background(), "go/port", time.Second)
+	permanent("plain TCP to a TLS port", err, tlsSrv.addr+" expects TLS")
+	_, err = newClient(t, tlsSrv.admin).Lock(context.Background(), "go/port", time.Second)
+	permanent("the admin HTTP port", err, tlsSrv.admin+" is not a monolock server: an HTTP server answered")
+	_, err = newClient(t, plainSrv.addr, monolock.WithTLS(p.config(false))).Lock(context.Background(), "go/port", time.Second)
+	var tlsErr *monolock.TLSError
+	if !errors.As(err, &tlsErr) {
+		t.Fatalf("TLS to a plain port: %v", err)
+	}
+	permanent("TLS to a plain port", err, plainSrv.addr+" does not speak TLS")
 }

@@ -5,8 +5,9 @@
 // The Go client runs twice: with the default GOMAXPROCS, and with one
 // thread for Go code, as the Rust program's current-thread runtime.
 //
-// A cycle is Lock then Release: connect, ACQUIRE, ACQUIRED, close (the
-// close is the release). Rounds alternate the clients so that a slow
+// A cycle is Lock then Release, on the client's default protocol (v2: an
+// ACQUIRE and a RELEASE on a pooled session); bench/protocols compares it
+// with protocol v1. Rounds alternate the clients so that a slow
 // moment of a shared machine falls on all of them; the medians of the
 // rounds are printed as a Markdown table with ratios to the Rust client.
 //

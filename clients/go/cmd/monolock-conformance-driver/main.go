@@ -41,7 +41,7 @@ type command struct {
 	ForceV1   bool            `json:"force_v1"`
 	Handle    string          `json:"handle"`
 	Name      string          `json:"name"`
-	LeaseMS   int64           `json:"lease_ms"`
+	LeaseMS   float64         `json:"lease_ms"`
 	WaitMS    *int64          `json:"wait_ms"`
 	TimeoutMS int64           `json:"timeout_ms"`
 	Count     int64           `json:"count"`
@@ -51,9 +51,10 @@ type reply map[string]interface{}
 
 // failure is a command that failed: its reply's error object.
 type failure struct {
-	kind    string
-	reason  interface{} // string or nil
-	message string
+	kind      string
+	reason    interface{} // string or nil
+	message   string
+	temporary bool // the client's own monolock.IsTemporary
 }
 
 func (f *failure) Error() string { return f.message }
@@ -107,7 +108,8 @@ func main() {
 }
 
 func failed(f *failure) reply {
-	return reply{"ok": false, "error": map[string]interface{}{"kind": f.kind, "reason": f.reason, "message": f.message}}
+	return reply{"ok": false, "error": map[string]interface{}{
+		"kind": f.kind, "reason": f.reason, "message": f.message, "temporary": f.temporary}}
 }
 
 func (d *driver) handle(cmd command) reply {
@@ -174,7 +176,11 @@ func (d *driver) run(cmd command) (reply, error) {
 		defer timer.Stop()
 		select {
 		case <-lock.Done():
-			return reply{"lost": true, "reason": reasonOf(lock.Err())}, nil
+			r := reply{"lost": true, "reason": reasonOf(lock.Err())}
+			if err := lock.Err(); err != nil && r["reason"] != nil {
+				r["message"] = err.Error()
+			}
+			return r, nil
 		case <-timer.C:
 			return reply{"lost": false}, nil
 		}
@@ -193,6 +199,9 @@ func (d *driver) lock(handle string) (*monolock.Lock, error) {
 func (d *driver) open(cmd command) error {
 	// force_v1: this client speaks protocol v1 only.
 	var opts []monolock.Option
+	if cmd.ForceV1 {
+		opts = append(opts, monolock.WithProtocolV1())
+	}
 	if cmd.TLS != nil {
 		config, err := tlsConfig(cmd.TLS)
 		if err != nil {
@@ -231,7 +240,9 @@ func tlsConfig(files *tlsFiles) (*tls.Config, error) {
 }
 
 func (d *driver) acquire(cmd command) (reply, error) {
-	lease := time.Duration(cmd.LeaseMS) * time.Millisecond
+	// Milliseconds on the wire, possibly with a fraction: converted
+	// exactly, and judged by the client.
+	lease := time.Duration(cmd.LeaseMS * 1e6)
 	switch cmd.Cmd {
 	case "try_lock":
 		lock, err := d.client.TryLock(context.Background(), cmd.Name, lease)
@@ -290,7 +301,7 @@ func (d *driver) releaseAll() {
 
 // classify maps the client's errors to the driver protocol's kinds.
 func classify(err error) *failure {
-	f := &failure{kind: "other", message: err.Error()}
+	f := &failure{kind: "other", message: err.Error(), temporary: monolock.IsTemporary(err)}
 	var lost *monolock.LostError
 	var tlsErr *monolock.TLSError
 	var connect *monolock.ConnectError

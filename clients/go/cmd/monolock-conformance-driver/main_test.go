@@ -94,10 +94,30 @@ func expect(t *testing.T, reply map[string]interface{}, fields map[string]interf
 }
 
 func TestTheDriverSpeaksTheProtocolOverTheClient(t *testing.T) {
+	for _, forceV1 := range []string{"false", "true"} {
+		t.Run("force_v1="+forceV1, func(t *testing.T) { driverScenario(t, forceV1) })
+	}
+}
+
+// sessions is the number of protocol v2 sessions open on the server.
+func sessions(t *testing.T, admin string) int {
+	resp, err := http.Get("http://" + admin + "/api/sessions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct{ Sessions []interface{} }
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	return len(list.Sessions)
+}
+
+func driverScenario(t *testing.T, forceV1 string) {
 	addr, admin := startServer(t)
 	d := &driver{locks: map[string]*monolock.Lock{}}
 	expect(t, do(t, d, `{"id":1,"cmd":"lock","handle":"a","name":"x","lease_ms":1000}`), map[string]interface{}{"ok": false, "kind": "other"})
-	expect(t, do(t, d, `{"id":2,"cmd":"open","address":"`+addr+`"}`), map[string]interface{}{"ok": true})
+	expect(t, do(t, d, `{"id":2,"cmd":"open","address":"`+addr+`","force_v1":`+forceV1+`}`), map[string]interface{}{"ok": true})
 	a := do(t, d, `{"id":3,"cmd":"lock","handle":"a","name":"x","lease_ms":1000}`)
 	token, _ := a["token"].(string)
 	if !strings.HasPrefix(token, "1") || len(token) < 15 {
@@ -109,6 +129,13 @@ func TestTheDriverSpeaksTheProtocolOverTheClient(t *testing.T) {
 	expect(t, do(t, d, `{"cmd":"is_held","handle":"a"}`), map[string]interface{}{"held": true})
 	expect(t, do(t, d, `{"cmd":"check","handle":"a"}`), map[string]interface{}{"ok": true})
 	expect(t, do(t, d, `{"cmd":"wait_lost","handle":"a","timeout_ms":20}`), map[string]interface{}{"ok": true, "lost": false})
+	wantSessions := 1
+	if forceV1 == "true" {
+		wantSessions = 0
+	}
+	if n := sessions(t, admin); n != wantSessions {
+		t.Fatalf("force_v1 %s: %d v2 sessions open, want %d", forceV1, n, wantSessions)
+	}
 
 	req, err := http.NewRequest("POST", "http://"+admin+"/api/locks/"+url.PathEscape("x")+"/release", nil)
 	if err != nil {
@@ -121,7 +148,11 @@ func TestTheDriverSpeaksTheProtocolOverTheClient(t *testing.T) {
 		t.Fatalf("force-release: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	expect(t, do(t, d, `{"cmd":"wait_lost","handle":"a","timeout_ms":20000}`), map[string]interface{}{"lost": true, "reason": "forced"})
+	lost := do(t, d, `{"cmd":"wait_lost","handle":"a","timeout_ms":20000}`)
+	expect(t, lost, map[string]interface{}{"lost": true, "reason": "forced"})
+	if message, _ := lost["message"].(string); !strings.Contains(message, `lock "x" lost (forced): `) {
+		t.Fatalf("wait_lost message: %v", lost)
+	}
 	expect(t, do(t, d, `{"cmd":"is_held","handle":"a"}`), map[string]interface{}{"held": false})
 	expect(t, do(t, d, `{"cmd":"check","handle":"a"}`), map[string]interface{}{"kind": "lost", "reason": "forced"})
 	expect(t, do(t, d, `{"cmd":"release","handle":"a"}`), map[string]interface{}{"kind": "lost", "reason": "forced"})
@@ -129,6 +160,17 @@ func TestTheDriverSpeaksTheProtocolOverTheClient(t *testing.T) {
 
 	expect(t, do(t, d, `{"cmd":"lock","handle":"c","name":"","lease_ms":1000}`), map[string]interface{}{"kind": "invalid_argument"})
 	expect(t, do(t, d, `{"cmd":"lock","handle":"c","name":"x","lease_ms":0}`), map[string]interface{}{"kind": "invalid_argument"})
+	fraction := do(t, d, `{"cmd":"try_lock","handle":"c","name":"x","lease_ms":1500.5}`)
+	expect(t, fraction, map[string]interface{}{"kind": "invalid_argument"})
+	if message := fraction["error"].(map[string]interface{})["message"].(string); !strings.Contains(message, "lease 1.5005s is not a whole number of milliseconds (leases are in ") {
+		t.Fatalf("a lease of 1500.5 ms: %v", fraction)
+	}
+	short := do(t, d, `{"cmd":"lock","handle":"c","name":"x","lease_ms":10}`)
+	expect(t, short, map[string]interface{}{"kind": "invalid_argument"})
+	if failure := short["error"].(map[string]interface{}); failure["temporary"] != false ||
+		!strings.Contains(failure["message"].(string), "below the minimum of 100 ms") {
+		t.Fatalf("a 10 ms lease: %v", short)
+	}
 	expect(t, do(t, d, `{"cmd":"lock","handle":"c","name":"x","lease_ms":1000,"wait_ms":-1}`), map[string]interface{}{"kind": "invalid_argument"})
 	expect(t, do(t, d, `{"cmd":"cycles","name":"y","lease_ms":1000,"count":50}`), map[string]interface{}{"ok": true, "count": float64(50)})
 	stats := do(t, d, `{"cmd":"stats"}`)
@@ -143,9 +185,12 @@ func TestTheDriverSpeaksTheProtocolOverTheClient(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
-	expect(t, do(t, d, `{"cmd":"open","address":"`+dead+`"}`), map[string]interface{}{"ok": true})
+	expect(t, do(t, d, `{"cmd":"open","address":"`+dead+`","force_v1":`+forceV1+`}`), map[string]interface{}{"ok": true})
 	reply := do(t, d, `{"cmd":"lock","handle":"c","name":"x","lease_ms":1000}`)
 	expect(t, reply, map[string]interface{}{"kind": "connect"})
+	if reply["error"].(map[string]interface{})["temporary"] != true {
+		t.Fatalf("a refused connection is temporary: %v", reply)
+	}
 	if !strings.Contains(reply["error"].(map[string]interface{})["message"].(string), dead) {
 		t.Fatalf("the connect error does not name %s: %v", dead, reply)
 	}

@@ -48,7 +48,7 @@ func main() {
 				os.Exit(1)
 			}
 			// A lost lock or an unreachable server: stand in line again
-			// after a short pause (a new connection, at the back of the queue).
+			// after a short pause (a new claim, at the back of the queue).
 			select {
 			case <-time.After(time.Second):
 			case <-ctx.Done():

@@ -67,9 +67,9 @@ func ProtocolLoss(err error) Loss {
 	if errors.As(err, &unknown) {
 		switch unknown.Byte {
 		case 0x15, 0x16:
-			err = &ProtocolError{"the server speaks TLS: connect with TLS (monolock.WithTLS)"}
+			err = &ProtocolError{msg: "the server speaks TLS: connect with TLS (monolock.WithTLS)", Peer: PeerTLS}
 		case 'H':
-			err = &ProtocolError{"an HTTP server answered: this is not the lock protocol's port (the admin or ops port?)"}
+			err = &ProtocolError{msg: "an HTTP server answered: this is not the lock protocol's port (the admin or ops port?)", Peer: PeerHTTP}
 		}
 	}
 	return Loss{Reason: ReasonProtocol, Err: err}
@@ -83,7 +83,12 @@ type Claim struct {
 	loss     Loss
 	exchange Exchange
 	buf      []byte
+	answered bool
 }
+
+// Answered is whether the server answered the ACQUIRE (WAITING or
+// ACQUIRED), even if the claim ended since.
+func (c *Claim) Answered() bool { return c.answered }
 
 // NewClaim is the claim whose ACQUIRE was sent at acquireSent.
 func NewClaim(lease, acquireSent time.Duration) *Claim {
@@ -146,9 +151,9 @@ func (c *Claim) Receive(data []byte, now time.Duration) {
 		}
 		switch event {
 		case EventQueued:
-			c.status = StatusWaiting
+			c.status, c.answered = StatusWaiting, true
 		case EventGranted:
-			c.status = StatusHeld
+			c.status, c.answered = StatusHeld, true
 		case EventClosed:
 			c.Lose(ServerLoss(frame.Code, frame.Reason))
 		}

@@ -38,7 +38,21 @@ const (
 // ProtocolError is something a protocol v1 server never sends.
 type ProtocolError struct {
 	msg string
+	// Peer names what answered instead of a monolock server, if the
+	// bytes tell: PeerTLS or PeerHTTP.
+	Peer Peer
 }
+
+// Peer is what is on the other end of a connection, when its first bytes
+// show it is not a monolock server.
+type Peer uint8
+
+// The peers told apart by their first bytes.
+const (
+	PeerUnknown Peer = iota
+	PeerTLS
+	PeerHTTP
+)
 
 func (e *ProtocolError) Error() string { return e.msg }
 
@@ -113,7 +127,7 @@ func (e *Exchange) OnFrame(frame wire.Frame, now time.Duration) (Event, error) {
 		return EventClosed, nil
 	case wire.Waiting:
 		if e.standing == Granted {
-			return 0, &ProtocolError{"WAITING arrived after the lock was granted"}
+			return 0, &ProtocolError{msg: "WAITING arrived after the lock was granted"}
 		}
 		if err := e.confirm(now, frame); err != nil {
 			return 0, err
@@ -137,7 +151,7 @@ func (e *Exchange) OnFrame(frame wire.Frame, now time.Duration) (Event, error) {
 			return EventGranted, nil
 		}
 		if frame.Token != e.token {
-			return 0, &ProtocolError{fmt.Sprintf(
+			return 0, &ProtocolError{msg: fmt.Sprintf(
 				"ACQUIRED carried token %d, but this session was granted token %d", frame.Token, e.token)}
 		}
 		if err := e.confirm(now, frame); err != nil {
@@ -145,13 +159,13 @@ func (e *Exchange) OnFrame(frame wire.Frame, now time.Duration) (Event, error) {
 		}
 		return EventConfirmed, nil
 	}
-	return 0, &ProtocolError{"undecodable frame"}
+	return 0, &ProtocolError{msg: "undecodable frame"}
 }
 
 // confirm takes the request in flight as answered at now.
 func (e *Exchange) confirm(now time.Duration, frame wire.Frame) error {
 	if !e.inFlight {
-		return &ProtocolError{frame.String() + " arrived with no request in flight"}
+		return &ProtocolError{msg: frame.String() + " arrived with no request in flight"}
 	}
 	e.inFlight = false
 	rtt := now - e.sentAt
