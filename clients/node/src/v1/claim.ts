@@ -27,6 +27,8 @@ export class Claim implements ClaimMachine {
   loss: LockLostError | null = null;
   readonly #exchange: Exchange;
   readonly #acquire: Buffer;
+  /** Whether any reply has arrived (a wrong port shows on the first). */
+  answered = false;
   /** Bytes of a frame not complete yet. */
   #pending: Buffer = EMPTY;
 
@@ -59,13 +61,14 @@ export class Claim implements ClaimMachine {
 
   check(now: Nanos): void {
     if (this.status !== "lost" && now >= this.deadline()) {
-      this.lose(LockLostError.expired(this.leaseMs));
+      this.lose(LockLostError.expired(this.name, this.leaseMs));
     }
   }
 
   receive(data: Buffer, now: Nanos): void {
     this.check(now);
     if (this.status === "lost") return;
+    this.answered = true;
     const buf = this.#pending.length === 0 ? data : Buffer.concat([this.#pending, data]);
     let used = 0;
     try {
@@ -81,19 +84,19 @@ export class Claim implements ClaimMachine {
           this.status = "held";
           this.token = this.#exchange.token;
         } else if (event === "closed" && frame.type === "error") {
-          this.lose(LockLostError.server(frame.code, frame.reason));
+          this.lose(LockLostError.server(this.name, frame.code, frame.reason));
         }
       }
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
-      this.lose(LockLostError.protocol(err));
+      this.lose(LockLostError.protocol(this.name, err));
     }
     // Copy the rest: `data` is the socket's buffer, not ours to keep.
     this.#pending = used >= buf.length ? EMPTY : Buffer.from(buf.subarray(used));
   }
 
   closed(cause?: Error): void {
-    this.lose(LockLostError.connection(cause));
+    this.lose(LockLostError.connection(this.name, cause));
   }
 
   heartbeatDue(now: Nanos): Buffer | null {
