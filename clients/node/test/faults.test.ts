@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { Client, LockLostError } from "../src/index.js";
-import { eventually, PATIENCE, Server } from "./support.js";
+import { LockLostError } from "../src/index.js";
+import { Client, eventually, PATIENCE, Server } from "./support.js";
 
 /** Resolves with the abort reason and the instant of the abort. */
 function aborted(signal: AbortSignal): Promise<[unknown, number]> {

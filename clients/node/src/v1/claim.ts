@@ -27,7 +27,7 @@ export class Claim implements ClaimMachine {
   loss: LockLostError | null = null;
   readonly #exchange: Exchange;
   readonly #acquire: Buffer;
-  /** Whether any reply has arrived (a wrong port shows on the first). */
+  /** Whether a whole frame has arrived (a wrong port shows before one). */
   answered = false;
   /** Bytes of a frame not complete yet. */
   #pending: Buffer = EMPTY;
@@ -68,7 +68,6 @@ export class Claim implements ClaimMachine {
   receive(data: Buffer, now: Nanos): void {
     this.check(now);
     if (this.status === "lost") return;
-    this.answered = true;
     const buf = this.#pending.length === 0 ? data : Buffer.concat([this.#pending, data]);
     let used = 0;
     try {
@@ -77,6 +76,7 @@ export class Claim implements ClaimMachine {
         if (decoded === null) break;
         const [frame, length] = decoded;
         used += length;
+        this.answered = true;
         const event = this.#exchange.onFrame(frame, now);
         if (event === "queued") {
           this.status = "waiting";
