@@ -12,7 +12,7 @@
  */
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -148,6 +148,21 @@ export class Server {
 
   signal(sig: NodeJS.Signals): void {
     this.proc.kill(sig);
+  }
+
+  /** SIGSTOP, resolved once the kernel shows the process stopped (a
+   * signal is delivered asynchronously). */
+  async pause(): Promise<void> {
+    this.proc.kill("SIGSTOP");
+    const tasks = `/proc/${this.proc.pid}/task`;
+    // Every thread stopped; a state follows the parenthesised command name.
+    await eventually("the server stopped", () =>
+      readdirSync(tasks).every((task) => {
+        const text = readFileSync(path.join(tasks, task, "stat"), "utf8");
+        const state = text.charAt(text.lastIndexOf(")") + 2);
+        return state === "T" || state === "t";
+      }),
+    );
   }
 
   /** Resolves once the process has exited. */
