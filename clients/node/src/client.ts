@@ -306,7 +306,14 @@ export class Client {
     signal: AbortSignal | undefined,
     tryOnly: boolean,
   ): Promise<Lock | null> {
-    const { socket, address } = await connect(this.#endpoints, signal);
+    let connected;
+    try {
+      connected = await connect(this.#endpoints, signal);
+    } catch (err) {
+      this.#pool.connectFailed(err);
+      throw err;
+    }
+    const { socket, address } = connected;
     const claim = new Claim(name, rawName, lease, now());
     const session = new Session(socket, address, claim, this.#ioTimeout);
     try {

@@ -70,6 +70,13 @@ export class Pool {
     }
   }
 
+  /** Addresses that failed to connect are asked for v2 afresh next time. */
+  connectFailed(error: unknown): void {
+    for (const attempt of (error as Partial<ConnectError>).attempts ?? []) {
+      this.#v1Until.delete(attempt.address);
+    }
+  }
+
   /** Closes every session (their claims are lost). */
   close(): void {
     for (const list of this.#sessions.values()) for (const session of [...list]) session.close();
@@ -89,8 +96,7 @@ export class Pool {
     try {
       connected = await connect(this.#endpoints);
     } catch (err) {
-      // An address that fails to connect is asked afresh next time.
-      for (const attempt of (err as ConnectError).attempts ?? []) this.#v1Until.delete(attempt.address);
+      this.connectFailed(err);
       throw err;
     }
     const { socket, address } = connected;

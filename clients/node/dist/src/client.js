@@ -209,7 +209,15 @@ export class Client {
         throw claim.loss() ?? new Error("the claim ended without a reason");
     }
     async #acquireV1(name, rawName, lease, until, wait, signal, tryOnly) {
-        const { socket, address } = await connect(this.#endpoints, signal);
+        let connected;
+        try {
+            connected = await connect(this.#endpoints, signal);
+        }
+        catch (err) {
+            this.#pool.connectFailed(err);
+            throw err;
+        }
+        const { socket, address } = connected;
         const claim = new Claim(name, rawName, lease, now());
         const session = new Session(socket, address, claim, this.#ioTimeout);
         try {

@@ -25,6 +25,8 @@ export declare class Pool {
      * is not a monolock server; `abort.reason` on abort; `EndedBeforeOpen`.
      */
     route(leaseMs: number, abort?: AbortSignal): Promise<Route>;
+    /** Addresses that failed to connect are asked for v2 afresh next time. */
+    connectFailed(error: unknown): void;
     /** Closes every session (their claims are lost). */
     close(): void;
 }

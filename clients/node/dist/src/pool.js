@@ -63,6 +63,12 @@ export class Pool {
                 return route;
         }
     }
+    /** Addresses that failed to connect are asked for v2 afresh next time. */
+    connectFailed(error) {
+        for (const attempt of error.attempts ?? []) {
+            this.#v1Until.delete(attempt.address);
+        }
+    }
     /** Closes every session (their claims are lost). */
     close() {
         for (const list of this.#sessions.values())
@@ -83,9 +89,7 @@ export class Pool {
             connected = await connect(this.#endpoints);
         }
         catch (err) {
-            // An address that fails to connect is asked afresh next time.
-            for (const attempt of err.attempts ?? [])
-                this.#v1Until.delete(attempt.address);
+            this.connectFailed(err);
             throw err;
         }
         const { socket, address } = connected;

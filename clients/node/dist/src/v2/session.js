@@ -332,6 +332,9 @@ export class V2Session {
         switch (event.kind) {
             case "opened":
                 this.#maxClaims = event.maxClaims;
+                // No claim yet (its caller gave up meanwhile): idle from now on.
+                if (this.#owners.size === 0)
+                    this.#socket.unref();
                 this.#settleReady?.(null);
                 this.#settleReady = null;
                 return;
