@@ -11,8 +11,9 @@ if [ -z "$(node_major)" ] || [ "$(node_major)" -lt 20 ]; then
     echo "setup: the Node client needs Node.js 20 or newer; found $(node --version 2>/dev/null || echo none)" >&2
 else
     # TypeScript and Node's type declarations, pinned by
-    # clients/node/package-lock.json (development dependencies only); the
-    # install compiles the client (its prepare script).
+    # clients/node/package-lock.json (development dependencies only), for
+    # the tests; the package itself ships its build (dist/src) and needs
+    # none of them to install.
     if [ ! -d clients/node/node_modules/typescript ]; then
         echo "setup: npm ci in clients/node"
         (cd clients/node && npm ci --no-audit --no-fund --loglevel=error)

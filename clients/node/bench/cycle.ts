@@ -4,9 +4,9 @@
  * client's sync and asyncio cycles from clients/python/bench/cycle.py, and
  * `redlock` against one Redis when both are at hand.
  *
- * A cycle is connect + ACQUIRE + ACQUIRED + close. `release()` resolves
- * once the server has closed its side (so the lock is free when it
- * resolves); the Python client's release returns at its own close.
+ * The Node rows run on the client's default protocol (v2: ACQUIRE,
+ * ACQUIRED, RELEASE, RELEASED on a pooled session; `bench/v1v2.ts` sets it
+ * against v1). `release()` resolves once the server has confirmed it.
  *
  * Usage: MONOLOCK_BIN=target/release/monolock node dist/bench/cycle.js [--cycles N]
  * (`npm run bench -- --cycles N` in clients/node). Without python3 the

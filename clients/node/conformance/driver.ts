@@ -16,6 +16,7 @@ import {
   InvalidArgumentError,
   type Lock,
   LockLostError,
+  MonolockError,
   NotAcquiredError,
 } from "../src/index.js";
 
@@ -36,19 +37,34 @@ class Failure extends Error {
 let client: Client | null = null;
 const handles = new Map<string, Lock>();
 
-function describeError(err: unknown): { kind: string; reason: string | null; message: string } {
+interface ErrorReply {
+  kind: string;
+  reason: string | null;
+  message: string;
+  /** The client's own `isTemporary`. */
+  temporary: boolean;
+}
+
+function describeError(err: unknown): ErrorReply {
   const message = err instanceof Error ? err.message : String(err);
-  if (err instanceof Failure) return { kind: err.kind, reason: err.reason, message };
-  if (err instanceof InvalidArgumentError) return { kind: "invalid_argument", reason: null, message };
-  if (err instanceof NotAcquiredError) return { kind: "not_acquired", reason: null, message };
-  if (err instanceof ConnectError) {
-    return { kind: err.reason === "tls" ? "tls" : "connect", reason: null, message };
-  }
+  const temporary = err instanceof MonolockError ? err.isTemporary : false;
+  const reply = (kind: string, reason: string | null = null): ErrorReply => ({
+    kind,
+    reason,
+    message,
+    temporary,
+  });
+  if (err instanceof Failure) return reply(err.kind, err.reason);
+  if (err instanceof InvalidArgumentError) return reply("invalid_argument");
+  if (err instanceof NotAcquiredError) return reply("not_acquired");
+  // An HTTP server or a TLS port reached without TLS is `connect`; a failed
+  // TLS handshake is `tls`.
+  if (err instanceof ConnectError) return reply(err.reason === "tls" ? "tls" : "connect");
   if (err instanceof LockLostError) {
-    if (err.reason === "server_error") return { kind: "server", reason: null, message };
-    return { kind: "lost", reason: err.reason, message };
+    if (err.reason === "server_error") return reply("server");
+    return reply("lost", err.reason);
   }
-  return { kind: "other", reason: null, message };
+  return reply("other");
 }
 
 function text(command: Command, field: string): string {
@@ -103,8 +119,14 @@ async function run(command: Command): Promise<Reply> {
   switch (command.cmd) {
     case "open": {
       const tls = tlsOptions(command.tls);
-      // Protocol v1 is the only version this client speaks: force_v1 is a no-op.
-      client = new Client(text(command, "address"), tls === undefined ? {} : { tls });
+      const forceV1 = command.force_v1;
+      if (forceV1 !== undefined && forceV1 !== null && typeof forceV1 !== "boolean") {
+        throw new Failure("other", '"force_v1" must be a boolean');
+      }
+      client = new Client(text(command, "address"), {
+        ...(tls === undefined ? {} : { tls }),
+        protocol: forceV1 === true ? 1 : 2,
+      });
       return {};
     }
     case "lock": {
@@ -155,8 +177,12 @@ async function run(command: Command): Promise<Reply> {
         signal.addEventListener("abort", onAbort, { once: true });
       });
       if (!lost) return { lost: false };
-      const reason = signal.reason instanceof LockLostError ? signal.reason.reason : "connection";
-      return { lost: true, reason };
+      const loss = signal.reason instanceof LockLostError ? signal.reason : null;
+      return {
+        lost: true,
+        reason: loss?.reason ?? "connection",
+        message: loss?.message ?? String(signal.reason),
+      };
     }
     case "cycles": {
       const c = theClient();

@@ -35,6 +35,11 @@ export class Address {
 /** `host:port` or `[v6]:port`. */
 export function parseOne(input: string): Address {
   const text = input.trim();
+  if (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) {
+    throw new InvalidArgumentError(
+      `address ${JSON.stringify(text)}: write host:port, without a scheme`,
+    );
+  }
   const colon = text.lastIndexOf(":");
   let host = colon < 0 ? "" : text.slice(0, colon);
   const port = colon < 0 ? "" : text.slice(colon + 1);

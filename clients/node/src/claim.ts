@@ -10,8 +10,13 @@
 import type { LockLostError } from "./errors.js";
 import type { Nanos } from "./schedule.js";
 
-/** Where a claim is, as its owner sees it. */
-export type Status = "unanswered" | "waiting" | "held" | "lost";
+/**
+ * Where a claim is, as its owner sees it. Protocol v2 adds two ends of a
+ * claim that never held anything: `busy` (a try-only ACQUIRE found the
+ * lock held) and `retry` (the session had no room, REFUSED 0x09, or was
+ * closed as idle before the ACQUIRE was answered: ask another session).
+ */
+export type Status = "unanswered" | "waiting" | "held" | "lost" | "busy" | "retry";
 
 /** One claim's protocol state, from the ACQUIRE's send instant on. */
 export interface ClaimMachine {

@@ -8,18 +8,31 @@
 import type tls from "node:tls";
 
 import { type Addresses, parse } from "./address.js";
-import { ConnectError, InvalidArgumentError, NotAcquiredError } from "./errors.js";
+import {
+  ConnectError,
+  InvalidArgumentError,
+  LockLostError,
+  NotAcquiredError,
+  ProtocolError,
+} from "./errors.js";
 import { now } from "./io/clock.js";
-import { connect, type Endpoints, isTlsError } from "./io/connect.js";
+import { connect, type Endpoints } from "./io/connect.js";
 import { Session } from "./io/session.js";
+import type { WaitEnd } from "./io/watch.js";
 import { Lock } from "./lock.js";
+import { Pool } from "./pool.js";
+import { MS } from "./schedule.js";
 import { Claim } from "./v1/claim.js";
 import * as frames from "./v1/frames.js";
+import { describeMs, EndedBeforeOpen, type V2Claim, wrongPeer } from "./v2/session.js";
 
 /** The lease of calls that give none, in milliseconds. */
 export const DEFAULT_LEASE = 10_000;
 /** How long dialing one server (TCP and TLS handshake) may take, in milliseconds. */
 export const DEFAULT_CONNECT_TIMEOUT = 5_000;
+/** How long the server may take to answer the first frame, and to confirm a
+ * release, in milliseconds. */
+export const DEFAULT_IO_TIMEOUT = 5_000;
 
 /** Settings of a `Client`. */
 export interface ClientOptions {
@@ -33,6 +46,19 @@ export interface ClientOptions {
   lease?: number;
   /** How long dialing one address may take, in milliseconds (default 5000). */
   connectTimeout?: number;
+  /**
+   * How long the server may take to answer a new connection's first frame
+   * and to confirm a release, in milliseconds (default 5000). Past it a
+   * new connection is a `ConnectError` ("did not answer"), and a release
+   * closes the connection and resolves unconfirmed.
+   */
+  ioTimeout?: number;
+  /**
+   * The protocol version: 2 (the default: sessions carrying many claims,
+   * with v1 fallback per address when a server answers ERROR 0x10) or 1
+   * (force v1: one connection per lock).
+   */
+  protocol?: 1 | 2;
 }
 
 /** Options of `client.lock()`. */
@@ -55,6 +81,14 @@ export interface LockOptions {
   signal?: AbortSignal;
 }
 
+/** Options of `client.withLock()`: those of `lock()`, or of `tryLock()`
+ * with `try: true` (then `fn` is not called when the lock is busy, and
+ * `withLock` resolves `undefined`). */
+export interface WithLockOptions extends LockOptions {
+  /** Take the lock only if it is free now. */
+  try?: boolean;
+}
+
 /** Options of `client.tryLock()`. */
 export interface TryLockOptions {
   /** The lease in milliseconds (default: the client's). */
@@ -64,15 +98,22 @@ export interface TryLockOptions {
 }
 
 /**
- * A monolock client: where the servers are and how to reach them. It holds
- * no connection itself: each claim opens its own, because on monolock
- * **the connection is the claim**.
+ * A monolock client: where the servers are and how to reach them.
  *
  * ```ts
  * const client = new Client("127.0.0.1:7070");     // or $MONOLOCK_ADDRESS
  * await using lock = await client.lock("deploy", { lease: 10_000 });
  * await deploy({ fence: lock.token, signal: lock.signal });
  * ```
+ *
+ * On protocol v2 (the default) the client keeps a few sessions, one
+ * connection each, pooled per lease: every claim of the client rides on
+ * one of them, up to the server's bound of claims per session. The end of
+ * a session (its connection closed, its deadline passed) ends every claim
+ * on it; an administrator's force-release ends one. A session with no
+ * claims is closed after 20 s and keeps no process alive. Forced to v1
+ * (`{ protocol: 1 }`), or against a server that speaks only v1, each
+ * claim has a connection of its own.
  *
  * Several addresses (`"a:7070,b:7070"` or an array) are a primary and its
  * standbys: each new connection tries them in order and moves on when one
@@ -81,24 +122,28 @@ export interface TryLockOptions {
 export class Client {
   readonly #endpoints: Endpoints;
   readonly #lease: number;
+  readonly #ioTimeout: number;
+  readonly #protocol: 1 | 2;
+  readonly #pool: Pool;
 
   /**
    * @param addresses a comma-separated string or an array of `host:port`
    * (`[v6]:port`); absent: `$MONOLOCK_ADDRESS`, else `127.0.0.1:7070`.
-   * @throws InvalidArgumentError on an address, lease or timeout that is
-   * not usable.
+   * @throws InvalidArgumentError on an address, lease, timeout or protocol
+   * that is not usable.
    */
   constructor(addresses?: Addresses | ClientOptions, options: ClientOptions = {}) {
     if (addresses !== null && typeof addresses === "object" && !Array.isArray(addresses)) {
       options = addresses as ClientOptions;
       addresses = undefined;
     }
-    const connectTimeout = options.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT;
-    if (typeof connectTimeout !== "number" || !(connectTimeout > 0) || connectTimeout > 0x7fff_ffff) {
-      throw new InvalidArgumentError(
-        `connectTimeout must be a positive number of milliseconds, not ${String(connectTimeout)}`,
-      );
+    const connectTimeout = checkTimeout("connectTimeout", options.connectTimeout ?? DEFAULT_CONNECT_TIMEOUT);
+    this.#ioTimeout = checkTimeout("ioTimeout", options.ioTimeout ?? DEFAULT_IO_TIMEOUT);
+    const protocol = options.protocol ?? 2;
+    if (protocol !== 1 && protocol !== 2) {
+      throw new InvalidArgumentError(`protocol must be 1 or 2, not ${String(protocol)}`);
     }
+    this.#protocol = protocol;
     const tlsOptions = options.tls;
     this.#endpoints = {
       addresses: parse(addresses as Addresses),
@@ -111,6 +156,7 @@ export class Client {
       connectTimeout,
     };
     this.#lease = frames.leaseMs(options.lease ?? DEFAULT_LEASE);
+    this.#pool = new Pool(this.#endpoints, this.#ioTimeout);
   }
 
   /** The server addresses, in the order they are tried. */
@@ -118,15 +164,26 @@ export class Client {
     return this.#endpoints.addresses.map(String);
   }
 
+  /** The protocol version new claims ask for first (1 when forced). */
+  get protocol(): 1 | 2 {
+    return this.#protocol;
+  }
+
+  /** The v2 sessions open now (each is one connection). */
+  get sessions(): number {
+    return this.#pool.size;
+  }
+
   /**
    * Waits for the lock `name` in its FIFO queue and resolves once the
    * server grants it (promotion is pushed: no polling).
    *
    * @throws InvalidArgumentError on a bad name, lease or wait (before
-   * connecting); `ConnectError` when no address could be reached;
-   * `NotAcquiredError` when `wait` ran out; `signal.reason` when `signal`
-   * was aborted; `LockLostError` when the server refused the claim (ACL:
-   * reason `"server_error"`, code 0x18) or ended it while it waited.
+   * connecting); `ConnectError` when no address could be reached, or what
+   * answered is not a monolock server; `NotAcquiredError` when `wait` ran
+   * out; `signal.reason` when `signal` was aborted; `LockLostError` when
+   * the server refused the claim (ACL: reason `"server_error"`) or ended it
+   * while it waited.
    */
   async lock(name: string, options: LockOptions = {}): Promise<Lock> {
     const lock = await this.#acquire(name, options, false);
@@ -135,13 +192,57 @@ export class Client {
   }
 
   /**
-   * Takes the lock if it is free; null if someone holds it, in which case
-   * the connection is closed and leaves no trace in the queue.
+   * Takes the lock if it is free; null if someone holds it, leaving no
+   * trace in the queue by the time it resolves.
    *
    * @throws as `lock()` does (but never `NotAcquiredError`).
    */
   async tryLock(name: string, options: TryLockOptions = {}): Promise<Lock | null> {
     return this.#acquire(name, options, true);
+  }
+
+  /**
+   * Takes the lock, runs `fn(lock)` and releases the lock however `fn`
+   * ends; resolves with what `fn` returned. Hand `lock.signal` to the work
+   * so that it stops if the lock is lost. With `{ try: true }`, resolves
+   * `undefined` without calling `fn` when the lock is busy.
+   *
+   * ```ts
+   * const rows = await client.withLock("report", { lease: 10_000 }, async (lock) =>
+   *   writeReport({ fence: lock.token, signal: lock.signal }),
+   * );
+   * ```
+   *
+   * @throws what `lock()` throws; what `fn` throws (after the release); a
+   * `LockLostError` when `fn` returned but the lock had been lost meanwhile
+   * (its work may have run unprotected).
+   */
+  async withLock<T>(
+    name: string,
+    options: WithLockOptions,
+    fn: (lock: Lock) => T | Promise<T>,
+  ): Promise<T | undefined> {
+    if (typeof fn !== "function") {
+      throw new InvalidArgumentError("withLock(name, options, fn): fn must be a function");
+    }
+    const { try: tryOnly, ...rest } = options ?? {};
+    const lock = tryOnly === true ? await this.tryLock(name, rest) : await this.lock(name, rest);
+    if (lock === null) return undefined;
+    let result: T;
+    try {
+      result = await fn(lock);
+    } catch (err) {
+      await lock[Symbol.asyncDispose]();
+      throw err;
+    }
+    await lock.release();
+    return result;
+  }
+
+  /** Closes every pooled session now: claims still held on them are lost.
+   * Not needed before exit (an idle session keeps no process alive). */
+  close(): void {
+    this.#pool.close();
   }
 
   async #acquire(
@@ -155,27 +256,91 @@ export class Client {
     const signal = checkSignal(options.signal);
     signal?.throwIfAborted();
     const start = now();
-    const { socket, address } = await connect(this.#endpoints, signal);
-    const session = new Session(socket, address, new Claim(name, rawName, lease, now()));
+    const until = wait === null ? null : start + BigInt(Math.ceil(wait * 1e6));
+    if (this.#protocol === 1) return this.#acquireV1(name, rawName, lease, until, wait, signal, tryOnly);
+    for (;;) {
+      let route;
+      try {
+        route = await this.#pool.route(lease, signal);
+      } catch (err) {
+        if (err instanceof EndedBeforeOpen) throw err.ending(name);
+        throw err;
+      }
+      if (route === "v1") return this.#acquireV1(name, rawName, lease, until, wait, signal, tryOnly);
+      const claim = route.acquire(name, rawName, tryOnly ? "try" : "wait");
+      const lock = await this.#awaitV2(claim, until, wait, signal, tryOnly);
+      if (lock !== "retry") return lock;
+    }
+  }
+
+  async #awaitV2(
+    claim: V2Claim,
+    until: bigint | null,
+    wait: number | null,
+    signal: AbortSignal | undefined,
+    tryOnly: boolean,
+  ): Promise<Lock | null | "retry"> {
+    let end: WaitEnd = await claim.waitUntil((s) => s !== "unanswered", null, signal);
+    if (end === "ready" && claim.status() === "waiting" && !tryOnly) {
+      end = await claim.waitUntil((s) => s !== "waiting", until, signal);
+    }
+    const status = claim.status();
+    if (end === "ready") {
+      if (status === "held" && claim.token !== null) return new Lock(claim, claim.token);
+      if (status === "busy") return null;
+      if (status === "retry") return "retry";
+    }
+    // Give the place in the queue up; confirmed before the call ends.
+    await claim.release();
+    if (end === "timeout") throw new NotAcquiredError(claim.name, wait ?? 0);
+    if (end === "aborted") throw signal?.reason;
+    throw claim.loss() ?? new Error("the claim ended without a reason");
+  }
+
+  async #acquireV1(
+    name: string,
+    rawName: Buffer,
+    lease: number,
+    until: bigint | null,
+    wait: number | null,
+    signal: AbortSignal | undefined,
+    tryOnly: boolean,
+  ): Promise<Lock | null> {
+    let connected;
     try {
-      let end = await session.waitUntil((s) => s !== "unanswered", null, signal);
-      if (end === "ready" && session.claim.status === "waiting") {
+      connected = await connect(this.#endpoints, signal);
+    } catch (err) {
+      this.#pool.connectFailed(err);
+      throw err;
+    }
+    const { socket, address } = connected;
+    const claim = new Claim(name, rawName, lease, now());
+    const session = new Session(socket, address, claim, this.#ioTimeout);
+    try {
+      // A monolock server answers an ACQUIRE at once (WAITING or ACQUIRED).
+      const answerBy = now() + BigInt(this.#ioTimeout) * MS;
+      let end = await session.waitUntil((s) => s !== "unanswered", answerBy, signal);
+      if (end === "timeout") {
+        const where = address.toString();
+        const error = new Error(`${where} did not answer within ${describeMs(this.#ioTimeout)}`);
+        throw new ConnectError([{ address: where, error }], "timeout");
+      }
+      if (end === "ready" && claim.status === "waiting") {
         if (tryOnly) {
-          session.destroy();
+          // Leave the queue: half-close and wait for the server's EOF.
+          await session.release();
           return null;
         }
-        const until = wait === null ? null : start + BigInt(Math.ceil(wait * 1e6));
         end = await session.waitUntil((s) => s === "held", until, signal);
       }
       switch (end) {
         case "ready": {
-          const token = session.claim.token;
-          if (session.claim.status === "held" && token !== null) {
-            return new Lock(session, name, token);
-          }
+          const token = claim.token;
+          if (claim.status === "held" && token !== null) return new Lock(session, token);
           break;
         }
         case "timeout":
+          await session.release();
           throw new NotAcquiredError(name, wait ?? 0);
         case "aborted":
           throw signal?.reason;
@@ -183,22 +348,14 @@ export class Client {
           break;
       }
       const loss = session.loss();
-      // A TLS alert before the first reply is the server refusing the
-      // handshake (TLS 1.3 clients learn it on their first read, e.g. an
-      // mTLS server that wants a client certificate): a failed connect.
-      if (loss?.reason === "connection" && isTlsError(loss.cause)) {
-        const error = loss.cause as Error;
-        throw new ConnectError(
-          [
-            {
-              address: address.toString(),
-              error: new Error(`the server refused the TLS handshake: ${error.message}`, {
-                cause: error,
-              }),
-            },
-          ],
-          "tls",
-        );
+      if (loss !== null && !claim.answered) {
+        const cause = loss.cause;
+        const wrong = wrongPeer(address, this.#endpoints.tls !== null, {
+          ...(cause instanceof ProtocolError ? { protocol: cause } : {}),
+          ...(cause instanceof Error && !(cause instanceof ProtocolError) ? { cause } : {}),
+          eof: loss.reason === "connection" && cause === undefined,
+        });
+        if (wrong !== null) throw wrong;
       }
       throw loss ?? new Error("the claim ended without a reason");
     } catch (err) {
@@ -206,6 +363,13 @@ export class Client {
       throw err;
     }
   }
+}
+
+function checkTimeout(what: string, value: unknown): number {
+  if (typeof value !== "number" || !(value > 0) || value > 0x7fff_ffff) {
+    throw new InvalidArgumentError(`${what} must be a positive number of milliseconds, not ${String(value)}`);
+  }
+  return value;
 }
 
 function checkWait(wait: unknown): number | null {

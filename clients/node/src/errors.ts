@@ -14,10 +14,19 @@ export const SHUTTING_DOWN = 0x01;
 export const CLOSED_BY_ADMIN = 0x02;
 /** ERROR 0x18: the ACL refuses this identity for this lock. */
 export const NOT_AUTHORIZED = 0x18;
+/** v2 session ERROR 0x03: the server closed an idle session. */
+export const IDLE_CLOSED = 0x03;
+/** v2 ERROR 0x10 in reply to OPEN: the server speaks only protocol v1. */
+export const UNSUPPORTED_VERSION = 0x10;
+/** v2 REFUSED 0x09: the session has as many claims as the server allows. */
+export const TOO_MANY_CLAIMS = 0x09;
 
 const CODE_NAMES: ReadonlyMap<number, string> = new Map([
   [0x01, "server shutting down"],
   [0x02, "closed by administrator"],
+  [0x03, "idle session closed"],
+  [0x08, "claim revoked by administrator"],
+  [0x09, "too many claims on this session"],
   [0x10, "unsupported protocol version"],
   [0x11, "first message must be ACQUIRE"],
   [0x12, "duplicate ACQUIRE"],
@@ -27,6 +36,13 @@ const CODE_NAMES: ReadonlyMap<number, string> = new Map([
   [0x16, "lock name is not valid UTF-8"],
   [0x17, "lease must be positive"],
   [0x18, "not authorized for lock"],
+  [0x19, "frame out of state"],
+  [0x20, "unknown claim id"],
+  [0x21, "claim id already in use"],
+  [0x22, "empty lock name"],
+  [0x23, "lock name is not valid UTF-8"],
+  [0x24, "not authorized for lock"],
+  [0x25, "unknown ACQUIRE mode"],
 ]);
 
 /** `0x02 (closed by administrator): detail`. */
@@ -77,23 +93,35 @@ export interface ConnectAttempt {
 }
 
 /**
- * No address could be reached (refused, unreachable, timed out, or the TLS
- * handshake failed). The message names every address tried, in order;
- * `attempts` has each one's error and `cause` is the last.
+ * No address could be reached, or what answered is not a monolock server
+ * speaking as asked. The message names the address and the problem;
+ * `attempts` has each address's error and `cause` is the last.
  *
- * `reason`: `"tls"` when the last attempt failed in the TLS handshake (an
- * untrusted or mismatched certificate, a client certificate refused or
- * missing), `"timeout"` when it did not answer within the connect timeout,
+ * `reason`: `"tls"` when the TLS handshake failed (an untrusted or
+ * mismatched certificate, a client certificate refused or missing, or a
+ * port that does not speak TLS), `"protocol"` when what answered is not a
+ * monolock server speaking as asked (an HTTP server, a TLS port reached
+ * without TLS), `"timeout"` when it did not connect or answer in time,
  * else `"network"`.
+ *
+ * `isTemporary`: true for `"network"` and `"timeout"` (refused,
+ * unreachable, too slow: it may heal), false for `"tls"` and `"protocol"`
+ * (the same attempt fails the same way again).
  */
 export class ConnectError extends MonolockError {
-  declare readonly reason: "network" | "timeout" | "tls";
+  declare readonly reason: "network" | "timeout" | "tls" | "protocol";
   /** Every attempt, in the order the addresses were tried. */
   readonly attempts: readonly ConnectAttempt[];
 
-  constructor(attempts: readonly ConnectAttempt[], reason: "network" | "timeout" | "tls") {
-    const tried = attempts.map((a) => `${a.address}: ${a.error.message}`).join("; ");
-    super(reason, `could not connect to ${tried || "any address"}`, {
+  constructor(
+    attempts: readonly ConnectAttempt[],
+    reason: "network" | "timeout" | "tls" | "protocol",
+  ) {
+    // An attempt whose message names its address already stands alone.
+    const tried = attempts
+      .map((a) => (a.error.message.startsWith(a.address) ? a.error.message : `${a.address}: ${a.error.message}`))
+      .join("; ");
+    super(reason, `could not connect: ${tried || "no address"}`, {
       cause: attempts[attempts.length - 1]?.error,
     });
     this.attempts = attempts;
@@ -104,9 +132,8 @@ export class ConnectError extends MonolockError {
     return this.attempts.map((a) => a.address);
   }
 
-  /** A network failure may heal; a TLS failure fails the same way again. */
   override get isTemporary(): boolean {
-    return this.reason !== "tls";
+    return this.reason === "network" || this.reason === "timeout";
   }
 }
 
@@ -179,48 +206,74 @@ export class LockLostError extends MonolockError {
   }
 
   /** @internal */
-  static expired(leaseMs: number): LockLostError {
-    return new LockLostError(
+  static expired(lockName: string, leaseMs: number): LockLostError {
+    return LockLostError.#lost(
+      lockName,
       "expired",
-      `no heartbeat was confirmed within 0.8 x the lease of ${leaseMs}ms`,
+      `no reply confirmed the connection within 0.8 x the lease of ${leaseMs} ms`,
     );
   }
 
-  /** @internal */
-  static server(code: number, detail: string): LockLostError {
-    const reason: LossReason =
-      code === SHUTTING_DOWN ? "shutdown" : code === CLOSED_BY_ADMIN ? "forced" : "server_error";
-    return new LockLostError(
-      reason,
-      `the server ended the session with ${describeCode(code, detail)}`,
-      { code, detail },
-    );
+  /** @internal An ERROR that ended the connection, or a v2 REFUSED or
+   * REVOKED that ended one claim (`revoked`: an administrator's act). */
+  static server(lockName: string, code: number, detail: string, revoked = false): LockLostError {
+    const reason: LossReason = revoked
+      ? "forced"
+      : code === SHUTTING_DOWN
+        ? "shutdown"
+        : code === CLOSED_BY_ADMIN
+          ? "forced"
+          : "server_error";
+    return LockLostError.#lost(lockName, reason, `the server sent ${describeCode(code, detail)}`, {
+      code,
+      detail,
+    });
   }
 
   /** @internal */
-  static connection(cause?: Error): LockLostError {
+  static connection(lockName: string, cause?: Error): LockLostError {
     if (cause === undefined) {
-      return new LockLostError("connection", "the server closed the connection");
+      return LockLostError.#lost(lockName, "connection", "the server closed the connection");
     }
-    return new LockLostError("connection", `the connection failed: ${cause.message}`, { cause });
-  }
-
-  /** @internal */
-  static protocol(cause: ProtocolError): LockLostError {
-    return new LockLostError("protocol", `protocol violation by the server: ${cause.message}`, {
+    return LockLostError.#lost(lockName, "connection", `the connection failed: ${cause.message}`, {
       cause,
     });
   }
 
   /** @internal */
-  static released(): LockLostError {
-    return new LockLostError("released", "the lock was released");
+  static protocol(lockName: string, cause: ProtocolError): LockLostError {
+    return LockLostError.#lost(lockName, "protocol", `protocol violation by the server: ${cause.message}`, {
+      cause,
+    });
+  }
+
+  /** @internal */
+  static released(lockName: string): LockLostError {
+    return new LockLostError("released", `lock ${JSON.stringify(lockName)} was released`);
+  }
+
+  /** `lock "NAME" lost (REASON): DETAIL`. */
+  static #lost(
+    lockName: string,
+    reason: LossReason,
+    detail: string,
+    extra: { code?: number; detail?: string; cause?: unknown } = {},
+  ): LockLostError {
+    return new LockLostError(
+      reason,
+      `lock ${JSON.stringify(lockName)} lost (${reason}): ${detail}`,
+      extra,
+    );
   }
 }
 
-/** The server sent something a protocol v1 server never sends. */
+/** The server sent something a monolock server never sends. */
 export class ProtocolError extends MonolockError {
-  constructor(message: string) {
+  /** What answered instead of a monolock server, when its first byte says. */
+  readonly peer: "http" | "tls" | null;
+
+  constructor(message: string, peer: "http" | "tls" | null = null) {
     super("protocol", message);
+    this.peer = peer;
   }
 }

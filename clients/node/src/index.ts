@@ -26,9 +26,11 @@ export {
   Client,
   type ClientOptions,
   DEFAULT_CONNECT_TIMEOUT,
+  DEFAULT_IO_TIMEOUT,
   DEFAULT_LEASE,
   type LockOptions,
   type TryLockOptions,
+  type WithLockOptions,
 } from "./client.js";
 export {
   type ConnectAttempt,
@@ -41,4 +43,4 @@ export {
   ProtocolError,
 } from "./errors.js";
 export { Lock } from "./lock.js";
-export { MAX_LEASE_MS, MAX_NAME_BYTES } from "./v1/frames.js";
+export { MAX_LEASE_MS, MAX_NAME_BYTES, MIN_LEASE_MS } from "./v1/frames.js";

@@ -8,13 +8,13 @@ import { inspect } from "node:util";
 
 import { LockLostError } from "./errors.js";
 import { toPerformanceMs } from "./io/clock.js";
-import type { Session } from "./io/session.js";
+import type { Holding } from "./holding.js";
 
 /**
- * A held lock. **The lock is its connection**: while it lives, it
- * heartbeats in the background; `release()` (or leaving an `await using`
- * block) closes the connection and the server hands the lock to the next
- * waiter at once.
+ * A held lock: one claim of a pooled v2 session, or (protocol v1) a
+ * connection of its own. While it lives, its connection heartbeats in the
+ * background; `release()` (or leaving an `await using` block) resolves
+ * once the server has released the lock and handed it to the next waiter.
  *
  * Hand `token` to everything the lock guards (the fencing token), and hand
  * `signal` to the work itself: it is aborted the moment the lock is lost.
@@ -29,18 +29,24 @@ export class Lock implements AsyncDisposable {
    * that carry a smaller one.
    */
   readonly token: bigint;
-  readonly #session: Session;
+  readonly #session: Holding;
 
   /** @internal */
-  constructor(session: Session, name: string, token: bigint) {
+  constructor(session: Holding, token: bigint) {
     this.#session = session;
-    this.name = name;
+    this.name = session.name;
     this.token = token;
   }
 
-  /** The session's lease in milliseconds, as sent. */
+  /** The lease in milliseconds, as sent. */
   get lease(): number {
-    return this.#session.claim.leaseMs;
+    return this.#session.leaseMs;
+  }
+
+  /** The protocol version the lock lives on: 2, or 1 when forced or when
+   * the server speaks only v1. */
+  get protocol(): 1 | 2 {
+    return this.#session.protocol;
   }
 
   /** The server that granted the lock (`host:port`). */
@@ -49,13 +55,13 @@ export class Lock implements AsyncDisposable {
   }
 
   /**
-   * When the client gives the claim up unless a heartbeat is confirmed
-   * before, on the `performance.now()` scale: `S + 0.8 x lease`, where `S`
-   * is the send instant of the latest confirmed ACQUIRE or HEARTBEAT. The
-   * server cannot expire the session before `S + lease`.
+   * When the client gives the claim up unless a reply confirms its
+   * connection before, on the `performance.now()` scale: `S + 0.8 x
+   * lease`, where `S` is the send instant of the latest request answered.
+   * The server cannot expire the session before `S + lease`.
    */
   get deadline(): number {
-    return toPerformanceMs(this.#session.claim.deadline());
+    return toPerformanceMs(this.#session.deadline());
   }
 
   /**
@@ -85,7 +91,7 @@ export class Lock implements AsyncDisposable {
    */
   check(): void {
     if (this.isHeld()) return;
-    throw this.#session.claim.loss ?? LockLostError.released();
+    throw this.#session.loss() ?? LockLostError.released(this.name);
   }
 
   /** Why the lock was lost, or null while it is held (checked against the clock). */
@@ -94,16 +100,20 @@ export class Lock implements AsyncDisposable {
   }
 
   /**
-   * Releases the lock: closes the connection and resolves once the server
-   * has closed its side (so the lock is free, or handed on, when it
-   * resolves), or after a second if the server does not answer.
+   * Releases the lock and resolves once the server has confirmed it (v2:
+   * RELEASED; v1: the server's close after ours), so the lock is free, or
+   * handed on, when it resolves: a `tryLock` by anyone then succeeds.
+   * Bounded by the client's `ioTimeout`: past it the connection is closed
+   * and the release resolves `false` (unconfirmed; the lock is gone for
+   * this process all the same). Resolves `true` when confirmed.
    *
    * @throws LockLostError when the lock had been lost before the release,
    * so the caller learns that its work may have run unprotected.
    */
-  async release(): Promise<void> {
-    const loss = await this.#session.release();
+  async release(): Promise<boolean> {
+    const { loss, confirmed } = await this.#session.release();
     if (loss !== null) throw loss;
+    return confirmed;
   }
 
   /**

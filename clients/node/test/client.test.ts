@@ -4,14 +4,8 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
 
-import {
-  Client,
-  ConnectError,
-  InvalidArgumentError,
-  LockLostError,
-  NotAcquiredError,
-} from "../src/index.js";
-import { eventually, PATIENCE, Server } from "./support.js";
+import { ConnectError, InvalidArgumentError, LockLostError, NotAcquiredError } from "../src/index.js";
+import { Client, eventually, FORCED_CODE, PATIENCE, PROTOCOL, Server } from "./support.js";
 
 let server: Server;
 before(async () => {
@@ -207,7 +201,8 @@ describe("loss", () => {
     const reason = await aborted;
     assert.ok(reason instanceof LockLostError);
     assert.equal(reason.reason, "forced");
-    assert.equal(reason.code, 0x02);
+    assert.equal(reason.code, FORCED_CODE);
+    assert.match(reason.message, /^lock "forced" lost \(forced\): /);
     assert.equal(reason.isTemporary, true);
     assert.equal(lock.isHeld(), false);
     assert.equal(lock.loss, reason);
@@ -249,8 +244,25 @@ describe("arguments and addresses", () => {
         await assert.rejects(c.lock(name as string), InvalidArgumentError);
         await assert.rejects(c.tryLock(name as string), InvalidArgumentError);
       }
-      for (const lease of [0, -1, NaN, Infinity, 2 ** 32, "1000"]) {
+      for (const lease of [0, -1, NaN, Infinity, 2 ** 32, "1000", 10, 99, 1500.5, 3_600_001]) {
         await assert.rejects(c.lock("ok", { lease: lease as number }), InvalidArgumentError);
+        await assert.rejects(c.tryLock("ok", { lease: lease as number }), InvalidArgumentError);
+      }
+      await assert.rejects(c.lock("ok", { lease: 10 }), {
+        message: "lease 10 ms is below the minimum of 100 ms (leases are in milliseconds)",
+      });
+      await assert.rejects(c.lock("ok", { lease: 3_600_001 }), {
+        message: "lease 3600001 ms is above the maximum of 1 hour (leases are in milliseconds)",
+      });
+      await assert.rejects(c.lock("ok", { lease: 1500.5 }), {
+        message: "lease 1500.5 ms is not a whole number of milliseconds (leases are in milliseconds)",
+      });
+      for (const scheme of ["http", "tcp"]) {
+        const written = `${scheme}://127.0.0.1:${port}`;
+        assert.throws(() => new Client(written), {
+          name: "InvalidArgumentError",
+          message: `address "${written}": write host:port, without a scheme`,
+        });
       }
       for (const wait of [-1, NaN, "10"]) {
         await assert.rejects(c.lock("ok", { wait: wait as number }), InvalidArgumentError);
@@ -308,13 +320,41 @@ describe("arguments and addresses", () => {
     });
   });
 
-  it("the admin port is named for what it is", async () => {
-    await assert.rejects(new Client(server.admin).lock("http"), (err: unknown) => {
-      assert.ok(err instanceof LockLostError);
-      assert.equal(err.reason, "protocol");
-      assert.match(err.message, /an HTTP server answered: this is not the lock protocol's port/);
-      assert.equal(err.isTemporary, false);
-      return true;
-    });
+  it("the admin port is a connect error naming the address and the problem", async () => {
+    for (const attempt of [(c: Client) => c.lock("http"), (c: Client) => c.tryLock("http")]) {
+      await assert.rejects(attempt(new Client(server.admin)), (err: unknown) => {
+        assert.ok(err instanceof ConnectError, String(err));
+        assert.equal(err.reason, "protocol");
+        assert.ok(
+          err.message.includes(`${server.admin} is not a monolock server: an HTTP server answered`),
+          err.message,
+        );
+        assert.equal(err.isTemporary, false);
+        return true;
+      });
+    }
+  });
+
+  it("a port that accepts and never answers is a temporary connect error", async () => {
+    const silent = net.createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    const { port } = silent.address() as net.AddressInfo;
+    const address = `127.0.0.1:${port}`;
+    try {
+      const start = performance.now();
+      await assert.rejects(
+        new Client(address, { ioTimeout: 1000 }).lock("silent", { lease: 60_000 }),
+        (err: unknown) => {
+          assert.ok(err instanceof ConnectError, String(err));
+          assert.equal(err.reason, "timeout");
+          assert.ok(err.message.includes(`${address} did not answer within 1 s`), err.message);
+          assert.equal(err.isTemporary, true);
+          return true;
+        },
+      );
+      assert.ok(performance.now() - start >= 999, "gave up before the I/O timeout");
+    } finally {
+      silent.close();
+    }
   });
 });

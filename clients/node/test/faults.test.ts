@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { Client, LockLostError } from "../src/index.js";
-import { eventually, PATIENCE, Server } from "./support.js";
+import { LockLostError } from "../src/index.js";
+import { Client, eventually, PATIENCE, Server } from "./support.js";
 
 /** Resolves with the abort reason and the instant of the abort. */
 function aborted(signal: AbortSignal): Promise<[unknown, number]> {
@@ -53,6 +53,24 @@ describe("server faults", () => {
     } finally {
       server.signal("SIGCONT");
     }
+  });
+
+  it("a release the server does not confirm within the I/O timeout resolves false", async () => {
+    await using server = await Server.start();
+    const client = new Client(server.addr, { ioTimeout: 500 });
+    const lock = await client.lock("unconfirmed", { lease: 60_000 });
+    await server.pause();
+    try {
+      const start = performance.now();
+      assert.equal(await lock.release(), false);
+      assert.ok(performance.now() - start >= 499, "gave up before the I/O timeout");
+      assert.equal(lock.isHeld(), false);
+      assert.equal(lock.signal.aborted, false, "a release is not a loss");
+    } finally {
+      server.signal("SIGCONT");
+    }
+    // The connection was closed: the server lets the lock go.
+    await eventually("the lock released", async () => (await server.lock("unconfirmed")) === null);
   });
 
   it("a blocked event loop reads not held once past the deadline", async () => {

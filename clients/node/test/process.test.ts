@@ -6,8 +6,7 @@ import path from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { Client } from "../src/index.js";
-import { eventually, PATIENCE, Server } from "./support.js";
+import { Client, eventually, PATIENCE, Server } from "./support.js";
 
 /** How long a child may take to exit once it has nothing left to do. */
 const EXIT_WITHIN = 10_000;

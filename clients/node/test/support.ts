@@ -12,11 +12,36 @@
  */
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+
+import { type Addresses, Client as BaseClient, type ClientOptions } from "../src/index.js";
+
+/**
+ * The protocol every real-server test runs on: 2 (the client's default),
+ * or 1 when `MONOLOCK_NODE_PROTOCOL=1` (the `*.v1.test.js` files set it
+ * and run the same tests forced to v1).
+ */
+export const PROTOCOL: 1 | 2 = process.env.MONOLOCK_NODE_PROTOCOL === "1" ? 1 : 2;
+
+/** The package's `Client`, on the protocol of this run unless told. */
+export class Client extends BaseClient {
+  constructor(addresses?: Addresses | ClientOptions, options: ClientOptions = {}) {
+    if (addresses !== null && typeof addresses === "object" && !Array.isArray(addresses)) {
+      super({ protocol: PROTOCOL, ...(addresses as ClientOptions) });
+    } else {
+      super(addresses as Addresses, { protocol: PROTOCOL, ...options });
+    }
+  }
+}
+
+/** The admin API's code of a force-release: v2 REVOKED 0x08, v1 ERROR 0x02. */
+export const FORCED_CODE = PROTOCOL === 2 ? 0x08 : 0x02;
+/** The ACL's refusal: v2 REFUSED 0x24, v1 ERROR 0x18. */
+export const NOT_AUTHORIZED_CODE = PROTOCOL === 2 ? 0x24 : 0x18;
 
 /** Long enough that only a real hang trips it. */
 export const PATIENCE = 20_000;
@@ -125,6 +150,21 @@ export class Server {
     this.proc.kill(sig);
   }
 
+  /** SIGSTOP, resolved once the kernel shows the process stopped (a
+   * signal is delivered asynchronously). */
+  async pause(): Promise<void> {
+    this.proc.kill("SIGSTOP");
+    const tasks = `/proc/${this.proc.pid}/task`;
+    // Every thread stopped; a state follows the parenthesised command name.
+    await eventually("the server stopped", () =>
+      readdirSync(tasks).every((task) => {
+        const text = readFileSync(path.join(tasks, task, "stat"), "utf8");
+        const state = text.charAt(text.lastIndexOf(")") + 2);
+        return state === "T" || state === "t";
+      }),
+    );
+  }
+
   /** Resolves once the process has exited. */
   exited(): Promise<void> {
     if (this.proc.exitCode !== null || this.proc.signalCode !== null) return Promise.resolve();
@@ -170,6 +210,14 @@ export class Server {
 
   async waiters(name: string): Promise<unknown[]> {
     return (await this.lock(name))?.waiters ?? [];
+  }
+
+  /** The v2 sessions the admin API lists. */
+  async sessions(): Promise<unknown[]> {
+    const listed = (await this.#request("GET", "/api/sessions")) as unknown;
+    if (Array.isArray(listed)) return listed;
+    const inner = (listed as { sessions?: unknown[] } | null)?.sessions;
+    return Array.isArray(inner) ? inner : [];
   }
 }
 

@@ -6,8 +6,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, it } from "node:test";
 
-import { Client, ConnectError, LockLostError } from "../src/index.js";
-import { CLIENT_IDENTITY, clientTls, Server, tlsArgs } from "./support.js";
+import { ConnectError, LockLostError } from "../src/index.js";
+import { Client, CLIENT_IDENTITY, clientTls, NOT_AUTHORIZED_CODE, Server, tlsArgs } from "./support.js";
 
 describe("TLS", () => {
   it("locks over TLS, checked against the address's host or servername", async () => {
@@ -38,14 +38,17 @@ describe("TLS", () => {
     }
   });
 
-  it("a plain client on a TLS port is told to use TLS", async () => {
+  it("a plain client on a TLS port is a connect error: the port expects TLS", async () => {
     await using server = await Server.start(...tlsArgs(false));
-    await assert.rejects(new Client(server.addr).lock("plain"), (err: unknown) => {
-      assert.ok(err instanceof LockLostError, String(err));
-      assert.equal(err.reason, "protocol");
-      assert.match(err.message, /the server speaks TLS: connect with TLS/);
-      return true;
-    });
+    for (const attempt of [(c: Client) => c.lock("plain"), (c: Client) => c.tryLock("plain")]) {
+      await assert.rejects(attempt(new Client(server.addr)), (err: unknown) => {
+        assert.ok(err instanceof ConnectError, String(err));
+        assert.equal(err.reason, "protocol");
+        assert.ok(err.message.includes(`${server.addr} expects TLS`), err.message);
+        assert.equal(err.isTemporary, false);
+        return true;
+      });
+    }
   });
 
   it("a TLS client on a plain port fails its handshake with a hint", async () => {
@@ -55,7 +58,8 @@ describe("TLS", () => {
       (err: unknown) => {
         assert.ok(err instanceof ConnectError, String(err));
         assert.equal(err.reason, "tls");
-        assert.ok(err.message.includes(server.addr), err.message);
+        assert.ok(err.message.includes(`${server.addr} does not speak TLS`), err.message);
+        assert.equal(err.isTemporary, false);
         return true;
       },
     );
@@ -91,9 +95,9 @@ describe("mTLS", () => {
     await assert.rejects(client.lock("denied", { lease: 5000 }), (err: unknown) => {
       assert.ok(err instanceof LockLostError, String(err));
       assert.equal(err.reason, "server_error");
-      assert.equal(err.code, 0x18);
+      assert.equal(err.code, NOT_AUTHORIZED_CODE);
       assert.equal(err.isTemporary, false);
-      assert.match(err.message, /0x18 \(not authorized for lock\)/);
+      assert.match(err.message, /^lock "denied" lost \(server_error\): .*\(not authorized for lock\)/);
       return true;
     });
   });

@@ -92,7 +92,7 @@ function dial(endpoints: Endpoints, address: Address, abort?: AbortSignal): Prom
     const onReady = (): void => settle(null);
     const onError = (err: Error): void => {
       if (options !== null && (tcpUp || isTlsError(err))) {
-        settle(new AttemptError(tlsMessage(err), "tls", { cause: err }));
+        settle(new AttemptError(tlsMessage(address, err), "tls", { cause: err }));
       } else {
         settle(new AttemptError(err.message, "network", { cause: err }));
       }
@@ -130,10 +130,16 @@ export function isTlsError(err: unknown): boolean {
   );
 }
 
-function tlsMessage(err: Error): string {
+function tlsMessage(address: Address, err: Error): string {
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === "ECONNRESET" || code === "ERR_SSL_WRONG_VERSION_NUMBER" || code === "EPIPE") {
-    return `the TLS handshake failed: ${err.message} (does the server have TLS on?)`;
+  if (
+    code === "ECONNRESET" ||
+    code === "ERR_SSL_WRONG_VERSION_NUMBER" ||
+    code === "ERR_SSL_PACKET_LENGTH_TOO_LONG" ||
+    code === "EPIPE" ||
+    /wrong version number|packet length too long|socket disconnected before secure/i.test(err.message)
+  ) {
+    return `${address} does not speak TLS: the TLS handshake failed (${err.message}); connect without TLS, or check the port`;
   }
   return `the TLS handshake failed: ${err.message}`;
 }

@@ -1,6 +1,6 @@
 /**
- * One connection = one claim: the driver that owns the socket and feeds the
- * claim machine bytes and instants.
+ * Protocol v1: one connection = one claim. The driver that owns the socket
+ * and feeds the claim machine bytes and instants.
  *
  * The socket's `data` events make it the connection's permanent reader
  * (promotion is pushed); one `Alarm` fires at the next heartbeat or the
@@ -14,39 +14,60 @@
 import type net from "node:net";
 
 import type { Address } from "../address.js";
-import type { ClaimMachine, Status } from "../claim.js";
+import type { Status } from "../claim.js";
 import type { LockLostError } from "../errors.js";
+import type { Holding, ReleaseEnd } from "../holding.js";
+import type { Nanos } from "../schedule.js";
+import type { Claim } from "../v1/claim.js";
 import { Alarm, now } from "./clock.js";
+import { Watched } from "./watch.js";
 
-/** How long a release waits for the server's FIN before closing anyway. */
-const RELEASE_PATIENCE_MS = 1000;
-
-/** How a wait for the claim ended. */
-export type WaitEnd = "ready" | "lost" | "timeout" | "aborted";
+export type { WaitEnd } from "./watch.js";
 
 /** A running claim on its connection. */
-export class Session {
-  readonly claim: ClaimMachine;
+export class Session extends Watched implements Holding {
+  readonly claim: Claim;
   readonly address: Address;
+  readonly protocol = 1;
   readonly #socket: net.Socket;
+  readonly #ioTimeout: number;
   readonly #alarm = new Alarm();
   readonly #lost = new AbortController();
   readonly #closed: Promise<void>;
-  readonly #watchers = new Set<() => void>();
+  /** Whether the server closed its side (EOF) before the socket closed. */
+  #serverEnded = false;
   #released = false;
+  #release: Promise<ReleaseEnd> | null = null;
 
   /** Takes over `socket` and sends the claim's ACQUIRE at once. */
-  constructor(socket: net.Socket, address: Address, claim: ClaimMachine) {
+  constructor(socket: net.Socket, address: Address, claim: Claim, ioTimeout: number) {
+    super();
     this.claim = claim;
     this.address = address;
     this.#socket = socket;
+    this.#ioTimeout = ioTimeout;
     this.#closed = new Promise((resolve) => socket.once("close", () => resolve()));
     socket.on("data", (data: Buffer) => this.#apply(() => claim.receive(data, now())));
-    socket.on("end", () => this.#apply(() => claim.closed()));
+    socket.on("end", () => {
+      this.#serverEnded = true;
+      this.#apply(() => claim.closed());
+    });
     socket.on("error", (err: Error) => this.#apply(() => claim.closed(err)));
     socket.on("close", () => this.#apply(() => claim.closed()));
     socket.write(claim.opening());
     this.#reschedule();
+  }
+
+  get name(): string {
+    return this.claim.name;
+  }
+
+  get leaseMs(): number {
+    return this.claim.leaseMs;
+  }
+
+  deadline(): Nanos {
+    return this.claim.deadline();
   }
 
   /** Aborted with the `LockLostError` the moment the claim is lost. */
@@ -76,66 +97,43 @@ export class Session {
   }
 
   /**
-   * Waits until `ready(status)`, the loss, `until` (an instant; null: no
-   * bound) or `abort`, whichever comes first.
+   * Ends the connection: FIN at once, then reads until the server's EOF,
+   * which it sends once its lock table has released the claim. Bounded by
+   * the I/O timeout; past it the socket is closed and the release is
+   * unconfirmed. Returns the loss that had ended the claim before, if one
+   * had. Idempotent.
    */
-  waitUntil(
-    ready: (status: Status) => boolean,
-    until: bigint | null,
-    abort?: AbortSignal,
-  ): Promise<WaitEnd> {
-    return new Promise<WaitEnd>((resolve) => {
-      const alarm = new Alarm();
-      let done = false;
-      const finish = (end: WaitEnd): void => {
-        if (done) return;
-        done = true;
-        this.#watchers.delete(look);
-        alarm.cancel();
-        abort?.removeEventListener("abort", onAbort);
-        resolve(end);
-      };
-      const look = (): void => {
-        const status = this.status();
-        if (status === "lost") finish("lost");
-        else if (ready(status)) finish("ready");
-      };
-      const onAbort = (): void => finish("aborted");
-      if (abort?.aborted) return finish("aborted");
-      this.#watchers.add(look);
-      abort?.addEventListener("abort", onAbort, { once: true });
-      if (until !== null) {
-        const check = (): void => {
-          if (now() >= until) finish("timeout");
-          else alarm.set(until, check);
-        };
-        alarm.set(until, check);
-      }
-      look();
-    });
+  release(): Promise<ReleaseEnd> {
+    this.#release ??= this.#doRelease();
+    return this.#release;
   }
 
-  /**
-   * Ends the connection: FIN at once, then waits (briefly) for the server to
-   * close its side, which it does once it has released the claim. Returns
-   * the loss that had ended the claim before, if one had. Idempotent.
-   */
-  async release(): Promise<LockLostError | null> {
+  async #doRelease(): Promise<ReleaseEnd> {
     const loss = this.loss();
-    if (!this.#released) {
-      this.#released = true;
-      this.#alarm.cancel();
-      const socket = this.#socket;
-      if (!socket.destroyed) {
-        socket.end();
-        const patience = setTimeout(() => socket.destroy(), RELEASE_PATIENCE_MS);
-        patience.unref();
-        void this.#closed.then(() => clearTimeout(patience));
-      }
-      this.#notify();
+    this.#released = true;
+    this.#alarm.cancel();
+    const socket = this.#socket;
+    let confirmed = loss === null || this.#serverEnded;
+    if (!socket.destroyed) {
+      socket.end();
+      // Keep reading (and dropping) until the server's EOF.
+      socket.resume();
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<void>((resolve) => {
+        timer = setTimeout(() => {
+          confirmed = false;
+          socket.destroy();
+          resolve();
+        }, this.#ioTimeout);
+        timer.unref();
+      });
+      await Promise.race([this.#closed, late]);
+      clearTimeout(timer);
+      if (!this.#serverEnded) confirmed = false;
     }
+    this.notify();
     await this.#closed;
-    return loss;
+    return { loss, confirmed };
   }
 
   /** Closes the connection at once, without waiting for the server. */
@@ -143,7 +141,7 @@ export class Session {
     this.#released = true;
     this.#alarm.cancel();
     this.#socket.destroy();
-    this.#notify();
+    this.notify();
   }
 
   /** Runs a change to the claim, then acts on what it did. */
@@ -165,11 +163,7 @@ export class Session {
     } else {
       this.#reschedule();
     }
-    this.#notify();
-  }
-
-  #notify(): void {
-    for (const watcher of [...this.#watchers]) watcher();
+    this.notify();
   }
 
   #reschedule(): void {

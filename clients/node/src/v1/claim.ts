@@ -27,6 +27,8 @@ export class Claim implements ClaimMachine {
   loss: LockLostError | null = null;
   readonly #exchange: Exchange;
   readonly #acquire: Buffer;
+  /** Whether a whole frame has arrived (a wrong port shows before one). */
+  answered = false;
   /** Bytes of a frame not complete yet. */
   #pending: Buffer = EMPTY;
 
@@ -59,7 +61,7 @@ export class Claim implements ClaimMachine {
 
   check(now: Nanos): void {
     if (this.status !== "lost" && now >= this.deadline()) {
-      this.lose(LockLostError.expired(this.leaseMs));
+      this.lose(LockLostError.expired(this.name, this.leaseMs));
     }
   }
 
@@ -74,6 +76,7 @@ export class Claim implements ClaimMachine {
         if (decoded === null) break;
         const [frame, length] = decoded;
         used += length;
+        this.answered = true;
         const event = this.#exchange.onFrame(frame, now);
         if (event === "queued") {
           this.status = "waiting";
@@ -81,19 +84,19 @@ export class Claim implements ClaimMachine {
           this.status = "held";
           this.token = this.#exchange.token;
         } else if (event === "closed" && frame.type === "error") {
-          this.lose(LockLostError.server(frame.code, frame.reason));
+          this.lose(LockLostError.server(this.name, frame.code, frame.reason));
         }
       }
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
-      this.lose(LockLostError.protocol(err));
+      this.lose(LockLostError.protocol(this.name, err));
     }
     // Copy the rest: `data` is the socket's buffer, not ours to keep.
     this.#pending = used >= buf.length ? EMPTY : Buffer.from(buf.subarray(used));
   }
 
   closed(cause?: Error): void {
-    this.lose(LockLostError.connection(cause));
+    this.lose(LockLostError.connection(this.name, cause));
   }
 
   heartbeatDue(now: Nanos): Buffer | null {

@@ -18,8 +18,6 @@ export const ERROR = 0x13;
 
 /** The longest lock name, in UTF-8 bytes (a protocol constant). */
 export const MAX_NAME_BYTES = 255;
-/** The longest lease the wire can carry, in milliseconds (`u32`). */
-export const MAX_LEASE_MS = 0xffff_ffff;
 
 /** The whole HEARTBEAT frame. */
 export const HEARTBEAT: Buffer = Buffer.from([HEARTBEAT_BYTE]);
@@ -57,24 +55,38 @@ export function encodeName(name: unknown): Buffer {
   return raw;
 }
 
+/** The shortest lease a client takes, in milliseconds: below it the
+ * `0.8 x lease` deadline is shorter than ordinary scheduling stalls. */
+export const MIN_LEASE_MS = 100;
+/** The longest lease a client takes, in milliseconds (one hour): above it a
+ * partitioned holder blocks everyone for longer than an operator accepts. */
+export const MAX_LEASE_MS = 3_600_000;
+
 /**
- * The lease in whole milliseconds (a fraction is dropped, as Node's timers
- * drop it), checked: 1 to 4294967295 ms.
+ * The lease, checked before connecting: a whole number of milliseconds from
+ * 100 ms to 1 hour. The bounds also catch the usual unit mistake (`lease:
+ * 10` meant as seconds).
  */
 export function leaseMs(lease: unknown): number {
+  const unit = "(leases are in milliseconds)";
   if (typeof lease !== "number") {
     throw new InvalidArgumentError(`lease must be a number of milliseconds, not ${describe(lease)}`);
   }
   if (!Number.isFinite(lease)) {
-    throw new InvalidArgumentError(`lease must be a finite number of milliseconds, not ${lease}`);
+    throw new InvalidArgumentError(`lease ${lease} is not a finite number of milliseconds ${unit}`);
   }
-  const ms = Math.trunc(lease);
-  if (ms < 1 || ms > MAX_LEASE_MS) {
+  if (!Number.isInteger(lease)) {
+    throw new InvalidArgumentError(`lease ${lease} ms is not a whole number of milliseconds ${unit}`);
+  }
+  if (lease < MIN_LEASE_MS) {
     throw new InvalidArgumentError(
-      `lease ${lease}ms is out of range: it must be between 1 and ${MAX_LEASE_MS} milliseconds`,
+      `lease ${lease} ms is below the minimum of ${MIN_LEASE_MS} ms ${unit}`,
     );
   }
-  return ms;
+  if (lease > MAX_LEASE_MS) {
+    throw new InvalidArgumentError(`lease ${lease} ms is above the maximum of 1 hour ${unit}`);
+  }
+  return lease;
 }
 
 /** An ACQUIRE frame for a checked name and lease. */
@@ -114,12 +126,11 @@ export function decode(buf: Buffer, offset = 0): [Frame, number] | null {
     case 0x15:
     case 0x16:
       throw new ProtocolError(
-        "the server speaks TLS: connect with TLS (new Client(addresses, { tls: { ca } }))",
+        "the server expects TLS: connect with TLS (new Client(addresses, { tls: { ca } }))",
+        "tls",
       );
     case 0x48: // 'H'
-      throw new ProtocolError(
-        "an HTTP server answered: this is not the lock protocol's port (the admin or ops port?)",
-      );
+      throw new ProtocolError("an HTTP server answered (the admin or ops port?)", "http");
     default:
       throw new ProtocolError(
         `unexpected message type 0x${(kind as number).toString(16).padStart(2, "0")} from server`,
@@ -127,7 +138,7 @@ export function decode(buf: Buffer, offset = 0): [Frame, number] | null {
   }
 }
 
-function describe(value: unknown): string {
+export function describe(value: unknown): string {
   if (value === null) return "null";
   if (typeof value === "string") return JSON.stringify(value);
   if (typeof value === "number" || typeof value === "bigint" || typeof value === "boolean") {

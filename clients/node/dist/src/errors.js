@@ -1,0 +1,210 @@
+/**
+ * The errors of the client. Every class has a `reason`, a short string to
+ * branch on, and `isTemporary`: whether a new attempt (a new claim, at the
+ * back of the queue) may succeed.
+ *
+ * @module
+ */
+/** ERROR codes below this are server conditions; from it up, client errors. */
+export const CLIENT_ERROR_CODES = 0x10;
+/** ERROR 0x01: the server is shutting down. */
+export const SHUTTING_DOWN = 0x01;
+/** ERROR 0x02: an administrator force-released the lock or removed the waiter. */
+export const CLOSED_BY_ADMIN = 0x02;
+/** ERROR 0x18: the ACL refuses this identity for this lock. */
+export const NOT_AUTHORIZED = 0x18;
+/** v2 session ERROR 0x03: the server closed an idle session. */
+export const IDLE_CLOSED = 0x03;
+/** v2 ERROR 0x10 in reply to OPEN: the server speaks only protocol v1. */
+export const UNSUPPORTED_VERSION = 0x10;
+/** v2 REFUSED 0x09: the session has as many claims as the server allows. */
+export const TOO_MANY_CLAIMS = 0x09;
+const CODE_NAMES = new Map([
+    [0x01, "server shutting down"],
+    [0x02, "closed by administrator"],
+    [0x03, "idle session closed"],
+    [0x08, "claim revoked by administrator"],
+    [0x09, "too many claims on this session"],
+    [0x10, "unsupported protocol version"],
+    [0x11, "first message must be ACQUIRE"],
+    [0x12, "duplicate ACQUIRE"],
+    [0x13, "unknown message type"],
+    [0x14, "empty lock name"],
+    [0x15, "lock name too long"],
+    [0x16, "lock name is not valid UTF-8"],
+    [0x17, "lease must be positive"],
+    [0x18, "not authorized for lock"],
+    [0x19, "frame out of state"],
+    [0x20, "unknown claim id"],
+    [0x21, "claim id already in use"],
+    [0x22, "empty lock name"],
+    [0x23, "lock name is not valid UTF-8"],
+    [0x24, "not authorized for lock"],
+    [0x25, "unknown ACQUIRE mode"],
+]);
+/** `0x02 (closed by administrator): detail`. */
+export function describeCode(code, detail = "") {
+    let text = `0x${code.toString(16).padStart(2, "0")}`;
+    const name = CODE_NAMES.get(code);
+    if (name !== undefined)
+        text += ` (${name})`;
+    if (detail !== "")
+        text += `: ${detail}`;
+    return text;
+}
+/** The base class of every error this package throws. */
+export class MonolockError extends Error {
+    /** A short string to branch on; each subclass documents its values. */
+    reason;
+    constructor(reason, message, options) {
+        super(message, options);
+        this.reason = reason;
+    }
+    get name() {
+        return this.constructor.name;
+    }
+    /** True when trying again later (a new claim) may succeed. */
+    get isTemporary() {
+        return false;
+    }
+}
+/**
+ * A bad lock name, lease, wait or address: thrown before any connection is
+ * made. `reason` is always `"invalid_argument"`.
+ */
+export class InvalidArgumentError extends MonolockError {
+    constructor(message) {
+        super("invalid_argument", message);
+    }
+}
+/**
+ * No address could be reached, or what answered is not a monolock server
+ * speaking as asked. The message names the address and the problem;
+ * `attempts` has each address's error and `cause` is the last.
+ *
+ * `reason`: `"tls"` when the TLS handshake failed (an untrusted or
+ * mismatched certificate, a client certificate refused or missing, or a
+ * port that does not speak TLS), `"protocol"` when what answered is not a
+ * monolock server speaking as asked (an HTTP server, a TLS port reached
+ * without TLS), `"timeout"` when it did not connect or answer in time,
+ * else `"network"`.
+ *
+ * `isTemporary`: true for `"network"` and `"timeout"` (refused,
+ * unreachable, too slow: it may heal), false for `"tls"` and `"protocol"`
+ * (the same attempt fails the same way again).
+ */
+export class ConnectError extends MonolockError {
+    /** Every attempt, in the order the addresses were tried. */
+    attempts;
+    constructor(attempts, reason) {
+        // An attempt whose message names its address already stands alone.
+        const tried = attempts
+            .map((a) => (a.error.message.startsWith(a.address) ? a.error.message : `${a.address}: ${a.error.message}`))
+            .join("; ");
+        super(reason, `could not connect: ${tried || "no address"}`, {
+            cause: attempts[attempts.length - 1]?.error,
+        });
+        this.attempts = attempts;
+    }
+    /** The addresses tried, in order. */
+    get addresses() {
+        return this.attempts.map((a) => a.address);
+    }
+    get isTemporary() {
+        return this.reason === "network" || this.reason === "timeout";
+    }
+}
+/**
+ * `wait` ran out before the lock was granted; the place in the queue was
+ * given up. `reason` is always `"not_acquired"`.
+ */
+export class NotAcquiredError extends MonolockError {
+    /** The lock's name. */
+    lockName;
+    /** The bound that ran out, in milliseconds. */
+    wait;
+    constructor(lockName, wait) {
+        super("not_acquired", `lock ${JSON.stringify(lockName)} was not acquired within ${wait}ms`);
+        this.lockName = lockName;
+        this.wait = wait;
+    }
+    get isTemporary() {
+        return true;
+    }
+}
+/**
+ * The claim ended: the lock is no longer held or, thrown by
+ * `client.lock()`, the place in the queue was lost before the grant.
+ * `reason` says why; `code` and `detail` carry the server's ERROR frame
+ * when there was one.
+ */
+export class LockLostError extends MonolockError {
+    /** The ERROR code, when the server ended the session with one. */
+    code;
+    /** The ERROR frame's text (may be empty). */
+    detail;
+    constructor(reason, message, extra = {}) {
+        super(reason, message, extra.cause === undefined ? undefined : { cause: extra.cause });
+        this.code = extra.code;
+        this.detail = extra.detail ?? "";
+    }
+    get isTemporary() {
+        if (this.reason === "protocol")
+            return false;
+        if (this.code !== undefined)
+            return this.code < CLIENT_ERROR_CODES;
+        return true;
+    }
+    /** @internal */
+    static expired(lockName, leaseMs) {
+        return LockLostError.#lost(lockName, "expired", `no reply confirmed the connection within 0.8 x the lease of ${leaseMs} ms`);
+    }
+    /** @internal An ERROR that ended the connection, or a v2 REFUSED or
+     * REVOKED that ended one claim (`revoked`: an administrator's act). */
+    static server(lockName, code, detail, revoked = false) {
+        const reason = revoked
+            ? "forced"
+            : code === SHUTTING_DOWN
+                ? "shutdown"
+                : code === CLOSED_BY_ADMIN
+                    ? "forced"
+                    : "server_error";
+        return LockLostError.#lost(lockName, reason, `the server sent ${describeCode(code, detail)}`, {
+            code,
+            detail,
+        });
+    }
+    /** @internal */
+    static connection(lockName, cause) {
+        if (cause === undefined) {
+            return LockLostError.#lost(lockName, "connection", "the server closed the connection");
+        }
+        return LockLostError.#lost(lockName, "connection", `the connection failed: ${cause.message}`, {
+            cause,
+        });
+    }
+    /** @internal */
+    static protocol(lockName, cause) {
+        return LockLostError.#lost(lockName, "protocol", `protocol violation by the server: ${cause.message}`, {
+            cause,
+        });
+    }
+    /** @internal */
+    static released(lockName) {
+        return new LockLostError("released", `lock ${JSON.stringify(lockName)} was released`);
+    }
+    /** `lock "NAME" lost (REASON): DETAIL`. */
+    static #lost(lockName, reason, detail, extra = {}) {
+        return new LockLostError(reason, `lock ${JSON.stringify(lockName)} lost (${reason}): ${detail}`, extra);
+    }
+}
+/** The server sent something a monolock server never sends. */
+export class ProtocolError extends MonolockError {
+    /** What answered instead of a monolock server, when its first byte says. */
+    peer;
+    constructor(message, peer = null) {
+        super("protocol", message);
+        this.peer = peer;
+    }
+}
+//# sourceMappingURL=errors.js.map

@@ -1,0 +1,151 @@
+/**
+ * The v2 sessions of one client, pooled per lease (the client fixes the
+ * addresses and the TLS settings): many claims per session up to the
+ * server's bound, a new session when every one is full, and the v1
+ * fallback per address.
+ *
+ * @module
+ */
+import { now } from "./io/clock.js";
+import { connect } from "./io/connect.js";
+import { MS } from "./schedule.js";
+import { SpeaksOnlyV1, V2Session } from "./v2/session.js";
+/** How long an address that answered OPEN with ERROR 0x10 is spoken to in v1. */
+export const REMEMBER_V1_MS = 5 * 60_000;
+export class Pool {
+    #endpoints;
+    #ioTimeout;
+    /** Sessions per lease, oldest first. */
+    #sessions = new Map();
+    /** A dial in progress per lease: concurrent claims wait for it. */
+    #dialing = new Map();
+    /** Addresses that speak only v1, until the instant given. */
+    #v1Until = new Map();
+    constructor(endpoints, ioTimeout) {
+        this.#endpoints = endpoints;
+        this.#ioTimeout = ioTimeout;
+    }
+    /** The sessions open now (for tests and figures). */
+    get size() {
+        let count = 0;
+        for (const list of this.#sessions.values())
+            count += list.length;
+        return count;
+    }
+    /**
+     * An open session with room for one more claim of `leaseMs`, or "v1"
+     * when the server speaks only v1.
+     *
+     * @throws ConnectError when no address could be reached or what answered
+     * is not a monolock server; `abort.reason` on abort; `EndedBeforeOpen`.
+     */
+    async route(leaseMs, abort) {
+        for (;;) {
+            abort?.throwIfAborted();
+            const list = this.#sessions.get(leaseMs) ?? [];
+            const open = list.find((s) => s.opened && s.hasRoom);
+            if (open !== undefined)
+                return open;
+            const opening = list.find((s) => !s.opened && s.hasRoom);
+            if (opening !== undefined) {
+                await abortable(opening.ready(), abort);
+                continue;
+            }
+            if (this.#remembersV1())
+                return "v1";
+            let dial = this.#dialing.get(leaseMs);
+            if (dial === undefined) {
+                dial = this.#dial(leaseMs).finally(() => this.#dialing.delete(leaseMs));
+                this.#dialing.set(leaseMs, dial);
+            }
+            const route = await abortable(dial, abort);
+            if (route === "v1")
+                return route;
+        }
+    }
+    /** Addresses that failed to connect are asked for v2 afresh next time. */
+    connectFailed(error) {
+        for (const attempt of error.attempts ?? []) {
+            this.#v1Until.delete(attempt.address);
+        }
+    }
+    /** Closes every session (their claims are lost). */
+    close() {
+        for (const list of this.#sessions.values())
+            for (const session of [...list])
+                session.close();
+    }
+    /** Whether every address is one known to speak only v1. */
+    #remembersV1() {
+        const at = now();
+        return this.#endpoints.addresses.every((address) => {
+            const until = this.#v1Until.get(address.toString());
+            return until !== undefined && at < until;
+        });
+    }
+    async #dial(leaseMs) {
+        let connected;
+        try {
+            connected = await connect(this.#endpoints);
+        }
+        catch (err) {
+            this.connectFailed(err);
+            throw err;
+        }
+        const { socket, address } = connected;
+        const until = this.#v1Until.get(address.toString());
+        if (until !== undefined && now() < until) {
+            socket.destroy();
+            return "v1";
+        }
+        const session = new V2Session(socket, address, {
+            leaseMs,
+            tls: this.#endpoints.tls !== null,
+            ioTimeout: this.#ioTimeout,
+            onEnd: (ended) => this.#forget(leaseMs, ended),
+        });
+        const list = this.#sessions.get(leaseMs) ?? [];
+        list.push(session);
+        this.#sessions.set(leaseMs, list);
+        try {
+            await session.ready();
+        }
+        catch (err) {
+            if (err instanceof SpeaksOnlyV1) {
+                this.#v1Until.set(address.toString(), now() + BigInt(REMEMBER_V1_MS) * MS);
+                return "v1";
+            }
+            throw err;
+        }
+        return session;
+    }
+    #forget(leaseMs, session) {
+        const list = this.#sessions.get(leaseMs);
+        if (list === undefined)
+            return;
+        const at = list.indexOf(session);
+        if (at >= 0)
+            list.splice(at, 1);
+        if (list.length === 0)
+            this.#sessions.delete(leaseMs);
+    }
+}
+/** `promise`, or `abort.reason` once `abort` fires first. */
+function abortable(promise, abort) {
+    if (abort === undefined)
+        return promise;
+    return new Promise((resolve, reject) => {
+        const onAbort = () => reject(abort.reason);
+        if (abort.aborted)
+            return onAbort();
+        abort.addEventListener("abort", onAbort, { once: true });
+        promise.then((value) => {
+            abort.removeEventListener("abort", onAbort);
+            resolve(value);
+        }, (err) => {
+            abort.removeEventListener("abort", onAbort);
+            reject(err);
+        });
+    });
+}
+//# sourceMappingURL=pool.js.map

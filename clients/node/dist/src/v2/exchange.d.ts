@@ -1,0 +1,104 @@
+/**
+ * Reply matching and timing for one protocol v2 session (docs/protocol.md,
+ * "Writing a version 2 client: checklist"), as a pure state machine fed
+ * the frames sent and received with their instants. No sockets, no timers:
+ * every rule is tested at exact instants.
+ *
+ * - Every frame sent gets exactly one reply, in order: a FIFO of frames in
+ *   flight, each reply checked against the oldest (type and claim id).
+ *   GRANTED and REVOKED are pushes and answer nothing.
+ * - Each claim id: asking (ACQUIRE sent) -> waiting | held -> releasing
+ *   (RELEASE sent) -> free on RELEASED. A GRANTED may cross a RELEASE;
+ *   REFUSED 0x20 answers a RELEASE that crossed a REVOKED.
+ * - `S` is the send instant of the latest frame whose reply arrived
+ *   (before the first reply: the OPEN's); the session is given up at
+ *   `S + 0.8 x lease`. A push moves nothing.
+ * - PING on the version 1 schedule, only when nothing is in flight: any
+ *   reply confirms the session, so a busy session never pings.
+ *
+ * The port of `crates/monolock-client/src/v2/exchange.rs`.
+ *
+ * @module
+ */
+import { type Nanos, Schedule } from "../schedule.js";
+import type { Frame, Mode } from "./frames.js";
+/** REFUSED 0x20: RELEASE of an id not in use. */
+export declare const UNKNOWN_CLAIM = 32;
+/** What a frame from the server meant. */
+export type Event = {
+    readonly kind: "opened";
+    readonly maxClaims: number;
+}
+/** PONG, a GRANTED that crossed a RELEASE, REFUSED 0x20 after a REVOKED. */
+ | {
+    readonly kind: "nothing";
+}
+/** `release`: the owner let go while it was asked; write RELEASE now. */
+ | {
+    readonly kind: "held";
+    readonly claim: number;
+    readonly token: bigint;
+    readonly release: boolean;
+} | {
+    readonly kind: "queued";
+    readonly claim: number;
+    readonly release: boolean;
+} | {
+    readonly kind: "busy";
+    readonly claim: number;
+} | {
+    readonly kind: "refused";
+    readonly claim: number;
+    readonly code: number;
+    readonly reason: string;
+} | {
+    readonly kind: "released";
+    readonly claim: number;
+} | {
+    readonly kind: "revoked";
+    readonly claim: number;
+    readonly code: number;
+    readonly reason: string;
+}
+/** ERROR: the session is over, with every claim. */
+ | {
+    readonly kind: "ended";
+    readonly code: number;
+    readonly reason: string;
+};
+/** Matching state and timing of one session. */
+export declare class Exchange {
+    #private;
+    readonly schedule: Schedule;
+    /** The state right after the OPEN went out at `openSent`. */
+    constructor(lease: Nanos, openSent: Nanos);
+    /** Whether OPENED has been read. */
+    get opened(): boolean;
+    /** The instant at which the session is given up without a reply. */
+    deadline(): Nanos;
+    /** Frames sent and not answered yet. */
+    get inFlight(): number;
+    /** When the next PING is due: null while any frame is in flight (its
+     * reply will confirm the session). */
+    nextPing(): Nanos | null;
+    /** Claim ids in use or asked for. */
+    get claims(): number;
+    /** Whether `claim` is asked for or in use. */
+    knows(claim: number): boolean;
+    /** Records an ACQUIRE of `claim` written at `at`. */
+    acquireSent(claim: number, mode: Mode, at: Nanos): void;
+    /** The owner of `claim` let go: whether to write a RELEASE now (else the
+     * ACQUIRE's reply says, or the id is already free). */
+    release(claim: number): boolean;
+    /** Records a RELEASE of `claim` written at `at`. */
+    releaseSent(claim: number, at: Nanos): void;
+    /** Records a PING written at `at`. */
+    pingSent(at: Nanos): void;
+    /**
+     * Interprets one frame that arrived at `now`.
+     *
+     * @throws ProtocolError when the frame cannot be the next one a version
+     * 2 server sends; the caller closes the session.
+     */
+    onFrame(frame: Frame, now: Nanos): Event;
+}
