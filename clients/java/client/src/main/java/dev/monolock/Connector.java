@@ -100,9 +100,19 @@ final class Connector {
             }
             connection = new Connection(address, socket);
             long sentAt = System.nanoTime();
-            connection.out.write(first);
-            connection.out.flush();
-            Frame frame = readFirst(connection);
+            Frame frame;
+            try {
+                connection.out.write(first);
+                connection.out.flush();
+                frame = readFirst(connection);
+            } catch (SocketTimeoutException | SSLException err) {
+                throw err;
+            } catch (IOException err) {
+                if (tls == null) {
+                    throw err;
+                }
+                throw tlsRejection(connection, err);
+            }
             long readAt = System.nanoTime();
             socket.setSoTimeout(0);
             return new Answer(connection, frame, sentAt, readAt);
@@ -142,6 +152,24 @@ final class Connector {
                     false, true, err);
         }
         return socket;
+    }
+
+    /**
+     * A TLS connection that fails right after the handshake: with TLS 1.3
+     * the server checks the client's certificate after the client has
+     * finished, and its alert may race the client's first write. Reads the
+     * alert when it is there.
+     */
+    private Refusal tlsRejection(Connection connection, IOException err) {
+        try {
+            connection.in.read();
+        } catch (SSLException alert) {
+            return tlsRefusal(connection.address, alert);
+        } catch (IOException ignored) {
+            // No alert to read: the failure below says what is known.
+        }
+        return new Refusal(connection.address + " closed the TLS connection before answering"
+                + " (was a client certificate required or refused?): " + err.getMessage(), false, true, err);
     }
 
     private Refusal tlsRefusal(Address address, SSLException err) {
