@@ -28,6 +28,12 @@ abstract class Claim {
     final CompletableFuture<Long> granted = new CompletableFuture<>();
     final CompletableFuture<LockLostException> lost = new CompletableFuture<>();
     volatile long token;
+    /**
+     * The loss, set under the owner's monitor at the instant the claim is
+     * lost, before {@code lost} completes (which happens outside it): a
+     * reader never sees "held" after the loss was decided.
+     */
+    volatile LockLostException loss;
 
     Claim(String name) {
         this.name = name;
@@ -45,7 +51,12 @@ abstract class Claim {
 
     /** Whether the claim holds the lock now, its deadline checked. */
     boolean held() {
+        return currentLoss() == null && granted.isDone() && !granted.isCompletedExceptionally();
+    }
+
+    /** The loss, if any, with the deadline checked first. */
+    LockLostException currentLoss() {
         checkDeadline();
-        return granted.isDone() && !granted.isCompletedExceptionally() && !lost.isDone();
+        return loss;
     }
 }

@@ -52,8 +52,7 @@ public final class MonolockLock implements AutoCloseable {
      * @throws IllegalStateException the lock was released by its holder
      */
     public void check() {
-        claim.checkDeadline();
-        LockLostException loss = claim.lost.getNow(null);
+        LockLostException loss = claim.currentLoss();
         if (loss != null) {
             throw loss;
         }
@@ -90,8 +89,7 @@ public final class MonolockLock implements AutoCloseable {
         if (!released.compareAndSet(false, true)) {
             return false;
         }
-        claim.checkDeadline();
-        LockLostException loss = claim.lost.getNow(null);
+        LockLostException loss = claim.currentLoss();
         if (loss != null) {
             claim.leave(ioTimeout);
             throw loss;

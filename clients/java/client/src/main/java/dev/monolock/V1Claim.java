@@ -111,13 +111,20 @@ final class V1Claim extends Claim {
                 return;
             }
             ended = true;
+            if (leaving) {
+                // Its owner let go: the end of the connection is no loss.
+                connection.close();
+                finished.complete(null);
+                return;
+            }
+            loss = new LockLostException(name, reason, detail);
             if (tick != null) {
                 tick.cancel(false);
             }
         }
         connection.close();
         finished.complete(null);
-        LockLostException loss = new LockLostException(name, reason, detail);
+        LockLostException loss = this.loss;
         granted.completeExceptionally(loss);
         lost.complete(loss);
     }

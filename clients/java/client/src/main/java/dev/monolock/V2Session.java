@@ -181,6 +181,9 @@ final class V2Session {
             ended = true;
             gone = new ArrayList<>(claims.values());
             claims.clear();
+            for (V2Claim claim : gone) {
+                claim.loss = new LockLostException(claim.name, reason, detail);
+            }
             if (tick != null) {
                 tick.cancel(false);
             }
@@ -188,7 +191,7 @@ final class V2Session {
         connection.close();
         onEnd.accept(this);
         for (V2Claim claim : gone) {
-            LockLostException loss = new LockLostException(claim.name, reason, detail);
+            LockLostException loss = claim.loss;
             claim.granted.completeExceptionally(loss);
             claim.released.complete(false);
             claim.lost.complete(loss);
@@ -362,6 +365,7 @@ final class V2Session {
                         LockLostException loss = new LockLostException(claim.name, LossReason.FORCED,
                                 String.format("revoked by an administrator (0x%02x: %s)", event.code(),
                                         event.reason()));
+                        claim.loss = loss;
                         after.add(() -> {
                             claim.granted.completeExceptionally(loss);
                             claim.released.complete(false);
