@@ -88,7 +88,7 @@ public final class Bench {
             row("Java over TLS, v2", 1, tlsV2Median, null);
             row("Java over TLS, v1 forced", 1, tlsV1Median, tlsV1Median.p50 / tlsV2Median.p50);
             System.out.println();
-            System.out.println("| holding 1,000 locks | take 1,000 | connections | threads | heap used |");
+            System.out.println("| holding 1,000 locks | take 1,000 | connections | threads added | heap added |");
             System.out.println("|---|---|---|---|---|");
             for (boolean forceV1 : new boolean[] {false, true}) {
                 hold(plain.address, forceV1, 1000);
@@ -182,6 +182,8 @@ public final class Bench {
     static void hold(String address, boolean forceV1, int count) throws Exception {
         System.gc();
         long heapBefore = usedHeap();
+        long socketsBefore = sockets();
+        long threadsBefore = threads();
         MonolockClient.Builder builder = MonolockClient.builder(address);
         if (forceV1) {
             builder.forceV1();
@@ -195,8 +197,9 @@ public final class Bench {
             long took = System.nanoTime() - start;
             System.gc();
             long heap = usedHeap() - heapBefore;
-            System.out.printf(Locale.ROOT, "| Java, %s | %d ms | %d | %d | %.1f MB |%n",
-                    forceV1 ? "v1 forced" : "v2", took / 1_000_000, sockets(), threads(), heap / 1e6);
+                System.out.printf(Locale.ROOT, "| Java, %s | %d ms | %d | %d (%d in all) | %.1f MB |%n",
+                    forceV1 ? "v1 forced" : "v2", took / 1_000_000, sockets() - socketsBefore,
+                    threads() - threadsBefore, threads(), heap / 1e6);
             for (MonolockLock lock : locks) {
                 lock.release();
             }
