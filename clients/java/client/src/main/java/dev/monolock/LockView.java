@@ -50,23 +50,20 @@ public final class LockView implements Lock {
         }
     }
 
+    /**
+     * Waits for the lock, uninterruptibly: an interrupt is kept for later
+     * and the claim keeps its place in the queue.
+     */
     @Override
     public void lock() {
         refuseReentry();
-        boolean interrupted = false;
         try {
-            while (true) {
-                try {
-                    take(client.lock(name, lease));
-                    return;
-                } catch (InterruptedException err) {
-                    interrupted = true;
-                }
+            take(client.lockAsync(name, lease).join());
+        } catch (java.util.concurrent.CompletionException err) {
+            if (err.getCause() instanceof RuntimeException cause) {
+                throw cause;
             }
-        } finally {
-            if (interrupted) {
-                Thread.currentThread().interrupt();
-            }
+            throw err;
         }
     }
 

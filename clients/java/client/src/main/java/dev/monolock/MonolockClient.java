@@ -239,9 +239,7 @@ public final class MonolockClient implements AutoCloseable {
             pool.clear();
         }
         sessions.forEach(V2Session::close);
-        for (V1Claim claim : v1Claims) {
-            claim.leave(Duration.ZERO);
-        }
+        v1Claims.forEach(V1Claim::close);
         v1Claims.clear();
         timer.shutdown();
         async.shutdownNow();

@@ -98,6 +98,11 @@ final class V1Claim extends Claim {
         return confirmed;
     }
 
+    /** Closes the connection: the lock, if held, is lost ({@code connection}). */
+    void close() {
+        end(LossReason.CONNECTION, "the client closed the connection");
+    }
+
     private void quietEnd() {
         synchronized (this) {
             ended = true;

@@ -241,6 +241,8 @@ final class V2Session {
             if (now - core.deadline() >= 0) {
                 after.add(() -> end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease"));
             } else if (claims.isEmpty() && now - (idleSince + IDLE_NANOS) >= 0) {
+                // Ended here, under the monitor, so that no claim can join it meanwhile.
+                ended = true;
                 idle = true;
             } else {
                 if (now - core.nextPing() >= 0 && write(Frames.ping(), after)) {
@@ -250,7 +252,8 @@ final class V2Session {
             }
         }
         if (idle) {
-            close();
+            connection.close();
+            onEnd.accept(this);
         }
         after.forEach(Runnable::run);
     }
