@@ -162,7 +162,9 @@ public final class FencedPostgres {
     }
 
     /** The statement every form of the recipe runs (examples/sql/fenced-write.sql), {@code $N} made JDBC's {@code ?}. */
-    static final String FENCED_WRITE = resource("/fenced-write.sql");
+    static final String FENCED_WRITE = resource("/fenced-write.sql").lines()
+            .filter(line -> !line.stripLeading().startsWith("--"))
+            .collect(java.util.stream.Collectors.joining("\n"));
 
     /**
      * Writes {@code result} for {@code job} under {@code token} (a u64 in a
