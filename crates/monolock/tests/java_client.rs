@@ -1,6 +1,8 @@
-//! Runs the Java client's tests (clients/java: `mvn -q -B clean test`, every
+//! Runs the Java client's tests (clients/java: `mvn -q -B test`, every
 //! module, JUnit 5 through Surefire) against this build's `monolock`
 //! binary, so that `cargo test --workspace` covers the Java client too.
+//! Earlier Surefire reports are removed first (not `mvn clean`, which would
+//! pull the jars from under a conformance run using them).
 //!
 //! The Java tests start the binary named by `MONOLOCK_BIN` themselves and
 //! make their own throwaway PKI with the `openssl` command. Maven resolves
@@ -39,10 +41,20 @@ fn count(report: &str, attribute: &str) -> u32 {
         .unwrap_or(0)
 }
 
+const MODULES: [&str; 2] = ["client", "shedlock"];
+
 #[test]
 fn java_client_tests_pass_against_the_real_binary() {
+    for module in MODULES {
+        let reports = project().join(module).join("target/surefire-reports");
+        if let Err(err) = fs::remove_dir_all(&reports)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            panic!("cannot remove {}: {err}", reports.display());
+        }
+    }
     let output = Command::new("mvn")
-        .args(["-q", "-B", "clean", "test"])
+        .args(["-q", "-B", "test"])
         .current_dir(project())
         .env("MONOLOCK_BIN", MONOLOCK)
         .env_remove("MONOLOCK_ADDRESS")
@@ -59,11 +71,11 @@ fn java_client_tests_pass_against_the_real_binary() {
     eprintln!("{stderr}");
     assert!(
         output.status.success(),
-        "`mvn -q -B clean test` in clients/java failed"
+        "`mvn -q -B test` in clients/java failed"
     );
 
     let (mut tests, mut skipped, mut failed) = (0, 0, 0);
-    for module in ["client", "shedlock"] {
+    for module in MODULES {
         let reports = project().join(module).join("target/surefire-reports");
         let entries = fs::read_dir(&reports)
             .unwrap_or_else(|err| panic!("no Surefire reports in {}: {err}", reports.display()));

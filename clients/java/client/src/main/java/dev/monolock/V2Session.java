@@ -25,14 +25,15 @@ import java.util.function.Consumer;
  * no caller code runs under it.
  */
 final class V2Session {
-    /** A session with no claim is closed by the client after this long. */
-    static final long IDLE_NANOS = TimeUnit.SECONDS.toNanos(20);
+    /** By default, a session with no claim is closed by the client after this long. */
+    static final Duration IDLE_CLOSE = Duration.ofSeconds(20);
 
     private final Connection connection;
     private final Timer timer;
     private final Consumer<V2Session> onEnd;
     private final SessionCore core;
     private final long maxClaims;
+    private final long idleNanos;
     private final Map<Integer, V2Claim> claims = new HashMap<>();
     private int nextClaimId;
     private boolean ended;
@@ -42,8 +43,9 @@ final class V2Session {
     private ScheduledFuture<?> tick;
     private long tickAt = Long.MAX_VALUE;
 
-    private V2Session(Answer answer, long leaseNanos, Timer timer, Consumer<V2Session> onEnd)
+    private V2Session(Answer answer, long leaseNanos, Duration idleClose, Timer timer, Consumer<V2Session> onEnd)
             throws SessionCore.ProtocolViolation {
+        this.idleNanos = idleClose.toNanos();
         this.connection = answer.connection();
         this.timer = timer;
         this.onEnd = onEnd;
@@ -54,9 +56,9 @@ final class V2Session {
     }
 
     /** Starts the session whose OPEN was answered OPENED in {@code answer}. */
-    static V2Session start(Answer answer, long leaseNanos, Timer timer, Consumer<V2Session> onEnd)
-            throws SessionCore.ProtocolViolation {
-        V2Session session = new V2Session(answer, leaseNanos, timer, onEnd);
+    static V2Session start(Answer answer, long leaseNanos, Duration idleClose, Timer timer,
+            Consumer<V2Session> onEnd) throws SessionCore.ProtocolViolation {
+        V2Session session = new V2Session(answer, leaseNanos, idleClose, timer, onEnd);
         Thread reader = new Thread(session::readLoop, "monolock-v2-" + answer.connection().address);
         reader.setDaemon(true);
         reader.start();
@@ -217,7 +219,7 @@ final class V2Session {
         }
         long wake = Math.min(core.deadline(), core.nextPing());
         if (claims.isEmpty()) {
-            wake = Math.min(wake, idleSince + IDLE_NANOS);
+            wake = Math.min(wake, idleSince + idleNanos);
         }
         if (tick != null && !tick.isDone() && tickAt - wake <= 0) {
             return;
@@ -240,7 +242,7 @@ final class V2Session {
             tick = null;
             if (now - core.deadline() >= 0) {
                 after.add(() -> end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease"));
-            } else if (claims.isEmpty() && now - (idleSince + IDLE_NANOS) >= 0) {
+            } else if (claims.isEmpty() && now - (idleSince + idleNanos) >= 0) {
                 // Ended here, under the monitor, so that no claim can join it meanwhile.
                 ended = true;
                 idle = true;

@@ -330,4 +330,26 @@ class ClientTest {
             assertSame(false, server.held(name));
         }
     }
+
+    @org.junit.jupiter.api.Test
+    void anIdleSessionIsClosedByTheClientAndAnotherOpensOnDemand() throws Exception {
+        try (TestServer own = TestServer.start();
+                MonolockClient client = MonolockClient.builder(own.address).idleClose(Duration.ofMillis(300)).build()) {
+            MonolockLock one = client.lock("java/idle", LEASE);
+            long first = one.token();
+            assertTrue(one.release());
+            assertEquals(1, sessionThreads(own.address));
+            eventually("the idle session closed", () -> sessionThreads(own.address) == 0);
+            MonolockLock again = client.lock("java/idle", LEASE);
+            assertTrue(again.token() > first);
+            assertEquals(1, sessionThreads(own.address));
+            again.release();
+        }
+    }
+
+    static long sessionThreads(String address) {
+        return Thread.getAllStackTraces().keySet().stream()
+                .filter(thread -> thread.getName().equals("monolock-v2-" + address))
+                .count();
+    }
 }
