@@ -180,8 +180,7 @@ public final class Bench {
     }
 
     static void hold(String address, boolean forceV1, int count) throws Exception {
-        System.gc();
-        long heapBefore = usedHeap();
+        long heapBefore = settledHeap();
         long socketsBefore = sockets();
         long threadsBefore = threads();
         MonolockClient.Builder builder = MonolockClient.builder(address);
@@ -195,8 +194,7 @@ public final class Bench {
                 locks.add(client.lock("bench/java/held/" + i, LEASE));
             }
             long took = System.nanoTime() - start;
-            System.gc();
-            long heap = usedHeap() - heapBefore;
+            long heap = settledHeap() - heapBefore;
                 System.out.printf(Locale.ROOT, "| Java, %s | %d ms | %d | %d (%d in all) | %.1f MB |%n",
                     forceV1 ? "v1 forced" : "v2", took / 1_000_000, sockets() - socketsBefore,
                     threads() - threadsBefore, threads(), heap / 1e6);
@@ -204,6 +202,21 @@ public final class Bench {
                 lock.release();
             }
         }
+    }
+
+    /** The heap in use once collections no longer shrink it (the earlier figures' garbage gone). */
+    static long settledHeap() throws InterruptedException {
+        long used = Long.MAX_VALUE;
+        for (int i = 0; i < 10; i++) {
+            System.gc();
+            long now = usedHeap();
+            if (now >= used) {
+                return now;
+            }
+            used = now;
+            Thread.sleep(50);
+        }
+        return used;
     }
 
     static long usedHeap() {
