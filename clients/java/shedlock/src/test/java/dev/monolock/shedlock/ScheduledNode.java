@@ -1,7 +1,9 @@
 package dev.monolock.shedlock;
 
 import dev.monolock.MonolockClient;
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -22,24 +24,31 @@ import net.javacrumbs.shedlock.core.LockingTaskExecutor;
  * run appends {@code slot token node} to the shared file; each attempt is
  * printed on standard output.
  *
- * <p>Arguments: address, first slot (epoch ms), slots, run file, node name.
+ * <p>Arguments: address, slots, run file, node name, slot interval (ms),
+ * lockAtLeastFor (ms). It prints {@code ready} once up, then reads the first
+ * slot's instant (epoch ms) from standard input.
  */
 public final class ScheduledNode {
     public static void main(String[] args) throws Exception {
         String address = args[0];
-        long first = Long.parseLong(args[1]);
-        int slots = Integer.parseInt(args[2]);
-        Path runs = Path.of(args[3]);
-        String node = args[4];
+        int slots = Integer.parseInt(args[1]);
+        Path runs = Path.of(args[2]);
+        String node = args[3];
+        long interval = Long.parseLong(args[4]);
+        Duration atLeast = Duration.ofMillis(Long.parseLong(args[5]));
         try (MonolockClient client = MonolockClient.create(address)) {
             LockingTaskExecutor executor = new DefaultLockingTaskExecutor(new MonolockLockProvider(client));
             ScheduledExecutorService scheduler = Executors.newSingleThreadScheduledExecutor();
+            System.out.println("ready");
+            System.out.flush();
+            String line = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+            long first = Long.parseLong(line.trim());
             for (int slot = 0; slot < slots; slot++) {
                 int current = slot;
-                long at = first + slot * 1000L;
+                long at = first + slot * interval;
                 scheduler.schedule(() -> {
                     LockConfiguration configuration = new LockConfiguration(Instant.now(), "report",
-                            Duration.ofSeconds(30), Duration.ofMillis(500));
+                            Duration.ofSeconds(30), atLeast);
                     executor.executeWithLock((Runnable) () -> record(runs, current, node), configuration);
                     System.out.println("attempted " + current);
                     System.out.flush();
@@ -49,8 +58,9 @@ public final class ScheduledNode {
             if (!scheduler.awaitTermination(slots + 60L, TimeUnit.SECONDS)) {
                 System.exit(2);
             }
-            // Let the last run's lockAtLeastFor pass before the client closes.
-            Thread.sleep(600);
+            // The last run's lock is released once its lockAtLeastFor has passed;
+            // the client's close would end it earlier.
+            Thread.sleep(atLeast.toMillis());
         }
     }
 

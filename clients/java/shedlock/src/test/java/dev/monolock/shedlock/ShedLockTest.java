@@ -1,6 +1,7 @@
 package dev.monolock.shedlock;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -29,7 +30,11 @@ import org.junit.jupiter.api.io.TempDir;
 
 /** The provider against the real server, and a fleet of two JVMs running one scheduled job. */
 class ShedLockTest {
-    static final int SLOTS = 5;
+    static final int SLOTS = 4;
+    /** Between two slots of the scheduled job. */
+    static final long INTERVAL_MS = 2000;
+    /** The job's lockAtLeastFor: a node whose scheduler fires up to this late does not run a slot again. */
+    static final long AT_LEAST_MS = 1500;
 
     @TempDir
     Path dir;
@@ -77,7 +82,7 @@ class ShedLockTest {
             MonolockLockProvider provider = new MonolockLockProvider(node);
             MonolockLockProvider rival = new MonolockLockProvider(other);
             LockConfiguration configuration = new LockConfiguration(Instant.now(), "job", Duration.ofSeconds(30),
-                    Duration.ofMillis(300));
+                    Duration.ofSeconds(3));
             long[] seen = new long[1];
             new DefaultLockingTaskExecutor(provider).executeWithLock((Runnable) () -> {
                 seen[0] = MonolockLockProvider.currentToken().orElseThrow();
@@ -86,13 +91,15 @@ class ShedLockTest {
             assertTrue(seen[0] > 0, "the job saw its fencing token");
             assertTrue(MonolockLockProvider.currentToken().isEmpty(), "no token outside the job");
             assertTrue(other.tryLock("shedlock/job", Duration.ofSeconds(5)).isEmpty(),
-                    "held until lockAtLeastFor has passed");
+                    "held until lockAtLeastFor (3 s) has passed");
             Optional<SimpleLock> later = Optional.empty();
             long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
             while (later.isEmpty() && System.nanoTime() - end < 0) {
                 later = rival.lock(configuration);
             }
             assertTrue(later.isPresent(), "released after lockAtLeastFor");
+            assertFalse(Instant.now().isBefore(configuration.getLockAtLeastUntil()),
+                    "not released before lockAtLeastUntil");
             later.get().unlock();
             Optional<MonolockLock> again = other.tryLock("shedlock/job", Duration.ofSeconds(5));
             assertTrue(again.isEmpty() || again.get().token() > seen[0]);
@@ -110,17 +117,34 @@ class ShedLockTest {
         Path runs = dir.resolve("runs.txt");
         List<Process> nodes = new ArrayList<>();
         try {
-            // A start far enough ahead for both JVMs to be up; the same wall-clock slots for both.
-            long first = System.currentTimeMillis() + 4000;
             String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
             for (String name : List.of("a", "b")) {
                 nodes.add(new ProcessBuilder(java, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                         "-cp", System.getProperty("java.class.path"), ScheduledNode.class.getName(), address[0],
-                        Long.toString(first), Integer.toString(SLOTS), runs.toString(), name)
+                        Integer.toString(SLOTS), runs.toString(), name, Long.toString(INTERVAL_MS),
+                        Long.toString(AT_LEAST_MS))
                         .redirectError(ProcessBuilder.Redirect.INHERIT).start());
             }
+            List<BufferedReader> outputs = new ArrayList<>();
             for (Process node : nodes) {
-                String output = new String(node.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                BufferedReader output = new BufferedReader(
+                        new InputStreamReader(node.getInputStream(), StandardCharsets.UTF_8));
+                assertEquals("ready", output.readLine(), "a node did not start");
+                outputs.add(output);
+            }
+            // Both nodes are up: the same wall-clock slots for both, from a second on.
+            long first = System.currentTimeMillis() + 1000;
+            for (Process node : nodes) {
+                node.getOutputStream().write((first + "\n").getBytes(StandardCharsets.UTF_8));
+                node.getOutputStream().flush();
+            }
+            for (int n = 0; n < nodes.size(); n++) {
+                Process node = nodes.get(n);
+                StringBuilder text = new StringBuilder();
+                for (String line = outputs.get(n).readLine(); line != null; line = outputs.get(n).readLine()) {
+                    text.append(line).append('\n');
+                }
+                String output = text.toString();
                 assertTrue(node.waitFor(60, TimeUnit.SECONDS), "a node did not finish");
                 assertEquals(0, node.exitValue(), "a node failed: " + output);
                 for (int slot = 0; slot < SLOTS; slot++) {
