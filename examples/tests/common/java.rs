@@ -18,7 +18,7 @@ pub fn example_dir() -> PathBuf {
 /// The recipe's main class.
 pub const FENCED_POSTGRES: &str = "dev.monolock.examples.FencedPostgres";
 
-/// The test helper that runs the recipe's `write` once per token.
+/// The test program that runs the recipe's `write` once per token.
 pub const BOUNDARY_WRITES: &str = "dev.monolock.examples.BoundaryWrites";
 
 /// `java` with the example's class path, built once per test binary.
