@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Lab, Proc, node, number_after, python, signal, wait_stopped, workspace_binary};
+use common::{Lab, Proc, java, node, number_after, python, signal, wait_stopped, workspace_binary};
 use monolock_examples::fence;
 
 const JOB: &str = "nightly-import";
@@ -38,6 +38,8 @@ enum Form {
     Python,
     /// `node/fenced-postgres.mjs`: the Node client and `pg`.
     Node,
+    /// `java/`: the Java client and the PostgreSQL JDBC driver.
+    Java,
 }
 
 impl Form {
@@ -60,6 +62,7 @@ impl Form {
                 command.arg(node::fenced_postgres_script());
                 command
             }
+            Form::Java => java::command(java::FENCED_POSTGRES),
         };
         command.args(["--job", JOB]).args(args);
         command
@@ -145,6 +148,11 @@ fn node_client_paused_holder_is_fenced_off() {
     paused_holder_is_fenced_off(Form::Node);
 }
 
+#[test]
+fn java_client_paused_holder_is_fenced_off() {
+    paused_holder_is_fenced_off(Form::Java);
+}
+
 /// Tokens are u64: the column and every form's SQL must order and store
 /// tokens across the whole range, 2^63 and above included (a `bigint`
 /// column fails there).
@@ -198,6 +206,18 @@ fn tokens_are_fenced_across_the_whole_u64_range() {
     let expected: Vec<String> = expected.iter().map(|line| line.to_lowercase()).collect();
     assert_eq!(stdout_lines(&out), expected, "{out:?}");
     assert_eq!(stored(&lab), u64::MAX.to_string());
+
+    // The Java form's statement, through its `write` (a Java long is
+    // signed: the token goes out as unsigned decimal text).
+    reset(&lab);
+    let out = java::command(java::BOUNDARY_WRITES)
+        .arg(lab.postgres.url())
+        .args(&tokens)
+        .output()
+        .expect("run the Java writes");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(stdout_lines(&out), expected, "{out:?}");
+    assert_eq!(stored(&lab), u64::MAX.to_string());
 }
 
 /// `--no-wait` against a held lock: 75, a line saying so, and nothing
@@ -233,6 +253,11 @@ fn rust_no_wait_on_a_busy_lock_exits_75() {
 #[test]
 fn node_no_wait_on_a_busy_lock_exits_75() {
     no_wait_on_a_busy_lock_exits_75(Form::Node);
+}
+
+#[test]
+fn java_no_wait_on_a_busy_lock_exits_75() {
+    no_wait_on_a_busy_lock_exits_75(Form::Java);
 }
 
 fn rust_write(lab: &Lab, token: u64) -> bool {
@@ -321,6 +346,7 @@ fn bad_input_is_one_clear_line() {
         (Form::Rust, "fenced-postgres"),
         (Form::Python, "fenced_postgres.py"),
         (Form::Node, "fenced-postgres.mjs"),
+        (Form::Java, "FencedPostgres"),
     ];
     let mut cases: Vec<(String, Command, i32, String)> = Vec::new();
     for (form, program) in programs {

@@ -85,6 +85,12 @@ pub const CLIENTS: &[ClientSpec] = &[
                 .cwd(dir))
         },
     },
+    ClientSpec {
+        name: "java",
+        present_if: Some("clients/java/pom.xml"),
+        prepare: prepare_java,
+        release_confirmed: true,
+    },
 ];
 
 impl ClientSpec {
@@ -156,6 +162,42 @@ fn prepare_python(lab: &Lab) -> Result<Launch, String> {
         .arg(lab.repo_path("clients/python/conformance/driver.py"))
         .env("PYTHONPATH", src)
         .env("PYTHONDONTWRITEBYTECODE", "1"))
+}
+
+/// The Java driver: the client and driver jars Maven packages in
+/// clients/java (tests skipped: `java_client.rs` runs them), started on a
+/// small heap with a fixed set of JVM threads so that thread counts read
+/// from /proc measure the client alone.
+fn prepare_java(lab: &Lab) -> Result<Launch, String> {
+    let dir = lab.repo_path("clients/java");
+    let mut package = Command::new("mvn");
+    package
+        .args([
+            "-q",
+            "-B",
+            "-DskipTests",
+            "-pl",
+            "client,conformance",
+            "package",
+        ])
+        .current_dir(&dir);
+    run_step(package, "mvn", "package the Java client and its driver")?;
+    let jars = [
+        dir.join("client/target/monolock-client-0.1.0.jar"),
+        dir.join("conformance/target/monolock-conformance-0.1.0.jar"),
+    ];
+    if let Some(missing) = jars.iter().find(|jar| !jar.is_file()) {
+        return Err(format!("`mvn package` made no {}", missing.display()));
+    }
+    let classpath = std::env::join_paths(&jars).map_err(|err| format!("the jars' paths: {err}"))?;
+    Ok(Launch::program("java")
+        .arg("-XX:+UseSerialGC")
+        .arg("-XX:TieredStopAtLevel=1")
+        .arg("-XX:-UseDynamicNumberOfCompilerThreads")
+        .arg("-Xmx128m")
+        .arg("-cp")
+        .arg(classpath)
+        .arg("dev.monolock.conformance.Driver"))
 }
 
 /// Runs one preparation command and returns its standard output; `Err`

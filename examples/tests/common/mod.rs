@@ -3,6 +3,7 @@
 //! line.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod java;
 pub mod node;
 pub mod postgres;
 pub mod python;

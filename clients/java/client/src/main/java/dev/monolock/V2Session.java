@@ -1,0 +1,392 @@
+package dev.monolock;
+
+import dev.monolock.Connector.Answer;
+import dev.monolock.Connector.Connection;
+import dev.monolock.Frames.Frame;
+import dev.monolock.SessionCore.Event;
+import java.io.IOException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.Consumer;
+
+/**
+ * The I/O around one protocol version 2 session: its socket, one daemon
+ * reader thread, and ticks on the client's timer for PING, the deadline
+ * and the idle close. All protocol decisions are {@link SessionCore}'s.
+ * Futures are completed after the session's monitor is released, so that
+ * no caller code runs under it.
+ */
+final class V2Session {
+    /** By default, a session with no claim is closed by the client after this long. */
+    static final Duration IDLE_CLOSE = Duration.ofSeconds(20);
+
+    private final Connection connection;
+    private final Timer timer;
+    private final Consumer<V2Session> onEnd;
+    private final SessionCore core;
+    private final long maxClaims;
+    private final long idleNanos;
+    private final Map<Integer, V2Claim> claims = new HashMap<>();
+    private int nextClaimId;
+    private boolean ended;
+    /** The server refused a claim with 0x09: no new claims until one ends. */
+    private boolean full;
+    private long idleSince;
+    private ScheduledFuture<?> tick;
+    private long tickAt = Long.MAX_VALUE;
+
+    private V2Session(Answer answer, long leaseNanos, Duration idleClose, Timer timer, Consumer<V2Session> onEnd)
+            throws SessionCore.ProtocolViolation {
+        this.idleNanos = idleClose.toNanos();
+        this.connection = answer.connection();
+        this.timer = timer;
+        this.onEnd = onEnd;
+        this.core = new SessionCore(leaseNanos, answer.sentAt());
+        Event opened = core.onFrame(answer.frame(), answer.readAt());
+        this.maxClaims = opened.maxClaims();
+        this.idleSince = answer.readAt();
+    }
+
+    /** Starts the session whose OPEN was answered OPENED in {@code answer}. */
+    static V2Session start(Answer answer, long leaseNanos, Duration idleClose, Timer timer,
+            Consumer<V2Session> onEnd) throws SessionCore.ProtocolViolation {
+        V2Session session = new V2Session(answer, leaseNanos, idleClose, timer, onEnd);
+        Thread reader = new Thread(session::readLoop, "monolock-v2-" + answer.connection().address);
+        reader.setDaemon(true);
+        reader.start();
+        synchronized (session) {
+            session.arm();
+        }
+        return session;
+    }
+
+    String address() {
+        return connection.address.toString();
+    }
+
+    /** Whether a new claim may go on this session now. */
+    synchronized boolean accepts() {
+        return !ended && !full && claims.size() < maxClaims;
+    }
+
+    synchronized boolean ended() {
+        return ended;
+    }
+
+    /**
+     * Writes an ACQUIRE for a new claim; its {@code granted} future says
+     * how it went. Null when the session has ended meanwhile.
+     */
+    V2Claim acquire(String name, byte[] nameBytes, boolean tryOnly) {
+        List<Runnable> after = new ArrayList<>();
+        V2Claim claim;
+        synchronized (this) {
+            if (ended) {
+                return null;
+            }
+            int id = nextClaimId++;
+            while (claims.containsKey(id) || core.knows(id)) {
+                id = nextClaimId++;
+            }
+            claim = new V2Claim(name, id);
+            claims.put(id, claim);
+            long now = System.nanoTime();
+            if (write(Frames.acquire(id, tryOnly, nameBytes), after)) {
+                core.acquireSent(id, tryOnly, now);
+            }
+            arm();
+        }
+        after.forEach(Runnable::run);
+        return claim;
+    }
+
+    /** One claim of this session. */
+    final class V2Claim extends Claim {
+        final int id;
+        final CompletableFuture<Boolean> released = new CompletableFuture<>();
+
+        V2Claim(String name, int id) {
+            super(name);
+            this.id = id;
+        }
+
+        @Override
+        void checkDeadline() {
+            V2Session.this.checkDeadline();
+        }
+
+        @Override
+        boolean leave(Duration bound) {
+            List<Runnable> after = new ArrayList<>();
+            synchronized (V2Session.this) {
+                if (ended || !claims.containsKey(id)) {
+                    return released.getNow(false);
+                }
+                if (core.release(id)) {
+                    long now = System.nanoTime();
+                    if (write(Frames.release(id), after)) {
+                        core.releaseSent(id, now);
+                    }
+                    arm();
+                }
+            }
+            after.forEach(Runnable::run);
+            try {
+                return released.get(bound.toNanos(), TimeUnit.NANOSECONDS);
+            } catch (TimeoutException err) {
+                end(LossReason.CONNECTION, "the server did not confirm a release within " + bound.toMillis() + " ms");
+                return false;
+            } catch (InterruptedException err) {
+                Thread.currentThread().interrupt();
+                end(LossReason.CONNECTION, "interrupted while releasing: the session is closed instead");
+                return false;
+            } catch (ExecutionException err) {
+                return false;
+            }
+        }
+    }
+
+    /** Gives the whole session up if its deadline has passed. */
+    void checkDeadline() {
+        boolean due;
+        synchronized (this) {
+            due = !ended && System.nanoTime() - core.deadline() >= 0;
+        }
+        if (due) {
+            end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease");
+        }
+    }
+
+    /** Closes the session, unused (the client is closing, or it idled). */
+    void close() {
+        end(LossReason.CONNECTION, "the client closed the session");
+    }
+
+    /**
+     * Ends the session: closes the connection; every claim on it is lost
+     * (or, asked for, fails) with {@code reason}.
+     */
+    void end(LossReason reason, String detail) {
+        List<V2Claim> gone;
+        synchronized (this) {
+            if (ended) {
+                return;
+            }
+            ended = true;
+            gone = new ArrayList<>(claims.values());
+            claims.clear();
+            for (V2Claim claim : gone) {
+                claim.loss = new LockLostException(claim.name, reason, detail);
+            }
+            if (tick != null) {
+                tick.cancel(false);
+            }
+        }
+        connection.close();
+        onEnd.accept(this);
+        for (V2Claim claim : gone) {
+            LockLostException loss = claim.loss;
+            claim.granted.completeExceptionally(loss);
+            claim.released.complete(false);
+            claim.lost.complete(loss);
+        }
+    }
+
+    /** Writes {@code bytes}; a failed write ends the session (after the monitor is released). */
+    private boolean write(byte[] bytes, List<Runnable> after) {
+        try {
+            connection.out.write(bytes);
+            connection.out.flush();
+            return true;
+        } catch (IOException err) {
+            after.add(() -> end(LossReason.CONNECTION, "write failed: " + err.getMessage()));
+            return false;
+        }
+    }
+
+    /** Makes sure a tick comes by the next instant the session must act. */
+    private void arm() {
+        if (ended) {
+            return;
+        }
+        long wake = Math.min(core.deadline(), core.nextPing());
+        if (claims.isEmpty()) {
+            wake = Math.min(wake, idleSince + idleNanos);
+        }
+        if (tick != null && !tick.isDone() && tickAt - wake <= 0) {
+            return;
+        }
+        if (tick != null) {
+            tick.cancel(false);
+        }
+        tickAt = wake;
+        tick = timer.at(wake, this::onTick);
+    }
+
+    private void onTick() {
+        List<Runnable> after = new ArrayList<>();
+        boolean idle = false;
+        synchronized (this) {
+            if (ended) {
+                return;
+            }
+            long now = System.nanoTime();
+            tick = null;
+            if (now - core.deadline() >= 0) {
+                after.add(() -> end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease"));
+            } else if (claims.isEmpty() && now - (idleSince + idleNanos) >= 0) {
+                // Ended here, under the monitor, so that no claim can join it meanwhile.
+                ended = true;
+                idle = true;
+            } else {
+                if (now - core.nextPing() >= 0 && write(Frames.ping(), after)) {
+                    core.pingSent(now);
+                }
+                arm();
+            }
+        }
+        if (idle) {
+            connection.close();
+            onEnd.accept(this);
+        }
+        after.forEach(Runnable::run);
+    }
+
+    private void readLoop() {
+        byte[] buffer = new byte[4096];
+        try {
+            drain();
+            while (true) {
+                int n = connection.in.read(buffer);
+                if (n < 0) {
+                    end(LossReason.CONNECTION, "the server closed the connection");
+                    return;
+                }
+                connection.decoder.feed(buffer, 0, n);
+                if (!drain()) {
+                    return;
+                }
+            }
+        } catch (IOException err) {
+            end(LossReason.CONNECTION, "connection failed: " + err.getMessage());
+        }
+    }
+
+    /** Handles every whole frame buffered; false once the session has ended. */
+    private boolean drain() {
+        while (true) {
+            List<Runnable> after = new ArrayList<>();
+            boolean more;
+            try {
+                Frame frame = connection.decoder.next();
+                if (frame == null) {
+                    return !ended();
+                }
+                more = handle(frame, after);
+            } catch (Frames.MalformedFrame | SessionCore.ProtocolViolation err) {
+                end(LossReason.PROTOCOL, "the server broke the protocol: " + err.getMessage());
+                return false;
+            }
+            after.forEach(Runnable::run);
+            if (!more) {
+                return false;
+            }
+        }
+    }
+
+    private boolean handle(Frame frame, List<Runnable> after) throws SessionCore.ProtocolViolation {
+        synchronized (this) {
+            if (ended) {
+                return false;
+            }
+            long now = System.nanoTime();
+            Event event = core.onFrame(frame, now);
+            boolean hadClaims = !claims.isEmpty();
+            V2Claim claim = claims.get(event.claim());
+            switch (event.kind()) {
+                case ENDED -> {
+                    LossReason reason = LossReason.ofErrorCode(event.code());
+                    String detail = String.format("the server ended the session (error 0x%02x: %s)",
+                            event.code(), event.reason());
+                    after.add(() -> end(reason, detail));
+                    return false;
+                }
+                case HELD -> {
+                    if (claim != null) {
+                        claim.token = event.token();
+                        if (event.release()) {
+                            if (write(Frames.release(claim.id), after)) {
+                                core.releaseSent(claim.id, now);
+                            }
+                        } else {
+                            after.add(() -> claim.granted.complete(event.token()));
+                        }
+                    }
+                }
+                case QUEUED -> {
+                    if (claim != null && event.release() && write(Frames.release(claim.id), after)) {
+                        core.releaseSent(claim.id, now);
+                    }
+                }
+                case BUSY, REFUSED -> {
+                    if (claim != null) {
+                        claims.remove(claim.id);
+                        RuntimeException why;
+                        if (event.kind() == SessionCore.Kind.BUSY) {
+                            why = Claim.BUSY;
+                        } else if (event.code() == SessionCore.TOO_MANY_CLAIMS) {
+                            full = true;
+                            why = Claim.TOO_MANY_CLAIMS;
+                        } else {
+                            why = new ServerRefusedException(String.format(
+                                    "the server refused lock \"%s\" (0x%02x): %s",
+                                    claim.name, event.code(), event.reason()), event.code());
+                        }
+                        after.add(() -> {
+                            claim.granted.completeExceptionally(why);
+                            claim.released.complete(true);
+                        });
+                    }
+                }
+                case RELEASED -> {
+                    if (claim != null) {
+                        claims.remove(claim.id);
+                        full = false;
+                        after.add(() -> claim.released.complete(true));
+                    }
+                }
+                case REVOKED -> {
+                    if (claim != null) {
+                        claims.remove(claim.id);
+                        full = false;
+                        LockLostException loss = new LockLostException(claim.name, LossReason.FORCED,
+                                String.format("revoked by an administrator (0x%02x: %s)", event.code(),
+                                        event.reason()));
+                        claim.loss = loss;
+                        after.add(() -> {
+                            claim.granted.completeExceptionally(loss);
+                            claim.released.complete(false);
+                            claim.lost.complete(loss);
+                        });
+                    }
+                }
+                default -> {
+                    // OPENED cannot come twice (the core refuses it); NOTHING is nothing.
+                }
+            }
+            if (hadClaims && claims.isEmpty()) {
+                idleSince = now;
+            }
+            arm();
+            return true;
+        }
+    }
+}

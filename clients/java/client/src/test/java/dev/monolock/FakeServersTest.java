@@ -1,0 +1,204 @@
+package dev.monolock;
+
+import static dev.monolock.TestServer.PATIENCE;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.DataInputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+
+/**
+ * What a real server does not do on demand: answer OPEN as a version 1
+ * server does (ERROR 0x10), or break the protocol.
+ */
+class FakeServersTest {
+    static final Duration LEASE = Duration.ofSeconds(5);
+
+    /**
+     * A version 1 server in front of the real one: OPEN is answered ERROR
+     * 0x10 and closed; a version 1 connection is piped to the real server,
+     * half-closes included.
+     */
+    static final class V1OnlyProxy implements AutoCloseable {
+        final ServerSocket socket;
+        final AtomicInteger opens = new AtomicInteger();
+        final AtomicInteger piped = new AtomicInteger();
+        private final String upstream;
+
+        V1OnlyProxy(String upstream) throws IOException {
+            this.upstream = upstream;
+            socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            daemon(this::accept);
+        }
+
+        String address() {
+            return "127.0.0.1:" + socket.getLocalPort();
+        }
+
+        private void accept() {
+            try {
+                while (true) {
+                    Socket client = socket.accept();
+                    daemon(() -> serve(client));
+                }
+            } catch (IOException closed) {
+                // The test is over.
+            }
+        }
+
+        private void serve(Socket client) {
+            try {
+                DataInputStream in = new DataInputStream(client.getInputStream());
+                byte[] head = new byte[2];
+                in.readFully(head);
+                if (head[1] == 0x02) {
+                    in.readFully(new byte[4]);
+                    opens.incrementAndGet();
+                    byte[] reason = "unsupported protocol version".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                    OutputStream out = client.getOutputStream();
+                    out.write(new byte[] {0x13, 0x10, (byte) reason.length});
+                    out.write(reason);
+                    out.flush();
+                    client.close();
+                    return;
+                }
+                piped.incrementAndGet();
+                String[] parts = upstream.split(":");
+                Socket server = new Socket(parts[0], Integer.parseInt(parts[1]));
+                server.getOutputStream().write(head);
+                daemon(() -> pipe(client, server));
+                pipe(server, client);
+            } catch (IOException err) {
+                // A connection of the test ended.
+            }
+        }
+
+        private static void pipe(Socket from, Socket to) {
+            byte[] buffer = new byte[4096];
+            try {
+                InputStream in = from.getInputStream();
+                OutputStream out = to.getOutputStream();
+                int n;
+                while ((n = in.read(buffer)) >= 0) {
+                    out.write(buffer, 0, n);
+                    out.flush();
+                }
+                to.shutdownOutput();
+                if (from.isOutputShutdown() || to.isInputShutdown()) {
+                    from.close();
+                    to.close();
+                }
+            } catch (IOException err) {
+                try {
+                    from.close();
+                    to.close();
+                } catch (IOException ignored) {
+                    // Already closed.
+                }
+            }
+        }
+
+        @Override
+        public void close() throws IOException {
+            socket.close();
+        }
+    }
+
+    static void daemon(Runnable task) {
+        Thread thread = new Thread(task, "fake-server");
+        thread.setDaemon(true);
+        thread.start();
+    }
+
+    @Test
+    void anOpenAnsweredWithError0x10FallsBackToV1AndIsRemembered() throws Exception {
+        try (TestServer server = TestServer.start(); V1OnlyProxy proxy = new V1OnlyProxy(server.address);
+                MonolockClient client = MonolockClient.create(proxy.address());
+                MonolockClient other = MonolockClient.create(server.address)) {
+            for (int round = 0; round < 3; round++) {
+                MonolockLock lock = client.lock("java/fallback", LEASE);
+                assertEquals(server.holderToken("java/fallback"), lock.token());
+                assertTrue(lock.release(), "a v1 release is confirmed by the server's EOF");
+                other.tryLock("java/fallback", LEASE).orElseThrow().close();
+            }
+            assertEquals(1, proxy.opens.get(), "the address is remembered as version 1");
+            assertEquals(3, proxy.piped.get());
+        }
+    }
+
+    /** A server that grants, then sends a frame nothing asked for. */
+    static final class RudeServer implements AutoCloseable {
+        final ServerSocket socket;
+
+        RudeServer(boolean v2) throws IOException {
+            socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            daemon(() -> {
+                try (Socket client = socket.accept()) {
+                    DataInputStream in = new DataInputStream(client.getInputStream());
+                    OutputStream out = client.getOutputStream();
+                    byte[] token = {0, 6, (byte) 0xb4, (byte) 0x9d, 0x20, 0, 0, 0};
+                    if (v2) {
+                        in.readFully(new byte[6]);
+                        out.write(FramesTest.hex("30 00 00 00 00 00 00 00 01 00 00 04 00"));
+                        byte[] head = new byte[7];
+                        in.readFully(head);
+                        in.readFully(new byte[head[6] & 0xff]);
+                        out.write(new byte[] {0x31, head[1], head[2], head[3], head[4]});
+                        out.write(token);
+                        out.write(0x35);
+                    } else {
+                        byte[] head = new byte[8];
+                        in.readFully(head);
+                        in.readFully(new byte[((head[6] & 0xff) << 8) | (head[7] & 0xff)]);
+                        out.write(0x12);
+                        out.write(token);
+                        out.write(0x12);
+                        out.write(token);
+                    }
+                    out.flush();
+                    in.read();
+                } catch (IOException err) {
+                    // The client closed, as it must.
+                }
+            });
+        }
+
+        String address() {
+            return "127.0.0.1:" + socket.getLocalPort();
+        }
+
+        @Override
+        public void close() throws IOException {
+            socket.close();
+        }
+    }
+
+    @Test
+    void anUnsolicitedReplyIsAProtocolLossInV2() throws Exception {
+        try (RudeServer rude = new RudeServer(true); MonolockClient client = MonolockClient.create(rude.address())) {
+            MonolockLock lock = client.lock("rude", LEASE);
+            LockLostException loss = lock.lost().get(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+            assertEquals(LossReason.PROTOCOL, loss.reason());
+            assertTrue(loss.getMessage().startsWith("lock \"rude\" lost (protocol): "), loss.getMessage());
+        }
+    }
+
+    @Test
+    void anUnsolicitedAcquiredIsAProtocolLossInV1() throws Exception {
+        try (RudeServer rude = new RudeServer(false);
+                MonolockClient client = MonolockClient.builder(rude.address()).forceV1().build()) {
+            MonolockLock lock = client.lock("rude", LEASE);
+            LockLostException loss = lock.lost().get(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+            assertEquals(LossReason.PROTOCOL, loss.reason());
+        }
+    }
+}
