@@ -44,6 +44,8 @@ enum Heal {
     Restart {
         machine: bool,
     },
+    /// Have a version 2 host place one more claim.
+    Poke(usize),
 }
 
 pub(crate) struct Nemesis {
@@ -68,6 +70,8 @@ pub(crate) struct Nemesis {
     /// most faults out explores the rest more deeply).
     menu: Vec<(&'static str, u32)>,
     counts: BTreeMap<&'static str, u64>,
+    /// The first version 2 host, when they run (hosts from it on).
+    v2_from: Option<usize>,
 }
 
 /// Every fault, by name.
@@ -139,8 +143,9 @@ impl Nemesis {
         base_latency: Duration,
         rate: f64,
         faults: Option<&[&'static str]>,
-        v2: bool,
+        v2_from: Option<usize>,
     ) -> Self {
+        let v2 = v2_from.is_some();
         let clients = hosts.len();
         let ips = hosts.iter().map(|host| sim.lookup(host.as_str())).collect();
         let mut rng = rng;
@@ -177,6 +182,7 @@ impl Nemesis {
             server_down: false,
             uplink_stall_until: Duration::ZERO,
             counts: BTreeMap::new(),
+            v2_from,
         }
     }
 
@@ -268,6 +274,10 @@ impl Nemesis {
                 self.gates[c].resume();
                 self.paused[c] = false;
                 note(format!("c{c} resumes"));
+            }
+            Heal::Poke(c) => {
+                lab.lock().poke(c);
+                note(format!("c{c} asked to place one more claim"));
             }
             Heal::Restart { machine } => {
                 sim.bounce(SERVER_HOST);
@@ -474,6 +484,19 @@ impl Nemesis {
         if now < self.uplink_stall_until {
             return None;
         }
+        // With version 2 hosts, their sessions first: several claims share
+        // one, so more than the heartbeat may be in flight at the push.
+        let heads = match self.v2_from {
+            Some(first) => {
+                let v2: Vec<_> = heads
+                    .iter()
+                    .filter(|(_, peer, _)| self.client_of(*peer).is_some_and(|c| c >= first))
+                    .cloned()
+                    .collect();
+                if v2.is_empty() { heads } else { v2 }
+            }
+            None => heads,
+        };
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
         let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Client, true);
@@ -489,6 +512,14 @@ impl Nemesis {
         let order_at = now + lease.mul_f64(self.rng.random_range(0.3..0.6));
         self.heals
             .push((order_at, Heal::Order(Admin::ForceRelease(lock.clone()))));
+        // A version 2 session places one more claim just before: its
+        // ACQUIRE is the latest frame in flight when the push arrives.
+        if let Some(c) = self.client_of(peer)
+            && self.v2_from.is_some_and(|first| c >= first)
+        {
+            let poke_at = order_at.saturating_sub(Duration::from_millis(10));
+            self.heals.push((poke_at, Heal::Poke(c)));
+        }
         // Once the push has arrived, the way back stalls too (a partition in
         // both directions): the session's end does not reach the client.
         let both_at = order_at + ms(&mut self.rng, 20, 100);
