@@ -75,23 +75,24 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
         "c{} v2 host: {claims} claims, lease {lease:?}",
         plan.id
     ));
-    let tasks: Vec<_> = (0..claims)
-        .map(|slot| {
-            let seed = rng.random();
-            tokio::task::spawn_local(claim_loop(
-                plan.clone(),
-                slot,
-                seed,
-                client.clone(),
-                lease,
-                slots.clone(),
-                lab.clone(),
-            ))
-        })
-        .collect();
-    for task in tasks {
-        let _ = task.await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for slot in 0..claims {
+        let seed = rng.random();
+        tasks.spawn_local(claim_loop(
+            plan.clone(),
+            slot,
+            seed,
+            client.clone(),
+            lease,
+            slots.clone(),
+            lab.clone(),
+        ));
     }
+    // Once the faults stop, the first claim granted and given up again
+    // ends the host (its other claims are dropped: RELEASEs).
+    let _ = tasks.join_next().await;
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
     probe.abort();
     lab.lock().checker.client_done(plan.id);
     lab.trace(format_args!("c{} done", plan.id));
@@ -210,7 +211,8 @@ async fn hold(
     if slots.borrow().iter().filter(|s| s.belief.is_some()).count() > 1 {
         lab.lock().count_v2("several claims held on one host");
     }
-    let hold_for = if rng.random_bool(0.3) {
+    let healed = now() >= plan.heal_at;
+    let hold_for = if !healed && rng.random_bool(0.3) {
         lease.mul_f64(rng.random_range(1.0..4.0))
     } else {
         Duration::from_millis(rng.random_range(0..=plan.max_hold.as_millis() as u64))
