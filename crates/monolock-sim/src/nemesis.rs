@@ -87,22 +87,28 @@ pub const FAULTS: [&str; 16] = {
 
 /// The faults aimed at the protocol's timing boundaries, with the pauses
 /// and one-way holds that bring clients near them.
-pub const BOUNDARY_FAULTS: [&str; 5] = [
+/// (With version 2 hosts, their own stalled uplink too.)
+pub const BOUNDARY_FAULTS: [&str; 6] = [
     "pause",
     "hold-one-way",
     "stall-queue-head",
     "delay-replies-then-cut",
     "stall-queue-head-uplink",
+    "stall-v2-session-uplink",
 ];
 
 /// The faults that only version 2 sessions meet, drawn (all of them) when
 /// version 2 hosts run.
-pub const V2_FAULTS: [&str; 1] = [V2_MENU[0].0];
+pub const V2_FAULTS: [&str; 2] = [V2_MENU[0].0, V2_MENU[1].0];
 
 /// Version 2 faults by name, as weights: a force-release through the
 /// server handle of one held claim of a session with several claims in
-/// use (the others must live on).
-const V2_MENU: [(&str, u32); 1] = [("revoke-one-claim", 4)];
+/// use (the others must live on); and "stall-queue-head-uplink" aimed at
+/// a version 2 session, whatever the seed's half of the menu: its writes
+/// stall while one of its claims is first in a queue, it places one more
+/// claim, and the holder is force-released, so that a GRANTED arrives
+/// with several frames in flight (a push confirms none of them).
+const V2_MENU: [(&str, u32); 2] = [("revoke-one-claim", 4), ("stall-v2-session-uplink", 3)];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
@@ -368,7 +374,8 @@ impl Nemesis {
             }
             "stall-queue-head" => self.stall_queue_head(now),
             "delay-replies-then-cut" => self.delay_replies_then_cut(now),
-            "stall-queue-head-uplink" => self.stall_queue_head_uplink(now),
+            "stall-queue-head-uplink" => self.stall_queue_head_uplink(now, false),
+            "stall-v2-session-uplink" => self.stall_queue_head_uplink(now, true),
             "crash-process" | "crash-machine" if !self.server_down => {
                 let machine = fault == "crash-machine";
                 if machine {
@@ -476,7 +483,7 @@ impl Nemesis {
     /// Stalls what a queue head sends (its heartbeat stays in flight), then
     /// has the holder force-released: the push that follows must not count
     /// as the reply to that heartbeat.
-    fn stall_queue_head_uplink(&mut self, now: Duration) -> Option<String> {
+    fn stall_queue_head_uplink(&mut self, now: Duration, v2_only: bool) -> Option<String> {
         let heads = self.lab.lock().checker.queue_heads();
         if heads.is_empty() || self.server_down {
             return None;
@@ -493,10 +500,17 @@ impl Nemesis {
                     .filter(|(_, peer, _)| self.client_of(*peer).is_some_and(|c| c >= first))
                     .cloned()
                     .collect();
-                if v2.is_empty() { heads } else { v2 }
+                if v2.is_empty() && !v2_only {
+                    heads
+                } else {
+                    v2
+                }
             }
             None => heads,
         };
+        if heads.is_empty() {
+            return None;
+        }
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
         let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Client, true);
