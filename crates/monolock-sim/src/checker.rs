@@ -528,15 +528,14 @@ mod tests {
     }
 
     #[test]
-    fn released_read_while_the_server_still_holds_or_queues_the_claim_is_a_violation() {
-        let lease = Duration::from_secs(1);
+    fn released_read_while_the_server_still_holds_the_claim_is_a_violation() {
         let session = SocketAddr::from(([10, 0, 0, 1], 9));
         let at = Duration::from_millis(5);
         // Still held under the claim's token.
         let mut checker = Checker::new(1);
         checker.server_started(1);
         grant(&mut checker, "a", 9, 10);
-        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        checker.released_read(at, 0, 1, "a", 10);
         assert!(
             checker
                 .violation()
@@ -548,18 +547,8 @@ mod tests {
         grant(&mut checker, "a", 9, 10);
         checker.released("a", session, 10);
         grant(&mut checker, "a", 2, 11);
-        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        checker.released_read(at, 0, 1, "a", 10);
         assert_eq!(checker.violation(), None);
-        // Still queued, unless another claim of the session names the lock.
-        checker.joined("a", session, 3, lease);
-        checker.released_read(at, 0, session, 2, "a", None, true);
-        assert_eq!(checker.violation(), None);
-        checker.released_read(at, 0, session, 2, "a", None, false);
-        assert!(
-            checker
-                .violation()
-                .is_some_and(|v| v.what.contains("still queues it for a"))
-        );
     }
 
     #[test]
