@@ -191,10 +191,10 @@ mod v2;
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
 pub use error::{Error, LossReason, ProtocolViolation};
-pub use guard::{Enqueued, LockGuard, Waiter};
 #[cfg(feature = "mutations")]
 #[doc(hidden)]
 pub use guard::BeliefProbe;
+pub use guard::{Enqueued, LockGuard, Waiter};
 pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
 pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_FOR, RetryPolicy};
 /// The rustls this crate was built with, for [`TlsConnector::from_config`]

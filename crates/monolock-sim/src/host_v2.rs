@@ -121,8 +121,7 @@ async fn claim_loop(
                 .locks
                 .iter()
                 .filter(|lock| {
-                    plan.same_lock_claims
-                        || !slots.iter().any(|s| s.lock.as_ref() == Some(*lock))
+                    plan.same_lock_claims || !slots.iter().any(|s| s.lock.as_ref() == Some(*lock))
                 })
                 .collect();
             if free.is_empty() {
@@ -181,7 +180,9 @@ async fn claim_loop(
                 done = healed;
             }
             Some(Err(err)) => {
-                lab.trace(format_args!("c{id} claim {slot} fails to get {lock}: {err}"));
+                lab.trace(format_args!(
+                    "c{id} claim {slot} fails to get {lock}: {err}"
+                ));
                 let backoff = rng.random_range(5..200);
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
             }
@@ -222,7 +223,10 @@ async fn hold(
         reason = guard.lost() => Some(reason),
     };
     if let Some(reason) = lost {
-        lab.trace(format_args!("c{id} claim {slot} lost {}: {reason}", guard.name()));
+        lab.trace(format_args!(
+            "c{id} claim {slot} lost {}: {reason}",
+            guard.name()
+        ));
         let event = match &reason {
             LossReason::Server { code, .. } if *code == ErrorCode::CLOSED_BY_ADMIN => "REVOKED",
             LossReason::HeartbeatTimeout { .. } => "session deadline passed with a claim held",
@@ -255,7 +259,13 @@ async fn hold(
 /// Reads every claim's belief every millisecond and reports them; places
 /// one more claim when the nemesis asks (a frame in flight at a chosen
 /// instant).
-async fn probe(plan: Plan, client: Client<SimConnector>, lease: Duration, slots: Slots, lab: SharedLab) {
+async fn probe(
+    plan: Plan,
+    client: Client<SimConnector>,
+    lease: Duration,
+    slots: Slots,
+    lab: SharedLab,
+) {
     let id = plan.id;
     let mut tick = tokio::time::interval(PROBE_EVERY);
     loop {

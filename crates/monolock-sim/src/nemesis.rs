@@ -500,11 +500,7 @@ impl Nemesis {
                     .filter(|(_, peer, _)| self.client_of(*peer).is_some_and(|c| c >= first))
                     .cloned()
                     .collect();
-                if v2.is_empty() && !v2_only {
-                    heads
-                } else {
-                    v2
-                }
+                if v2.is_empty() && !v2_only { heads } else { v2 }
             }
             None => heads,
         };
