@@ -183,6 +183,9 @@ impl Exchange {
 pub(crate) enum Planted {
     PushConfirmsHeartbeat,
     DeadlineFromReceive,
+    V2GrantedConfirmsSession,
+    V2BeliefPastDeadline,
+    V2BeliefUntilReleased,
 }
 
 /// Whether the simulation planted `mistake` on this thread; always false
@@ -195,6 +198,9 @@ pub(crate) fn planted(mistake: Planted) -> bool {
         active(match mistake {
             Planted::PushConfirmsHeartbeat => Mutation::PushConfirmsHeartbeat,
             Planted::DeadlineFromReceive => Mutation::DeadlineFromReceive,
+            Planted::V2GrantedConfirmsSession => Mutation::V2GrantedConfirmsSession,
+            Planted::V2BeliefPastDeadline => Mutation::V2BeliefPastDeadline,
+            Planted::V2BeliefUntilReleased => Mutation::V2BeliefUntilReleased,
         })
     }
     #[cfg(not(feature = "mutations"))]

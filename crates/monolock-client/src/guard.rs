@@ -182,6 +182,33 @@ impl LockGuard {
     }
 }
 
+/// What the owner of a claim may believe, read apart from its guard, so
+/// that the simulation (`monolock-sim`) can watch a belief while the guard
+/// is being released. Not part of the client's interface.
+#[cfg(feature = "mutations")]
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub struct BeliefProbe(Arc<Shared>);
+
+#[cfg(feature = "mutations")]
+impl BeliefProbe {
+    /// The token the owner may believe it holds the lock under now: none
+    /// once the claim is lost, past its deadline, or its RELEASE written
+    /// (version 2).
+    pub fn believed(&self) -> Option<u64> {
+        self.0.believed()
+    }
+}
+
+#[cfg(feature = "mutations")]
+impl LockGuard {
+    /// A probe of this claim's belief that outlives the guard.
+    #[doc(hidden)]
+    pub fn belief_probe(&self) -> BeliefProbe {
+        BeliefProbe(self.shared().clone())
+    }
+}
+
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")

@@ -192,6 +192,9 @@ mod v2;
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
 pub use error::{Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ProtocolViolation, WrongPeer};
+#[cfg(feature = "mutations")]
+#[doc(hidden)]
+pub use guard::BeliefProbe;
 pub use guard::{Enqueued, LockGuard, Waiter};
 pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
 pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_FOR, RetryPolicy};

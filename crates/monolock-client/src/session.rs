@@ -10,7 +10,7 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::Duration,
 };
@@ -120,6 +120,9 @@ pub(crate) struct Shared {
     /// Version 1: the connection is the claim, so any loss closes it.
     closes_on_loss: bool,
     lease: Duration,
+    /// Version 2: its RELEASE was written, so the owner's belief is over
+    /// (docs/protocol.md: a belief ends when RELEASE is sent).
+    release_written: AtomicBool,
 }
 
 impl Shared {
@@ -138,6 +141,22 @@ impl Shared {
             socket,
             closes_on_loss,
             lease,
+            release_written: AtomicBool::new(false),
+        }
+    }
+
+    /// The claim's RELEASE was written: nobody may believe in it from now.
+    pub(crate) fn mark_release_written(&self) {
+        self.release_written.store(true, Ordering::Release);
+    }
+
+    /// Whether the owner may believe it holds the lock now: held, its
+    /// deadline not passed, and no RELEASE written.
+    #[cfg(feature = "mutations")]
+    pub(crate) fn believed(&self) -> Option<u64> {
+        match self.status() {
+            Status::Held(token) if !self.release_written.load(Ordering::Acquire) => Some(token),
+            _ => None,
         }
     }
 

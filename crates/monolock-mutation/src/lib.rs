@@ -16,7 +16,7 @@
 
 /// One reintroduced mistake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
+#[repr(u16)]
 pub enum Mutation {
     /// The client takes a pushed ACQUIRED as the reply to its heartbeat in
     /// flight, and moves its deadline to that heartbeat's send instant.
@@ -40,17 +40,30 @@ pub enum Mutation {
     /// holder's lease would have run out (the client whose reader stalls
     /// still counts on its grant until its own deadline).
     HandOnAtIoTimeout = 32,
+    /// A version 2 client takes a pushed GRANTED as confirming its
+    /// session: `S` moves to the send instant of the latest frame sent,
+    /// answered or not.
+    V2GrantedConfirmsSession = 64,
+    /// A version 2 client believes its claims past the session's deadline,
+    /// until it sees the connection end.
+    V2BeliefPastDeadline = 128,
+    /// A version 2 client believes a claim until RELEASED arrives, not
+    /// only until its RELEASE is written.
+    V2BeliefUntilReleased = 256,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 9] = [
         Self::PushConfirmsHeartbeat,
         Self::DeadlineFromReceive,
         Self::PromoteExpiredWaiter,
         Self::V2ReleasedBeforeTable,
         Self::V2PromoteEndingSession,
         Self::HandOnAtIoTimeout,
+        Self::V2GrantedConfirmsSession,
+        Self::V2BeliefPastDeadline,
+        Self::V2BeliefUntilReleased,
     ];
 
     /// Its name on a command line.
@@ -62,23 +75,26 @@ impl Mutation {
             Self::V2ReleasedBeforeTable => "v2-released-before-table",
             Self::V2PromoteEndingSession => "v2-promote-ending-session",
             Self::HandOnAtIoTimeout => "hand-on-at-io-timeout",
+            Self::V2GrantedConfirmsSession => "v2-granted-confirms-session",
+            Self::V2BeliefPastDeadline => "v2-belief-past-deadline",
+            Self::V2BeliefUntilReleased => "v2-belief-until-released",
         }
     }
 }
 
 thread_local! {
-    static ACTIVE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+    static ACTIVE: std::cell::Cell<u16> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether `mutation` is switched on for this thread.
 #[inline(always)]
 pub fn active(mutation: Mutation) -> bool {
-    ACTIVE.with(|active| active.get() & mutation as u8 != 0)
+    ACTIVE.with(|active| active.get() & mutation as u16 != 0)
 }
 
 /// Switches exactly `mutations` on for this thread (none: the normal code).
 pub fn set(mutations: &[Mutation]) {
-    let bits = mutations.iter().fold(0, |bits, m| bits | *m as u8);
+    let bits = mutations.iter().fold(0, |bits, m| bits | *m as u16);
     ACTIVE.with(|active| active.set(bits));
 }
 

@@ -16,8 +16,8 @@
 //! is never granted once it has been silent for its whole lease.
 //!
 //! Version 2 adds two rules of docs/protocol.md that a client sees: a
-//! RELEASED means released (when a client reads it, the server neither
-//! holds the claim's token nor queues the claim), and claims die with
+//! RELEASED means released (when a client reads it, the server no longer
+//! holds the claim's token), and claims die with
 //! their session (no grant to a connection once the server has read its
 //! end).
 
@@ -342,37 +342,20 @@ impl Checker {
         self.ended.insert(peer);
     }
 
-    /// Version 2 client `client`, connected from `peer`, read RELEASED for
-    /// `claim` on `lock`, which it held under `token` (none: it was
-    /// waiting). `lock_in_use`: another claim of the session names the
-    /// same lock, so a waiter of that session on it may be that other one.
-    #[allow(clippy::too_many_arguments)]
+    /// Version 2 client `client` read RELEASED for `claim` on `lock`,
+    /// which it held under `token`: the server must no longer hold that
+    /// token (docs/protocol.md, "Claims": RELEASED means released).
     pub(crate) fn released_read(
         &mut self,
         at: Duration,
         client: usize,
-        peer: SocketAddr,
         claim: u32,
         lock: &str,
-        token: Option<u64>,
-        lock_in_use: bool,
+        token: u64,
     ) {
-        if let Some(token) = token
-            && self.holders.get(lock) == Some(&token)
-        {
+        if self.holders.get(lock) == Some(&token) {
             let what = format!(
                 "c{client} claim {claim} read RELEASED while the server still holds {lock} under its token {token}"
-            );
-            self.fail(at, what);
-            return;
-        }
-        let queued = self
-            .queues
-            .get(lock)
-            .is_some_and(|queue| queue.iter().any(|(waiter, _, _)| *waiter == peer));
-        if queued && !lock_in_use {
-            let what = format!(
-                "c{client} claim {claim} read RELEASED while the server still queues it for {lock}"
             );
             self.fail(at, what);
         }
@@ -545,15 +528,14 @@ mod tests {
     }
 
     #[test]
-    fn released_read_while_the_server_still_holds_or_queues_the_claim_is_a_violation() {
-        let lease = Duration::from_secs(1);
+    fn released_read_while_the_server_still_holds_the_claim_is_a_violation() {
         let session = SocketAddr::from(([10, 0, 0, 1], 9));
         let at = Duration::from_millis(5);
         // Still held under the claim's token.
         let mut checker = Checker::new(1);
         checker.server_started(1);
         grant(&mut checker, "a", 9, 10);
-        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        checker.released_read(at, 0, 1, "a", 10);
         assert!(
             checker
                 .violation()
@@ -565,18 +547,8 @@ mod tests {
         grant(&mut checker, "a", 9, 10);
         checker.released("a", session, 10);
         grant(&mut checker, "a", 2, 11);
-        checker.released_read(at, 0, session, 1, "a", Some(10), false);
+        checker.released_read(at, 0, 1, "a", 10);
         assert_eq!(checker.violation(), None);
-        // Still queued, unless another claim of the session names the lock.
-        checker.joined("a", session, 3, lease);
-        checker.released_read(at, 0, session, 2, "a", None, true);
-        assert_eq!(checker.violation(), None);
-        checker.released_read(at, 0, session, 2, "a", None, false);
-        assert!(
-            checker
-                .violation()
-                .is_some_and(|v| v.what.contains("still queues it for a"))
-        );
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
             lab: lab.clone(),
         })
         .with_connect_timeout(Duration::from_millis(500))
-        // These hosts are the version 1 clients; v2 hosts are `client_v2.rs`.
+        // These hosts are the version 1 clients; v2 hosts are `host_v2.rs`.
         .with_protocol(Protocol::V1);
     let mut rng = SmallRng::seed_from_u64(plan.seed);
     let id = plan.id;

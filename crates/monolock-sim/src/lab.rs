@@ -7,7 +7,7 @@
 //! into the server or the client (the server's observer takes it too).
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
     net::SocketAddr,
     sync::{Arc, Mutex, MutexGuard, PoisonError},
@@ -41,6 +41,8 @@ pub(crate) struct Lab {
     incarnation: u32,
     /// Version 2 events of the run, by name (each must happen in CI).
     v2_events: BTreeMap<&'static str, u64>,
+    /// Version 2 hosts asked by the nemesis to write one more ACQUIRE now.
+    pokes: BTreeSet<usize>,
 }
 
 /// The lab, shared.
@@ -57,6 +59,7 @@ impl SharedLab {
             admin: None,
             incarnation: 0,
             v2_events: BTreeMap::new(),
+            pokes: BTreeSet::new(),
         })))
     }
 
@@ -144,5 +147,15 @@ impl Lab {
 
     pub(crate) fn v2_events(&self) -> BTreeMap<&'static str, u64> {
         self.v2_events.clone()
+    }
+
+    /// Asks version 2 host `client` to place one more claim now.
+    pub(crate) fn poke(&mut self, client: usize) {
+        self.pokes.insert(client);
+    }
+
+    /// Whether the nemesis asked `client` to place one more claim.
+    pub(crate) fn take_poke(&mut self, client: usize) -> bool {
+        self.pokes.remove(&client)
     }
 }

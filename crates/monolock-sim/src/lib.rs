@@ -13,14 +13,15 @@
 //! is granted; and once the faults stop, every client is granted again
 //! (liveness).
 //!
-//! With [`Options::v2`], protocol version 2 hosts run beside the version 1
-//! clients on the same locks: the simulation's own v2 client (`v2.rs`, a
-//! sans-I/O session with several claims; the Rust client library speaks
-//! version 1 only), driven by `client_v2.rs`. Its beliefs are checked like
-//! every other, claim by claim, and [`V2Mistake`]s plant known client
-//! errors for the CI tests to find; the server's planted v2 mistakes
+//! With [`Options::v2`], 2 or 3 version 2 hosts run beside the version 1
+//! clients on the same locks: the same real client on its default
+//! protocol, several claims at once sharing its sessions (`host_v2.rs`).
+//! Their beliefs are checked like every other, claim by claim. The v2
+//! client mistakes ([`Mutation::V2GrantedConfirmsSession`],
+//! [`Mutation::V2BeliefPastDeadline`], [`Mutation::V2BeliefUntilReleased`])
+//! are planted inside that client, and the server's
 //! ([`Mutation::V2ReleasedBeforeTable`], [`Mutation::V2PromoteEndingSession`])
-//! are switched on through [`Options::mutations`] like the others.
+//! inside the server, all switched on through [`Options::mutations`].
 //!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
@@ -34,12 +35,11 @@
 
 mod checker;
 mod client;
-mod client_v2;
+mod host_v2;
 mod lab;
 mod nemesis;
 mod server;
 mod stream;
-mod v2;
 
 use std::{
     collections::BTreeMap,
@@ -50,7 +50,6 @@ pub use checker::{Tally, Violation};
 pub use monolock_mutation::Mutation;
 pub use nemesis::{BOUNDARY_FAULTS, FAULTS, V2_FAULTS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
-pub use v2::Mistake as V2Mistake;
 
 use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
 
@@ -81,15 +80,14 @@ pub struct Options {
     /// The faults to draw from, by name; `None`: a random half of
     /// [`FAULTS`] per seed (swarm testing), and [`V2_FAULTS`] when `v2`.
     pub faults: Option<Vec<&'static str>>,
-    /// Add 2 or 3 protocol version 2 hosts (the simulation's own v2
-    /// client, several claims per session) beside the version 1 clients,
-    /// on the same locks. Off: the version 1 run of the seed, unchanged.
+    /// Add 2 or 3 protocol version 2 hosts (the real client on its
+    /// default protocol, several claims per session) beside the version 1
+    /// clients, on the same locks. Off: the version 1 run of the seed,
+    /// unchanged.
     pub v2: bool,
-    /// Known mistakes of the v2 client to switch on (none: as documented).
-    pub v2_mistakes: Vec<V2Mistake>,
-    /// Let a v2 claim name a lock that another claim of its session holds
-    /// or waits for, so that sessions hold and queue on one lock (on by
-    /// default). Off: the workload the v2 client mistakes were pinned on.
+    /// Let a v2 claim name a lock that another claim of its host holds or
+    /// waits for, so that sessions hold and queue on one lock (on by
+    /// default).
     pub same_lock_claims: bool,
 }
 
@@ -102,7 +100,6 @@ impl Default for Options {
             until: None,
             faults: None,
             v2: false,
-            v2_mistakes: Vec::new(),
             same_lock_claims: true,
         }
     }
@@ -159,8 +156,7 @@ fn replay_command(seed: u64, options: &Options) -> String {
             command.push_str(" --no-same-lock-claims");
         }
     }
-    let names = options.mutations.iter().map(|m| m.as_str());
-    for name in names.chain(options.v2_mistakes.iter().map(|m| m.as_str())) {
+    for name in options.mutations.iter().map(|m| m.as_str()) {
         command.push_str(" --mutation ");
         command.push_str(name);
     }
@@ -245,18 +241,17 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     for id in clients..clients + v2_hosts {
         let host = format!("c{id}");
         let gate = Gate::default();
-        let plan = client_v2::Plan {
+        let plan = host_v2::Plan {
             id,
             seed: v2_rng.random(),
             locks: locks.clone(),
             heal_at,
             max_hold,
-            mistakes: options.v2_mistakes.clone(),
             same_lock_claims: options.same_lock_claims,
         };
         sim.client(
             host.as_str(),
-            client_v2::process(plan, lab.clone(), gate.clone()),
+            host_v2::process(plan, lab.clone(), gate.clone()),
         );
         hosts.push(host);
         gates.push(gate);
@@ -271,7 +266,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         base_latency,
         rate,
         options.faults.as_deref(),
-        options.v2,
+        options.v2.then_some(clients),
     );
 
     let mut healed = false;

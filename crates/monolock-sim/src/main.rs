@@ -15,7 +15,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use monolock_sim::{BOUNDARY_FAULTS, FAULTS, Mutation, Options, V2_FAULTS, V2Mistake, run};
+use monolock_sim::{BOUNDARY_FAULTS, FAULTS, Mutation, Options, V2_FAULTS, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,16 +38,16 @@ struct Args {
     /// Switch a known mistake on: push-confirms-heartbeat,
     /// deadline-from-receive, promote-expired-waiter; with --v2 also the
     /// server's v2-released-before-table, v2-promote-ending-session and
-    /// the v2 client's v2-granted-confirms-session, v2-belief-past-deadline,
+    /// the client's v2-granted-confirms-session, v2-belief-past-deadline,
     /// v2-belief-until-released (repeatable).
     #[arg(long, value_parser = parse_mutation)]
-    mutation: Vec<Known>,
+    mutation: Vec<Mutation>,
     /// Run 2 or 3 protocol version 2 hosts (several claims per session)
     /// beside the version 1 clients, on the same locks.
     #[arg(long)]
     v2: bool,
-    /// With --v2: never let a claim name a lock another claim of its
-    /// session uses (the workload the v2 client mistakes were pinned on).
+    /// With --v2: never let a claim name a lock another claim of its host
+    /// uses.
     #[arg(long)]
     no_same_lock_claims: bool,
     /// Draw faults only from these (comma-separated names; "boundary" for
@@ -63,30 +63,14 @@ struct Args {
     keep_going: bool,
 }
 
-/// A known mistake: of the shipped code, or of the simulation's v2 client.
-#[derive(Clone, Copy, Debug)]
-enum Known {
-    Shipped(Mutation),
-    V2(V2Mistake),
-}
-
-fn parse_mutation(text: &str) -> Result<Known, String> {
-    let shipped = Mutation::ALL
+fn parse_mutation(text: &str) -> Result<Mutation, String> {
+    Mutation::ALL
         .into_iter()
         .find(|m| m.as_str() == text)
-        .map(Known::Shipped);
-    let v2 = V2Mistake::ALL
-        .into_iter()
-        .find(|m| m.as_str() == text)
-        .map(Known::V2);
-    shipped.or(v2).ok_or_else(|| {
-        let known: Vec<&str> = Mutation::ALL
-            .iter()
-            .map(|m| m.as_str())
-            .chain(V2Mistake::ALL.iter().map(|m| m.as_str()))
-            .collect();
-        format!("unknown mutation {text:?}; known: {}", known.join(", "))
-    })
+        .ok_or_else(|| {
+            let known: Vec<&str> = Mutation::ALL.iter().map(|m| m.as_str()).collect();
+            format!("unknown mutation {text:?}; known: {}", known.join(", "))
+        })
 }
 
 fn parse_fault(text: &str) -> Result<String, String> {
@@ -113,18 +97,9 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    let mut mutations = Vec::new();
-    let mut v2_mistakes = Vec::new();
-    for known in &args.mutation {
-        match known {
-            Known::Shipped(m) => mutations.push(*m),
-            Known::V2(m) => v2_mistakes.push(*m),
-        }
-    }
-    let v2_server_mistake = mutations
-        .iter()
-        .any(|m: &Mutation| m.as_str().starts_with("v2-"));
-    if (!v2_mistakes.is_empty() || v2_server_mistake) && !args.v2 {
+    let mutations = args.mutation.clone();
+    let v2_mistake = mutations.iter().any(|m| m.as_str().starts_with("v2-"));
+    if v2_mistake && !args.v2 {
         eprintln!(
             "monolock-sim: a v2 mutation needs v2 hosts; add --v2 to run them beside the v1 clients"
         );
@@ -134,7 +109,6 @@ fn main() -> ExitCode {
         faulty: Duration::from_secs(args.faulty_seconds),
         mutations,
         v2: args.v2,
-        v2_mistakes,
         same_lock_claims: !args.no_same_lock_claims,
         faults: args.faults.as_ref().map(|names| {
             names

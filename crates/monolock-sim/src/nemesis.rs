@@ -44,6 +44,8 @@ enum Heal {
     Restart {
         machine: bool,
     },
+    /// Have a version 2 host place one more claim.
+    Poke(usize),
 }
 
 pub(crate) struct Nemesis {
@@ -68,6 +70,8 @@ pub(crate) struct Nemesis {
     /// most faults out explores the rest more deeply).
     menu: Vec<(&'static str, u32)>,
     counts: BTreeMap<&'static str, u64>,
+    /// The first version 2 host, when they run (hosts from it on).
+    v2_from: Option<usize>,
 }
 
 /// Every fault, by name.
@@ -83,22 +87,28 @@ pub const FAULTS: [&str; 16] = {
 
 /// The faults aimed at the protocol's timing boundaries, with the pauses
 /// and one-way holds that bring clients near them.
-pub const BOUNDARY_FAULTS: [&str; 5] = [
+/// (With version 2 hosts, their own stalled uplink too.)
+pub const BOUNDARY_FAULTS: [&str; 6] = [
     "pause",
     "hold-one-way",
     "stall-queue-head",
     "delay-replies-then-cut",
     "stall-queue-head-uplink",
+    "stall-v2-session-uplink",
 ];
 
 /// The faults that only version 2 sessions meet, drawn (all of them) when
 /// version 2 hosts run.
-pub const V2_FAULTS: [&str; 1] = [V2_MENU[0].0];
+pub const V2_FAULTS: [&str; 2] = [V2_MENU[0].0, V2_MENU[1].0];
 
 /// Version 2 faults by name, as weights: a force-release through the
 /// server handle of one held claim of a session with several claims in
-/// use (the others must live on).
-const V2_MENU: [(&str, u32); 1] = [("revoke-one-claim", 4)];
+/// use (the others must live on); and "stall-queue-head-uplink" aimed at
+/// a version 2 session, whatever the seed's half of the menu: its writes
+/// stall while one of its claims is first in a queue, it places one more
+/// claim, and the holder is force-released, so that a GRANTED arrives
+/// with several frames in flight (a push confirms none of them).
+const V2_MENU: [(&str, u32); 2] = [("revoke-one-claim", 4), ("stall-v2-session-uplink", 3)];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
@@ -139,8 +149,9 @@ impl Nemesis {
         base_latency: Duration,
         rate: f64,
         faults: Option<&[&'static str]>,
-        v2: bool,
+        v2_from: Option<usize>,
     ) -> Self {
+        let v2 = v2_from.is_some();
         let clients = hosts.len();
         let ips = hosts.iter().map(|host| sim.lookup(host.as_str())).collect();
         let mut rng = rng;
@@ -177,6 +188,7 @@ impl Nemesis {
             server_down: false,
             uplink_stall_until: Duration::ZERO,
             counts: BTreeMap::new(),
+            v2_from,
         }
     }
 
@@ -269,6 +281,10 @@ impl Nemesis {
                 self.paused[c] = false;
                 note(format!("c{c} resumes"));
             }
+            Heal::Poke(c) => {
+                lab.lock().poke(c);
+                note(format!("c{c} asked to place one more claim"));
+            }
             Heal::Restart { machine } => {
                 sim.bounce(SERVER_HOST);
                 if machine {
@@ -358,7 +374,8 @@ impl Nemesis {
             }
             "stall-queue-head" => self.stall_queue_head(now),
             "delay-replies-then-cut" => self.delay_replies_then_cut(now),
-            "stall-queue-head-uplink" => self.stall_queue_head_uplink(now),
+            "stall-queue-head-uplink" => self.stall_queue_head_uplink(now, false),
+            "stall-v2-session-uplink" => self.stall_queue_head_uplink(now, true),
             "crash-process" | "crash-machine" if !self.server_down => {
                 let machine = fault == "crash-machine";
                 if machine {
@@ -466,12 +483,28 @@ impl Nemesis {
     /// Stalls what a queue head sends (its heartbeat stays in flight), then
     /// has the holder force-released: the push that follows must not count
     /// as the reply to that heartbeat.
-    fn stall_queue_head_uplink(&mut self, now: Duration) -> Option<String> {
+    fn stall_queue_head_uplink(&mut self, now: Duration, v2_only: bool) -> Option<String> {
         let heads = self.lab.lock().checker.queue_heads();
         if heads.is_empty() || self.server_down {
             return None;
         }
         if now < self.uplink_stall_until {
+            return None;
+        }
+        // With version 2 hosts, their sessions first: several claims share
+        // one, so more than the heartbeat may be in flight at the push.
+        let heads = match self.v2_from {
+            Some(first) => {
+                let v2: Vec<_> = heads
+                    .iter()
+                    .filter(|(_, peer, _)| self.client_of(*peer).is_some_and(|c| c >= first))
+                    .cloned()
+                    .collect();
+                if v2.is_empty() && !v2_only { heads } else { v2 }
+            }
+            None => heads,
+        };
+        if heads.is_empty() {
             return None;
         }
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
@@ -489,6 +522,14 @@ impl Nemesis {
         let order_at = now + lease.mul_f64(self.rng.random_range(0.3..0.6));
         self.heals
             .push((order_at, Heal::Order(Admin::ForceRelease(lock.clone()))));
+        // A version 2 session places one more claim just before: its
+        // ACQUIRE is the latest frame in flight when the push arrives.
+        if let Some(c) = self.client_of(peer)
+            && self.v2_from.is_some_and(|first| c >= first)
+        {
+            let poke_at = order_at.saturating_sub(Duration::from_millis(10));
+            self.heals.push((poke_at, Heal::Poke(c)));
+        }
         // Once the push has arrived, the way back stalls too (a partition in
         // both directions): the session's end does not reach the client.
         let both_at = order_at + ms(&mut self.rng, 20, 100);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use monolock_sim::{BOUNDARY_FAULTS, Mutation, Options, Outcome, V2Mistake, run};
+use monolock_sim::{BOUNDARY_FAULTS, Mutation, Options, Outcome, run};
 
 fn explain(outcome: &Outcome) -> String {
     let tail: Vec<&str> = outcome
@@ -116,7 +116,7 @@ fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found() {
 #[test]
 fn a_deadline_taken_from_the_receive_instant_is_found() {
     found(
-        19,
+        8,
         Duration::from_secs(9),
         Mutation::DeadlineFromReceive,
         "two holders",
@@ -135,14 +135,13 @@ fn promoting_a_waiter_whose_lease_expired_is_found() {
 
 /// The version 2 events each CI sweep must have seen, so that the seeds
 /// cannot pass without exercising them.
-const V2_EVENTS: [&str; 7] = [
-    "RELEASE and ACQUIRE in one write",
-    "RELEASE of a waiting claim",
-    "GRANTED crossing a RELEASE",
+const V2_EVENTS: [&str; 6] = [
+    "several claims held on one host",
+    "claim given up while asked or queued",
+    "BUSY",
+    "RELEASED read",
     "REVOKED",
-    "close with held and waiting claims",
-    "expiry with held and waiting claims",
-    "close holding and waiting on one lock",
+    "session deadline passed with a claim held",
 ];
 
 /// Version 2 sessions (several claims each) beside the version 1 clients
@@ -222,34 +221,25 @@ fn a_v2_seed_replays_what_every_host_did() {
     };
     let first = run(7, &options);
     let second = run(7, &options);
-    assert!(first.trace.iter().any(|line| line.contains("v2 session")));
+    assert!(first.trace.iter().any(|line| line.contains("v2 host")));
     assert_eq!(behaviour(&first.trace), behaviour(&second.trace));
     let other = run(8, &options);
     assert_ne!(behaviour(&first.trace), behaviour(&other.trace));
 }
 
-/// Runs `seed` with version 2 hosts and `faults` (`None`: the seed's
-/// random half of the menu), with the v2 client's `mistake` on and off, up
-/// to `until`; the mistake must break the invariant named by `broken` and
-/// the documented client must not.
-fn found_v2(
-    seed: u64,
-    until: Duration,
-    faults: Option<Vec<&'static str>>,
-    mistake: V2Mistake,
-    broken: &str,
-) {
+/// Runs `seed` with version 2 hosts and the seed's own half of the fault
+/// menu, with the client's planted v2 `mistake` on and off, up to
+/// `until`; the mistake must break the invariant named by `broken` and
+/// the shipped client must not.
+fn found_v2(seed: u64, until: Duration, mistake: Mutation, broken: &str) {
     let shipped = Options {
         faulty: Duration::from_secs(15),
         until: Some(until),
-        faults,
         v2: true,
-        // The workload these seeds were found on.
-        same_lock_claims: false,
         ..Options::default()
     };
     let planted = Options {
-        v2_mistakes: vec![mistake],
+        mutations: vec![mistake],
         ..shipped.clone()
     };
     let violation = caught(seed, &planted, &shipped, mistake.as_str(), broken);
@@ -263,10 +253,9 @@ fn found_v2(
 #[test]
 fn a_v2_claim_believed_until_released_arrives_is_found() {
     found_v2(
-        1,
-        Duration::from_secs(5),
-        None,
-        V2Mistake::BeliefUntilReleased,
+        16,
+        Duration::from_secs(2),
+        Mutation::V2BeliefUntilReleased,
         "two holders",
     );
 }
@@ -274,10 +263,9 @@ fn a_v2_claim_believed_until_released_arrives_is_found() {
 #[test]
 fn v2_claims_believed_past_the_session_deadline_are_found() {
     found_v2(
-        15,
+        6,
         Duration::from_secs(5),
-        None,
-        V2Mistake::BeliefPastDeadline,
+        Mutation::V2BeliefPastDeadline,
         "two holders",
     );
 }
@@ -285,10 +273,9 @@ fn v2_claims_believed_past_the_session_deadline_are_found() {
 #[test]
 fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
     found_v2(
-        2,
-        Duration::from_secs(14),
-        Some(BOUNDARY_FAULTS.to_vec()),
-        V2Mistake::GrantedConfirmsSession,
+        18,
+        Duration::from_secs(7),
+        Mutation::V2GrantedConfirmsSession,
         "two holders",
     );
 }
@@ -314,7 +301,7 @@ fn found_in_v2_server(seed: u64, until: Duration, mutation: Mutation, broken: &s
 #[test]
 fn released_written_before_the_table_released_the_claim_is_found() {
     found_in_v2_server(
-        1019,
+        1,
         Duration::from_secs(1),
         Mutation::V2ReleasedBeforeTable,
         "read RELEASED while the server still holds",
@@ -324,8 +311,8 @@ fn released_written_before_the_table_released_the_claim_is_found() {
 #[test]
 fn a_queued_claim_promoted_as_its_session_ends_is_found() {
     found_in_v2_server(
-        1022,
-        Duration::from_secs(5),
+        6,
+        Duration::from_secs(3),
         Mutation::V2PromoteEndingSession,
         "after the server read the end of its connection",
     );

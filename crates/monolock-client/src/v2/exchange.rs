@@ -32,6 +32,10 @@ use crate::{
     schedule::Schedule,
 };
 
+/// How far the planted `v2-belief-past-deadline` moves the deadline: far
+/// past any simulated run.
+const PAST_EVERY_DEADLINE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A frame the client sent, awaiting its reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sent {
@@ -163,6 +167,10 @@ impl Exchange {
 
     /// The instant at which the session is given up without a reply.
     pub(crate) fn deadline(&self) -> Instant {
+        if planted(Planted::V2BeliefPastDeadline) {
+            // Believed until the connection is seen to end.
+            return self.confirmed_send + PAST_EVERY_DEADLINE;
+        }
         self.schedule.deadline(self.confirmed_send)
     }
 
@@ -237,6 +245,11 @@ impl Exchange {
                     && let Some(&(_, sent_at)) = self.in_flight.front()
                 {
                     self.confirmed_send = sent_at;
+                }
+                if planted(Planted::V2GrantedConfirmsSession)
+                    && let Some(&(_, sent_at)) = self.in_flight.back()
+                {
+                    self.confirmed_send = self.confirmed_send.max(sent_at);
                 }
                 match self.claims.get_mut(&claim) {
                     Some(state @ Claim::Waiting) => {

@@ -34,6 +34,7 @@ use super::exchange::{Event, Exchange, ReleaseStep};
 use crate::{
     connector::{Connection, SocketShutdown, Transport},
     error::{LossReason, ProtocolViolation},
+    exchange::{Planted, planted},
     session::{Deadline, Retry, Shared, Status},
 };
 
@@ -471,6 +472,11 @@ impl<S: Transport> Driver<S> {
         if exchange.release(claim) == ReleaseStep::Write {
             self.out.extend_from_slice(&release_frame(claim));
             exchange.release_sent(claim, now);
+            if !planted(Planted::V2BeliefUntilReleased)
+                && let Some(owner) = self.owners.get(&claim)
+            {
+                owner.mark_release_written();
+            }
         }
     }
 
