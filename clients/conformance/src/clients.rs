@@ -87,9 +87,9 @@ pub const CLIENTS: &[ClientSpec] = &[
     },
     ClientSpec {
         name: "java",
+        name_v1: "java-v1",
         present_if: Some("clients/java/pom.xml"),
         prepare: prepare_java,
-        release_confirmed: true,
     },
 ];
 
