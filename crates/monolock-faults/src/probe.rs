@@ -162,10 +162,13 @@ pub enum Stopped {
 /// blocking is no sign that the server gave up (a loaded server drains a
 /// flood slowly long before its replies fill the socket buffers), and
 /// closing early would end the session gracefully instead of by
-/// io-timeout. Returns the heartbeat bytes sent and why it stopped.
+/// io-timeout. Its lock stays held until its last frame + `lease`, the
+/// server's rule for an ending it chooses. Returns the heartbeat bytes sent
+/// and why it stopped.
 pub async fn never_reading(
     addr: SocketAddr,
     lock: &str,
+    lease: Duration,
     max_bytes: usize,
     limit: Duration,
 ) -> std::io::Result<(usize, Stopped)> {
@@ -173,7 +176,11 @@ pub async fn never_reading(
     let mut stream = TcpStream::connect(addr).await?;
     let name = lock.as_bytes();
     stream
-        .write_all(&acquire_bytes(60_000, name.len() as u16, name))
+        .write_all(&acquire_bytes(
+            u32::try_from(lease.as_millis()).unwrap_or(u32::MAX),
+            name.len() as u16,
+            name,
+        ))
         .await?;
     // The first reply is read (so the flood cannot land in the same read
     // as the ACQUIRE); nothing after it ever is.

@@ -70,9 +70,11 @@ pub(super) async fn run(
             .count() as u64
     };
     // The server ends a blocked writer one io-timeout after its write
-    // blocked, which may be after the client gave up sending: wait for it
+    // blocked, which may be after the client gave up sending, and releases
+    // its lock only at its last frame + lease (a holder the server closes
+    // keeps its lock until its own lease would have run out): wait for it
     // (bounded poll; the recorder has no notification).
-    let deadline = Instant::now() + IO_TIMEOUT * 5;
+    let deadline = Instant::now() + IO_TIMEOUT * 5 + LEASE;
     while io_timeouts(true) < expected_io_timeouts && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -149,7 +151,8 @@ async fn attack_round(
     for i in 0..2 {
         let lock = format!("faults/hostile/{round}/never-reading-{i}");
         attack.spawn(async move {
-            let sent = probe::never_reading(addr, &lock, 64 << 20, NEVER_READING_LIMIT).await;
+            let sent =
+                probe::never_reading(addr, &lock, LEASE, 64 << 20, NEVER_READING_LIMIT).await;
             // Counted together as "never_reading" below.
             match sent {
                 Ok((_, probe::Stopped::Closed)) => ("never_reading_closed_by_server", 1),

@@ -15,7 +15,7 @@ final class Arguments {
 
     static final Duration MIN_LEASE = Duration.ofMillis(100);
     static final Duration MAX_LEASE = Duration.ofHours(1);
-    private static final String UNIT = "(leases are java.time.Duration values, in whole milliseconds)";
+    private static final String UNIT = "(leases are in whole milliseconds, as java.time.Duration values)";
 
     /** The lease in milliseconds, or an {@link IllegalArgumentException} naming the unit. */
     static long leaseMillis(Duration lease) {
