@@ -116,7 +116,7 @@ fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found() {
 #[test]
 fn a_deadline_taken_from_the_receive_instant_is_found() {
     found(
-        8,
+        19,
         Duration::from_secs(9),
         Mutation::DeadlineFromReceive,
         "two holders",
@@ -253,8 +253,8 @@ fn found_v2(seed: u64, until: Duration, mistake: Mutation, broken: &str) {
 #[test]
 fn a_v2_claim_believed_until_released_arrives_is_found() {
     found_v2(
-        16,
-        Duration::from_secs(2),
+        1,
+        Duration::from_secs(7),
         Mutation::V2BeliefUntilReleased,
         "two holders",
     );
@@ -264,7 +264,7 @@ fn a_v2_claim_believed_until_released_arrives_is_found() {
 fn v2_claims_believed_past_the_session_deadline_are_found() {
     found_v2(
         6,
-        Duration::from_secs(5),
+        Duration::from_secs(7),
         Mutation::V2BeliefPastDeadline,
         "two holders",
     );
@@ -273,8 +273,8 @@ fn v2_claims_believed_past_the_session_deadline_are_found() {
 #[test]
 fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
     found_v2(
-        18,
-        Duration::from_secs(7),
+        55,
+        Duration::from_secs(15),
         Mutation::V2GrantedConfirmsSession,
         "two holders",
     );
