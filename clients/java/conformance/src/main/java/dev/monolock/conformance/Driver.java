@@ -226,7 +226,13 @@ public final class Driver {
     }
 
     private static Duration lease(Map<String, Object> c) {
-        return Duration.ofMillis(number(c.get("lease_ms")));
+        // A fractional lease_ms is passed on exactly (to the microsecond), so
+        // that the client itself refuses a lease that is not whole ms.
+        Object value = c.get("lease_ms");
+        if (value instanceof Double d && d < Long.MAX_VALUE / 1_000_000.0 && d != Math.floor(d)) {
+            return Duration.ofNanos(Math.round(d * 1_000.0) * 1_000L);
+        }
+        return Duration.ofMillis(number(value));
     }
 
     private static long number(Object value) {
