@@ -65,7 +65,7 @@ async fn connections_without_a_first_frame_go_before_idle_sessions() {
     server.stop().await;
 }
 
-/// The race: one descriptor short, a session that sends OPEN and
+/// The shedding race: one descriptor short, a session that sends OPEN and
 /// its ACQUIRE a moment later was closed as idle (ERROR 0x03) every time.
 /// A session is not idle before one io-timeout has passed since OPENED.
 #[tokio::test]

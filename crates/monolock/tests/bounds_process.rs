@@ -104,7 +104,7 @@ fn a_connection_over_max_connections_is_refused_at_once() {
     }
 }
 
-/// The reproduction, scaled down: on a server with few
+/// A full protocol listener starves nothing else: on a server with few
 /// descriptors, sessions each holding a claim fill the protocol listener;
 /// the next connection is refused with a frame, and the ops listener still
 /// answers, because the limit is fitted below the descriptor limit.

@@ -20,7 +20,8 @@ use common::{MONOLOCK, PATIENCE, read_frame};
 use monolock_proto::{ClientFrame, Lease, LockName, ServerFrame, v2};
 use monolock_testkit::pki::{Ca, Files, TlsDir};
 
-/// The name a denied client sent in the issue, plus an escape sequence
+/// A name forging a log line (a newline and a fake administrator line),
+/// plus an escape sequence
 /// (no NUL: it goes through a command line; the raw frames add one).
 const FORGED: &str =
     "x\n2026-01-01T00:00:00.000000Z  INFO force-release by administrator\u{1b}[31m";
