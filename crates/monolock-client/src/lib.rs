@@ -188,6 +188,9 @@ mod tests_v2;
 #[cfg(feature = "tls")]
 mod tls;
 mod v2;
+#[cfg(any(test, feature = "mutations"))]
+#[doc(hidden)]
+pub mod vectors;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};

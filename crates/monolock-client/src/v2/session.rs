@@ -285,7 +285,7 @@ impl Drop for Claim {
 
 /// Reports the server's claim codes in version 1's vocabulary, so that a
 /// caller branches on one set of codes whatever the version spoken.
-fn v1_code(code: ErrorCode) -> ErrorCode {
+pub(crate) fn v1_code(code: ErrorCode) -> ErrorCode {
     match code {
         ErrorCode::CLAIM_REVOKED => ErrorCode::CLOSED_BY_ADMIN,
         ErrorCode::CLAIM_NOT_AUTHORIZED => ErrorCode::NOT_AUTHORIZED,
@@ -293,6 +293,23 @@ fn v1_code(code: ErrorCode) -> ErrorCode {
         ErrorCode::CLAIM_NAME_NOT_UTF8 => ErrorCode::NAME_NOT_UTF8,
         other => other,
     }
+}
+
+/// The owner of `claim` let go: encodes a RELEASE into `out` if one is
+/// due now (the claim is waiting or held). True when it was: from then on
+/// the owner no longer believes it holds the lock.
+pub(crate) fn write_release(
+    exchange: &mut Exchange,
+    out: &mut Vec<u8>,
+    claim: u32,
+    now: Instant,
+) -> bool {
+    if exchange.release(claim) != ReleaseStep::Write {
+        return false;
+    }
+    out.extend_from_slice(&release_frame(claim));
+    exchange.release_sent(claim, now);
+    !planted(Planted::V2BeliefUntilReleased)
 }
 
 /// How the session ended.
@@ -469,14 +486,10 @@ impl<S: Transport> Driver<S> {
     }
 
     fn release(&mut self, exchange: &mut Exchange, claim: u32, now: Instant) {
-        if exchange.release(claim) == ReleaseStep::Write {
-            self.out.extend_from_slice(&release_frame(claim));
-            exchange.release_sent(claim, now);
-            if !planted(Planted::V2BeliefUntilReleased)
-                && let Some(owner) = self.owners.get(&claim)
-            {
-                owner.mark_release_written();
-            }
+        if write_release(exchange, &mut self.out, claim, now)
+            && let Some(owner) = self.owners.get(&claim)
+        {
+            owner.mark_release_written();
         }
     }
 
