@@ -33,7 +33,9 @@
 mod check;
 mod model;
 mod sessions;
+mod vectors;
 
 pub use check::{Outcome, Stats, check};
 pub use model::{Params, Step, Variant};
 pub use sessions::{Answer, Frame};
+pub use vectors::export as export_vector;

@@ -6,6 +6,8 @@
 //! monolock-model --lease 16 --horizon 40 --margins
 //! monolock-model --clients 3 --lease 12 --horizon 16 --only-shipped
 //! monolock-model --protocol 2                     # v2: shipped + its 4 mistakes
+//! monolock-model --protocol 2 --mistake GrantedConfirmsPing \
+//!     --export-vector clients/conformance/vectors  # its counterexample as a vector
 //! ```
 
 use std::process::ExitCode;
@@ -13,6 +15,29 @@ use std::time::Instant;
 
 use clap::Parser;
 use monolock_model::{Outcome, Params, Step, Variant, check};
+
+/// Writes the counterexample of `params` (a client mistake) as a vector.
+fn export_vector(params: &Params, lease_ms: u32, dir: &std::path::Path) -> ExitCode {
+    match monolock_model::export_vector(params, lease_ms) {
+        Ok((name, text)) => {
+            let path = dir.join(format!("{name}.json"));
+            match std::fs::write(&path, text) {
+                Ok(()) => {
+                    println!("wrote {}", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(err) => {
+                    eprintln!("monolock-model: {}: {err}", path.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(err) => {
+            eprintln!("monolock-model: --export-vector: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -90,6 +115,14 @@ struct Args {
     /// Check only this known mistake (the variant's name).
     #[arg(long)]
     mistake: Option<String>,
+    /// With --mistake (a client's): write its counterexample as a protocol
+    /// vector into this directory (clients/conformance/vectors).
+    #[arg(long, value_name = "DIR", requires = "mistake")]
+    export_vector: Option<std::path::PathBuf>,
+    /// The lease of an exported vector, in milliseconds (a multiple of 20
+    /// x the model's lease).
+    #[arg(long, default_value_t = 2000)]
+    vector_lease_ms: u32,
     /// Check the protocol as shipped only (no mistakes, no margins).
     #[arg(long)]
     only_shipped: bool,
@@ -236,6 +269,9 @@ fn main() -> ExitCode {
         } else {
             (format!("{variant:?}"), base)
         };
+        if let Some(dir) = &args.export_vector {
+            return export_vector(&Params { variant, ..bounds }, args.vector_lease_ms, dir);
+        }
         let holds = run(&label, &Params { variant, ..bounds });
         return if holds {
             ExitCode::FAILURE
