@@ -7,13 +7,14 @@ import unittest
 from typing import Callable, Dict
 
 from monolock import InvalidArgument, LossReason, ProtocolError
-from monolock import _frames, _frames2
-from monolock._address import Address, parse
-from monolock._claim import Claim, Status
-from monolock._exchange import Event, Exchange, Standing
-from monolock._frames import Acquired, ServerError, Waiting
-from monolock._schedule import Schedule
-from monolock._session import ClaimState, CStatus, SessionCore, SState
+from monolock._core import frames as _frames
+from monolock._core import frames2 as _frames2
+from monolock._core.address import Address, parse
+from monolock._core.claim import Claim, Status
+from monolock._core.exchange import Event, Exchange, Standing
+from monolock._core.frames import Acquired, ServerError, Waiting
+from monolock._core.schedule import Schedule
+from monolock._core.session import ClaimState, CStatus, SessionCore, SState
 
 MS = 1_000_000
 US = 1_000

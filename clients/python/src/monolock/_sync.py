@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
-import socket
-import ssl
 import threading
 import time
 from types import TracebackType
-from typing import Callable, Optional, Tuple, Type, Union
+from typing import Any, Callable, Optional, Tuple, Type, Union
 
-from . import _frames, _frames2, _session, _v2sync
-from ._address import Address
-from ._claim import Claim, Status
-from ._connect import Endpoints, Failures, connect, first_reply_error
-from ._reactor import READ_CHUNK, Reactor, Session, leave_queue, shared_reactor
-from ._session import CStatus
-from ._timeouts import bound_ns
-from .errors import ConnectError, LockLost, LossReason, NotAcquired
+from ._core import frames, frames2
+from ._core.acquire import (
+    DEFAULT_LEASE,
+    RETRY,
+    Answer,
+    ClaimOn,
+    OpenSession,
+    Step,
+    UseV1,
+    drive,
+    first_answer,
+    not_enterable,
+    not_granted,
+    queue_until,
+    route,
+    settled,
+)
+from ._core.address import Address
+from ._core.claim import Status
+from ._core.connect_errors import first_reply_error
+from ._core.timeouts import bound_ns
+from ._io import pool
+from ._io.claims import V2Claim
+from ._io.connect import Endpoints
+from ._io.reactor import Reactor, shared_reactor
+from ._io.sessions import SyncSession
+from ._io.v1 import Session, first_reply, leave_queue
+from .errors import LockLost
 
 #: What a claim of a `Lock` is: its own v1 connection, or a v2 session's claim.
-Handle = Union[Session, "_v2sync.V2Claim"]
-
-#: `_acquire_v2`: the session could not take the claim; try another.
-_RETRY = object()
-
-#: The lease when none is given, in seconds.
-DEFAULT_LEASE = 10.0
+Handle = Union[Session, V2Claim]
 
 
 class Lock:
@@ -125,7 +137,7 @@ class Lock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): a `with` block never runs its body without the lock."""
         if not self.is_held():
-            raise _not_enterable(self._name, self._session.loss)
+            raise not_enterable(self._name, self._session.loss)
         return self
 
     def __exit__(
@@ -150,26 +162,6 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<monolock.Lock name={self._name!r} token={self._token} held={self.is_held()}>"
-
-
-def _not_enterable(name: str, loss: Optional[LockLost]) -> LockLost:
-    """The error of a `with` (or `async with`) on a lock that is no longer
-    held: its loss, or the release, said plainly."""
-    if loss is None:
-        return LockLost(
-            LossReason.RELEASED,
-            f"cannot enter a with-block on lock {name!r}: it was released; "
-            "take it again with client.lock()",
-        )
-    entered = LockLost(
-        loss.reason,
-        f"cannot enter a with-block on lock {name!r}: it was lost ({loss}); "
-        "take it again with client.lock()",
-        code=loss.code,
-        detail=loss.detail,
-    )
-    entered.__cause__ = loss
-    return entered
 
 
 class Client(Endpoints):
@@ -227,56 +219,34 @@ class Client(Endpoints):
     def _acquire(
         self, name: str, lease: float, wait: Optional[float], give_up_when_queued: bool
     ) -> Optional[Lock]:
-        raw_name = _frames.encode_name(name)
-        lease_ms = _frames.lease_ms(lease)
+        raw_name = frames.encode_name(name)
+        lease_ms = frames.lease_ms(lease)
         wait_ns = bound_ns(wait, "wait")
         start = time.monotonic_ns()
-        if self._force_v1:
+
+        def v1(addresses: Optional[Tuple[Address, ...]]) -> Optional[Lock]:
             return self._acquire_v1(
-                name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, None
+                name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, addresses
             )
-        failures = Failures(self)
-        for address in self._addresses:
-            key = _v2sync.pool_key(self, address)
-            if _v2sync.POOL.is_v1(key):
-                try:
-                    return self._acquire_v1(
-                        name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
-                    )
-                except ConnectError as err:
-                    _v2sync.POOL.forget_v1(key)
-                    failures.add(address, err.__cause__ or err)
-                    continue
-            # A claim the server never saw (its session ended first, or was
-            # closed as idle) or refused for the session's claim bound goes
-            # again, on another session: at most once per session allowed.
-            for _ in range(_v2sync.MAX_SESSIONS_PER_ADDRESS + 2):
-                try:
-                    session = _v2sync.POOL.session(self, address, lease_ms)
-                except _v2sync.DialFailed as err:
-                    failures.add(address, err.__cause__ or err)
-                    break
-                except _v2sync.V1Only:
-                    return self._acquire_v1(
-                        name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
-                    )
-                except LockLost as loss:
-                    error = first_reply_error(address, loss)
-                    if error is None:
-                        raise
-                    raise error  # its cause is the TLS alert, or what answered
-                result = self._acquire_v2(
-                    session, name, raw_name, wait, wait_ns, start, give_up_when_queued
-                )
-                if result is not _RETRY:
-                    return result  # type: ignore[return-value]
-            else:
-                raise _v2sync.sessions_full(address)
-        raise failures.error()
+
+        if self._force_v1:
+            return v1(None)
+
+        def perform(step: Step) -> Any:
+            if isinstance(step, UseV1):
+                return v1((step.address,))
+            if isinstance(step, OpenSession):
+                return pool.POOL.session(self, step.address, lease_ms)
+            assert isinstance(step, ClaimOn)
+            return self._acquire_v2(
+                step.session, name, raw_name, wait, wait_ns, start, give_up_when_queued
+            )
+
+        return drive(route(self), perform)
 
     def _acquire_v2(
         self,
-        session: _v2sync.SyncSession,
+        session: SyncSession,
         name: str,
         raw_name: bytes,
         wait: Optional[float],
@@ -285,9 +255,9 @@ class Client(Endpoints):
         give_up_when_queued: bool,
     ) -> object:
         """One claim on `session`: the Lock, None (a try found it busy), or
-        _RETRY (the session could not take it: full, or closed as idle)."""
-        mode = _frames2.MODE_TRY if give_up_when_queued else _frames2.MODE_WAIT
-        # This thread reads the reply itself when it can (see _v2sync).
+        RETRY (the session could not take it: full, or closed as idle)."""
+        mode = frames2.MODE_TRY if give_up_when_queued else frames2.MODE_WAIT
+        # This thread reads the reply itself when it can (see _io/sessions.py).
         reader = session.take_reader()
         try:
             with session.cond:
@@ -296,7 +266,7 @@ class Client(Endpoints):
             if reader:
                 session.give_reader()
             raise
-        handle = _v2sync.V2Claim(session, claim, self._connect_timeout)
+        handle = V2Claim(session, claim, self._connect_timeout)
         # From here on the claim exists: whatever ends this call without
         # handing a Lock over, an exception included, releases it.
         try:
@@ -308,23 +278,19 @@ class Client(Endpoints):
                 raise
             # wait_until gives the reader's part back, whatever happens in it.
             status, _ = handle.wait_until(lambda s: s is not Status.UNANSWERED, None, reader)
-            if claim.status is CStatus.BUSY:
+            answer = first_answer(claim, status)
+            if answer is Answer.BUSY:
                 return None
-            if claim.status is CStatus.REFUSED:
-                refused = claim.refused or LockLost.connection()
-                if refused.code == _session.TOO_MANY_CLAIMS:
-                    session.full = True
-                    return _RETRY
-                raise refused
-            if status is Status.WAITING:
-                until = None if wait_ns is None else start + wait_ns
+            if answer is Answer.FULL:
+                session.full = True
+                return RETRY
+            if answer is Answer.QUEUED:
+                until = queue_until(start, wait_ns)
                 status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
-                    raise NotAcquired(name, wait if wait is not None else 0.0)
-            if status is not Status.HELD:
-                if _v2sync.never_seen(claim):
-                    return _RETRY
-                raise claim.loss or LockLost.connection()
+                    raise not_granted(name, wait)
+            if not settled(claim, status):
+                return RETRY
             token = claim.token
             assert token is not None
             return Lock(handle, name, token, session.address)
@@ -344,7 +310,7 @@ class Client(Endpoints):
         addresses: Optional[Tuple[Address, ...]],
     ) -> Optional[Lock]:
         """One claim on its own connection (protocol v1)."""
-        claim, sock, address = self._first_reply(name, raw_name, lease_ms, addresses)
+        claim, sock, address = first_reply(self, name, raw_name, lease_ms, addresses)
         # From here on the connection is a claim: whatever ends this call
         # without handing a Lock over, an exception included, ends it.
         session: Optional[Session] = None
@@ -364,10 +330,10 @@ class Client(Endpoints):
             session.io_timeout = self._connect_timeout
             session.reactor.add(session)
             if first_status is Status.WAITING:
-                until = None if wait_ns is None else start + wait_ns
+                until = queue_until(start, wait_ns)
                 status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
-                    raise NotAcquired(name, wait if wait is not None else 0.0)
+                    raise not_granted(name, wait)
                 if status is not Status.HELD:
                     raise claim.loss or LockLost.connection()
             token = claim.token
@@ -379,41 +345,3 @@ class Client(Endpoints):
             else:
                 session.release(wait=False)
             raise
-
-    def _first_reply(
-        self, name: str, raw_name: bytes, lease_ms: int, addresses: Optional[Tuple[Address, ...]]
-    ) -> Tuple[Claim, socket.socket, Address]:
-        """Connects, sends the ACQUIRE and reads the server's first reply in
-        the caller's thread (an uncontended lock needs no hand-off to the
-        reactor thread to be granted); the socket is left non-blocking."""
-        frame = _frames.acquire(raw_name, lease_ms)
-        sock, address = connect(self, addresses)
-        sent = time.monotonic_ns()
-        claim = Claim(name, lease_ms, sent)
-        # A server answers at once: silence past the connect timeout is a
-        # peer that is no monolock server (or one that cannot serve).
-        answer_by = sent + int(self._connect_timeout * 1e9)
-        try:
-            sock.sendall(frame)
-            while claim.status is Status.UNANSWERED:
-                now = time.monotonic_ns()
-                claim.check(now)
-                if claim.loss is not None:
-                    break
-                sock.settimeout(max(min(claim.deadline(), answer_by) - now, 0) / 1e9)
-                data = sock.recv(READ_CHUNK)
-                if not data:
-                    claim.closed(None)
-                    break
-                claim.receive(data, time.monotonic_ns())
-            sock.setblocking(False)
-        except socket.timeout:
-            claim.check(time.monotonic_ns())
-            waited = (min(claim.deadline(), answer_by) - sent) / 1e9
-            claim.lose(LockLost.expired(lease_ms, unanswered=True, within=round(waited, 1)))
-        except (OSError, ssl.SSLError) as err:
-            claim.closed(err)
-        except BaseException:  # KeyboardInterrupt while waiting: nothing stays open
-            sock.close()
-            raise
-        return claim, sock, address

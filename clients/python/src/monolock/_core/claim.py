@@ -11,11 +11,11 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
-from . import _frames
-from ._exchange import Event, Exchange
-from ._frames import ServerError
-from ._schedule import MS
-from .errors import LockLost, ProtocolError
+from . import frames
+from .exchange import Event, Exchange
+from .frames import ServerError
+from .schedule import MS
+from ..errors import LockLost, ProtocolError
 
 
 class Status(enum.Enum):
@@ -66,7 +66,7 @@ class Claim:
         if self.status is Status.LOST:
             return
         if self.status is Status.UNANSWERED and not self._buf and data:
-            foreign = _frames.wrong_port(data[0])
+            foreign = frames.wrong_port(data[0])
             if foreign is not None:
                 self.lose(LockLost.protocol(foreign))
                 return
@@ -74,7 +74,7 @@ class Claim:
         used = 0
         try:
             while self.status is not Status.LOST:
-                decoded = _frames.decode(self._buf, used)
+                decoded = frames.decode(self._buf, used)
                 if decoded is None:
                     break
                 frame, length = decoded
@@ -117,3 +117,11 @@ class Claim:
         deadline = self.deadline()
         due = self._exchange.next_heartbeat()
         return deadline if due is None else min(due, deadline)
+
+
+def release_unconfirmed(io_timeout: float) -> LockLost:
+    """The loss of a v1 release whose EOF did not come within `io_timeout`
+    seconds (the connection is closed, which releases the claim too)."""
+    return LockLost.connection(
+        TimeoutError(f"the server did not confirm the release within {io_timeout}s")
+    )

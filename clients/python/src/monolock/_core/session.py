@@ -12,8 +12,9 @@ next wake-up out (docs/protocol.md, "Writing a version 2 client").
   come in order, so a PING behind a request in flight could only be
   answered after it.
 
-The drivers (`_v2sync.py`, `_asyncio.py`) own the socket and the clock and
-serialise access; neither holds protocol logic of its own.
+The drivers (`_io/sessions.py`, `_io/aio_sessions.py`) own the socket
+and the clock and serialise access; neither holds protocol logic of its
+own.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import collections
 import enum
 from typing import Deque, Dict, List, Optional, Tuple
 
-from . import _frames, _frames2
-from ._frames2 import (
+from . import frames, frames2
+from .frames2 import (
     ACQUIRED,
     BUSY,
     ERROR,
@@ -35,8 +36,9 @@ from ._frames2 import (
     REVOKED,
     WAITING,
 )
-from ._schedule import MS, Schedule
-from .errors import LockLost, ProtocolError
+from ..errors import LockLost, ProtocolError
+from .claim import Status
+from .schedule import MS, Schedule
 
 #: ERROR code of a server that speaks only protocol v1, in reply to OPEN.
 UNSUPPORTED_VERSION = 0x10
@@ -145,7 +147,7 @@ class SessionCore:
         #: The server answered the OPEN with ERROR 0x10: it speaks only v1.
         self.v1_only = False
         #: Bytes to send, in order; the driver writes and clears them.
-        self.outbox = bytearray(_frames2.open_frame(lease_ms))
+        self.outbox = bytearray(frames2.open_frame(lease_ms))
         self.claims: Dict[int, ClaimState] = {}
         #: Claims whose status the server changed since the driver last
         #: looked (it wakes their owners and signals their losses).
@@ -153,7 +155,7 @@ class SessionCore:
         #: Since when the session has had no claim in use (None: it has one,
         #: or was opened for one that is about to come).
         self.idle_since: Optional[int] = None
-        self._pending: Deque[_Request] = collections.deque([(_frames2.OPEN, 0, now)])
+        self._pending: Deque[_Request] = collections.deque([(frames2.OPEN, 0, now)])
         self._confirmed_send = now
         self._next_ping: Optional[int] = None
         self._next_id = 1
@@ -185,7 +187,7 @@ class SessionCore:
             return claim
         self.claims[claim_id] = claim
         self.idle_since = None
-        self._send(_frames2.ACQUIRE, claim_id, _frames2.acquire(claim_id, mode, raw_name), now)
+        self._send(frames2.ACQUIRE, claim_id, frames2.acquire(claim_id, mode, raw_name), now)
         return claim
 
     def release(self, claim: ClaimState, now: int) -> None:
@@ -193,7 +195,7 @@ class SessionCore:
         brings). Nothing for a claim that has ended."""
         if claim.status in (CStatus.HELD, CStatus.WAITING):
             claim.status = CStatus.RELEASING
-            self._send(_frames2.RELEASE, claim.id, _frames2.release(claim.id), now)
+            self._send(frames2.RELEASE, claim.id, frames2.release(claim.id), now)
         elif claim.status is CStatus.PENDING:
             claim.release_wanted = True
 
@@ -215,7 +217,7 @@ class SessionCore:
         due = self._next_ping
         if due is None or due > now:
             return False
-        self._send(_frames2.PING, 0, _frames2.PING_FRAME, now)
+        self._send(frames2.PING, 0, frames2.PING_FRAME, now)
         return True
 
     def next_wake(self) -> Optional[int]:
@@ -258,7 +260,7 @@ class SessionCore:
         if self.state is SState.CLOSED:
             return
         if not self._answered and not self._buf and data:
-            foreign = _frames.wrong_port(data[0])
+            foreign = frames.wrong_port(data[0])
             if foreign is not None:
                 self.fail(LockLost.protocol(foreign))
                 return
@@ -267,7 +269,7 @@ class SessionCore:
         used = 0
         try:
             while not self.is_closed():
-                decoded = _frames2.decode(buf, used)
+                decoded = frames2.decode(buf, used)
                 if decoded is None:
                     break
                 frame, length = decoded
@@ -278,7 +280,7 @@ class SessionCore:
             self.fail(LockLost.protocol(err))
         del buf[:used]
 
-    def _on_frame(self, frame: _frames2.Frame, now: int) -> None:
+    def _on_frame(self, frame: frames2.Frame, now: int) -> None:
         kind, claim_id, value, code, reason = frame
         if kind == GRANTED:
             claim = self._claim(claim_id, frame)
@@ -312,17 +314,17 @@ class SessionCore:
         request, request_id, sent_at = self._pending.popleft()
         self._confirm(sent_at, now)
         if kind == OPENED:
-            if request != _frames2.OPEN:
+            if request != frames2.OPEN:
                 raise ProtocolError("OPENED arrived for another request than OPEN")
             self.state = SState.OPEN
             self.session_id = value
             self.max_claims = code
             return
         if kind == PONG:
-            if request != _frames2.PING:
+            if request != frames2.PING:
                 raise ProtocolError("PONG arrived for another request than PING")
             return
-        if request == _frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
+        if request == frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
             claim = self._claim(claim_id, frame, request_id)
             if claim.status is not CStatus.PENDING:
                 raise ProtocolError(f"a second reply to the ACQUIRE of claim {claim_id}")
@@ -342,7 +344,7 @@ class SessionCore:
                 self.release(claim, now)
             self._after_change(now)
             return
-        if request == _frames2.RELEASE and kind in (RELEASED, REFUSED):
+        if request == frames2.RELEASE and kind in (RELEASED, REFUSED):
             claim = self._claim(claim_id, frame, request_id)
             if claim.status is CStatus.LOST and kind == REFUSED and code == UNKNOWN_CLAIM:
                 del self.claims[claim_id]  # the REVOKED came first
@@ -357,7 +359,7 @@ class SessionCore:
         raise ProtocolError(f"reply type 0x{kind:02x} does not answer the request in flight")
 
     def _claim(
-        self, claim_id: int, frame: _frames2.Frame, expected: Optional[int] = None
+        self, claim_id: int, frame: frames2.Frame, expected: Optional[int] = None
     ) -> ClaimState:
         if expected is not None and claim_id != expected:
             raise ProtocolError(
@@ -394,3 +396,35 @@ class SessionCore:
     def _after_change(self, now: int) -> None:
         if not self.claims and self.idle_since is None:
             self.idle_since = now
+
+
+_OWNER_STATUS = {
+    CStatus.PENDING: Status.UNANSWERED,
+    CStatus.WAITING: Status.WAITING,
+    CStatus.HELD: Status.HELD,
+}
+
+
+def owner_view(claim: ClaimState, released: bool) -> Status:
+    """A claim's status as its lock reads it. A claim its owner released
+    is over, not lost: it reads HELD, and the lock adds that it was
+    released (as a v1 claim reads after its close)."""
+    if released and claim.status in (CStatus.RELEASING, CStatus.RELEASED):
+        return Status.HELD
+    return _OWNER_STATUS.get(claim.status, Status.LOST)
+
+
+def never_seen(claim: ClaimState) -> bool:
+    """The claim ended before the server could have acted on it: its
+    session had ended before the ACQUIRE was queued, or was closed as idle
+    (ERROR 0x03: it had no claim, so it never read this ACQUIRE). It may go
+    on a new session."""
+    if claim.status is not CStatus.LOST or claim.token is not None:
+        return False
+    return claim.unsent or (claim.loss is not None and claim.loss.code == IDLE_CLOSED)
+
+
+def release_unanswered(io_timeout: float) -> LockLost:
+    """The end of a session whose RELEASE got no reply within `io_timeout`
+    seconds (closing it releases every claim on it)."""
+    return LockLost.connection(TimeoutError(f"no reply to a RELEASE within {io_timeout}s"))
