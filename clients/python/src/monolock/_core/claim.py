@@ -9,7 +9,7 @@ serialises access.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import List, Optional
 
 from . import frames
 from .exchange import Event, Exchange
@@ -30,7 +30,7 @@ class Status(enum.Enum):
 class Claim:
     """The state of one claim, from the ACQUIRE's send instant on."""
 
-    __slots__ = ("name", "lease_ms", "status", "token", "loss", "_exchange", "_buf")
+    __slots__ = ("name", "lease_ms", "status", "token", "loss", "history", "_exchange", "_buf")
 
     def __init__(self, name: str, lease_ms: int, acquire_sent: int) -> None:
         self.name = name
@@ -38,6 +38,10 @@ class Claim:
         self.status = Status.UNANSWERED
         self.token: Optional[int] = None
         self.loss: Optional[LockLost] = None
+        #: Every status the claim took after UNANSWERED, in order: what its
+        #: owner is told, step by step, when one read holds several frames.
+        #: At most three (WAITING, HELD, LOST), never cleared.
+        self.history: List[Status] = []
         self._exchange = Exchange(lease_ms * MS, acquire_sent)
         self._buf = bytearray()
 
@@ -52,6 +56,7 @@ class Claim:
             return False
         self.status = Status.LOST
         self.loss = loss.for_lock(self.name)
+        self.history.append(Status.LOST)
         return True
 
     def check(self, now: int) -> None:
@@ -82,9 +87,11 @@ class Claim:
                 event = self._exchange.on_frame(frame, now)
                 if event is Event.QUEUED:
                     self.status = Status.WAITING
+                    self.history.append(Status.WAITING)
                 elif event is Event.GRANTED:
                     self.status = Status.HELD
                     self.token = self._exchange.token
+                    self.history.append(Status.HELD)
                 elif event is Event.CLOSED:
                     assert isinstance(frame, ServerError)
                     self.lose(LockLost.server(frame.code, frame.reason))
@@ -103,6 +110,13 @@ class Claim:
             return False
         due = self._exchange.next_heartbeat()
         return due is not None and due <= now
+
+    def next_heartbeat(self) -> Optional[int]:
+        """When the next heartbeat is due; None while a request is in
+        flight (the ACQUIRE's, before the first reply), or once lost."""
+        if self.status is Status.LOST:
+            return None
+        return self._exchange.next_heartbeat()
 
     def heartbeat_sent(self, at: int) -> None:
         """Records a heartbeat whose send started at `at`."""

@@ -78,7 +78,18 @@ _LIVE = (CStatus.PENDING, CStatus.WAITING, CStatus.HELD, CStatus.RELEASING)
 class ClaimState:
     """One claim of a session. `watch` is the driver's (its event)."""
 
-    __slots__ = ("id", "name", "status", "token", "loss", "refused", "release_wanted", "unsent", "watch")
+    __slots__ = (
+        "id",
+        "name",
+        "status",
+        "token",
+        "loss",
+        "refused",
+        "release_wanted",
+        "unsent",
+        "watch",
+        "history",
+    )
 
     def __init__(self, claim_id: int, name: str) -> None:
         self.id = claim_id
@@ -93,6 +104,10 @@ class ClaimState:
         #: The session had ended before this ACQUIRE was queued: never sent.
         self.unsent = False
         self.watch: object = None
+        #: The status at each of the claim's entries in `changed`, in order:
+        #: what its owner is told, step by step, when one read holds several
+        #: frames for it. A few entries in a claim's life, never cleared.
+        self.history: List[CStatus] = []
 
     @property
     def live(self) -> bool:
@@ -212,13 +227,19 @@ class SessionCore:
         """Checks the deadline, then queues a PING if one is due. True when
         it did."""
         self.check(now)
-        if self.state is SState.CLOSED or self._pending:
-            return False
-        due = self._next_ping
+        due = self.next_ping()
         if due is None or due > now:
             return False
         self._send(frames2.PING, 0, frames2.PING_FRAME, now)
         return True
+
+    def next_ping(self) -> Optional[int]:
+        """When the next PING is due; None while a request is in flight
+        (replies come in order: a PING behind it could only be answered
+        after it), before the OPEN's reply, and once the session ended."""
+        if self.state is SState.CLOSED or self._pending:
+            return None
+        return self._next_ping
 
     def next_wake(self) -> Optional[int]:
         """When the driver must look again without input: the next PING or
@@ -226,9 +247,8 @@ class SessionCore:
         if self.state is SState.CLOSED:
             return None
         deadline = self.deadline()
-        if self._pending or self._next_ping is None:
-            return deadline
-        return min(self._next_ping, deadline)
+        ping = self.next_ping()
+        return deadline if ping is None else min(ping, deadline)
 
     def fail(self, loss: LockLost) -> None:
         """Ends the session: every claim in use ends with it, in this step.
@@ -291,7 +311,7 @@ class SessionCore:
                 claim.token = value  # crossed our RELEASE: released again next
             else:
                 raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
-            self.changed.append(claim)
+            self._changed(claim)
             return
         if kind == REVOKED:
             claim = self._claim(claim_id, frame)
@@ -331,10 +351,10 @@ class SessionCore:
             if kind == ACQUIRED:
                 claim.status = CStatus.HELD
                 claim.token = value
-                self.changed.append(claim)
+                self._changed(claim)
             elif kind == WAITING:
                 claim.status = CStatus.WAITING
-                self.changed.append(claim)
+                self._changed(claim)
             elif kind == BUSY:
                 self._end(claim, CStatus.BUSY, None)
             else:
@@ -391,7 +411,11 @@ class SessionCore:
         claim.loss = None if loss is None else loss.for_lock(claim.name)
         if not keep:
             self.claims.pop(claim.id, None)
+        self._changed(claim)
+
+    def _changed(self, claim: ClaimState) -> None:
         self.changed.append(claim)
+        claim.history.append(claim.status)
 
     def _after_change(self, now: int) -> None:
         if not self.claims and self.idle_since is None:
