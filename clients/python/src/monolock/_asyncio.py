@@ -34,6 +34,7 @@ from ._core.acquire import (
 from ._core.address import Address
 from ._core.claim import Claim, Status
 from ._core.connect_errors import Failures, first_reply_error
+from ._core.held import HeldLock
 from ._core.timeouts import bound_ns
 from ._io import aio_sessions
 from ._io.aio_sessions import AsyncSession, AsyncV2Claim
@@ -46,78 +47,34 @@ from .errors import ConnectError, LockLost
 AsyncHandle = Union[Driver, AsyncV2Claim]
 
 
-class AsyncLock:
+class AsyncLock(HeldLock):
     """A held lock, for asyncio: the same contract and attributes as
     `monolock.Lock`; `await lost()` resolves on loss."""
 
-    __slots__ = ("_driver", "_name", "_token", "_address", "__weakref__")
+    __slots__ = ("__weakref__",)
 
-    def __init__(self, driver: "AsyncHandle", name: str, token: int, address: Address) -> None:
-        self._driver = driver
-        self._name = name
-        self._token = token
-        self._address = address
-
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        return self._name
-
-    @property
-    def token(self) -> int:
-        """The fencing token of this grant."""
-        return self._token
-
-    @property
-    def lease(self) -> float:
-        """The session's lease in seconds (as sent: whole milliseconds)."""
-        return self._driver.lease_ms / 1000
-
-    @property
-    def address(self) -> str:
-        """The server that granted the lock."""
-        return str(self._address)
-
-    @property
-    def deadline(self) -> float:
-        """`S + 0.8 x lease` on `time.monotonic()`."""
-        return self._driver.deadline_ns() / 1e9
-
-    def is_held(self) -> bool:
-        """Whether the lock is still held, judged against the clock now."""
-        return self._driver.status() is Status.HELD and not self._driver.released
-
-    def check(self) -> None:
-        """Raises LockLost when the lock is not held."""
-        if not self.is_held():
-            raise (self._driver.loss or LockLost.released()).with_traceback(None)
-
-    @property
-    def loss(self) -> Optional[LockLost]:
-        """Why the lock was lost, or None while it is held."""
-        self._driver.status()
-        return self._driver.loss
+    _handle: AsyncHandle
 
     @property
     def lost_event(self) -> asyncio.Event:
         """An `asyncio.Event` set the moment the lock is lost."""
-        return self._driver.lost_event
+        return self._handle.lost_event
 
     async def lost(self) -> LockLost:
         """Resolves when the lock is lost, with why. Many tasks may await it."""
         while True:
-            await self._driver.wait_until(lambda _: False, None)
-            loss = self._driver.loss
+            await self._handle.wait_until(lambda _: False, None)
+            loss = self._handle.loss
             if loss is not None:
                 return loss
-            await self._driver.lost_event.wait()  # released: only a loss resolves this
+            await self._handle.lost_event.wait()  # released: only a loss resolves this
 
     async def release(self) -> None:
         """Releases the lock and returns once the server has confirmed it
         (within the client's `connect_timeout`; past it the session is
         closed, which releases the lock too). Raises LockLost when the lock
         had been lost before the release."""
-        loss = await self._driver.release_confirmed()
+        loss = await self._handle.release_confirmed()
         if loss is not None:
             raise loss.with_traceback(None)
 
@@ -125,7 +82,7 @@ class AsyncLock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): an `async with` block never runs its body without the lock."""
         if not self.is_held():
-            raise not_enterable(self._name, self._driver.loss)
+            raise not_enterable(self._name, self._handle.loss)
         return self
 
     async def __aexit__(
@@ -135,16 +92,16 @@ class AsyncLock:
         tb: Optional[TracebackType],
     ) -> None:
         if exc is None:
-            loss = await self._driver.release_confirmed()
+            loss = await self._handle.release_confirmed()
         else:
             # A failing or cancelled block does not wait: the RELEASE is
             # sent at once and the exception goes on.
-            loss = self._driver.release()
+            loss = self._handle.release()
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
 
     def __del__(self) -> None:
-        driver = getattr(self, "_driver", None)
+        driver = getattr(self, "_handle", None)
         if driver is not None and not driver.released:
             try:
                 driver.release_from_gc()

@@ -27,6 +27,7 @@ from ._core.acquire import (
 from ._core.address import Address
 from ._core.claim import Status
 from ._core.connect_errors import first_reply_error
+from ._core.held import HeldLock
 from ._core.timeouts import bound_ns
 from ._io import pool
 from ._io.claims import V2Claim
@@ -40,7 +41,7 @@ from .errors import LockLost
 Handle = Union[Session, V2Claim]
 
 
-class Lock:
+class Lock(HeldLock):
     """A held lock: a claim on a protocol v2 session (or, with v1, its own
     connection). While it lives, a background thread heartbeats its
     session; `release()` (or leaving the `with` block) returns once the
@@ -51,74 +52,23 @@ class Lock:
     stop the guarded work when `is_held()` turns False or `lost_event` is set.
     """
 
-    __slots__ = ("_session", "_name", "_token", "_address", "__weakref__")
+    __slots__ = ("__weakref__",)
 
-    def __init__(self, session: Handle, name: str, token: int, address: Address) -> None:
-        self._session = session
-        self._name = name
-        self._token = token
-        self._address = address
-
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        return self._name
-
-    @property
-    def token(self) -> int:
-        """The fencing token of this grant: strictly greater than every
-        token issued before it by the same server process."""
-        return self._token
-
-    @property
-    def lease(self) -> float:
-        """The session's lease in seconds (as sent: whole milliseconds)."""
-        return self._session.lease_ms / 1000
-
-    @property
-    def address(self) -> str:
-        """The server that granted the lock."""
-        return str(self._address)
-
-    @property
-    def deadline(self) -> float:
-        """`S + 0.8 x lease` on `time.monotonic()`: the instant at which the
-        claim is given up unless a heartbeat sent after S is confirmed."""
-        return self._session.deadline_ns() / 1e9
-
-    def is_held(self) -> bool:
-        """Whether the lock is still held, judged against the clock now:
-        False once the claim was lost, and False as soon as the monotonic
-        clock passes the deadline, even if no thread has run since (a
-        process resumed from a pause reads False before it can act)."""
-        return self._session.status() is Status.HELD and not self._session.released
-
-    def check(self) -> None:
-        """Raises LockLost when the lock is not held (see `is_held`)."""
-        if self._session.status() is Status.HELD and not self._session.released:
-            return
-        raise (self._session.loss or LockLost.released()).with_traceback(None)
-
-    @property
-    def loss(self) -> Optional[LockLost]:
-        """Why the lock was lost, or None while it is held (or after a
-        plain release)."""
-        self._session.status()
-        return self._session.loss
+    _handle: Handle
 
     @property
     def lost_event(self) -> threading.Event:
         """A `threading.Event` set the moment the lock is lost (never by a
         plain release): wait on it from any thread."""
-        return self._session.lost_event
+        return self._handle.lost_event
 
     def wait_lost(self, timeout: Optional[float] = None) -> Optional[LockLost]:
         """Blocks until the lock is lost (returns why) or `timeout` seconds
         pass (returns None)."""
         timeout_ns = bound_ns(timeout, "timeout")
         until = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
-        status, _ = self._session.wait_until(lambda _: False, until)
-        return self._session.loss if status is Status.LOST else None
+        status, _ = self._handle.wait_until(lambda _: False, until)
+        return self._handle.loss if status is Status.LOST else None
 
     def release(self) -> None:
         """Releases the lock and returns once the server has confirmed it
@@ -129,7 +79,7 @@ class Lock:
         Raises LockLost when the lock had been lost before the release:
         the guarded work may have run without the lock.
         """
-        loss = self._session.release(wait=True)
+        loss = self._handle.release(wait=True)
         if loss is not None:
             raise loss.with_traceback(None)
 
@@ -137,7 +87,7 @@ class Lock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): a `with` block never runs its body without the lock."""
         if not self.is_held():
-            raise not_enterable(self._name, self._session.loss)
+            raise not_enterable(self._name, self._handle.loss)
         return self
 
     def __exit__(
@@ -148,12 +98,12 @@ class Lock:
     ) -> None:
         # Leaving on an exception does not wait for the confirmation: the
         # RELEASE is sent at once and the exception goes on.
-        loss = self._session.release(wait=exc is None)
+        loss = self._handle.release(wait=exc is None)
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
 
     def __del__(self) -> None:
-        session = getattr(self, "_session", None)
+        session = getattr(self, "_handle", None)
         if session is not None and not session.released:
             try:
                 session.release_from_gc()

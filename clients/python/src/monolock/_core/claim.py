@@ -59,6 +59,15 @@ class Claim:
         self.history.append(Status.LOST)
         return True
 
+    def awaiting_reply(self) -> bool:
+        """The ACQUIRE is unanswered and nothing ended the claim yet."""
+        return self.status is Status.UNANSWERED
+
+    def unanswered(self, within: float) -> None:
+        """No reply came within `within` seconds: the claim is lost (unless
+        something ended it first), and the peer perhaps no monolock server."""
+        self.lose(LockLost.expired(self.lease_ms, unanswered=True, within=within))
+
     def check(self, now: int) -> None:
         """The pessimist's check: past the deadline the claim is lost,
         whatever timer has not fired yet."""

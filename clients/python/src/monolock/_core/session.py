@@ -186,6 +186,15 @@ class SessionCore:
     def is_closed(self) -> bool:
         return self.state is SState.CLOSED
 
+    def awaiting_reply(self) -> bool:
+        """The OPEN is unanswered and nothing ended the session yet."""
+        return self.state is SState.OPENING
+
+    def unanswered(self, within: float) -> None:
+        """No reply to the OPEN came within `within` seconds: the session is
+        over (unless something ended it first)."""
+        self.fail(LockLost.expired(self.lease_ms, True, "OPEN", within=within))
+
     def has_room(self) -> bool:
         return self.state is not SState.CLOSED and len(self.claims) < self.max_claims
 

@@ -11,11 +11,32 @@ from __future__ import annotations
 
 import socket
 import ssl
-from typing import Optional, Tuple
+import time
+from typing import TYPE_CHECKING, Optional, Tuple
 
 from .._core import address as _address
 from .._core.address import Address, Addresses
 from .._core.connect_errors import Failures
+from .reactor import READ_CHUNK
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Awaiting(Protocol):
+        """A core waiting for the reply to its first request (`Claim`,
+        `SessionCore`)."""
+
+        def awaiting_reply(self) -> bool: ...
+
+        def unanswered(self, within: float) -> None: ...
+
+        def check(self, now: int) -> None: ...
+
+        def deadline(self) -> int: ...
+
+        def receive(self, data: bytes, now: int) -> None: ...
+
+        def closed(self, cause: Optional[BaseException] = None) -> None: ...
 
 #: How long dialing one server (TCP and TLS handshake) may take, in seconds.
 DEFAULT_CONNECT_TIMEOUT = 5.0
@@ -83,3 +104,38 @@ def connect(
         except (OSError, ssl.SSLError) as err:
             failures.add(address, err)
     raise failures.error()
+
+
+def read_first_reply(
+    sock: socket.socket, request: bytes, core: Awaiting, sent: int, timeout: float
+) -> None:
+    """Sends the first request and feeds the core what comes back, in the
+    caller's thread (an uncontended lock needs no hand-off to another
+    thread), until its first reply, its end, its deadline, or `timeout`
+    seconds: a server answers at once, so silence that long is a peer that
+    is no monolock server (or one that cannot serve). The socket is left
+    non-blocking; it is closed only when the wait is interrupted. `sent`:
+    the instant the core took as the request's send."""
+    answer_by = sent + int(timeout * 1e9)
+    try:
+        sock.sendall(request)
+        while core.awaiting_reply():
+            now = time.monotonic_ns()
+            core.check(now)
+            if not core.awaiting_reply():
+                break
+            sock.settimeout(max(min(core.deadline(), answer_by) - now, 0) / 1e9)
+            data = sock.recv(READ_CHUNK)
+            if not data:
+                core.closed(None)
+                break
+            core.receive(data, time.monotonic_ns())
+        sock.setblocking(False)
+    except socket.timeout:
+        core.check(time.monotonic_ns())
+        core.unanswered(round((min(core.deadline(), answer_by) - sent) / 1e9, 1))
+    except (OSError, ssl.SSLError) as err:
+        core.closed(err)
+    except BaseException:  # KeyboardInterrupt while waiting: nothing stays open
+        sock.close()
+        raise

@@ -22,8 +22,8 @@ from .._core.address import Address
 from .._core.pool import V1_ADDRESSES, DialFailed, PoolKey, V1Only, pool_key
 from .._core.session import SessionCore, SState
 from ..errors import LockLost
-from .connect import Endpoints, dial
-from .reactor import READ_CHUNK, current_pid, shared_reactor
+from .connect import Endpoints, dial, read_first_reply
+from .reactor import current_pid, shared_reactor
 from .sessions import SyncSession
 
 
@@ -88,33 +88,9 @@ class SessionPool:
             raise DialFailed(str(err)) from err
         sent = time.monotonic_ns()
         core = SessionCore(lease_ms, sent)
-        # A server answers at once: silence past the connect timeout is a
-        # peer that is no monolock server (or one that cannot serve).
-        answer_by = sent + int(endpoints._connect_timeout * 1e9)
-        try:
-            sock.sendall(bytes(core.outbox))
-            core.outbox.clear()
-            while core.state is SState.OPENING:
-                now = time.monotonic_ns()
-                core.check(now)
-                if core.is_closed():
-                    break
-                sock.settimeout(max(min(core.deadline(), answer_by) - now, 0) / 1e9)
-                data = sock.recv(READ_CHUNK)
-                if not data:
-                    core.closed(None)
-                    break
-                core.receive(data, time.monotonic_ns())
-            sock.setblocking(False)
-        except socket.timeout:
-            core.check(time.monotonic_ns())
-            waited = (min(core.deadline(), answer_by) - sent) / 1e9
-            core.fail(LockLost.expired(lease_ms, True, "OPEN", within=round(waited, 1)))
-        except (OSError, ssl.SSLError) as err:
-            core.closed(err)
-        except BaseException:
-            sock.close()
-            raise
+        request = bytes(core.outbox)
+        core.outbox.clear()
+        read_first_reply(sock, request, core, sent, endpoints._connect_timeout)
         if core.state is not SState.OPEN:
             sock.close()
             if core.v1_only:

@@ -69,6 +69,29 @@ def shutdown_socket(sock: socket.socket) -> None:
         pass
 
 
+def read_available(
+    sock: socket.socket, short_read_drains: bool
+) -> Tuple[List[bytes], bool, Optional[BaseException]]:
+    """Every byte a non-blocking socket has now: the chunks read, whether
+    the peer's EOF came, and the failure that ended the reads, if one did.
+    `short_read_drains`: a read shorter than asked for means the buffer is
+    empty (true of a plain socket; TLS reads until it would block, as a
+    record may hold more than one read returns)."""
+    chunks: List[bytes] = []
+    try:
+        while True:
+            data = sock.recv(READ_CHUNK)
+            if not data:
+                return chunks, True, None
+            chunks.append(data)
+            if short_read_drains and len(data) < READ_CHUNK:
+                return chunks, False, None
+    except WOULD_BLOCK:
+        return chunks, False, None
+    except (OSError, ssl.SSLError, ValueError) as err:
+        return chunks, False, err
+
+
 class Channel:
     """What the reactor serves: one socket and the driver of its core.
     The hooks run on the reactor thread only, each guarded: an exception

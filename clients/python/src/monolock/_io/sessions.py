@@ -26,14 +26,21 @@ import socket
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Optional
 
 from .._core import pool as rules
 from .._core.address import Address
 from .._core.pool import PoolKey
 from .._core.session import CStatus, SessionCore, SState
 from ..errors import LockLost
-from .reactor import READ_CHUNK, WOULD_BLOCK, Channel, Reactor, current_pid, shutdown_socket
+from .reactor import (
+    WOULD_BLOCK,
+    Channel,
+    Reactor,
+    current_pid,
+    read_available,
+    shutdown_socket,
+)
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -178,22 +185,7 @@ class SyncSession(Channel):
         EOF or failure."""
         if self.closed:
             return
-        chunks: List[bytes] = []
-        cause: Optional[BaseException] = None
-        eof = False
-        try:
-            while True:
-                data = self.sock.recv(READ_CHUNK)
-                if not data:
-                    eof = True
-                    break
-                chunks.append(data)
-                if len(data) < READ_CHUNK and not self.tls:
-                    break  # drained; TLS reads until it would block (records buffer)
-        except WOULD_BLOCK:
-            pass
-        except (OSError, ssl.SSLError, ValueError) as err:
-            cause = err
+        chunks, eof, cause = read_available(self.sock, short_read_drains=not self.tls)
         now = time.monotonic_ns()
         with self.cond:
             if chunks:

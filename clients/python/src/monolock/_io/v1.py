@@ -12,15 +12,15 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 from .._core import frames
 from .._core.address import Address
 from .._core.claim import Claim, Status, release_unconfirmed
 from .._core.schedule import MS
 from ..errors import LockLost
-from .connect import Endpoints, connect
-from .reactor import READ_CHUNK, WOULD_BLOCK, Channel, Reactor, shutdown_socket
+from .connect import Endpoints, connect, read_first_reply
+from .reactor import READ_CHUNK, WOULD_BLOCK, Channel, Reactor, read_available, shutdown_socket
 
 #: When a one-byte heartbeat cannot be written at once (a full send buffer:
 #: the server is not reading), try again this much later. The deadline
@@ -71,32 +71,7 @@ def first_reply(
     sock, address = connect(endpoints, addresses)
     sent = time.monotonic_ns()
     claim = Claim(name, lease_ms, sent)
-    # A server answers at once: silence past the connect timeout is a
-    # peer that is no monolock server (or one that cannot serve).
-    answer_by = sent + int(endpoints._connect_timeout * 1e9)
-    try:
-        sock.sendall(frame)
-        while claim.status is Status.UNANSWERED:
-            now = time.monotonic_ns()
-            claim.check(now)
-            if claim.loss is not None:
-                break
-            sock.settimeout(max(min(claim.deadline(), answer_by) - now, 0) / 1e9)
-            data = sock.recv(READ_CHUNK)
-            if not data:
-                claim.closed(None)
-                break
-            claim.receive(data, time.monotonic_ns())
-        sock.setblocking(False)
-    except socket.timeout:
-        claim.check(time.monotonic_ns())
-        waited = (min(claim.deadline(), answer_by) - sent) / 1e9
-        claim.lose(LockLost.expired(lease_ms, unanswered=True, within=round(waited, 1)))
-    except (OSError, ssl.SSLError) as err:
-        claim.closed(err)
-    except BaseException:  # KeyboardInterrupt while waiting: nothing stays open
-        sock.close()
-        raise
+    read_first_reply(sock, frame, claim, sent, endpoints._connect_timeout)
     return claim, sock, address
 
 
@@ -239,20 +214,7 @@ class Session(Channel):
         return self.closed_event.is_set()
 
     def readable(self) -> bool:
-        chunks: List[bytes] = []
-        cause: Optional[BaseException] = None
-        eof = False
-        try:
-            while True:
-                data = self.sock.recv(READ_CHUNK)
-                if not data:
-                    eof = True
-                    break
-                chunks.append(data)
-        except WOULD_BLOCK:
-            pass
-        except (OSError, ssl.SSLError) as err:
-            cause = err
+        chunks, eof, cause = read_available(self.sock, short_read_drains=False)
         if self.released:
             # Only the server's EOF is awaited now: it confirms the release.
             if eof or cause is not None:
