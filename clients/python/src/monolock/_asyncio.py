@@ -25,7 +25,6 @@ from ._core.acquire import (
     UseV1,
     drive_async,
     first_answer,
-    not_enterable,
     not_granted,
     queue_until,
     route,
@@ -81,8 +80,7 @@ class AsyncLock(HeldLock):
     async def __aenter__(self) -> AsyncLock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): an `async with` block never runs its body without the lock."""
-        if not self.is_held():
-            raise not_enterable(self._name, self._handle.loss)
+        self._check_enterable()
         return self
 
     async def __aexit__(
@@ -99,14 +97,6 @@ class AsyncLock(HeldLock):
             loss = self._handle.release()
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
-
-    def __del__(self) -> None:
-        driver = getattr(self, "_handle", None)
-        if driver is not None and not driver.released:
-            try:
-                driver.release_from_gc()
-            except Exception:  # at interpreter exit; the kernel closes the socket
-                pass
 
     def __repr__(self) -> str:
         return f"<monolock.AsyncLock name={self._name!r} token={self._token}>"

@@ -18,7 +18,6 @@ from ._core.acquire import (
     UseV1,
     drive,
     first_answer,
-    not_enterable,
     not_granted,
     queue_until,
     route,
@@ -86,8 +85,7 @@ class Lock(HeldLock):
     def __enter__(self) -> Lock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): a `with` block never runs its body without the lock."""
-        if not self.is_held():
-            raise not_enterable(self._name, self._handle.loss)
+        self._check_enterable()
         return self
 
     def __exit__(
@@ -101,14 +99,6 @@ class Lock(HeldLock):
         loss = self._handle.release(wait=exc is None)
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
-
-    def __del__(self) -> None:
-        session = getattr(self, "_handle", None)
-        if session is not None and not session.released:
-            try:
-                session.release_from_gc()
-            except Exception:  # at interpreter exit; the kernel closes the socket
-                pass
 
     def __repr__(self) -> str:
         return f"<monolock.Lock name={self._name!r} token={self._token} held={self.is_held()}>"

@@ -23,7 +23,7 @@ from typing import (
     Union,
 )
 
-from ..errors import ConnectError, LockLost, LossReason, NotAcquired
+from ..errors import ConnectError, LockLost, NotAcquired
 from .address import Address
 from .claim import Status
 from .connect_errors import Failures, first_reply_error
@@ -185,23 +185,3 @@ def settled(claim: ClaimState, status: Status) -> bool:
     if never_seen(claim):
         return False
     raise claim.loss or LockLost.connection()
-
-
-def not_enterable(name: str, loss: Optional[LockLost]) -> LockLost:
-    """The error of a `with` (or `async with`) on a lock that is no longer
-    held: its loss, or the release, said plainly."""
-    if loss is None:
-        return LockLost(
-            LossReason.RELEASED,
-            f"cannot enter a with-block on lock {name!r}: it was released; "
-            "take it again with client.lock()",
-        )
-    entered = LockLost(
-        loss.reason,
-        f"cannot enter a with-block on lock {name!r}: it was lost ({loss}); "
-        "take it again with client.lock()",
-        code=loss.code,
-        detail=loss.detail,
-    )
-    entered.__cause__ = loss
-    return entered

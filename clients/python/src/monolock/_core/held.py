@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..errors import LockLost
+from ..errors import LockLost, LossReason
 from .address import Address
 from .claim import Status
 
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
         def deadline_ns(self) -> int: ...
 
         def status(self) -> Status: ...
+
+        def release_from_gc(self) -> None: ...
 
 else:
     Handle = Any
@@ -91,3 +93,37 @@ class HeldLock:
         plain release)."""
         self._handle.status()
         return self._handle.loss
+
+    def _check_enterable(self) -> None:
+        """Raises LockLost when the lock is no longer held (released, or
+        lost): a `with` block never runs its body without the lock."""
+        if not self.is_held():
+            raise not_enterable(self._name, self._handle.loss)
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None and not handle.released:
+            try:
+                handle.release_from_gc()
+            except Exception:  # at interpreter exit; the kernel closes the socket
+                pass
+
+
+def not_enterable(name: str, loss: Optional[LockLost]) -> LockLost:
+    """The error of a `with` (or `async with`) on a lock that is no longer
+    held: its loss, or the release, said plainly."""
+    if loss is None:
+        return LockLost(
+            LossReason.RELEASED,
+            f"cannot enter a with-block on lock {name!r}: it was released; "
+            "take it again with client.lock()",
+        )
+    entered = LockLost(
+        loss.reason,
+        f"cannot enter a with-block on lock {name!r}: it was lost ({loss}); "
+        "take it again with client.lock()",
+        code=loss.code,
+        detail=loss.detail,
+    )
+    entered.__cause__ = loss
+    return entered

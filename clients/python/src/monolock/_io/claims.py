@@ -1,6 +1,6 @@
 """A claim on a v2 session of the sync client: what a `Lock` holds when
 its session speaks v2. Its owner's thread waits on it, reads its reply
-itself where it can (`SyncSession.read_direct`), and releases it.
+itself where it can (`SyncSession.await_change`), and releases it.
 """
 
 from __future__ import annotations
@@ -78,11 +78,7 @@ class V2Claim(ClaimWatch):
                         session.cond.wait(max(limit - now, 0) / 1e9)
                         continue
                 held, reader = reader, False
-                if session.read_direct(limit, held):
-                    continue
-                with session.cond:  # another thread reads: wait for what it feeds
-                    while session.gen == gen and time.monotonic_ns() < limit:
-                        session.cond.wait(max(limit - time.monotonic_ns(), 0) / 1e9)
+                session.await_change(gen, limit, held)
         finally:
             if reader:
                 session.give_reader()
@@ -123,11 +119,7 @@ class V2Claim(ClaimWatch):
                         session.cond.wait(left / 1e9)
                         continue
                 held, reader = reader, False
-                if session.read_direct(until, held):
-                    continue
-                with session.cond:
-                    while session.gen == gen and time.monotonic_ns() < until:
-                        session.cond.wait(max(until - time.monotonic_ns(), 0) / 1e9)
+                session.await_change(gen, until, held)
         finally:
             if reader:
                 session.give_reader()

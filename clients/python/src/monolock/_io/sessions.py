@@ -244,6 +244,18 @@ class SyncSession(Channel):
             self.give_reader()
         return True
 
+    def await_change(self, gen: int, until: int, held: bool) -> None:
+        """Waits for the session's next change after `gen` (read under
+        `cond`), or the instant `until`: reads the socket itself if no
+        other thread does (`held`: this thread took the reader's part
+        already, and gives it back here), else waits for what the reader
+        feeds the core."""
+        if self.read_direct(until, held):
+            return
+        with self.cond:
+            while self.gen == gen and time.monotonic_ns() < until:
+                self.cond.wait(max(until - time.monotonic_ns(), 0) / 1e9)
+
     def fail(self, loss: LockLost) -> None:
         """Ends the session now: every claim on it is lost (or, being
         released, released), each signalled; the reactor closes the socket."""
