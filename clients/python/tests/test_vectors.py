@@ -277,8 +277,7 @@ class V2Replay(Replay):
         elif status is CStatus.BUSY:
             self.events.append({"event": "busy", "claim": claim.id})
         elif status is CStatus.REFUSED:
-            assert claim.refused is not None
-            self.events.append({"event": "refused", "claim": claim.id, "code": claim.refused.code})
+            self.events.append({"event": "refused", "claim": claim.id, "code": claim.code})
         elif status is CStatus.RELEASED:
             self.events.append({"event": "released", "claim": claim.id})
         elif status is CStatus.LOST:

@@ -36,7 +36,7 @@ from .frames2 import (
     REVOKED,
     WAITING,
 )
-from ..errors import LockLost, ProtocolError
+from ..errors import LockLost, LossReason, ProtocolError
 from .claim import Status
 from .schedule import MS, Schedule
 
@@ -89,6 +89,7 @@ class ClaimState:
         "unsent",
         "watch",
         "history",
+        "code",
     )
 
     def __init__(self, claim_id: int, name: str) -> None:
@@ -108,6 +109,9 @@ class ClaimState:
         #: what its owner is told, step by step, when one read holds several
         #: frames for it. A few entries in a claim's life, never cleared.
         self.history: List[CStatus] = []
+        #: The claim code of the REFUSED or REVOKED that ended it, as on the
+        #: wire (`refused` and `loss` carry the v1 code of the same meaning).
+        self.code: Optional[int] = None
 
     @property
     def live(self) -> bool:
@@ -259,18 +263,26 @@ class SessionCore:
         ping = self.next_ping()
         return deadline if ping is None else min(ping, deadline)
 
-    def fail(self, loss: LockLost) -> None:
-        """Ends the session: every claim in use ends with it, in this step.
-        A claim being released is released (the session's end releases it)."""
+    def fail(self, loss: LockLost, closing: bool = False) -> None:
+        """Ends the session: every claim in use ends with it, in this step,
+        lost. A claim being released is released when the session's end
+        releases it at the server: the server shuts down (ERROR 0x01), or
+        the client closes the session itself (`closing`; a server releases
+        at once every claim of a session its client closed). Any other end
+        (EOF, an ERROR, a failed connection, the deadline) leaves its
+        RELEASE unconfirmed (a server that closed the connection itself
+        keeps the locks until the lease runs out, docs/protocol.md, "End
+        of the session"): that claim is lost too."""
         if self.state is SState.CLOSED:
             return
         self.state = SState.CLOSED
         self.loss = loss
+        released_by_end = closing or loss.reason is LossReason.SHUTDOWN
         claims, self.claims = self.claims, {}
         for claim in claims.values():
             if not claim.live:
                 continue  # revoked, its RELEASE's reply still due: ended already
-            if claim.status is CStatus.RELEASING:
+            if claim.status is CStatus.RELEASING and released_by_end:
                 self._end(claim, CStatus.RELEASED, None)
             else:
                 self._end(claim, CStatus.LOST, loss)
@@ -326,6 +338,7 @@ class SessionCore:
             claim = self._claim(claim_id, frame)
             if claim.status is CStatus.PENDING:
                 raise ProtocolError(f"REVOKED for claim {claim_id} before its ACQUIRE's reply")
+            claim.code = code
             if claim.status is CStatus.RELEASING:
                 # Our RELEASE's reply is REFUSED 0x20; the claim is gone now.
                 self._end(claim, CStatus.LOST, LockLost.claim(code, reason), keep=True)
@@ -367,6 +380,7 @@ class SessionCore:
             elif kind == BUSY:
                 self._end(claim, CStatus.BUSY, None)
             else:
+                claim.code = code
                 claim.refused = LockLost.claim(code, reason)
                 self._end(claim, CStatus.REFUSED, None)
             if claim.release_wanted and claim.live:

@@ -117,8 +117,10 @@ class AsyncSession(asyncio.Protocol):
             if self.core.is_closed():
                 self.settle()
 
-    def fail(self, loss: LockLost) -> None:
-        self.core.fail(loss)
+    def fail(self, loss: LockLost, closing: bool = False) -> None:
+        """Ends the session for `loss`; `closing`: the client closes it
+        itself (see `SessionCore.fail`)."""
+        self.core.fail(loss, closing)
         self.settle()
 
     def close(self) -> None:
@@ -131,7 +133,7 @@ class AsyncSession(asyncio.Protocol):
             return
         self.closed = True
         if self.core.state is not SState.CLOSED:
-            self.core.fail(LockLost.connection())
+            self.core.fail(LockLost.connection(), closing=True)
             self.settle()
         if self.transport is not None:
             self.transport.close()
@@ -191,8 +193,8 @@ class AsyncV2Claim:
 
     def on_change(self) -> None:
         """The server changed this claim: wake its waiters, signal a loss."""
-        if self.claim.status is CStatus.LOST:
-            self.lost_event.set()
+        if self.claim.status is CStatus.LOST and not self.released:
+            self.lost_event.set()  # an unconfirmed release is no loss to signal
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             _resolve(waiter)
@@ -266,7 +268,8 @@ class AsyncV2Claim:
         until = time.monotonic_ns() + int(self.io_timeout * 1e9)
         while self.claim.live:
             if time.monotonic_ns() >= until:
-                self.session.fail(release_unanswered(self.io_timeout))
+                # Closing the session releases the lock too.
+                self.session.fail(release_unanswered(self.io_timeout), closing=True)
                 break
             await self._changed(until)
         return self.claim.loss

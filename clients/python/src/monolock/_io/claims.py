@@ -124,7 +124,8 @@ class V2Claim(ClaimWatch):
             if reader:
                 session.give_reader()
         if timed_out:
-            session.fail(release_unanswered(self.io_timeout))
+            # Closing the session releases the lock too.
+            session.fail(release_unanswered(self.io_timeout), closing=True)
         return self.claim.loss
 
     def release_from_gc(self) -> None:

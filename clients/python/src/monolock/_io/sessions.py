@@ -51,11 +51,13 @@ if TYPE_CHECKING:
 
 class ClaimWatch:
     """What a claim's owner hangs on it (`ClaimState.watch`): the event
-    that the session sets when the claim is lost."""
+    that the session sets when the claim is lost, unless its owner had
+    released it."""
 
     __slots__ = ()
 
     lost_event: threading.Event
+    released: bool
 
 
 class SyncSession(Channel):
@@ -120,7 +122,8 @@ class SyncSession(Channel):
             for claim in core.changed:
                 watch = claim.watch
                 if claim.status is CStatus.LOST and isinstance(watch, ClaimWatch):
-                    watch.lost_event.set()
+                    if not watch.released:  # an unconfirmed release is no loss to signal
+                        watch.lost_event.set()
                 if not claim.live and claim.status is not CStatus.REFUSED:
                     self.full = False  # a claim ended: room again
             core.changed.clear()
@@ -256,11 +259,12 @@ class SyncSession(Channel):
             while self.gen == gen and time.monotonic_ns() < until:
                 self.cond.wait(max(until - time.monotonic_ns(), 0) / 1e9)
 
-    def fail(self, loss: LockLost) -> None:
+    def fail(self, loss: LockLost, closing: bool = False) -> None:
         """Ends the session now: every claim on it is lost (or, being
-        released, released), each signalled; the reactor closes the socket."""
+        released, released: see `SessionCore.fail`), each signalled; the
+        reactor closes the socket. `closing`: the client closes it itself."""
         with self.cond:
-            self.core.fail(loss)
+            self.core.fail(loss, closing)
             self.settle_locked()
         self.close()
 
@@ -326,7 +330,7 @@ class SyncSession(Channel):
             if rules.idle_over(core, now):
                 # Under the lock that every new claim takes: a claim queued
                 # from now on finds the session ended, and goes on another.
-                core.fail(LockLost.connection())
+                core.fail(LockLost.connection(), closing=True)
             pinged = core.ping_due(now)
             ended = self.settle_locked()
         reactor = self.reactor
@@ -354,7 +358,7 @@ class SyncSession(Channel):
             if self.core.state is not SState.CLOSED:
                 # Kept idle past its time, or an owner's doubt: no claim is lost
                 # that was not already reported.
-                self.core.fail(LockLost.connection())
+                self.core.fail(LockLost.connection(), closing=True)
             self.settle_locked()
         return True
 
