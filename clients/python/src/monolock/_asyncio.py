@@ -14,19 +14,17 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Generator, Optional, Tuple, Type, Union
 
-from ._core import frames, frames2
 from ._core.acquire import (
     DEFAULT_LEASE,
     RETRY,
     Answer,
     ClaimOn,
     OpenSession,
+    Request,
     Step,
     UseV1,
     drive_async,
     first_answer,
-    not_granted,
-    queue_until,
     route,
     settled,
 )
@@ -34,7 +32,6 @@ from ._core.address import Address
 from ._core.claim import Claim, Status
 from ._core.connect_errors import Failures, first_reply_error
 from ._core.held import HeldLock
-from ._core.timeouts import bound_ns
 from ._io import aio_sessions
 from ._io.aio_sessions import AsyncSession, AsyncV2Claim
 from ._io.aio_v1 import Driver
@@ -131,59 +128,34 @@ class AsyncClient(Endpoints):
         """Waits for the lock in its FIFO queue: `lock = await
         client.lock(...)` or `async with client.lock(...) as lock:`. Raises
         as `Client.lock` does. Cancelling the wait gives the place up."""
-        raw_name = frames.encode_name(name)
-        lease_ms = frames.lease_ms(lease)
-        wait_ns = bound_ns(wait, "wait")
-        return _Acquiring(lambda: self._acquire(name, raw_name, lease_ms, wait, wait_ns, False))
+        request = Request.checked(name, lease, wait, try_only=False)
+        return _Acquiring(lambda: self._acquire(request))
 
     async def try_lock(self, name: str, lease: float = DEFAULT_LEASE) -> Optional[AsyncLock]:
         """Takes the lock if it is free; None if someone holds it (nothing
         is left queued)."""
-        raw_name = frames.encode_name(name)
-        lease_ms = frames.lease_ms(lease)
-        return await self._acquire(name, raw_name, lease_ms, None, None, True)
+        return await self._acquire(Request.checked(name, lease, None, try_only=True))
 
-    async def _acquire(
-        self,
-        name: str,
-        raw_name: bytes,
-        lease_ms: int,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        give_up_when_queued: bool,
-    ) -> Optional[AsyncLock]:
+    async def _acquire(self, request: Request) -> Optional[AsyncLock]:
         start = time.monotonic_ns()
-        args = (name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued)
         if self._force_v1:
-            return await self._acquire_v1(*args, None)
+            return await self._acquire_v1(request, start, None)
         sessions = aio_sessions.pool()
 
         async def perform(step: Step) -> Any:
             if isinstance(step, UseV1):
-                return await self._acquire_v1(*args, (step.address,))
+                return await self._acquire_v1(request, start, (step.address,))
             if isinstance(step, OpenSession):
-                return await sessions.session(self, step.address, lease_ms)
+                return await sessions.session(self, step.address, request.lease_ms)
             assert isinstance(step, ClaimOn)
-            return await self._acquire_v2(
-                step.session, name, raw_name, wait, wait_ns, start, give_up_when_queued
-            )
+            return await self._acquire_v2(step.session, request, start)
 
         return await drive_async(route(self), perform)
 
-    async def _acquire_v2(
-        self,
-        session: AsyncSession,
-        name: str,
-        raw_name: bytes,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        start: int,
-        give_up_when_queued: bool,
-    ) -> object:
+    async def _acquire_v2(self, session: AsyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the lock, None (a try found it busy), or
         RETRY (the session could not take it: full, or closed as idle)."""
-        mode = frames2.MODE_TRY if give_up_when_queued else frames2.MODE_WAIT
-        claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+        claim = session.core.acquire(request.name, request.raw_name, request.mode, time.monotonic_ns())
         handle = AsyncV2Claim(session, claim, self._connect_timeout)
         # From here on the claim exists: whatever ends this call without
         # handing a lock over, a cancellation included, releases it.
@@ -197,39 +169,30 @@ class AsyncClient(Endpoints):
                 session.full = True
                 return RETRY
             if answer is Answer.QUEUED:
-                until = queue_until(start, wait_ns)
+                until = request.queue_until(start)
                 status, timed_out = await handle.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
-                    raise not_granted(name, wait)
+                    raise request.not_granted()
             if not settled(claim, status):
                 return RETRY
             token = claim.token
             assert token is not None
-            return AsyncLock(handle, name, token, session.address)
+            return AsyncLock(handle, request.name, token, session.address)
         except BaseException:
             handle.release()
             raise
 
     async def _acquire_v1(
-        self,
-        name: str,
-        raw_name: bytes,
-        lease_ms: int,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        start: int,
-        give_up_when_queued: bool,
-        addresses: Optional[Tuple[Address, ...]],
+        self, request: Request, start: int, addresses: Optional[Tuple[Address, ...]]
     ) -> Optional[AsyncLock]:
         """One claim on its own connection (protocol v1)."""
-        frame = frames.acquire(raw_name, lease_ms)
         driver, address = await self._connect(addresses)
         # From here on the connection is a claim: whatever ends this call
         # without handing a lock over, a cancellation included, ends it.
         try:
             sent = time.monotonic_ns()
             driver.io_timeout = self._connect_timeout
-            driver.start(Claim(name, lease_ms, sent), frame)
+            driver.start(Claim(request.name, request.lease_ms, sent), request.v1_frame())
             # A server answers at once: silence past the connect timeout is
             # a peer that is no monolock server (or one that cannot serve).
             answer_by = sent + int(self._connect_timeout * 1e9)
@@ -238,22 +201,22 @@ class AsyncClient(Endpoints):
                 raise ConnectError(
                     f"{address} did not answer within {self._connect_timeout:g} s", [str(address)]
                 )
-            if status is Status.WAITING and give_up_when_queued:
+            if status is Status.WAITING and request.try_only:
                 # Leaves no trace in the queue by the time it returns.
                 await driver.release_confirmed()
                 return None
-            if status is Status.WAITING and not give_up_when_queued:
-                until = queue_until(start, wait_ns)
+            if status is Status.WAITING:
+                until = request.queue_until(start)
                 status, timed_out = await driver.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
-                    raise not_granted(name, wait)
+                    raise request.not_granted()
         except BaseException:
             driver.release()
             raise
         claim = driver.claim
         assert claim is not None
         if status is Status.HELD and claim.token is not None:
-            return AsyncLock(driver, name, claim.token, address)
+            return AsyncLock(driver, request.name, claim.token, address)
         driver.release()
         if status is Status.LOST:
             loss = claim.loss or LockLost.connection()

@@ -7,19 +7,17 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Optional, Tuple, Type, Union
 
-from ._core import frames, frames2
 from ._core.acquire import (
     DEFAULT_LEASE,
     RETRY,
     Answer,
     ClaimOn,
     OpenSession,
+    Request,
     Step,
     UseV1,
     drive,
     first_answer,
-    not_granted,
-    queue_until,
     route,
     settled,
 )
@@ -144,7 +142,7 @@ class Client(Endpoints):
         NotAcquired, or LockLost when the place in the queue ends first
         (for example `code` 0x18: the ACL refuses this lock).
         """
-        lock = self._acquire(name, lease, wait, give_up_when_queued=False)
+        lock = self._acquire(Request.checked(name, lease, wait, try_only=False))
         assert lock is not None
         return lock
 
@@ -154,54 +152,33 @@ class Client(Endpoints):
 
         Raises as `lock` does.
         """
-        return self._acquire(name, lease, None, give_up_when_queued=True)
+        return self._acquire(Request.checked(name, lease, None, try_only=True))
 
-    def _acquire(
-        self, name: str, lease: float, wait: Optional[float], give_up_when_queued: bool
-    ) -> Optional[Lock]:
-        raw_name = frames.encode_name(name)
-        lease_ms = frames.lease_ms(lease)
-        wait_ns = bound_ns(wait, "wait")
+    def _acquire(self, request: Request) -> Optional[Lock]:
         start = time.monotonic_ns()
-
-        def v1(addresses: Optional[Tuple[Address, ...]]) -> Optional[Lock]:
-            return self._acquire_v1(
-                name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, addresses
-            )
-
         if self._force_v1:
-            return v1(None)
+            return self._acquire_v1(request, start, None)
 
         def perform(step: Step) -> Any:
             if isinstance(step, UseV1):
-                return v1((step.address,))
+                return self._acquire_v1(request, start, (step.address,))
             if isinstance(step, OpenSession):
-                return pool.POOL.session(self, step.address, lease_ms)
+                return pool.POOL.session(self, step.address, request.lease_ms)
             assert isinstance(step, ClaimOn)
-            return self._acquire_v2(
-                step.session, name, raw_name, wait, wait_ns, start, give_up_when_queued
-            )
+            return self._acquire_v2(step.session, request, start)
 
         return drive(route(self), perform)
 
-    def _acquire_v2(
-        self,
-        session: SyncSession,
-        name: str,
-        raw_name: bytes,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        start: int,
-        give_up_when_queued: bool,
-    ) -> object:
+    def _acquire_v2(self, session: SyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the Lock, None (a try found it busy), or
         RETRY (the session could not take it: full, or closed as idle)."""
-        mode = frames2.MODE_TRY if give_up_when_queued else frames2.MODE_WAIT
         # This thread reads the reply itself when it can (see _io/sessions.py).
         reader = session.take_reader()
         try:
             with session.cond:
-                claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+                claim = session.core.acquire(
+                    request.name, request.raw_name, request.mode, time.monotonic_ns()
+                )
         except BaseException:
             if reader:
                 session.give_reader()
@@ -225,32 +202,24 @@ class Client(Endpoints):
                 session.full = True
                 return RETRY
             if answer is Answer.QUEUED:
-                until = queue_until(start, wait_ns)
+                until = request.queue_until(start)
                 status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
-                    raise not_granted(name, wait)
+                    raise request.not_granted()
             if not settled(claim, status):
                 return RETRY
             token = claim.token
             assert token is not None
-            return Lock(handle, name, token, session.address)
+            return Lock(handle, request.name, token, session.address)
         except BaseException:
             handle.release(wait=False)
             raise
 
     def _acquire_v1(
-        self,
-        name: str,
-        raw_name: bytes,
-        lease_ms: int,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        start: int,
-        give_up_when_queued: bool,
-        addresses: Optional[Tuple[Address, ...]],
+        self, request: Request, start: int, addresses: Optional[Tuple[Address, ...]]
     ) -> Optional[Lock]:
         """One claim on its own connection (protocol v1)."""
-        claim, sock, address = first_reply(self, name, raw_name, lease_ms, addresses)
+        claim, sock, address = first_reply(self, request, addresses)
         # From here on the connection is a claim: whatever ends this call
         # without handing a Lock over, an exception included, ends it.
         session: Optional[Session] = None
@@ -258,7 +227,7 @@ class Client(Endpoints):
             if claim.status is Status.LOST:
                 loss = claim.loss or LockLost.connection()
                 raise first_reply_error(address, loss) or loss
-            if claim.status is Status.WAITING and give_up_when_queued:
+            if claim.status is Status.WAITING and request.try_only:
                 # Leaves no trace in the queue by the time it returns.
                 leave_queue(sock, self._connect_timeout)
                 return None
@@ -270,15 +239,15 @@ class Client(Endpoints):
             session.io_timeout = self._connect_timeout
             session.reactor.add(session)
             if first_status is Status.WAITING:
-                until = queue_until(start, wait_ns)
+                until = request.queue_until(start)
                 status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
                 if timed_out:
-                    raise not_granted(name, wait)
+                    raise request.not_granted()
                 if status is not Status.HELD:
                     raise claim.loss or LockLost.connection()
             token = claim.token
             assert token is not None
-            return Lock(session, name, token, address)
+            return Lock(session, request.name, token, address)
         except BaseException:
             if session is None:
                 sock.close()

@@ -24,6 +24,7 @@ from typing import (
 )
 
 from ..errors import ConnectError, LockLost, NotAcquired
+from . import frames, frames2
 from .address import Address
 from .claim import Status
 from .connect_errors import Failures, first_reply_error
@@ -36,12 +37,53 @@ from .pool import (
     sessions_full,
 )
 from .session import TOO_MANY_CLAIMS, ClaimState, CStatus, never_seen
+from .timeouts import bound_ns
 
 if TYPE_CHECKING:
     from .._io.connect import Endpoints
 
 #: The lease when none is given, in seconds.
 DEFAULT_LEASE = 10.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One `lock` or `try_lock` call, its arguments checked."""
+
+    name: str
+    raw_name: bytes
+    lease_ms: int
+    #: The bound on the wait in the queue, as given in seconds, and in
+    #: nanoseconds (None: no bound).
+    wait: Optional[float]
+    wait_ns: Optional[int]
+    #: A try: the call gives up at once if the lock is busy.
+    try_only: bool
+
+    @classmethod
+    def checked(cls, name: str, lease: float, wait: Optional[float], try_only: bool) -> Request:
+        """Raises InvalidArgument, before anything connects."""
+        raw_name = frames.encode_name(name)
+        lease_ms = frames.lease_ms(lease)
+        return cls(name, raw_name, lease_ms, wait, bound_ns(wait, "wait"), try_only)
+
+    @property
+    def mode(self) -> int:
+        """The v2 ACQUIRE's mode."""
+        return frames2.MODE_TRY if self.try_only else frames2.MODE_WAIT
+
+    def v1_frame(self) -> bytes:
+        """The v1 ACQUIRE."""
+        return frames.acquire(self.raw_name, self.lease_ms)
+
+    def queue_until(self, start: int) -> Optional[int]:
+        """The instant a queued claim gives up its place (None: never);
+        `start`: when the call began."""
+        return None if self.wait_ns is None else start + self.wait_ns
+
+    def not_granted(self) -> NotAcquired:
+        """The error of a wait in the queue that ran out."""
+        return NotAcquired(self.name, self.wait if self.wait is not None else 0.0)
 
 
 @dataclass(frozen=True)
@@ -166,15 +208,6 @@ def first_answer(claim: ClaimState, status: Status) -> Answer:
         raise refused
     return Answer.QUEUED if status is Status.WAITING else Answer.SETTLED
 
-
-def queue_until(start: int, wait_ns: Optional[int]) -> Optional[int]:
-    """The instant a queued claim gives up its place (None: never)."""
-    return None if wait_ns is None else start + wait_ns
-
-
-def not_granted(name: str, wait: Optional[float]) -> NotAcquired:
-    """The error of a wait in the queue that ran out."""
-    return NotAcquired(name, wait if wait is not None else 0.0)
 
 
 def settled(claim: ClaimState, status: Status) -> bool:

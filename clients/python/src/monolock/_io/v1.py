@@ -15,6 +15,7 @@ import time
 from typing import Callable, Optional, Tuple
 
 from .._core import frames
+from .._core.acquire import Request
 from .._core.address import Address
 from .._core.claim import Claim, Status, release_unconfirmed
 from .._core.schedule import MS
@@ -59,19 +60,14 @@ def leave_queue(sock: socket.socket, timeout: float) -> None:
 
 
 def first_reply(
-    endpoints: Endpoints,
-    name: str,
-    raw_name: bytes,
-    lease_ms: int,
-    addresses: Optional[Tuple[Address, ...]],
+    endpoints: Endpoints, request: Request, addresses: Optional[Tuple[Address, ...]]
 ) -> Tuple[Claim, socket.socket, Address]:
     """Connects, sends the ACQUIRE and reads the server's first reply in
     the caller's thread; the socket is left non-blocking."""
-    frame = frames.acquire(raw_name, lease_ms)
     sock, address = connect(endpoints, addresses)
     sent = time.monotonic_ns()
-    claim = Claim(name, lease_ms, sent)
-    read_first_reply(sock, frame, claim, sent, endpoints._connect_timeout)
+    claim = Claim(request.name, request.lease_ms, sent)
+    read_first_reply(sock, request.v1_frame(), claim, sent, endpoints._connect_timeout)
     return claim, sock, address
 
 
