@@ -322,29 +322,12 @@ class SessionCore:
         del buf[:used]
 
     def _on_frame(self, frame: frames2.Frame, now: int) -> None:
-        kind, claim_id, value, code, reason = frame
+        kind, _, value, code, reason = frame
         if kind == GRANTED:
-            claim = self._claim(claim_id, frame)
-            if claim.status is CStatus.WAITING:
-                claim.status = CStatus.HELD
-                claim.token = value
-            elif claim.status is CStatus.RELEASING and claim.token is None:
-                claim.token = value  # crossed our RELEASE: released again next
-            else:
-                raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
-            self._changed(claim)
+            self._on_granted(frame)
             return
         if kind == REVOKED:
-            claim = self._claim(claim_id, frame)
-            if claim.status is CStatus.PENDING:
-                raise ProtocolError(f"REVOKED for claim {claim_id} before its ACQUIRE's reply")
-            claim.code = code
-            if claim.status is CStatus.RELEASING:
-                # Our RELEASE's reply is REFUSED 0x20; the claim is gone now.
-                self._end(claim, CStatus.LOST, LockLost.claim(code, reason), keep=True)
-            else:
-                self._end(claim, CStatus.LOST, LockLost.claim(code, reason))
-            self._after_change(now)
+            self._on_revoked(frame, now)
             return
         if kind == ERROR:
             if self.state is SState.OPENING and code == UNSUPPORTED_VERSION:
@@ -361,45 +344,74 @@ class SessionCore:
             self.state = SState.OPEN
             self.session_id = value
             self.max_claims = code
-            return
-        if kind == PONG:
+        elif kind == PONG:
             if request != frames2.PING:
                 raise ProtocolError("PONG arrived for another request than PING")
-            return
-        if request == frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
-            claim = self._claim(claim_id, frame, request_id)
-            if claim.status is not CStatus.PENDING:
-                raise ProtocolError(f"a second reply to the ACQUIRE of claim {claim_id}")
-            if kind == ACQUIRED:
-                claim.status = CStatus.HELD
-                claim.token = value
-                self._changed(claim)
-            elif kind == WAITING:
-                claim.status = CStatus.WAITING
-                self._changed(claim)
-            elif kind == BUSY:
-                self._end(claim, CStatus.BUSY, None)
-            else:
-                claim.code = code
-                claim.refused = LockLost.claim(code, reason)
-                self._end(claim, CStatus.REFUSED, None)
-            if claim.release_wanted and claim.live:
-                self.release(claim, now)
-            self._after_change(now)
-            return
-        if request == frames2.RELEASE and kind in (RELEASED, REFUSED):
-            claim = self._claim(claim_id, frame, request_id)
-            if claim.status is CStatus.LOST and kind == REFUSED and code == UNKNOWN_CLAIM:
-                del self.claims[claim_id]  # the REVOKED came first
-            elif claim.status is CStatus.RELEASING and kind == RELEASED:
-                self._end(claim, CStatus.RELEASED, None)
-            else:
-                raise ProtocolError(
-                    f"unexpected reply 0x{kind:02x} to the RELEASE of claim {claim_id}"
-                )
-            self._after_change(now)
-            return
-        raise ProtocolError(f"reply type 0x{kind:02x} does not answer the request in flight")
+        elif request == frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
+            self._on_acquire_reply(frame, request_id, now)
+        elif request == frames2.RELEASE and kind in (RELEASED, REFUSED):
+            self._on_release_reply(frame, request_id, now)
+        else:
+            raise ProtocolError(f"reply type 0x{kind:02x} does not answer the request in flight")
+
+    def _on_granted(self, frame: frames2.Frame) -> None:
+        """A push: confirms nothing."""
+        _, claim_id, token, _, _ = frame
+        claim = self._claim(claim_id, frame)
+        if claim.status is CStatus.WAITING:
+            claim.status = CStatus.HELD
+            claim.token = token
+        elif claim.status is CStatus.RELEASING and claim.token is None:
+            claim.token = token  # crossed our RELEASE: released again next
+        else:
+            raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
+        self._changed(claim)
+
+    def _on_revoked(self, frame: frames2.Frame, now: int) -> None:
+        """A push: ends one claim, confirms nothing."""
+        _, claim_id, _, code, reason = frame
+        claim = self._claim(claim_id, frame)
+        if claim.status is CStatus.PENDING:
+            raise ProtocolError(f"REVOKED for claim {claim_id} before its ACQUIRE's reply")
+        claim.code = code
+        # A claim being released stays in use: our RELEASE's reply is
+        # REFUSED 0x20, and the id is free only then.
+        keep = claim.status is CStatus.RELEASING
+        self._end(claim, CStatus.LOST, LockLost.claim(code, reason), keep=keep)
+        self._after_change(now)
+
+    def _on_acquire_reply(self, frame: frames2.Frame, request_id: int, now: int) -> None:
+        kind, claim_id, token, code, reason = frame
+        claim = self._claim(claim_id, frame, request_id)
+        if claim.status is not CStatus.PENDING:
+            raise ProtocolError(f"a second reply to the ACQUIRE of claim {claim_id}")
+        if kind == ACQUIRED:
+            claim.status = CStatus.HELD
+            claim.token = token
+            self._changed(claim)
+        elif kind == WAITING:
+            claim.status = CStatus.WAITING
+            self._changed(claim)
+        elif kind == BUSY:
+            self._end(claim, CStatus.BUSY, None)
+        else:
+            claim.code = code
+            claim.refused = LockLost.claim(code, reason)
+            self._end(claim, CStatus.REFUSED, None)
+        if claim.release_wanted and claim.live:
+            self.release(claim, now)
+        self._after_change(now)
+
+    def _on_release_reply(self, frame: frames2.Frame, request_id: int, now: int) -> None:
+        kind, claim_id, _, code, _ = frame
+        claim = self._claim(claim_id, frame, request_id)
+        if claim.status is CStatus.LOST and kind == REFUSED and code == UNKNOWN_CLAIM:
+            del self.claims[claim_id]  # the REVOKED came first
+        elif claim.status is CStatus.RELEASING and kind == RELEASED:
+            self._end(claim, CStatus.RELEASED, None)
+        else:
+            raise ProtocolError(f"unexpected reply 0x{kind:02x} to the RELEASE of claim {claim_id}")
+        self._after_change(now)
 
     def _claim(
         self, claim_id: int, frame: frames2.Frame, expected: Optional[int] = None
