@@ -128,13 +128,13 @@ class AsyncClient(Endpoints):
         """Waits for the lock in its FIFO queue: `lock = await
         client.lock(...)` or `async with client.lock(...) as lock:`. Raises
         as `Client.lock` does. Cancelling the wait gives the place up."""
-        request = Request.checked(name, lease, wait, try_only=False)
+        request = Request(name, lease, wait, try_only=False)
         return _Acquiring(lambda: self._acquire(request))
 
     async def try_lock(self, name: str, lease: float = DEFAULT_LEASE) -> Optional[AsyncLock]:
         """Takes the lock if it is free; None if someone holds it (nothing
         is left queued)."""
-        return await self._acquire(Request.checked(name, lease, None, try_only=True))
+        return await self._acquire(Request(name, lease, None, try_only=True))
 
     async def _acquire(self, request: Request) -> Optional[AsyncLock]:
         start = time.monotonic_ns()

@@ -142,7 +142,7 @@ class Client(Endpoints):
         NotAcquired, or LockLost when the place in the queue ends first
         (for example `code` 0x18: the ACL refuses this lock).
         """
-        lock = self._acquire(Request.checked(name, lease, wait, try_only=False))
+        lock = self._acquire(Request(name, lease, wait, try_only=False))
         assert lock is not None
         return lock
 
@@ -152,7 +152,7 @@ class Client(Endpoints):
 
         Raises as `lock` does.
         """
-        return self._acquire(Request.checked(name, lease, None, try_only=True))
+        return self._acquire(Request(name, lease, None, try_only=True))
 
     def _acquire(self, request: Request) -> Optional[Lock]:
         start = time.monotonic_ns()

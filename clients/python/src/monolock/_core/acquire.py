@@ -11,7 +11,6 @@ hold no decision of their own.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -46,31 +45,25 @@ if TYPE_CHECKING:
 DEFAULT_LEASE = 10.0
 
 
-@dataclass(frozen=True)
 class Request:
-    """One `lock` or `try_lock` call, its arguments checked."""
+    """One `lock` or `try_lock` call, its arguments checked (a plain class
+    with slots: one is made per call, on the lock cycle's path)."""
 
-    name: str
-    raw_name: bytes
-    lease_ms: int
-    #: The bound on the wait in the queue, as given in seconds, and in
-    #: nanoseconds (None: no bound).
-    wait: Optional[float]
-    wait_ns: Optional[int]
-    #: A try: the call gives up at once if the lock is busy.
-    try_only: bool
+    __slots__ = ("name", "raw_name", "lease_ms", "wait", "wait_ns", "try_only", "mode")
 
-    @classmethod
-    def checked(cls, name: str, lease: float, wait: Optional[float], try_only: bool) -> Request:
+    def __init__(self, name: str, lease: float, wait: Optional[float], try_only: bool) -> None:
         """Raises InvalidArgument, before anything connects."""
-        raw_name = frames.encode_name(name)
-        lease_ms = frames.lease_ms(lease)
-        return cls(name, raw_name, lease_ms, wait, bound_ns(wait, "wait"), try_only)
-
-    @property
-    def mode(self) -> int:
-        """The v2 ACQUIRE's mode."""
-        return frames2.MODE_TRY if self.try_only else frames2.MODE_WAIT
+        self.name = name
+        self.raw_name = frames.encode_name(name)
+        self.lease_ms = frames.lease_ms(lease)
+        #: The bound on the wait in the queue, as given in seconds, and in
+        #: nanoseconds (None: no bound).
+        self.wait = wait
+        self.wait_ns = bound_ns(wait, "wait")
+        #: A try: the call gives up at once if the lock is busy.
+        self.try_only = try_only
+        #: The v2 ACQUIRE's mode.
+        self.mode = frames2.MODE_TRY if try_only else frames2.MODE_WAIT
 
     def v1_frame(self) -> bytes:
         """The v1 ACQUIRE."""
@@ -86,28 +79,34 @@ class Request:
         return NotAcquired(self.name, self.wait if self.wait is not None else 0.0)
 
 
-@dataclass(frozen=True)
 class UseV1:
     """Step: one claim on its own connection to `address` (protocol v1).
     Result: the lock, or None (a try found it busy)."""
 
-    address: Address
+    __slots__ = ("address",)
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
 
 
-@dataclass(frozen=True)
 class OpenSession:
     """Step: a v2 session to `address` with room for one more claim.
     Result: the session; raises DialFailed, V1Only, or the OPEN's LockLost."""
 
-    address: Address
+    __slots__ = ("address",)
+
+    def __init__(self, address: Address) -> None:
+        self.address = address
 
 
-@dataclass(frozen=True)
 class ClaimOn:
     """Step: one claim on `session`. Result: the lock, None (a try found
     it busy), or RETRY (the session could not take it)."""
 
-    session: Any
+    __slots__ = ("session",)
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
 
 
 Step = Union[UseV1, OpenSession, ClaimOn]
@@ -122,7 +121,7 @@ Route = Generator[Step, Any, Optional[L]]
 def route(endpoints: Endpoints) -> Route[Any]:
     """The steps of one acquire over v2 sessions, address by address,
     with the v1 fallback per address. Returns the lock or None."""
-    failures = Failures(endpoints)
+    failures = Failures(endpoints)  # cheap: filled only by failures
     for address in endpoints._addresses:
         key = pool_key(endpoints, address)
         if V1_ADDRESSES.is_v1(key):

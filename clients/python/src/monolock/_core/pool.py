@@ -144,6 +144,8 @@ def next_wake(core: SessionCore) -> Optional[int]:
     """When the driver must look at the session again without input: the
     next PING, the deadline, or the end of its idle time."""
     wake = core.next_wake()
+    if core.idle_since is None:
+        return wake  # carries a claim: no idle time (the common case)
     end = idle_end(core)
     if end is None:
         return wake

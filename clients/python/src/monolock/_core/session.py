@@ -260,7 +260,7 @@ class SessionCore:
         if self.state is SState.CLOSED:
             return None
         deadline = self.deadline()
-        ping = self.next_ping()
+        ping = None if self._pending else self._next_ping  # `next_ping`, on the hot path
         return deadline if ping is None else min(ping, deadline)
 
     def fail(self, loss: LockLost, closing: bool = False) -> None:
