@@ -32,7 +32,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable, Deque, Dict, List, Optional, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Tuple, Union
 
 #: Bytes read from a socket at a time. Frames are at most 262 bytes.
 READ_CHUNK = 4096
@@ -104,14 +104,11 @@ class Channel:
     #: The instant of this channel's live timer entry, if any (the
     #: reactor's; a newer entry makes older ones stale).
     wake_at: Optional[int]
-
-    def over(self) -> bool:
-        """Closed: nothing more to serve."""
-        raise NotImplementedError
-
-    def wants_write(self) -> bool:
-        """Bytes wait for the socket to accept them."""
-        return False
+    #: Closed: nothing more to serve. (Plain attributes rather than
+    #: methods: the poller reads them on every lock cycle.)
+    closed: bool
+    #: Bytes that wait for the socket to accept them (empty: none).
+    unsent: Union[bytes, bytearray]
 
     def attach(self, direct_reads: bool) -> None:
         """Served from now on; `direct_reads`: the poller is one-shot, so an
@@ -167,11 +164,11 @@ class _Epoll:
     def arm(self, channel: Channel) -> None:
         """From any thread (epoll is the kernel's, and thread-safe)."""
         events = select.EPOLLIN | select.EPOLLONESHOT
-        if channel.wants_write():
+        if channel.unsent:
             events |= select.EPOLLOUT
         try:
             fd = channel.sock.fileno()
-            if fd >= 0 and not channel.over():
+            if fd >= 0 and not channel.closed:
                 self._epoll.modify(fd, events)
         except (OSError, ValueError):
             pass  # closed meanwhile
@@ -180,7 +177,7 @@ class _Epoll:
         """From any thread: no event for this socket until `arm`."""
         try:
             fd = channel.sock.fileno()
-            if fd >= 0 and not channel.over():
+            if fd >= 0 and not channel.closed:
                 self._epoll.modify(fd, 0)
         except (OSError, ValueError):
             pass  # closed meanwhile
@@ -225,9 +222,9 @@ class _Selector:
 
     def arm(self, channel: Channel) -> None:
         """Reactor thread only."""
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if channel.wants_write() else 0)
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if channel.unsent else 0)
         try:
-            if not channel.over():
+            if not channel.closed:
                 self._sel.modify(channel.sock, events, channel)
         except (KeyError, ValueError, OSError):
             pass
@@ -367,7 +364,7 @@ class Reactor:
             if what is _Command.ADD:
                 # A dedicated reactor has had its channel, served or not.
                 self._served = True
-                if channel.over():
+                if channel.closed:
                     continue
                 channel.attach(self._poller.oneshot)
                 self._poller.add(channel)
@@ -378,7 +375,7 @@ class Reactor:
                 self._close(channel)
             elif what is _Command.CALL and step is not None:
                 self._guarded(lambda _: step(), channel)
-            elif not channel.over():  # FLUSH
+            elif not channel.closed:  # FLUSH
                 self._guarded(Channel.writable, channel)
                 self._poller.arm(channel)
         return not (self.dedicated and self._served and self._channels == 0)
@@ -408,9 +405,9 @@ class Reactor:
             heapq.heappush(self._heap, (wake, next(self._seq), channel))
 
     def _readable(self, channel: Channel) -> None:
-        if channel.over():
+        if channel.closed:
             return
-        if channel.readable() and not channel.over():
+        if channel.readable() and not channel.closed:
             self._poller.arm(channel)
             self._schedule(channel)
 
@@ -418,14 +415,14 @@ class Reactor:
         heap = self._heap
         while heap and heap[0][0] <= now:
             wake, _, channel = heapq.heappop(heap)
-            if channel.wake_at != wake or channel.over():
+            if channel.wake_at != wake or channel.closed:
                 continue
             channel.wake_at = None
             self._guarded(lambda c: self._tick(c, now), channel)
 
     def _tick(self, channel: Channel, now: int) -> None:
         channel.tick(now)
-        if not channel.over():
+        if not channel.closed:
             self._schedule(channel)
 
     def watch(self, channel: Channel) -> None:

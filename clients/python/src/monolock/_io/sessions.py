@@ -292,12 +292,6 @@ class SyncSession(Channel):
 
     # Channel: the reactor thread only
 
-    def over(self) -> bool:
-        return self.closed
-
-    def wants_write(self) -> bool:
-        return bool(self.unsent)
-
     def attach(self, direct_reads: bool) -> None:
         self.direct = direct_reads
 

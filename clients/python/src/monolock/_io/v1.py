@@ -75,6 +75,9 @@ class Session(Channel):
     """A claim, its socket, and what its owner waits on. The condition
     guards the claim; the reactor thread and the owner's thread share it."""
 
+    #: A heartbeat is one byte, never left waiting: see `retry_at`.
+    unsent = b""
+
     __slots__ = (
         "claim",
         "sock",
@@ -82,6 +85,7 @@ class Session(Channel):
         "cond",
         "lost_event",
         "closed_event",
+        "closed",
         "released",
         "wake_at",
         "retry_at",
@@ -96,8 +100,9 @@ class Session(Channel):
         self.cond = threading.Condition(threading.Lock())
         #: Set exactly when the claim is lost.
         self.lost_event = threading.Event()
-        #: Set once the reactor has closed the socket.
+        #: Set once the reactor has closed the socket (`closed` for the poller).
         self.closed_event = threading.Event()
+        self.closed = False
         #: The owner released the claim (a release is not a loss).
         self.released = False
         self.wake_at: Optional[int] = None
@@ -206,9 +211,6 @@ class Session(Channel):
 
     # Channel: the reactor thread only
 
-    def over(self) -> bool:
-        return self.closed_event.is_set()
-
     def readable(self) -> bool:
         chunks, eof, cause = read_available(self.sock, short_read_drains=False)
         if self.released:
@@ -271,11 +273,12 @@ class Session(Channel):
             self._settle_locked(was_lost)
 
     def begin_close(self) -> bool:
-        return not self.closed_event.is_set()
+        return not self.closed
 
     def finish_close(self) -> None:
         shutdown_socket(self.sock)
         self.sock.close()
+        self.closed = True
         self.closed_event.set()
         with self.cond:
             self.cond.notify_all()
