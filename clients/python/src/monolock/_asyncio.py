@@ -169,10 +169,7 @@ class AsyncClient(Endpoints):
                 session.full = True
                 return RETRY
             if answer is Answer.QUEUED:
-                until = request.queue_until(start)
-                status, timed_out = await handle.wait_until(lambda s: s is Status.HELD, until)
-                if timed_out:
-                    raise request.not_granted()
+                status = await _granted(handle, request, start)
             if not settled(claim, status):
                 return RETRY
             token = claim.token
@@ -206,10 +203,7 @@ class AsyncClient(Endpoints):
                 await driver.release_confirmed()
                 return None
             if status is Status.WAITING:
-                until = request.queue_until(start)
-                status, timed_out = await driver.wait_until(lambda s: s is Status.HELD, until)
-                if timed_out:
-                    raise request.not_granted()
+                status = await _granted(driver, request, start)
         except BaseException:
             driver.release()
             raise
@@ -248,3 +242,13 @@ class AsyncClient(Endpoints):
                 raise
             return driver, address
         raise failures.error()
+
+
+async def _granted(handle: AsyncHandle, request: Request, start: int) -> Status:
+    """Waits in the queue for the grant (or the claim's end) within the
+    request's bound; past it raises NotAcquired."""
+    until = request.queue_until(start)
+    status, timed_out = await handle.wait_until(lambda s: s is Status.HELD, until)
+    if timed_out:
+        raise request.not_granted()
+    return status

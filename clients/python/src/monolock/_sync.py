@@ -202,10 +202,7 @@ class Client(Endpoints):
                 session.full = True
                 return RETRY
             if answer is Answer.QUEUED:
-                until = request.queue_until(start)
-                status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
-                if timed_out:
-                    raise request.not_granted()
+                status = _granted(handle, request, start)
             if not settled(claim, status):
                 return RETRY
             token = claim.token
@@ -239,10 +236,7 @@ class Client(Endpoints):
             session.io_timeout = self._connect_timeout
             session.reactor.add(session)
             if first_status is Status.WAITING:
-                until = request.queue_until(start)
-                status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
-                if timed_out:
-                    raise request.not_granted()
+                status = _granted(session, request, start)
                 if status is not Status.HELD:
                     raise claim.loss or LockLost.connection()
             token = claim.token
@@ -254,3 +248,13 @@ class Client(Endpoints):
             else:
                 session.release(wait=False)
             raise
+
+
+def _granted(handle: Handle, request: Request, start: int) -> Status:
+    """Waits in the queue for the grant (or the claim's end) within the
+    request's bound; past it raises NotAcquired."""
+    until = request.queue_until(start)
+    status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
+    if timed_out:
+        raise request.not_granted()
+    return status
