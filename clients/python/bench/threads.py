@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import monolock  # noqa: E402
-from monolock._reactor import Reactor, dedicated_reactor, shared_reactor  # noqa: E402
+from monolock._io.reactor import Reactor, dedicated_reactor, shared_reactor  # noqa: E402
 import support  # noqa: E402
 
 CYCLES = 2000

@@ -132,14 +132,16 @@ def cycles(addr: str, count: int) -> Dict[str, List[float]]:
 def session_open(addr: str, count: int) -> Tuple[float, float]:
     """p50 of opening a v2 session (connect, OPEN, OPENED) and of one lock
     cycle on it: what keeping a session idle saves the next claim."""
-    from monolock import _address, _v2sync
+    from monolock._core import address as _address
+    from monolock._core.pool import pool_key
+    from monolock._io import pool
 
     client = monolock.Client(addr)
     address = _address.parse(addr)[0]
     opens, firsts = [], []
     for i in range(count):
         start = time.perf_counter()
-        session = _v2sync.POOL._open(client, address, _v2sync.pool_key(client, address), 60_000 + i)
+        session = pool.POOL._open(client, address, pool_key(client, address), 60_000 + i)
         opens.append(time.perf_counter() - start)
         session.close()
     return statistics.median(opens) * 1e6, statistics.median(sync_round(addr, False, count)) * 1e6

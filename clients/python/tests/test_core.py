@@ -6,14 +6,15 @@ from __future__ import annotations
 import unittest
 from typing import Callable, Dict
 
-from monolock import InvalidArgument, LossReason, ProtocolError
-from monolock import _frames, _frames2
-from monolock._address import Address, parse
-from monolock._claim import Claim, Status
-from monolock._exchange import Event, Exchange, Standing
-from monolock._frames import Acquired, ServerError, Waiting
-from monolock._schedule import Schedule
-from monolock._session import ClaimState, CStatus, SessionCore, SState
+from monolock import InvalidArgument, LockLost, LossReason, ProtocolError
+from monolock._core import frames as _frames
+from monolock._core import frames2 as _frames2
+from monolock._core.address import Address, parse
+from monolock._core.claim import Claim, Status
+from monolock._core.exchange import Event, Exchange, Standing
+from monolock._core.frames import Acquired, ServerError, Waiting
+from monolock._core.schedule import Schedule
+from monolock._core.session import ClaimState, CStatus, SessionCore, SState
 
 MS = 1_000_000
 US = 1_000
@@ -378,6 +379,29 @@ class SessionMachine(unittest.TestCase):
             self.assertIs(claim.loss.reason, LossReason.SHUTDOWN)
         self.assertIs(releasing.status, CStatus.RELEASED)
         self.assertEqual(core.changed[-3:], [held, waiting, releasing])
+
+    def test_a_release_the_session_end_does_not_confirm_is_lost(self) -> None:
+        # A shutdown (ERROR 0x01) and the client's own close release every
+        # claim at the server at once; an EOF, another ERROR, a failure or
+        # the deadline leave a RELEASE in flight unconfirmed.
+        ends = {
+            "eof": (lambda core: core.closed(None), CStatus.LOST),
+            "error": (lambda core: core.receive(b"\x13\x04\x00", T0 + 5 * MS), CStatus.LOST),
+            "failure": (lambda core: core.closed(ConnectionResetError()), CStatus.LOST),
+            "deadline": (lambda core: core.check(core.deadline()), CStatus.LOST),
+            "shutdown": (lambda core: core.receive(b"\x13\x01\x00", T0 + 5 * MS), CStatus.RELEASED),
+            "closing": (lambda core: core.fail(LockLost.connection(), closing=True), CStatus.RELEASED),
+        }
+        for what, (end, status) in ends.items():
+            with self.subTest(end=what):
+                core = open_session()
+                releasing = core.acquire("c", b"c", 0, T0 + 2 * MS)
+                core.receive(v2_token(0x31, releasing.id, 2), T0 + 3 * MS)
+                core.release(releasing, T0 + 4 * MS)
+                end(core)
+                self.assertIs(releasing.status, status)
+                self.assertEqual(releasing.history, [CStatus.HELD, status])
+                self.assertEqual(releasing.loss is None, status is CStatus.RELEASED)
 
     def test_a_release_may_cross_a_grant_and_a_revoke(self) -> None:
         core = open_session()

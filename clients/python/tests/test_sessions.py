@@ -19,7 +19,8 @@ from typing import List, Optional
 from unittest import mock
 
 import monolock
-from monolock import LossReason, _v2sync
+from monolock import LossReason
+from monolock._core import pool as rules
 from support import PATIENCE, REPO, Proxy, Server, SharedServer, confirmed_after, eventually
 
 #: How many release-then-try_lock rounds must all succeed.
@@ -114,7 +115,7 @@ class Sessions(SharedServer, unittest.TestCase):
         kept.release()
 
     def test_a_session_without_claims_is_closed_after_its_idle_time(self) -> None:
-        with mock.patch.object(_v2sync, "KEEP_IDLE_NS", 50_000_000):
+        with mock.patch.object(rules, "KEEP_IDLE_NS", 50_000_000):
             with Server() as server:
                 client = monolock.Client(server.addr)
                 client.lock("idle", lease=5.0).release()
@@ -124,7 +125,7 @@ class Sessions(SharedServer, unittest.TestCase):
         # No idle time at all: a session closes as soon as its last claim
         # ends, and the next claim races that close. It must go to a new
         # session, which does not close before its first claim.
-        with mock.patch.object(_v2sync, "KEEP_IDLE_NS", 0):
+        with mock.patch.object(rules, "KEEP_IDLE_NS", 0):
             client = monolock.Client(self.server.addr)
             for _ in range(300):
                 with client.lock("idle-race", lease=5.0) as lock:
@@ -316,7 +317,7 @@ class Fallback(SharedServer, unittest.TestCase):
         # The address fails to connect: it is tried anew with v2 next time.
         with self.assertRaises(monolock.ConnectError):
             monolock.Client(address).lock("old/gone", lease=5.0)
-        self.assertFalse(_v2sync.POOL.is_v1(_v2sync.pool_key(client, client._addresses[0])))
+        self.assertFalse(rules.V1_ADDRESSES.is_v1(rules.pool_key(client, client._addresses[0])))
 
 
 #: Answers each "try" line with whether try_lock took the lock (and releases it).

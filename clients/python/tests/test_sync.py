@@ -15,8 +15,9 @@ from typing import List, Optional
 
 import monolock
 from monolock import LockLost, LossReason, NotAcquired
-from monolock._claim import Claim
-from monolock._reactor import Reactor, Session
+from monolock._core.claim import Claim
+from monolock._io.reactor import Reactor
+from monolock._io.v1 import Session
 from unittest import mock
 
 from support import (

@@ -19,9 +19,9 @@ request, so the holder always learns of a loss before the server could
 hand the lock on; `release()` returns once the server confirmed it.
 """
 
-from ._address import ADDRESS_ENV, DEFAULT_ADDRESS
+from ._core.address import ADDRESS_ENV, DEFAULT_ADDRESS
 from ._asyncio import AsyncClient, AsyncLock
-from ._connect import DEFAULT_CONNECT_TIMEOUT
+from ._io.connect import DEFAULT_CONNECT_TIMEOUT
 from ._sync import DEFAULT_LEASE, Client, Lock
 from .errors import (
     ConnectError,

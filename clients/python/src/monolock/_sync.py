@@ -2,33 +2,43 @@
 
 from __future__ import annotations
 
-import socket
-import ssl
 import threading
 import time
 from types import TracebackType
-from typing import Callable, Optional, Tuple, Type, Union
+from typing import Any, Callable, Optional, Tuple, Type, Union
 
-from . import _frames, _frames2, _session, _v2sync
-from ._address import Address
-from ._claim import Claim, Status
-from ._connect import Endpoints, Failures, connect, first_reply_error
-from ._reactor import READ_CHUNK, Reactor, Session, leave_queue, shared_reactor
-from ._session import CStatus
-from ._timeouts import bound_ns
-from .errors import ConnectError, LockLost, LossReason, NotAcquired
+from ._core.acquire import (
+    DEFAULT_LEASE,
+    RETRY,
+    Answer,
+    ClaimOn,
+    OpenSession,
+    Request,
+    Step,
+    UseV1,
+    drive,
+    first_answer,
+    route,
+    settled,
+)
+from ._core.address import Address
+from ._core.claim import Status
+from ._core.connect_errors import first_reply_error
+from ._core.held import HeldLock
+from ._core.timeouts import bound_ns
+from ._io import pool
+from ._io.claims import V2Claim
+from ._io.connect import Endpoints
+from ._io.reactor import Reactor, shared_reactor
+from ._io.sessions import SyncSession
+from ._io.v1 import Session, first_reply, leave_queue
+from .errors import LockLost
 
 #: What a claim of a `Lock` is: its own v1 connection, or a v2 session's claim.
-Handle = Union[Session, "_v2sync.V2Claim"]
-
-#: `_acquire_v2`: the session could not take the claim; try another.
-_RETRY = object()
-
-#: The lease when none is given, in seconds.
-DEFAULT_LEASE = 10.0
+Handle = Union[Session, V2Claim]
 
 
-class Lock:
+class Lock(HeldLock):
     """A held lock: a claim on a protocol v2 session (or, with v1, its own
     connection). While it lives, a background thread heartbeats its
     session; `release()` (or leaving the `with` block) returns once the
@@ -39,74 +49,23 @@ class Lock:
     stop the guarded work when `is_held()` turns False or `lost_event` is set.
     """
 
-    __slots__ = ("_session", "_name", "_token", "_address", "__weakref__")
+    __slots__ = ("__weakref__",)
 
-    def __init__(self, session: Handle, name: str, token: int, address: Address) -> None:
-        self._session = session
-        self._name = name
-        self._token = token
-        self._address = address
-
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        return self._name
-
-    @property
-    def token(self) -> int:
-        """The fencing token of this grant: strictly greater than every
-        token issued before it by the same server process."""
-        return self._token
-
-    @property
-    def lease(self) -> float:
-        """The session's lease in seconds (as sent: whole milliseconds)."""
-        return self._session.lease_ms / 1000
-
-    @property
-    def address(self) -> str:
-        """The server that granted the lock."""
-        return str(self._address)
-
-    @property
-    def deadline(self) -> float:
-        """`S + 0.8 x lease` on `time.monotonic()`: the instant at which the
-        claim is given up unless a heartbeat sent after S is confirmed."""
-        return self._session.deadline_ns() / 1e9
-
-    def is_held(self) -> bool:
-        """Whether the lock is still held, judged against the clock now:
-        False once the claim was lost, and False as soon as the monotonic
-        clock passes the deadline, even if no thread has run since (a
-        process resumed from a pause reads False before it can act)."""
-        return self._session.status() is Status.HELD and not self._session.released
-
-    def check(self) -> None:
-        """Raises LockLost when the lock is not held (see `is_held`)."""
-        if self._session.status() is Status.HELD and not self._session.released:
-            return
-        raise (self._session.loss or LockLost.released()).with_traceback(None)
-
-    @property
-    def loss(self) -> Optional[LockLost]:
-        """Why the lock was lost, or None while it is held (or after a
-        plain release)."""
-        self._session.status()
-        return self._session.loss
+    _handle: Handle
 
     @property
     def lost_event(self) -> threading.Event:
         """A `threading.Event` set the moment the lock is lost (never by a
         plain release): wait on it from any thread."""
-        return self._session.lost_event
+        return self._handle.lost_event
 
     def wait_lost(self, timeout: Optional[float] = None) -> Optional[LockLost]:
         """Blocks until the lock is lost (returns why) or `timeout` seconds
         pass (returns None)."""
         timeout_ns = bound_ns(timeout, "timeout")
         until = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
-        status, _ = self._session.wait_until(lambda _: False, until)
-        return self._session.loss if status is Status.LOST else None
+        status, _ = self._handle.wait_until(lambda _: False, until)
+        return self._handle.loss if status is Status.LOST else None
 
     def release(self) -> None:
         """Releases the lock and returns once the server has confirmed it
@@ -117,15 +76,14 @@ class Lock:
         Raises LockLost when the lock had been lost before the release:
         the guarded work may have run without the lock.
         """
-        loss = self._session.release(wait=True)
+        loss = self._handle.release(wait=True)
         if loss is not None:
             raise loss.with_traceback(None)
 
     def __enter__(self) -> Lock:
         """Raises LockLost when the lock is no longer held (released, or
         lost): a `with` block never runs its body without the lock."""
-        if not self.is_held():
-            raise _not_enterable(self._name, self._session.loss)
+        self._check_enterable()
         return self
 
     def __exit__(
@@ -136,40 +94,12 @@ class Lock:
     ) -> None:
         # Leaving on an exception does not wait for the confirmation: the
         # RELEASE is sent at once and the exception goes on.
-        loss = self._session.release(wait=exc is None)
+        loss = self._handle.release(wait=exc is None)
         if loss is not None and exc is None:
             raise loss.with_traceback(None)
 
-    def __del__(self) -> None:
-        session = getattr(self, "_session", None)
-        if session is not None and not session.released:
-            try:
-                session.release_from_gc()
-            except Exception:  # at interpreter exit; the kernel closes the socket
-                pass
-
     def __repr__(self) -> str:
         return f"<monolock.Lock name={self._name!r} token={self._token} held={self.is_held()}>"
-
-
-def _not_enterable(name: str, loss: Optional[LockLost]) -> LockLost:
-    """The error of a `with` (or `async with`) on a lock that is no longer
-    held: its loss, or the release, said plainly."""
-    if loss is None:
-        return LockLost(
-            LossReason.RELEASED,
-            f"cannot enter a with-block on lock {name!r}: it was released; "
-            "take it again with client.lock()",
-        )
-    entered = LockLost(
-        loss.reason,
-        f"cannot enter a with-block on lock {name!r}: it was lost ({loss}); "
-        "take it again with client.lock()",
-        code=loss.code,
-        detail=loss.detail,
-    )
-    entered.__cause__ = loss
-    return entered
 
 
 class Client(Endpoints):
@@ -212,7 +142,7 @@ class Client(Endpoints):
         NotAcquired, or LockLost when the place in the queue ends first
         (for example `code` 0x18: the ACL refuses this lock).
         """
-        lock = self._acquire(name, lease, wait, give_up_when_queued=False)
+        lock = self._acquire(Request(name, lease, wait, try_only=False))
         assert lock is not None
         return lock
 
@@ -222,81 +152,38 @@ class Client(Endpoints):
 
         Raises as `lock` does.
         """
-        return self._acquire(name, lease, None, give_up_when_queued=True)
+        return self._acquire(Request(name, lease, None, try_only=True))
 
-    def _acquire(
-        self, name: str, lease: float, wait: Optional[float], give_up_when_queued: bool
-    ) -> Optional[Lock]:
-        raw_name = _frames.encode_name(name)
-        lease_ms = _frames.lease_ms(lease)
-        wait_ns = bound_ns(wait, "wait")
+    def _acquire(self, request: Request) -> Optional[Lock]:
         start = time.monotonic_ns()
         if self._force_v1:
-            return self._acquire_v1(
-                name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, None
-            )
-        failures = Failures(self)
-        for address in self._addresses:
-            key = _v2sync.pool_key(self, address)
-            if _v2sync.POOL.is_v1(key):
-                try:
-                    return self._acquire_v1(
-                        name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
-                    )
-                except ConnectError as err:
-                    _v2sync.POOL.forget_v1(key)
-                    failures.add(address, err.__cause__ or err)
-                    continue
-            # A claim the server never saw (its session ended first, or was
-            # closed as idle) or refused for the session's claim bound goes
-            # again, on another session: at most once per session allowed.
-            for _ in range(_v2sync.MAX_SESSIONS_PER_ADDRESS + 2):
-                try:
-                    session = _v2sync.POOL.session(self, address, lease_ms)
-                except _v2sync.DialFailed as err:
-                    failures.add(address, err.__cause__ or err)
-                    break
-                except _v2sync.V1Only:
-                    return self._acquire_v1(
-                        name, raw_name, lease_ms, wait, wait_ns, start, give_up_when_queued, (address,)
-                    )
-                except LockLost as loss:
-                    error = first_reply_error(address, loss)
-                    if error is None:
-                        raise
-                    raise error  # its cause is the TLS alert, or what answered
-                result = self._acquire_v2(
-                    session, name, raw_name, wait, wait_ns, start, give_up_when_queued
-                )
-                if result is not _RETRY:
-                    return result  # type: ignore[return-value]
-            else:
-                raise _v2sync.sessions_full(address)
-        raise failures.error()
+            return self._acquire_v1(request, start, None)
 
-    def _acquire_v2(
-        self,
-        session: _v2sync.SyncSession,
-        name: str,
-        raw_name: bytes,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        start: int,
-        give_up_when_queued: bool,
-    ) -> object:
+        def perform(step: Step) -> Any:
+            if isinstance(step, UseV1):
+                return self._acquire_v1(request, start, (step.address,))
+            if isinstance(step, OpenSession):
+                return pool.POOL.session(self, step.address, request.lease_ms)
+            assert isinstance(step, ClaimOn)
+            return self._acquire_v2(step.session, request, start)
+
+        return drive(route(self), perform)
+
+    def _acquire_v2(self, session: SyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the Lock, None (a try found it busy), or
-        _RETRY (the session could not take it: full, or closed as idle)."""
-        mode = _frames2.MODE_TRY if give_up_when_queued else _frames2.MODE_WAIT
-        # This thread reads the reply itself when it can (see _v2sync).
+        RETRY (the session could not take it: full, or closed as idle)."""
+        # This thread reads the reply itself when it can (see _io/sessions.py).
         reader = session.take_reader()
         try:
             with session.cond:
-                claim = session.core.acquire(name, raw_name, mode, time.monotonic_ns())
+                claim = session.core.acquire(
+                    request.name, request.raw_name, request.mode, time.monotonic_ns()
+                )
         except BaseException:
             if reader:
                 session.give_reader()
             raise
-        handle = _v2sync.V2Claim(session, claim, self._connect_timeout)
+        handle = V2Claim(session, claim, self._connect_timeout)
         # From here on the claim exists: whatever ends this call without
         # handing a Lock over, an exception included, releases it.
         try:
@@ -308,43 +195,28 @@ class Client(Endpoints):
                 raise
             # wait_until gives the reader's part back, whatever happens in it.
             status, _ = handle.wait_until(lambda s: s is not Status.UNANSWERED, None, reader)
-            if claim.status is CStatus.BUSY:
+            answer = first_answer(claim, status)
+            if answer is Answer.BUSY:
                 return None
-            if claim.status is CStatus.REFUSED:
-                refused = claim.refused or LockLost.connection()
-                if refused.code == _session.TOO_MANY_CLAIMS:
-                    session.full = True
-                    return _RETRY
-                raise refused
-            if status is Status.WAITING:
-                until = None if wait_ns is None else start + wait_ns
-                status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
-                if timed_out:
-                    raise NotAcquired(name, wait if wait is not None else 0.0)
-            if status is not Status.HELD:
-                if _v2sync.never_seen(claim):
-                    return _RETRY
-                raise claim.loss or LockLost.connection()
+            if answer is Answer.FULL:
+                session.full = True
+                return RETRY
+            if answer is Answer.QUEUED:
+                status = _granted(handle, request, start)
+            if not settled(claim, status):
+                return RETRY
             token = claim.token
             assert token is not None
-            return Lock(handle, name, token, session.address)
+            return Lock(handle, request.name, token, session.address)
         except BaseException:
             handle.release(wait=False)
             raise
 
     def _acquire_v1(
-        self,
-        name: str,
-        raw_name: bytes,
-        lease_ms: int,
-        wait: Optional[float],
-        wait_ns: Optional[int],
-        start: int,
-        give_up_when_queued: bool,
-        addresses: Optional[Tuple[Address, ...]],
+        self, request: Request, start: int, addresses: Optional[Tuple[Address, ...]]
     ) -> Optional[Lock]:
         """One claim on its own connection (protocol v1)."""
-        claim, sock, address = self._first_reply(name, raw_name, lease_ms, addresses)
+        claim, sock, address = first_reply(self, request, addresses)
         # From here on the connection is a claim: whatever ends this call
         # without handing a Lock over, an exception included, ends it.
         session: Optional[Session] = None
@@ -352,7 +224,7 @@ class Client(Endpoints):
             if claim.status is Status.LOST:
                 loss = claim.loss or LockLost.connection()
                 raise first_reply_error(address, loss) or loss
-            if claim.status is Status.WAITING and give_up_when_queued:
+            if claim.status is Status.WAITING and request.try_only:
                 # Leaves no trace in the queue by the time it returns.
                 leave_queue(sock, self._connect_timeout)
                 return None
@@ -364,15 +236,12 @@ class Client(Endpoints):
             session.io_timeout = self._connect_timeout
             session.reactor.add(session)
             if first_status is Status.WAITING:
-                until = None if wait_ns is None else start + wait_ns
-                status, timed_out = session.wait_until(lambda s: s is Status.HELD, until)
-                if timed_out:
-                    raise NotAcquired(name, wait if wait is not None else 0.0)
+                status = _granted(session, request, start)
                 if status is not Status.HELD:
                     raise claim.loss or LockLost.connection()
             token = claim.token
             assert token is not None
-            return Lock(session, name, token, address)
+            return Lock(session, request.name, token, address)
         except BaseException:
             if session is None:
                 sock.close()
@@ -380,40 +249,12 @@ class Client(Endpoints):
                 session.release(wait=False)
             raise
 
-    def _first_reply(
-        self, name: str, raw_name: bytes, lease_ms: int, addresses: Optional[Tuple[Address, ...]]
-    ) -> Tuple[Claim, socket.socket, Address]:
-        """Connects, sends the ACQUIRE and reads the server's first reply in
-        the caller's thread (an uncontended lock needs no hand-off to the
-        reactor thread to be granted); the socket is left non-blocking."""
-        frame = _frames.acquire(raw_name, lease_ms)
-        sock, address = connect(self, addresses)
-        sent = time.monotonic_ns()
-        claim = Claim(name, lease_ms, sent)
-        # A server answers at once: silence past the connect timeout is a
-        # peer that is no monolock server (or one that cannot serve).
-        answer_by = sent + int(self._connect_timeout * 1e9)
-        try:
-            sock.sendall(frame)
-            while claim.status is Status.UNANSWERED:
-                now = time.monotonic_ns()
-                claim.check(now)
-                if claim.loss is not None:
-                    break
-                sock.settimeout(max(min(claim.deadline(), answer_by) - now, 0) / 1e9)
-                data = sock.recv(READ_CHUNK)
-                if not data:
-                    claim.closed(None)
-                    break
-                claim.receive(data, time.monotonic_ns())
-            sock.setblocking(False)
-        except socket.timeout:
-            claim.check(time.monotonic_ns())
-            waited = (min(claim.deadline(), answer_by) - sent) / 1e9
-            claim.lose(LockLost.expired(lease_ms, unanswered=True, within=round(waited, 1)))
-        except (OSError, ssl.SSLError) as err:
-            claim.closed(err)
-        except BaseException:  # KeyboardInterrupt while waiting: nothing stays open
-            sock.close()
-            raise
-        return claim, sock, address
+
+def _granted(handle: Handle, request: Request, start: int) -> Status:
+    """Waits in the queue for the grant (or the claim's end) within the
+    request's bound; past it raises NotAcquired."""
+    until = request.queue_until(start)
+    status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
+    if timed_out:
+        raise request.not_granted()
+    return status

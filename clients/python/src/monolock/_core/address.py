@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence, Tuple, Union
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 #: The address used when neither an argument nor the environment names one.
 DEFAULT_ADDRESS = "127.0.0.1:7070"

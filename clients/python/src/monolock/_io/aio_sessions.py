@@ -1,12 +1,12 @@
-"""The asyncio client's protocol v2 driver: a pool of sessions per event
-loop, each an `asyncio.Protocol` over the same sans-I/O core as the sync
-client (`_session.py`).
+"""The asyncio client's protocol v2 sessions: a pool per event loop,
+each session an `asyncio.Protocol` over the same sans-I/O core as the sync
+client (`_core/session.py`), following the same pool rules
+(`_core/pool.py`).
 
 Bytes go from `data_received` straight into the core; what the core
 queues leaves in one `transport.write` per step (the transport buffers:
 nothing blocks the loop); one `call_at` timer per session fires at the
 next PING, the deadline or the end of its idle time. No thread is used.
-The pool rules are the sync client's (`_v2sync.py`).
 """
 
 from __future__ import annotations
@@ -17,26 +17,22 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _v2sync
-from ._address import Address
-from ._claim import Status
-from ._connect import Endpoints
-from ._session import ClaimState, CStatus, SessionCore, SState
-from ._v2sync import (
-    KEEP_IDLE_NS,
-    MAX_SESSIONS_PER_ADDRESS,
-    DialFailed,
-    PoolKey,
-    V1Only,
-    current_pid,
+from .._core import pool as rules
+from .._core.address import Address
+from .._core.claim import Status
+from .._core.pool import V1_ADDRESSES, DialFailed, PoolKey, V1Only, pool_key
+from .._core.session import (
+    ClaimState,
+    CStatus,
+    SessionCore,
+    SState,
     owner_view,
-    pool_key,
+    release_unanswered,
 )
-from .errors import ConnectError, LockLost, LossReason
-
-def _resolve(future: "asyncio.Future[None]") -> None:
-    if not future.done():
-        future.set_result(None)
+from ..errors import ConnectError, LockLost
+from .aio_v1 import resolve as _resolve
+from .connect import Endpoints
+from .reactor import current_pid
 
 
 class AsyncSession(asyncio.Protocol):
@@ -121,8 +117,10 @@ class AsyncSession(asyncio.Protocol):
             if self.core.is_closed():
                 self.settle()
 
-    def fail(self, loss: LockLost) -> None:
-        self.core.fail(loss)
+    def fail(self, loss: LockLost, closing: bool = False) -> None:
+        """Ends the session for `loss`; `closing`: the client closes it
+        itself (see `SessionCore.fail`)."""
+        self.core.fail(loss, closing)
         self.settle()
 
     def close(self) -> None:
@@ -135,16 +133,13 @@ class AsyncSession(asyncio.Protocol):
             return
         self.closed = True
         if self.core.state is not SState.CLOSED:
-            self.core.fail(LockLost.connection())
+            self.core.fail(LockLost.connection(), closing=True)
             self.settle()
         if self.transport is not None:
             self.transport.close()
 
     def _reschedule(self) -> None:
-        wake = self.core.next_wake()
-        idle = self.core.idle_since
-        if idle is not None and self.core.state is SState.OPEN:
-            wake = idle + KEEP_IDLE_NS if wake is None else min(wake, idle + KEEP_IDLE_NS)
+        wake = rules.next_wake(self.core)
         if self._timer is not None:
             if wake is not None and self._timer_at <= wake:
                 return  # fires early, then looks again: no new timer per frame
@@ -162,8 +157,7 @@ class AsyncSession(asyncio.Protocol):
         now = time.monotonic_ns()
         core = self.core
         core.ping_due(now)
-        idle = core.idle_since
-        if idle is not None and core.state is SState.OPEN and now >= idle + KEEP_IDLE_NS:
+        if rules.idle_over(core, now):
             self.close()
             return
         self.settle()
@@ -199,8 +193,8 @@ class AsyncV2Claim:
 
     def on_change(self) -> None:
         """The server changed this claim: wake its waiters, signal a loss."""
-        if self.claim.status is CStatus.LOST:
-            self.lost_event.set()
+        if self.claim.status is CStatus.LOST and not self.released:
+            self.lost_event.set()  # an unconfirmed release is no loss to signal
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             _resolve(waiter)
@@ -274,9 +268,8 @@ class AsyncV2Claim:
         until = time.monotonic_ns() + int(self.io_timeout * 1e9)
         while self.claim.live:
             if time.monotonic_ns() >= until:
-                self.session.fail(
-                    LockLost.connection(TimeoutError(f"no reply to a RELEASE within {self.io_timeout}s"))
-                )
+                # Closing the session releases the lock too.
+                self.session.fail(release_unanswered(self.io_timeout), closing=True)
                 break
             await self._changed(until)
         return self.claim.loss
@@ -336,29 +329,16 @@ class AsyncPool:
         key = pool_key(endpoints, address)
         while True:
             sessions = self.sessions.setdefault(key, [])
-            for session in sessions:
-                core = session.core
-                if (
-                    core.lease_ms == lease_ms
-                    and not session.closed
-                    and not session.full
-                    and core.has_room()
-                ):
-                    return session
+            found = rules.with_room(sessions, lease_ms)
+            if found is not None:
+                return found
             opening = self.opening.get((key, lease_ms))
             if opening is not None:
                 await asyncio.shield(opening)
                 continue
-            if len(sessions) >= MAX_SESSIONS_PER_ADDRESS:
-                idle = [s for s in sessions if s.core.in_use() == 0]
-                if not idle:
-                    raise LockLost(
-                        LossReason.SERVER_ERROR,
-                        f"{MAX_SESSIONS_PER_ADDRESS} sessions to {address} are full "
-                        "(each carries the server's max_claims): release some locks first",
-                        code=0x09,
-                    )
-                idle[0].close()
+            evicted = rules.to_evict(sessions, address)
+            if evicted is not None:
+                evicted.close()
             opening = self.opening[(key, lease_ms)] = asyncio.get_running_loop().create_future()
             try:
                 session = await self._open(endpoints, address, key, lease_ms)
@@ -411,7 +391,7 @@ class AsyncPool:
         if core.state is not SState.OPEN:
             session.close()
             if core.v1_only:
-                _v2sync.POOL.v1_only[key] = True
+                V1_ADDRESSES.remember(key)
                 raise V1Only()
             raise core.loss or LockLost.connection()
         return session

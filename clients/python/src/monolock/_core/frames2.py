@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Optional, Tuple, Union
 
-from .errors import ProtocolError
+from ..errors import ProtocolError
 
 VERSION = 2
 

@@ -1,54 +1,19 @@
-"""How a client reaches its servers: the settings both clients share, the
-blocking dial, and the errors of a failed connect.
-
-Addresses are tried in order; the first that connects (and completes the
-TLS handshake) wins. Only this step falls through to the next address:
-once the ACQUIRE is sent the claim lives on that one connection.
+"""The errors of a failed connect, decided from what the attempts met:
+which address failed how, whether a retry may help, and the connect
+error hidden in a claim that ended before its first reply. No I/O here:
+the drivers hand in what they saw.
 """
 
 from __future__ import annotations
 
-import socket
 import ssl
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional
 
-from . import _address
-from ._address import Address, Addresses
-from .errors import ConnectError, LockLost, ProtocolError
+from ..errors import ConnectError, LockLost, ProtocolError
+from .address import Address
 
-#: How long dialing one server (TCP and TLS handshake) may take, in seconds.
-DEFAULT_CONNECT_TIMEOUT = 5.0
-
-
-class Endpoints:
-    """Where the servers are and how to reach them (see `Client`)."""
-
-    def __init__(
-        self,
-        address: Addresses = None,
-        *,
-        ssl_context: Optional[ssl.SSLContext] = None,
-        server_hostname: Optional[str] = None,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        force_v1: bool = False,
-    ) -> None:
-        self._addresses = _address.parse(address)
-        self._force_v1 = bool(force_v1)
-        self._ssl_context = ssl_context
-        self._server_hostname = server_hostname
-        self._connect_timeout = connect_timeout
-
-    @property
-    def addresses(self) -> Tuple[str, ...]:
-        """The server addresses, in the order they are tried."""
-        return tuple(str(a) for a in self._addresses)
-
-    def _hostname(self, address: Address) -> str:
-        """The name the server certificate is checked against."""
-        return self._server_hostname if self._server_hostname is not None else address.host
-
-    def __repr__(self) -> str:
-        return f"<monolock.{type(self).__name__} {','.join(self.addresses)}>"
+if TYPE_CHECKING:
+    from .._io.connect import Endpoints
 
 
 class Failures:
@@ -90,39 +55,6 @@ class Failures:
         )
         error.__cause__ = last.__cause__ if isinstance(last, ConnectError) else last
         return error
-
-
-def dial(endpoints: Endpoints, address: Address) -> socket.socket:
-    """Connects to one address (blocking; TCP and the TLS handshake).
-    Raises OSError or ssl.SSLError."""
-    timeout = endpoints._connect_timeout
-    sock = socket.create_connection((address.host, address.port), timeout=timeout)
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if endpoints._ssl_context is not None:
-            sock = endpoints._ssl_context.wrap_socket(
-                sock, server_hostname=endpoints._hostname(address), do_handshake_on_connect=False
-            )
-            sock.settimeout(timeout)
-            sock.do_handshake()
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def connect(
-    endpoints: Endpoints, addresses: Optional[Tuple[Address, ...]] = None
-) -> Tuple[socket.socket, Address]:
-    """Dials the addresses (by default all of them) in order (blocking).
-    Raises ConnectError."""
-    failures = Failures(endpoints)
-    for address in endpoints._addresses if addresses is None else addresses:
-        try:
-            return dial(endpoints, address), address
-        except (OSError, ssl.SSLError) as err:
-            failures.add(address, err)
-    raise failures.error()
 
 
 def first_reply_error(address: Address, loss: LockLost) -> Optional[ConnectError]:

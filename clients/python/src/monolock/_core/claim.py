@@ -9,13 +9,13 @@ serialises access.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import List, Optional
 
-from . import _frames
-from ._exchange import Event, Exchange
-from ._frames import ServerError
-from ._schedule import MS
-from .errors import LockLost, ProtocolError
+from . import frames
+from .exchange import Event, Exchange
+from .frames import ServerError
+from .schedule import MS
+from ..errors import LockLost, ProtocolError
 
 
 class Status(enum.Enum):
@@ -30,7 +30,7 @@ class Status(enum.Enum):
 class Claim:
     """The state of one claim, from the ACQUIRE's send instant on."""
 
-    __slots__ = ("name", "lease_ms", "status", "token", "loss", "_exchange", "_buf")
+    __slots__ = ("name", "lease_ms", "status", "token", "loss", "history", "_exchange", "_buf")
 
     def __init__(self, name: str, lease_ms: int, acquire_sent: int) -> None:
         self.name = name
@@ -38,6 +38,10 @@ class Claim:
         self.status = Status.UNANSWERED
         self.token: Optional[int] = None
         self.loss: Optional[LockLost] = None
+        #: Every status the claim took after UNANSWERED, in order: what its
+        #: owner is told, step by step, when one read holds several frames.
+        #: At most three (WAITING, HELD, LOST), never cleared.
+        self.history: List[Status] = []
         self._exchange = Exchange(lease_ms * MS, acquire_sent)
         self._buf = bytearray()
 
@@ -52,7 +56,17 @@ class Claim:
             return False
         self.status = Status.LOST
         self.loss = loss.for_lock(self.name)
+        self.history.append(Status.LOST)
         return True
+
+    def awaiting_reply(self) -> bool:
+        """The ACQUIRE is unanswered and nothing ended the claim yet."""
+        return self.status is Status.UNANSWERED
+
+    def unanswered(self, within: float) -> None:
+        """No reply came within `within` seconds: the claim is lost (unless
+        something ended it first), and the peer perhaps no monolock server."""
+        self.lose(LockLost.expired(self.lease_ms, unanswered=True, within=within))
 
     def check(self, now: int) -> None:
         """The pessimist's check: past the deadline the claim is lost,
@@ -66,7 +80,7 @@ class Claim:
         if self.status is Status.LOST:
             return
         if self.status is Status.UNANSWERED and not self._buf and data:
-            foreign = _frames.wrong_port(data[0])
+            foreign = frames.wrong_port(data[0])
             if foreign is not None:
                 self.lose(LockLost.protocol(foreign))
                 return
@@ -74,7 +88,7 @@ class Claim:
         used = 0
         try:
             while self.status is not Status.LOST:
-                decoded = _frames.decode(self._buf, used)
+                decoded = frames.decode(self._buf, used)
                 if decoded is None:
                     break
                 frame, length = decoded
@@ -82,9 +96,11 @@ class Claim:
                 event = self._exchange.on_frame(frame, now)
                 if event is Event.QUEUED:
                     self.status = Status.WAITING
+                    self.history.append(Status.WAITING)
                 elif event is Event.GRANTED:
                     self.status = Status.HELD
                     self.token = self._exchange.token
+                    self.history.append(Status.HELD)
                 elif event is Event.CLOSED:
                     assert isinstance(frame, ServerError)
                     self.lose(LockLost.server(frame.code, frame.reason))
@@ -104,6 +120,13 @@ class Claim:
         due = self._exchange.next_heartbeat()
         return due is not None and due <= now
 
+    def next_heartbeat(self) -> Optional[int]:
+        """When the next heartbeat is due; None while a request is in
+        flight (the ACQUIRE's, before the first reply), or once lost."""
+        if self.status is Status.LOST:
+            return None
+        return self._exchange.next_heartbeat()
+
     def heartbeat_sent(self, at: int) -> None:
         """Records a heartbeat whose send started at `at`."""
         self._exchange.heartbeat_sent(at)
@@ -117,3 +140,11 @@ class Claim:
         deadline = self.deadline()
         due = self._exchange.next_heartbeat()
         return deadline if due is None else min(due, deadline)
+
+
+def release_unconfirmed(io_timeout: float) -> LockLost:
+    """The loss of a v1 release whose EOF did not come within `io_timeout`
+    seconds (the connection is closed, which releases the claim too)."""
+    return LockLost.connection(
+        TimeoutError(f"the server did not confirm the release within {io_timeout}s")
+    )

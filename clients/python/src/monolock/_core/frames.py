@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
-from .errors import InvalidArgument, ProtocolError
+from ..errors import InvalidArgument, ProtocolError
 
 VERSION = 1
 ACQUIRE = 0x01

@@ -16,9 +16,9 @@ from __future__ import annotations
 import enum
 from typing import Optional
 
-from ._frames import Acquired, Frame, ServerError, Waiting
-from ._schedule import Schedule
-from .errors import ProtocolError
+from .frames import Acquired, Frame, ServerError, Waiting
+from .schedule import Schedule
+from ..errors import ProtocolError
 
 
 class Standing(enum.Enum):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .errors import InvalidArgument
+from ..errors import InvalidArgument
 
 
 def bound_ns(value: Optional[float], what: str) -> Optional[int]:

@@ -12,8 +12,9 @@ next wake-up out (docs/protocol.md, "Writing a version 2 client").
   come in order, so a PING behind a request in flight could only be
   answered after it.
 
-The drivers (`_v2sync.py`, `_asyncio.py`) own the socket and the clock and
-serialise access; neither holds protocol logic of its own.
+The drivers (`_io/sessions.py`, `_io/aio_sessions.py`) own the socket
+and the clock and serialise access; neither holds protocol logic of its
+own.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import collections
 import enum
 from typing import Deque, Dict, List, Optional, Tuple
 
-from . import _frames, _frames2
-from ._frames2 import (
+from . import frames, frames2
+from .frames2 import (
     ACQUIRED,
     BUSY,
     ERROR,
@@ -35,8 +36,9 @@ from ._frames2 import (
     REVOKED,
     WAITING,
 )
-from ._schedule import MS, Schedule
-from .errors import LockLost, ProtocolError
+from ..errors import LockLost, LossReason, ProtocolError
+from .claim import Status
+from .schedule import MS, Schedule
 
 #: ERROR code of a server that speaks only protocol v1, in reply to OPEN.
 UNSUPPORTED_VERSION = 0x10
@@ -76,7 +78,19 @@ _LIVE = (CStatus.PENDING, CStatus.WAITING, CStatus.HELD, CStatus.RELEASING)
 class ClaimState:
     """One claim of a session. `watch` is the driver's (its event)."""
 
-    __slots__ = ("id", "name", "status", "token", "loss", "refused", "release_wanted", "unsent", "watch")
+    __slots__ = (
+        "id",
+        "name",
+        "status",
+        "token",
+        "loss",
+        "refused",
+        "release_wanted",
+        "unsent",
+        "watch",
+        "history",
+        "code",
+    )
 
     def __init__(self, claim_id: int, name: str) -> None:
         self.id = claim_id
@@ -91,6 +105,13 @@ class ClaimState:
         #: The session had ended before this ACQUIRE was queued: never sent.
         self.unsent = False
         self.watch: object = None
+        #: The status at each of the claim's entries in `changed`, in order:
+        #: what its owner is told, step by step, when one read holds several
+        #: frames for it. A few entries in a claim's life, never cleared.
+        self.history: List[CStatus] = []
+        #: The claim code of the REFUSED or REVOKED that ended it, as on the
+        #: wire (`refused` and `loss` carry the v1 code of the same meaning).
+        self.code: Optional[int] = None
 
     @property
     def live(self) -> bool:
@@ -145,7 +166,7 @@ class SessionCore:
         #: The server answered the OPEN with ERROR 0x10: it speaks only v1.
         self.v1_only = False
         #: Bytes to send, in order; the driver writes and clears them.
-        self.outbox = bytearray(_frames2.open_frame(lease_ms))
+        self.outbox = bytearray(frames2.open_frame(lease_ms))
         self.claims: Dict[int, ClaimState] = {}
         #: Claims whose status the server changed since the driver last
         #: looked (it wakes their owners and signals their losses).
@@ -153,7 +174,7 @@ class SessionCore:
         #: Since when the session has had no claim in use (None: it has one,
         #: or was opened for one that is about to come).
         self.idle_since: Optional[int] = None
-        self._pending: Deque[_Request] = collections.deque([(_frames2.OPEN, 0, now)])
+        self._pending: Deque[_Request] = collections.deque([(frames2.OPEN, 0, now)])
         self._confirmed_send = now
         self._next_ping: Optional[int] = None
         self._next_id = 1
@@ -168,6 +189,15 @@ class SessionCore:
 
     def is_closed(self) -> bool:
         return self.state is SState.CLOSED
+
+    def awaiting_reply(self) -> bool:
+        """The OPEN is unanswered and nothing ended the session yet."""
+        return self.state is SState.OPENING
+
+    def unanswered(self, within: float) -> None:
+        """No reply to the OPEN came within `within` seconds: the session is
+        over (unless something ended it first)."""
+        self.fail(LockLost.expired(self.lease_ms, True, "OPEN", within=within))
 
     def has_room(self) -> bool:
         return self.state is not SState.CLOSED and len(self.claims) < self.max_claims
@@ -185,7 +215,7 @@ class SessionCore:
             return claim
         self.claims[claim_id] = claim
         self.idle_since = None
-        self._send(_frames2.ACQUIRE, claim_id, _frames2.acquire(claim_id, mode, raw_name), now)
+        self._send(frames2.ACQUIRE, claim_id, frames2.acquire(claim_id, mode, raw_name), now)
         return claim
 
     def release(self, claim: ClaimState, now: int) -> None:
@@ -193,7 +223,7 @@ class SessionCore:
         brings). Nothing for a claim that has ended."""
         if claim.status in (CStatus.HELD, CStatus.WAITING):
             claim.status = CStatus.RELEASING
-            self._send(_frames2.RELEASE, claim.id, _frames2.release(claim.id), now)
+            self._send(frames2.RELEASE, claim.id, frames2.release(claim.id), now)
         elif claim.status is CStatus.PENDING:
             claim.release_wanted = True
 
@@ -210,13 +240,19 @@ class SessionCore:
         """Checks the deadline, then queues a PING if one is due. True when
         it did."""
         self.check(now)
-        if self.state is SState.CLOSED or self._pending:
-            return False
-        due = self._next_ping
+        due = self.next_ping()
         if due is None or due > now:
             return False
-        self._send(_frames2.PING, 0, _frames2.PING_FRAME, now)
+        self._send(frames2.PING, 0, frames2.PING_FRAME, now)
         return True
+
+    def next_ping(self) -> Optional[int]:
+        """When the next PING is due; None while a request is in flight
+        (replies come in order: a PING behind it could only be answered
+        after it), before the OPEN's reply, and once the session ended."""
+        if self.state is SState.CLOSED or self._pending:
+            return None
+        return self._next_ping
 
     def next_wake(self) -> Optional[int]:
         """When the driver must look again without input: the next PING or
@@ -224,22 +260,29 @@ class SessionCore:
         if self.state is SState.CLOSED:
             return None
         deadline = self.deadline()
-        if self._pending or self._next_ping is None:
-            return deadline
-        return min(self._next_ping, deadline)
+        ping = None if self._pending else self._next_ping  # `next_ping`, on the hot path
+        return deadline if ping is None else min(ping, deadline)
 
-    def fail(self, loss: LockLost) -> None:
-        """Ends the session: every claim in use ends with it, in this step.
-        A claim being released is released (the session's end releases it)."""
+    def fail(self, loss: LockLost, closing: bool = False) -> None:
+        """Ends the session: every claim in use ends with it, in this step,
+        lost. A claim being released is released when the session's end
+        releases it at the server: the server shuts down (ERROR 0x01), or
+        the client closes the session itself (`closing`; a server releases
+        at once every claim of a session its client closed). Any other end
+        (EOF, an ERROR, a failed connection, the deadline) leaves its
+        RELEASE unconfirmed (a server that closed the connection itself
+        keeps the locks until the lease runs out, docs/protocol.md, "End
+        of the session"): that claim is lost too."""
         if self.state is SState.CLOSED:
             return
         self.state = SState.CLOSED
         self.loss = loss
+        released_by_end = closing or loss.reason is LossReason.SHUTDOWN
         claims, self.claims = self.claims, {}
         for claim in claims.values():
             if not claim.live:
                 continue  # revoked, its RELEASE's reply still due: ended already
-            if claim.status is CStatus.RELEASING:
+            if claim.status is CStatus.RELEASING and released_by_end:
                 self._end(claim, CStatus.RELEASED, None)
             else:
                 self._end(claim, CStatus.LOST, loss)
@@ -258,7 +301,7 @@ class SessionCore:
         if self.state is SState.CLOSED:
             return
         if not self._answered and not self._buf and data:
-            foreign = _frames.wrong_port(data[0])
+            foreign = frames.wrong_port(data[0])
             if foreign is not None:
                 self.fail(LockLost.protocol(foreign))
                 return
@@ -267,7 +310,7 @@ class SessionCore:
         used = 0
         try:
             while not self.is_closed():
-                decoded = _frames2.decode(buf, used)
+                decoded = frames2.decode(buf, used)
                 if decoded is None:
                     break
                 frame, length = decoded
@@ -278,29 +321,13 @@ class SessionCore:
             self.fail(LockLost.protocol(err))
         del buf[:used]
 
-    def _on_frame(self, frame: _frames2.Frame, now: int) -> None:
-        kind, claim_id, value, code, reason = frame
+    def _on_frame(self, frame: frames2.Frame, now: int) -> None:
+        kind, _, value, code, reason = frame
         if kind == GRANTED:
-            claim = self._claim(claim_id, frame)
-            if claim.status is CStatus.WAITING:
-                claim.status = CStatus.HELD
-                claim.token = value
-            elif claim.status is CStatus.RELEASING and claim.token is None:
-                claim.token = value  # crossed our RELEASE: released again next
-            else:
-                raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
-            self.changed.append(claim)
+            self._on_granted(frame)
             return
         if kind == REVOKED:
-            claim = self._claim(claim_id, frame)
-            if claim.status is CStatus.PENDING:
-                raise ProtocolError(f"REVOKED for claim {claim_id} before its ACQUIRE's reply")
-            if claim.status is CStatus.RELEASING:
-                # Our RELEASE's reply is REFUSED 0x20; the claim is gone now.
-                self._end(claim, CStatus.LOST, LockLost.claim(code, reason), keep=True)
-            else:
-                self._end(claim, CStatus.LOST, LockLost.claim(code, reason))
-            self._after_change(now)
+            self._on_revoked(frame, now)
             return
         if kind == ERROR:
             if self.state is SState.OPENING and code == UNSUPPORTED_VERSION:
@@ -312,52 +339,82 @@ class SessionCore:
         request, request_id, sent_at = self._pending.popleft()
         self._confirm(sent_at, now)
         if kind == OPENED:
-            if request != _frames2.OPEN:
+            if request != frames2.OPEN:
                 raise ProtocolError("OPENED arrived for another request than OPEN")
             self.state = SState.OPEN
             self.session_id = value
             self.max_claims = code
-            return
-        if kind == PONG:
-            if request != _frames2.PING:
+        elif kind == PONG:
+            if request != frames2.PING:
                 raise ProtocolError("PONG arrived for another request than PING")
-            return
-        if request == _frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
-            claim = self._claim(claim_id, frame, request_id)
-            if claim.status is not CStatus.PENDING:
-                raise ProtocolError(f"a second reply to the ACQUIRE of claim {claim_id}")
-            if kind == ACQUIRED:
-                claim.status = CStatus.HELD
-                claim.token = value
-                self.changed.append(claim)
-            elif kind == WAITING:
-                claim.status = CStatus.WAITING
-                self.changed.append(claim)
-            elif kind == BUSY:
-                self._end(claim, CStatus.BUSY, None)
-            else:
-                claim.refused = LockLost.claim(code, reason)
-                self._end(claim, CStatus.REFUSED, None)
-            if claim.release_wanted and claim.live:
-                self.release(claim, now)
-            self._after_change(now)
-            return
-        if request == _frames2.RELEASE and kind in (RELEASED, REFUSED):
-            claim = self._claim(claim_id, frame, request_id)
-            if claim.status is CStatus.LOST and kind == REFUSED and code == UNKNOWN_CLAIM:
-                del self.claims[claim_id]  # the REVOKED came first
-            elif claim.status is CStatus.RELEASING and kind == RELEASED:
-                self._end(claim, CStatus.RELEASED, None)
-            else:
-                raise ProtocolError(
-                    f"unexpected reply 0x{kind:02x} to the RELEASE of claim {claim_id}"
-                )
-            self._after_change(now)
-            return
-        raise ProtocolError(f"reply type 0x{kind:02x} does not answer the request in flight")
+        elif request == frames2.ACQUIRE and kind in (ACQUIRED, WAITING, BUSY, REFUSED):
+            self._on_acquire_reply(frame, request_id, now)
+        elif request == frames2.RELEASE and kind in (RELEASED, REFUSED):
+            self._on_release_reply(frame, request_id, now)
+        else:
+            raise ProtocolError(f"reply type 0x{kind:02x} does not answer the request in flight")
+
+    def _on_granted(self, frame: frames2.Frame) -> None:
+        """A push: confirms nothing."""
+        _, claim_id, token, _, _ = frame
+        claim = self._claim(claim_id, frame)
+        if claim.status is CStatus.WAITING:
+            claim.status = CStatus.HELD
+            claim.token = token
+        elif claim.status is CStatus.RELEASING and claim.token is None:
+            claim.token = token  # crossed our RELEASE: released again next
+        else:
+            raise ProtocolError(f"GRANTED for claim {claim_id}, which was not waiting")
+        self._changed(claim)
+
+    def _on_revoked(self, frame: frames2.Frame, now: int) -> None:
+        """A push: ends one claim, confirms nothing."""
+        _, claim_id, _, code, reason = frame
+        claim = self._claim(claim_id, frame)
+        if claim.status is CStatus.PENDING:
+            raise ProtocolError(f"REVOKED for claim {claim_id} before its ACQUIRE's reply")
+        claim.code = code
+        # A claim being released stays in use: our RELEASE's reply is
+        # REFUSED 0x20, and the id is free only then.
+        keep = claim.status is CStatus.RELEASING
+        self._end(claim, CStatus.LOST, LockLost.claim(code, reason), keep=keep)
+        self._after_change(now)
+
+    def _on_acquire_reply(self, frame: frames2.Frame, request_id: int, now: int) -> None:
+        kind, claim_id, token, code, reason = frame
+        claim = self._claim(claim_id, frame, request_id)
+        if claim.status is not CStatus.PENDING:
+            raise ProtocolError(f"a second reply to the ACQUIRE of claim {claim_id}")
+        if kind == ACQUIRED:
+            claim.status = CStatus.HELD
+            claim.token = token
+            self._changed(claim)
+        elif kind == WAITING:
+            claim.status = CStatus.WAITING
+            self._changed(claim)
+        elif kind == BUSY:
+            self._end(claim, CStatus.BUSY, None)
+        else:
+            claim.code = code
+            claim.refused = LockLost.claim(code, reason)
+            self._end(claim, CStatus.REFUSED, None)
+        if claim.release_wanted and claim.live:
+            self.release(claim, now)
+        self._after_change(now)
+
+    def _on_release_reply(self, frame: frames2.Frame, request_id: int, now: int) -> None:
+        kind, claim_id, _, code, _ = frame
+        claim = self._claim(claim_id, frame, request_id)
+        if claim.status is CStatus.LOST and kind == REFUSED and code == UNKNOWN_CLAIM:
+            del self.claims[claim_id]  # the REVOKED came first
+        elif claim.status is CStatus.RELEASING and kind == RELEASED:
+            self._end(claim, CStatus.RELEASED, None)
+        else:
+            raise ProtocolError(f"unexpected reply 0x{kind:02x} to the RELEASE of claim {claim_id}")
+        self._after_change(now)
 
     def _claim(
-        self, claim_id: int, frame: _frames2.Frame, expected: Optional[int] = None
+        self, claim_id: int, frame: frames2.Frame, expected: Optional[int] = None
     ) -> ClaimState:
         if expected is not None and claim_id != expected:
             raise ProtocolError(
@@ -389,8 +446,44 @@ class SessionCore:
         claim.loss = None if loss is None else loss.for_lock(claim.name)
         if not keep:
             self.claims.pop(claim.id, None)
+        self._changed(claim)
+
+    def _changed(self, claim: ClaimState) -> None:
         self.changed.append(claim)
+        claim.history.append(claim.status)
 
     def _after_change(self, now: int) -> None:
         if not self.claims and self.idle_since is None:
             self.idle_since = now
+
+
+_OWNER_STATUS = {
+    CStatus.PENDING: Status.UNANSWERED,
+    CStatus.WAITING: Status.WAITING,
+    CStatus.HELD: Status.HELD,
+}
+
+
+def owner_view(claim: ClaimState, released: bool) -> Status:
+    """A claim's status as its lock reads it. A claim its owner released
+    is over, not lost: it reads HELD, and the lock adds that it was
+    released (as a v1 claim reads after its close)."""
+    if released and claim.status in (CStatus.RELEASING, CStatus.RELEASED):
+        return Status.HELD
+    return _OWNER_STATUS.get(claim.status, Status.LOST)
+
+
+def never_seen(claim: ClaimState) -> bool:
+    """The claim ended before the server could have acted on it: its
+    session had ended before the ACQUIRE was queued, or was closed as idle
+    (ERROR 0x03: it had no claim, so it never read this ACQUIRE). It may go
+    on a new session."""
+    if claim.status is not CStatus.LOST or claim.token is not None:
+        return False
+    return claim.unsent or (claim.loss is not None and claim.loss.code == IDLE_CLOSED)
+
+
+def release_unanswered(io_timeout: float) -> LockLost:
+    """The end of a session whose RELEASE got no reply within `io_timeout`
+    seconds (closing it releases every claim on it)."""
+    return LockLost.connection(TimeoutError(f"no reply to a RELEASE within {io_timeout}s"))
