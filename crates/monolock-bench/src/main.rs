@@ -30,7 +30,9 @@ mod servers;
 mod sessions;
 mod setup;
 mod stats;
-mod sys;
+// The system calls and /proc readers are the testkit's, shared with the
+// tests and the fault suite; `crate::sys` names them here.
+use monolock_testkit::sys;
 mod tls_claims;
 mod v2_scenarios;
 mod worker;

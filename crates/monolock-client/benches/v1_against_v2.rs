@@ -23,7 +23,7 @@ use monolock_client::{Client, Connector, Protocol, TlsConnector};
 use monolock_server::{Server, ServerConfig, ServerTls, TlsFiles};
 use monolock_testkit::{
     pki::{Ca, Files},
-    sys::{own_cpu_time, raise_nofile_limit},
+    sys::{self, own_cpu_time, raise_nofile_limit},
 };
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -129,7 +129,7 @@ impl ChildServer {
     }
 
     fn rss_kb(&self) -> u64 {
-        rss_kb(&format!("/proc/{}/status", self.child.id()))
+        rss_kb(self.child.id())
     }
 }
 
@@ -140,15 +140,9 @@ impl Drop for ChildServer {
     }
 }
 
-fn rss_kb(status: &str) -> u64 {
-    std::fs::read_to_string(status)
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
-                .and_then(|kb| kb.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+/// The resident memory of process `pid` in KiB (0 once it is gone).
+fn rss_kb(pid: u32) -> u64 {
+    sys::resident_bytes(pid).unwrap_or(0) / 1024
 }
 
 /// Established TCP connections to `addr`'s port (only this process
@@ -161,21 +155,10 @@ fn connections_to(addr: &str) -> usize {
     else {
         return 0;
     };
-    let remote = format!(":{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .map(|table| {
-            table
-                .lines()
-                .skip(1)
-                .filter(|line| {
-                    let fields: Vec<&str> = line.split_whitespace().collect();
-                    // rem_address ends with the port; state 01 is ESTABLISHED.
-                    fields.get(2).is_some_and(|rem| rem.ends_with(&remote))
-                        && fields.get(3) == Some(&"01")
-                })
-                .count()
-        })
-        .unwrap_or(0)
+    sys::tcp_sockets()
+        .iter()
+        .filter(|socket| socket.remote_port == port && socket.state == sys::TCP_ESTABLISHED)
+        .count()
 }
 
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
@@ -288,7 +271,7 @@ async fn held(limit: u64) {
         }
         let server = ChildServer::start(None);
         let client = Client::new(server.addr.clone()).with_protocol(protocol);
-        let rss_before = rss_kb("/proc/self/status");
+        let rss_before = rss_kb(std::process::id());
         let server_before = server.rss_kb();
         let cpu = own_cpu_time();
         let started = Instant::now();
@@ -321,7 +304,7 @@ async fn held(limit: u64) {
             take.as_secs_f64(),
             taking_cpu.as_secs_f64(),
             holding_cpu.as_secs_f64(),
-            rss_kb("/proc/self/status").saturating_sub(rss_before) / 1024,
+            rss_kb(std::process::id()).saturating_sub(rss_before) / 1024,
             server.rss_kb() / 1024,
             server.rss_kb().saturating_sub(server_before) / 1024,
         );

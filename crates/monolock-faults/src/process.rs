@@ -19,6 +19,11 @@ use tokio::{
     time::Instant,
 };
 
+use monolock_testkit::{
+    process::{Listener, announced},
+    sys::{die_with_parent, limit_nofile_in_child},
+};
+
 use crate::{checker::WaitTimeout, clock::mono_ns, task::AbortOnDrop};
 
 /// A child process of the harness could not be found or started.
@@ -160,7 +165,7 @@ pub struct ChildProcess {
 
 impl ChildProcess {
     fn spawn(name: &str, mut command: Command) -> std::io::Result<Self> {
-        die_with_parent(&mut command);
+        die_with_parent(command.as_std_mut());
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -310,7 +315,7 @@ impl ServerProcess {
             command.arg("--audit-log").arg(path);
         }
         if let Some(limit) = spec.nofile {
-            set_nofile_in_child(&mut command, limit);
+            limit_nofile_in_child(command.as_std_mut(), limit);
         }
         let process =
             ChildProcess::spawn(&spec.label, command).map_err(|source| ProcessError::Spawn {
@@ -322,7 +327,12 @@ impl ServerProcess {
             .wait_for(
                 Duration::from_secs(20),
                 "the server's listening line",
-                |lines| lines.iter().find_map(|line| listening_addr(line)),
+                |lines| {
+                    lines.iter().find_map(|line| match announced(line) {
+                        Some((Listener::Protocol, addr)) => Some(addr),
+                        _ => None,
+                    })
+                },
             )
             .await
             .map_err(|source| ProcessError::NotListening {
@@ -370,49 +380,6 @@ impl ServerProcess {
                     .unwrap_or(false)
             })
             .count()
-    }
-}
-
-/// The `addr` of a JSON `listening` log line.
-fn listening_addr(line: &str) -> Option<SocketAddr> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    if v.get("message")?.as_str()? != "listening" {
-        return None;
-    }
-    v.get("addr")?.as_str()?.parse().ok()
-}
-
-/// Has the kernel SIGKILL the child if this process dies first, so that a
-/// harness killed mid-run leaves no server or worker behind.
-#[allow(unsafe_code)]
-fn die_with_parent(command: &mut Command) {
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // calls prctl(2), which is async-signal-safe; it allocates nothing.
-    unsafe {
-        command.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-}
-
-#[allow(unsafe_code)]
-fn set_nofile_in_child(command: &mut Command, limit: u64) {
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // calls setrlimit(2), which is async-signal-safe; it allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            let rlimit = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
 
@@ -480,14 +447,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_listening_line_and_proc_state() {
-        let line =
-            r#"{"timestamp":"x","level":"INFO","message":"listening","addr":"127.0.0.1:4242"}"#;
-        assert_eq!(
-            listening_addr(line),
-            Some("127.0.0.1:4242".parse().unwrap())
-        );
-        assert_eq!(listening_addr(r#"{"message":"other"}"#), None);
+    fn reads_its_own_proc_state() {
         assert!(matches!(process_state(std::process::id()), Some('R' | 'S')));
     }
 }

@@ -17,12 +17,12 @@ use std::{
 };
 
 use monolock_proto::{
-    Lease, LockName,
+    LockName,
     v2::{self, ClientFrame, Mode, ServerFrame},
 };
 use monolock_server::{Server, ServerConfig};
-use monolock_testkit::PATIENCE;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use monolock_testkit::v2::RawV2;
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 
 /// Cycles of RELEASE + next ACQUIRE counted.
 const CYCLES: u64 = 200;
@@ -81,8 +81,7 @@ impl AsyncWrite for Counted {
 /// A client of one v2 session over a counted pipe.
 struct Client {
     _server: Server,
-    stream: DuplexStream,
-    buf: Vec<u8>,
+    raw: RawV2<DuplexStream>,
     counts: Arc<Counts>,
 }
 
@@ -99,35 +98,21 @@ impl Client {
         };
         let addr: SocketAddr = ([127, 0, 0, 1], 4000).into();
         tokio::spawn(async move { handle.serve_stream(served, addr, "").await });
-        let mut client = Self {
+        let mut raw = RawV2::over(stream);
+        raw.open_session(60_000).await;
+        Self {
             _server: server,
-            stream,
-            buf: Vec::new(),
+            raw,
             counts,
-        };
-        let lease = Lease::from_millis(60_000).expect("lease");
-        client.send(&ClientFrame::Open { lease }.to_bytes()).await;
-        assert!(matches!(client.next().await, ServerFrame::Opened { .. }));
-        client
+        }
     }
 
     async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.expect("write");
+        self.raw.send_raw(bytes).await;
     }
 
     async fn next(&mut self) -> ServerFrame {
-        tokio::time::timeout(PATIENCE, async {
-            loop {
-                if let Some((frame, used)) = v2::decode_response(&self.buf).expect("valid reply") {
-                    self.buf.drain(..used);
-                    return frame;
-                }
-                let n = self.stream.read_buf(&mut self.buf).await.expect("read");
-                assert!(n > 0, "the session closed");
-            }
-        })
-        .await
-        .expect("a reply within patience")
+        self.raw.recv().await
     }
 
     /// (reads, writes) the session has made so far.

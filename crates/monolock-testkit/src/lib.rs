@@ -9,15 +9,20 @@
 //! - [`http`]: raw HTTP requests over a blocking socket.
 //! - [`pki`]: a lab PKI made at test time with rcgen, the server's TLS
 //!   files on disk, rustls clients.
-//! - [`v2`]: a raw protocol v2 client (sessions carrying many claims).
-//! - [`sys`]: signals, `/proc` states, CPU pinning and CPU time, the
-//!   descriptor limit, for the tests, the bench and the fault suite.
+//! - [`v2`]: a raw protocol v2 client (sessions carrying many claims),
+//!   async or over a blocking socket.
+//! - [`process`]: the real `monolock serve` as a child process, its ports
+//!   learnt from the lines announcing its listeners.
+//! - [`sys`]: signals, child set-up between fork and exec, CPU pinning and
+//!   priorities, CPU time, the descriptor limit, and the `/proc` readers,
+//!   for the tests, the bench and the fault suite.
 #![deny(unsafe_code)]
 
 pub mod http;
 pub mod patience;
 pub mod peer;
 pub mod pki;
+pub mod process;
 pub mod server;
 pub mod sse;
 pub mod sys;

@@ -1,11 +1,14 @@
-//! The few system calls the tests, the bench and the fault suite make
-//! around processes and CPUs, written once: signals, `/proc` states, CPU
-//! pinning, CPU time, the descriptor limit.
+//! The system calls and `/proc` readers the tests, the bench and the
+//! fault suite share, written once: signals, child set-up between fork and
+//! exec, CPU pinning and priorities, CPU time, the descriptor limit, socket
+//! options, and what `/proc` says of a process, its sockets and the machine.
 #![allow(unsafe_code)] // each call below carries its own SAFETY argument
 
 use std::{
+    fs,
     io::{self, ErrorKind},
-    os::unix::process::CommandExt,
+    net::Ipv4Addr,
+    os::{fd::AsRawFd, unix::process::CommandExt},
     process::Command,
     time::Duration,
 };
@@ -141,4 +144,341 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
         }
     }
     Ok(lim.rlim_cur)
+}
+
+/// Has the kernel SIGKILL the child when the thread that started it ends
+/// (with its process, as a harness killed mid-run), so that nothing it
+/// started keeps running. Set between fork and exec.
+pub fn die_with_parent(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls prctl(2), which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes a child start with both its soft and hard descriptor limits at
+/// `limit` (set between fork and exec): a child that raises its soft limit
+/// to the hard one, as the server does, still has only `limit`.
+pub fn limit_nofile_in_child(cmd: &mut Command, limit: u64) {
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // calls setrlimit(2), which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let rlimit = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &rlimit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sets the calling thread's nice value; threads and processes it starts
+/// afterwards inherit it. Lowering it below 0 needs privileges.
+///
+/// # Errors
+/// The OS error of setpriority(2).
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority has no memory-safety preconditions; who = 0 is
+    // the calling thread on Linux.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Switches the calling thread to SCHED_FIFO at `priority`; threads and
+/// processes it starts afterwards inherit it. Needs privileges.
+///
+/// # Errors
+/// The OS error of sched_setscheduler(2).
+pub fn set_realtime(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads the param struct we own; pid 0 is the
+    // calling thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Binds `socket` to `ip` with the port chosen only at connect time
+/// (IP_BIND_ADDRESS_NO_PORT), so each source address has its own
+/// ephemeral-port space per destination.
+///
+/// # Errors
+/// The OS error of setsockopt(2) or bind(2).
+pub fn bind_source_ip(socket: &socket2::Socket, ip: Ipv4Addr) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: the fd is open (we hold the socket) and the option value is a
+    // c_int that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    socket.bind(&std::net::SocketAddr::new(ip.into(), 0).into())
+}
+
+fn clock_ticks_per_sec() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(t).ok().filter(|t| *t > 0).unwrap_or(100)
+}
+
+/// The CPU time of process `pid` (all its threads, living and exited) to
+/// the nanosecond, from its CPU-time clock; `None` if the kernel refuses.
+/// `/proc/PID/stat` counts in clock ticks (10 ms), too coarse for the
+/// microseconds per cycle of a one-second throughput window.
+fn process_cpu_clock(pid: u32) -> Option<Duration> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `clock` is a valid, writable clockid_t for the call's duration.
+    if unsafe { libc::clock_getcpuclockid(pid, &mut clock) } != 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
+}
+
+/// A process's resource figures at one instant.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcSample {
+    /// User + system CPU of all its threads, living and exited.
+    pub cpu: Duration,
+    /// Resident set size in bytes.
+    pub rss_bytes: u64,
+}
+
+/// Reads the CPU time and the resident memory of process `pid`
+/// (`/proc/PID/stat`, its CPU-time clock where the kernel allows it, and
+/// `/proc/PID/status`).
+///
+/// # Errors
+/// A file that cannot be read (the process is gone), or a malformed stat.
+pub fn proc_sample(pid: u32) -> io::Result<ProcSample> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may contain spaces and parentheses: fields are
+    // counted from the last ')'. After it: state(3) ... utime(14) stime(15).
+    let rest = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "malformed stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> io::Result<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "malformed stat field"))
+    };
+    let total_ticks = ticks(11)? + ticks(12)?;
+    let hz = clock_ticks_per_sec();
+    let cpu = process_cpu_clock(pid).unwrap_or_else(|| {
+        Duration::from_secs(total_ticks / hz)
+            + Duration::from_nanos((total_ticks % hz) * 1_000_000_000 / hz)
+    });
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    Ok(ProcSample {
+        cpu,
+        rss_bytes: status_kib(&status, "VmRSS:").unwrap_or(0) * 1024,
+    })
+}
+
+/// The resident memory of process `pid` in bytes (`VmRSS` of
+/// `/proc/PID/status`); `None` once it is gone (or has no memory of its
+/// own, as a zombie).
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(status_kib(&status, "VmRSS:")? * 1024)
+}
+
+/// A `NAME:   123 kB` field of a `/proc` status or meminfo file, in KiB.
+fn status_kib(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Kernel slab memory of the whole machine, in bytes (`/proc/meminfo`
+/// "Slab:"). Socket, file and TCP control structures live there, outside
+/// every process's RSS. Machine-wide, so other activity adds noise.
+pub fn kernel_slab_bytes() -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    Some(status_kib(&text, "Slab:")? * 1024)
+}
+
+/// Whether this process runs as root (real uid 0, from
+/// `/proc/self/status`); false if that cannot be read.
+pub fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .is_some_and(|ids| ids.split_whitespace().next() == Some("0"))
+    })
+}
+
+/// The children of process `pid` (of its main thread, from
+/// `/proc/PID/task/PID/children`); empty once it is gone.
+pub fn children(pid: u32) -> Vec<u32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|text| {
+            text.split_whitespace()
+                .filter_map(|child| child.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The command line of process `pid` as `ps` shows it, arguments joined
+/// by spaces (`/proc/PID/cmdline`); `None` once it is gone.
+pub fn command_line(pid: u32) -> Option<String> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(String::from_utf8_lossy(&raw).replace('\0', " "))
+}
+
+/// TCP state `ESTABLISHED` in [`TcpSocket::state`].
+pub const TCP_ESTABLISHED: u8 = 0x01;
+/// TCP state `LISTEN` in [`TcpSocket::state`].
+pub const TCP_LISTEN: u8 = 0x0A;
+
+/// One IPv4 TCP socket of this network namespace, a row of
+/// `/proc/net/tcp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TcpSocket {
+    /// The local port.
+    pub local_port: u16,
+    /// The remote port (0 for a listener).
+    pub remote_port: u16,
+    /// The kernel's TCP state ([`TCP_ESTABLISHED`], [`TCP_LISTEN`], ...).
+    pub state: u8,
+    /// The socket's inode, as `/proc/PID/fd` names it (`socket:[INODE]`).
+    pub inode: u64,
+}
+
+/// Every IPv4 TCP socket of this network namespace (`/proc/net/tcp`);
+/// empty if it cannot be read.
+pub fn tcp_sockets() -> Vec<TcpSocket> {
+    let table = fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table.lines().skip(1).filter_map(tcp_socket).collect()
+}
+
+/// One row of `/proc/net/tcp`: `sl local rem st ... inode ...`, the
+/// addresses as `HEXIP:HEXPORT`.
+fn tcp_socket(row: &str) -> Option<TcpSocket> {
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next()?, 16).ok();
+    Some(TcpSocket {
+        local_port: port(fields.get(1)?)?,
+        remote_port: port(fields.get(2)?)?,
+        state: u8::from_str_radix(fields.get(3)?, 16).ok()?,
+        inode: fields.get(9)?.parse().ok()?,
+    })
+}
+
+/// The inodes of the sockets process `pid` has open (`/proc/PID/fd`);
+/// empty once it is gone.
+pub fn socket_inodes(pid: u32) -> Vec<u64> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| fs::read_link(entry.path()).ok())
+        .filter_map(|target| {
+            target
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The IPv4 TCP ports process `pid` listens on, in the order it created
+/// the listeners (their inodes grow).
+pub fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes = socket_inodes(pid);
+    let mut found: Vec<(u64, u16)> = tcp_sockets()
+        .into_iter()
+        .filter(|socket| socket.state == TCP_LISTEN && inodes.contains(&socket.inode))
+        .map(|socket| (socket.inode, socket.local_port))
+        .collect();
+    found.sort_unstable();
+    found.into_iter().map(|(_, port)| port).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_process_from_proc() {
+        let me = std::process::id();
+        assert!(matches!(process_state(me), Some('R' | 'S')));
+        assert!(resident_bytes(me).is_some_and(|bytes| bytes > 0));
+        assert!(proc_sample(me).is_ok_and(|sample| sample.rss_bytes > 0));
+        assert!(command_line(me).is_some_and(|line| !line.is_empty()));
+    }
+
+    #[test]
+    fn finds_its_own_listener_and_connection_in_proc_net_tcp() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let _client = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        assert!(listening_ports(std::process::id()).contains(&port));
+        assert!(
+            tcp_sockets()
+                .iter()
+                .any(|socket| socket.remote_port == port && socket.state == TCP_ESTABLISHED)
+        );
+    }
+
+    #[test]
+    fn parses_a_row_of_proc_net_tcp() {
+        let row = "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 \
+                   00000000  1000        0 123456 1 0000000000000000 100 0 0 10 0";
+        assert_eq!(
+            tcp_socket(row),
+            Some(TcpSocket {
+                local_port: 8080,
+                remote_port: 0,
+                state: TCP_LISTEN,
+                inode: 123_456,
+            })
+        );
+    }
 }

@@ -186,3 +186,58 @@ impl<S: AsyncRead + AsyncWrite + Unpin> RawV2<S> {
         &mut self.stream
     }
 }
+
+/// The raw v2 client over a blocking `std` socket, for tests of the real
+/// binary that run without a runtime. Every read is bounded by
+/// [`PATIENCE`].
+pub mod blocking {
+    use std::{
+        io::{Read, Write},
+        net::{SocketAddr, TcpStream},
+    };
+
+    use monolock_proto::{
+        Lease,
+        v2::{self, ClientFrame, ServerFrame},
+    };
+
+    use super::PATIENCE;
+
+    /// The lease of [`open_v2`]: long enough that it never ends within a
+    /// test.
+    pub const LEASE_MS: u32 = 30_000;
+
+    /// Connects, opens a session with a [`LEASE_MS`] lease and reads
+    /// OPENED.
+    pub fn open_v2(addr: SocketAddr) -> TcpStream {
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+        let lease = Lease::from_millis(LEASE_MS).expect("lease");
+        stream
+            .write_all(&ClientFrame::Open { lease }.to_bytes())
+            .expect("OPEN");
+        let opened = read_v2_frame(&mut stream);
+        assert!(
+            matches!(opened, ServerFrame::Opened { .. }),
+            "expected OPENED, got {opened:?}"
+        );
+        stream
+    }
+
+    /// Reads one frame, a byte at a time so that nothing after it is left
+    /// buffered here; fails the test on EOF, a bad frame or a read that
+    /// times out.
+    pub fn read_v2_frame(stream: &mut TcpStream) -> ServerFrame {
+        let mut buf = Vec::new();
+        loop {
+            if let Some((frame, used)) = v2::decode_response(&buf).expect("valid frame") {
+                assert_eq!(used, buf.len(), "more than one frame at once");
+                return frame;
+            }
+            let mut byte = [0u8; 1];
+            let n = stream.read(&mut byte).expect("read");
+            assert!(n > 0, "closed before a whole frame");
+            buf.push(byte[0]);
+        }
+    }
+}

@@ -13,7 +13,8 @@ use std::{
 };
 
 use common::{MONOLOCK, PATIENCE, ServerProcess, acquire, read_frame};
-use monolock_proto::{ErrorCode, Lease, LockName, ServerFrame, v2};
+use monolock_proto::{ErrorCode, LockName, ServerFrame, v2};
+use monolock_testkit::v2::blocking::{open_v2, read_v2_frame};
 
 /// Reads until the server closes; the bytes read. Panics if it does not
 /// close within `within`.
@@ -262,34 +263,4 @@ fn idle_timeout_zero_turns_it_off() {
         read_v2_frame(&mut off_session),
         v2::ServerFrame::Acquired { claim: 1, .. }
     ));
-}
-
-/// Opens a version 2 session with a 30 s lease; OPENED read.
-fn open_v2(addr: SocketAddr) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    let lease = Lease::from_millis(30_000).expect("lease");
-    stream
-        .write_all(&v2::ClientFrame::Open { lease }.to_bytes())
-        .expect("OPEN");
-    assert!(matches!(
-        read_v2_frame(&mut stream),
-        v2::ServerFrame::Opened { .. }
-    ));
-    stream
-}
-
-/// Reads one version 2 frame (one at a time: no frame is left buffered).
-fn read_v2_frame(stream: &mut TcpStream) -> v2::ServerFrame {
-    let mut buf = Vec::new();
-    loop {
-        if let Some((frame, used)) = v2::decode_response(&buf).expect("valid frame") {
-            assert_eq!(used, buf.len(), "more than one frame at once");
-            return frame;
-        }
-        let mut byte = [0u8; 1];
-        let n = stream.read(&mut byte).expect("read");
-        assert!(n > 0, "closed before a whole frame");
-        buf.push(byte[0]);
-    }
 }

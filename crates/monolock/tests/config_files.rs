@@ -5,15 +5,12 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader},
     path::Path,
     process::{Child, Command, Stdio},
-    sync::mpsc,
-    time::Instant,
 };
 
 use common::{MONOLOCK, PATIENCE};
-use monolock_testkit::pki::Ca;
+use monolock_testkit::{pki::Ca, process::ServeLog};
 use serde_json::Value;
 
 /// Writes a CA, a server certificate and key, a valid ACL and a token into
@@ -100,7 +97,7 @@ fn a_file_over_one_mib_is_refused_at_startup_in_one_line() {
 /// first line (the startup warnings come before the listeners' lines).
 struct Diagnostics {
     child: Child,
-    lines: mpsc::Receiver<Value>,
+    log: ServeLog,
 }
 
 impl Diagnostics {
@@ -113,32 +110,15 @@ impl Diagnostics {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn monolock serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let value = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| panic!("diagnostics are JSON lines: {line:?}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
-        Self { child, lines }
+        let log = ServeLog::follow(&mut child);
+        Self { child, log }
     }
 
     /// The next line whose message contains `text` (earlier ones skipped).
     fn wait_log(&self, text: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("no log line with {text:?}"));
-            if line["message"].as_str().is_some_and(|m| m.contains(text)) {
-                return line;
-            }
-        }
+        self.log
+            .wait_log(text, PATIENCE)
+            .unwrap_or_else(|| panic!("no log line with {text:?}"))
     }
 
     fn hangup(&self) {

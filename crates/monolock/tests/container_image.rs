@@ -20,11 +20,7 @@ fn buildah(args: &[&str]) -> std::process::Output {
 
 /// Why the image cannot be built here, or `None`.
 fn unavailable() -> Option<String> {
-    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .is_some_and(|ids| ids.split_whitespace().next() == Some("0"))
-    });
+    let root = monolock_testkit::sys::is_root();
     let has_buildah = Command::new("buildah").arg("--version").output().is_ok();
     match (root, has_buildah) {
         (true, true) => None,

@@ -7,7 +7,7 @@ use std::{
     time::Duration,
 };
 
-use monolock_testkit::{PATIENCE, TestServer, eventually};
+use monolock_testkit::{PATIENCE, TestServer, eventually, sys};
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines},
     net::TcpListener,
@@ -998,12 +998,9 @@ async fn the_sentinel_has_a_readable_command_line() {
     let mut running = Exec::spawn(&server, &["named", "--", "sh", "-c", "echo go; sleep 300"]);
     assert_eq!(running.line().await, "go");
     let exec_pid = running.child.id().expect("running");
-    let children = std::fs::read_to_string(format!("/proc/{exec_pid}/task/{exec_pid}/children"))
-        .expect("children of exec");
-    let lines: Vec<String> = children
-        .split_whitespace()
-        .filter_map(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).ok())
-        .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+    let lines: Vec<String> = sys::children(exec_pid)
+        .into_iter()
+        .filter_map(sys::command_line)
         .collect();
     assert!(
         lines

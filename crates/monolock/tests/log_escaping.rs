@@ -8,17 +8,19 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::Write,
     net::{SocketAddr, TcpStream},
     path::Path,
     process::{Child, Command, Stdio},
-    sync::mpsc,
     time::Instant,
 };
 
 use common::{MONOLOCK, PATIENCE, read_frame};
 use monolock_proto::{ClientFrame, Lease, LockName, ServerFrame, v2};
-use monolock_testkit::pki::{Ca, Files, TlsDir};
+use monolock_testkit::{
+    pki::{Ca, Files, TlsDir},
+    process::{ServeLog, serve},
+};
 
 /// A name forging a log line (a newline and a fake administrator line),
 /// plus an escape sequence
@@ -32,7 +34,7 @@ fn path(path: &Path) -> &str {
 
 struct Lab {
     child: Child,
-    lines: mpsc::Receiver<String>,
+    lines: ServeLog,
     addr: SocketAddr,
     admin: SocketAddr,
     _tls: TlsDir,
@@ -63,55 +65,29 @@ impl Lab {
             r#"{"rules": [{"identity": "spiffe://t/*", "locks": ["ok/*"]}]}"#,
         )
         .expect("write the ACL");
-        let mut child = Command::new(MONOLOCK)
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-level", "debug"])
-            .args(["--log-format", format])
-            .args(["--admin-listen", "127.0.0.1:0"])
-            .args(["--tls-cert", path(&tls.cert), "--tls-key", path(&tls.key)])
-            .args(["--tls-client-ca", path(&tls.client_ca)])
-            .args(["--acl-file", path(&acl)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn monolock serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut lab = Self {
-            child,
-            lines,
-            addr: "0.0.0.0:0".parse().expect("addr"),
-            admin: "0.0.0.0:0".parse().expect("addr"),
+        let mut command = Command::new(MONOLOCK);
+        command.stdout(Stdio::null());
+        let flags = [
+            ["--log-level", "debug"],
+            ["--log-format", format],
+            ["--admin-listen", "127.0.0.1:0"],
+            ["--tls-cert", path(&tls.cert)],
+            ["--tls-key", path(&tls.key)],
+            ["--tls-client-ca", path(&tls.client_ca)],
+            ["--acl-file", path(&acl)],
+        ];
+        let serving =
+            serve(command, &flags.concat(), PATIENCE).unwrap_or_else(|err| panic!("{err}"));
+        Self {
+            child: serving.child,
+            lines: serving.log,
+            addr: serving.addr,
+            admin: serving.admin.expect("admin"),
             _tls: tls,
             files,
             ca,
             client_ca,
-        };
-        let (mut protocol, mut admin) = (None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while protocol.is_none() || admin.is_none() {
-            let line = lab
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("the server announces its listeners");
-            let addr = address_in(&line);
-            if line.contains("admin API listening") {
-                admin = addr;
-            } else if line.contains("listening") {
-                protocol = addr;
-            }
         }
-        lab.addr = protocol.expect("protocol");
-        lab.admin = admin.expect("admin");
-        lab
     }
 
     /// Lines until one contains `text` (all of them, that one last).
@@ -121,8 +97,8 @@ impl Lab {
         loop {
             let line = self
                 .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("no line with {text:?} after {seen:#?}"));
+                .next_line_before(deadline)
+                .unwrap_or_else(|| panic!("no line with {text:?} after {seen:#?}"));
             let done = line.contains(text);
             seen.push(line);
             if done {
@@ -147,15 +123,6 @@ impl Lab {
             .expect("run monolock exec");
         assert!(!status.success(), "the ACL denies {name:?}");
     }
-}
-
-/// `addr` of a startup line, in either format.
-fn address_in(line: &str) -> Option<SocketAddr> {
-    let at = line.find("127.0.0.1:")?;
-    let end = line[at..]
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == ':'))
-        .map_or(line.len(), |end| at + end);
-    line[at..end].parse().ok()
 }
 
 /// Runs the paths that need mTLS with `name`: an ACL denial, then a hold
@@ -284,21 +251,13 @@ fn json_logs_stay_valid_json_with_the_name_intact() {
 /// The plaintext version 1 and 2 grant lines, escaped as well.
 #[test]
 fn grant_lines_of_both_versions_are_escaped() {
-    let mut child = Command::new(MONOLOCK)
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-level", "debug"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn monolock serve");
-    let mut stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let mut next = || stderr.next().expect("a line").expect("read");
-    let addr = loop {
-        let line = next();
-        if line.contains(" listening") {
-            break address_in(&line).expect("address");
-        }
-    };
+    let mut command = Command::new(MONOLOCK);
+    command.stdout(Stdio::null());
+    let serving =
+        serve(command, &["--log-level", "debug"], PATIENCE).unwrap_or_else(|err| panic!("{err}"));
+    let (mut child, addr) = (serving.child, serving.addr);
+    let deadline = Instant::now() + PATIENCE;
+    let next = || serving.log.next_line_before(deadline).expect("a line");
     let mut v1 = TcpStream::connect(addr).expect("connect");
     v1.set_read_timeout(Some(PATIENCE)).expect("timeout");
     let lease = Lease::from_millis(30_000).expect("lease");

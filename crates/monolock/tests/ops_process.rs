@@ -18,7 +18,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use monolock_proto::{ClientFrame, ErrorCode, Lease, LockName, ServerFrame, decode_response};
-use monolock_testkit::pki::Ca;
+use monolock_testkit::{pki::Ca, sys};
 use serde_json::Value;
 
 fn expect_error(stream: &mut TcpStream, code: ErrorCode) {
@@ -493,13 +493,7 @@ fn scrape(server: &ServerProcess) -> String {
 
 /// The process's resident memory, from /proc.
 fn rss_kib(server: &ServerProcess) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id()))
-        .expect("/proc status");
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
+    sys::resident_bytes(server.child.id()).expect("VmRSS") / 1024
 }
 
 /// `cycles` grant/release cycles on one lock, ending with the lock held by

@@ -25,6 +25,7 @@ use std::{
 
 use anyhow::{Context, bail};
 use monolock_proto::{Lease, LockName, v2};
+use monolock_testkit::sys;
 
 struct Server {
     child: Child,
@@ -61,7 +62,7 @@ fn start(monolock: &str, claims: usize) -> anyhow::Result<Server> {
     let pid = child.id();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let ports = listening_ports(pid);
+        let ports = sys::listening_ports(pid);
         if ports.len() >= 2 {
             // The protocol listener is bound first.
             let protocol = SocketAddr::from(([127, 0, 0, 1], ports[0]));
@@ -77,54 +78,6 @@ fn start(monolock: &str, claims: usize) -> anyhow::Result<Server> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// The TCP ports `pid` listens on, in the order of their socket inodes
-/// (the order they were created).
-fn listening_ports(pid: u32) -> Vec<u16> {
-    let mut inodes = Vec::new();
-    if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-        for entry in dir.flatten() {
-            if let Ok(target) = std::fs::read_link(entry.path()) {
-                let target = target.to_string_lossy().into_owned();
-                if let Some(inode) = target
-                    .strip_prefix("socket:[")
-                    .and_then(|rest| rest.strip_suffix(']'))
-                    .and_then(|n| n.parse::<u64>().ok())
-                {
-                    inodes.push(inode);
-                }
-            }
-        }
-    }
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let mut found: Vec<(u64, u16)> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let state = *fields.get(3)?;
-            let inode: u64 = fields.get(9)?.parse().ok()?;
-            let port = u16::from_str_radix(fields.get(1)?.split(':').nth(1)?, 16).ok()?;
-            (state == "0A" && inodes.contains(&inode)).then_some((inode, port))
-        })
-        .collect();
-    found.sort_unstable();
-    found.into_iter().map(|(_, port)| port).collect()
-}
-
-fn rss_bytes(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-        })
-        .unwrap_or(0)
-        * 1024
 }
 
 fn metric(ops: SocketAddr, name: &str) -> anyhow::Result<u64> {
@@ -206,10 +159,10 @@ fn main() -> anyhow::Result<()> {
     let (sessions, claims, bursts, name_len) =
         (arg(2, 100)?, arg(3, 1024)?, arg(4, 25)?, arg(5, 255)?);
     let settle = Duration::from_millis(arg(6, 6000)? as u64);
-    raise_nofile();
+    sys::raise_nofile_limit().context("raise RLIMIT_NOFILE")?;
     let server = start(monolock, claims)?;
     let pid = server.child.id();
-    let start_rss = rss_bytes(pid);
+    let start_rss = sys::resident_bytes(pid).unwrap_or(0);
     let total = sessions * claims;
     println!(
         "claim-memory: {sessions} sessions x {claims} claims = {total} claims of {name_len}-byte names, {bursts} bursts"
@@ -235,7 +188,7 @@ fn main() -> anyhow::Result<()> {
         }
         let held = metric(server.ops, "monolock_locks_held")?;
         anyhow::ensure!(held as usize == total, "{held} held, {total} expected");
-        let peak = rss_bytes(pid);
+        let peak = sys::resident_bytes(pid).unwrap_or(0);
         drop(streams);
         let deadline = Instant::now() + Duration::from_secs(120);
         while metric(server.ops, "monolock_locks_held")? > 0 {
@@ -244,7 +197,7 @@ fn main() -> anyhow::Result<()> {
         }
         // The server looks for an ended burst every 5 s (RECLAIM_INTERVAL).
         std::thread::sleep(settle);
-        let after = rss_bytes(pid);
+        let after = sys::resident_bytes(pid).unwrap_or(0);
         last_after = after;
         println!(
             "{burst:>5}  {:>8.1}  {:>9.1}  {:>15.0}  {:>7.2}",
@@ -264,19 +217,4 @@ fn main() -> anyhow::Result<()> {
 
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
-}
-
-#[allow(unsafe_code)]
-fn raise_nofile() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid rlimit for the duration of both calls.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
 }

@@ -122,16 +122,7 @@ const CASES: [Case; 3] = [
 /// Why this machine cannot run the scenario (not root, or a tool
 /// missing), as one line; `None` if it can.
 pub fn unavailable() -> Option<String> {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("Uid:"))
-                .map(|ids| ids.split_whitespace().next() == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
+    if !monolock_testkit::sys::is_root() {
         return Some(format!(
             "{NAME} needs root (it creates network namespaces and runs keepalived); \
              CI runs it as root, run `sudo -E cargo test -p monolock-faults --test scenarios vrrp` to run it here"

@@ -10,6 +10,7 @@ use std::{
 };
 
 use monolock_proto::{ClientFrame, Lease, LockName, ServerFrame, decode_response};
+use monolock_testkit::process::{ServeLog, serve};
 use serde_json::Value;
 
 /// The `monolock` executable under test.
@@ -23,7 +24,7 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 pub struct ServerProcess {
     pub child: Child,
     /// Every diagnostic line after the startup announcements.
-    pub log: mpsc::Receiver<Value>,
+    log: ServeLog,
     /// The child's stdout (where `--audit-log -` writes).
     pub stdout: Option<ChildStdout>,
     /// The protocol address.
@@ -51,65 +52,28 @@ impl ServerProcess {
     /// As [`ServerProcess::start`], run by `command` (the binary itself, or
     /// a wrapper such as `prlimit ... -- monolock`).
     pub fn start_with_command(mut command: Command, extra: &[&str]) -> Self {
-        let mut child = command
-            .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn monolock serve");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                let value: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|_| panic!("diagnostics are JSON lines: {line:?}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
-        let wants_admin = extra.contains(&"--admin-listen");
-        let wants_ops = extra.contains(&"--ops-listen");
-        let (mut protocol, mut admin, mut ops) = (None, None, None);
-        let deadline = Instant::now() + PATIENCE;
-        while protocol.is_none() || (wants_admin && admin.is_none()) || (wants_ops && ops.is_none())
-        {
-            let line = log
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .expect("the server announces its listeners");
-            let addr = line["addr"].as_str().and_then(|a| a.parse().ok());
-            match line["message"].as_str() {
-                Some("listening") => protocol = addr,
-                Some("admin API listening") => admin = addr,
-                Some("ops endpoint listening") => ops = addr,
-                _ => {}
-            }
-        }
+        command.stdout(Stdio::piped());
+        let args: Vec<&str> = ["--log-format", "json"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let mut serving = serve(command, &args, PATIENCE).unwrap_or_else(|err| panic!("{err}"));
         Self {
-            stdout: child.stdout.take(),
-            child,
-            log,
-            addr: protocol.expect("protocol address"),
-            admin,
-            ops,
+            stdout: serving.child.stdout.take(),
+            child: serving.child,
+            log: serving.log,
+            addr: serving.addr,
+            admin: serving.admin,
+            ops: serving.ops,
         }
     }
 
     /// Waits for a diagnostic line whose message contains `text`.
     pub fn wait_log(&self, text: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let line = self
-                .log
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("no log line with {text:?}"));
-            if line["message"].as_str().is_some_and(|m| m.contains(text)) {
-                return line;
-            }
-        }
+        self.log
+            .wait_log(text, PATIENCE)
+            .unwrap_or_else(|| panic!("no log line with {text:?}"))
     }
 
     /// Sends a signal by name (`TERM`, `INT`, `HUP`, ...).
