@@ -22,13 +22,17 @@ import java.util.function.Consumer;
  * reader thread, and ticks on the client's timer for PING, the deadline
  * and the idle close. All protocol decisions are {@link SessionCore}'s.
  * Futures are completed after the session's monitor is released, so that
- * no caller code runs under it.
+ * no caller code runs under it. Frames are queued in the {@link Outbox}
+ * under the monitor, in the order the core records them as sent, and
+ * written after it is released: frames that many threads queue while one
+ * write is in progress leave in one write.
  */
 final class V2Session {
     /** By default, a session with no claim is closed by the client after this long. */
     static final Duration IDLE_CLOSE = Duration.ofSeconds(20);
 
     private final Connection connection;
+    private final Outbox outbox;
     private final Timer timer;
     private final Consumer<V2Session> onEnd;
     private final SessionCore core;
@@ -47,6 +51,7 @@ final class V2Session {
             throws SessionCore.ProtocolViolation {
         this.idleNanos = idleClose.toNanos();
         this.connection = answer.connection();
+        this.outbox = new Outbox(connection.out);
         this.timer = timer;
         this.onEnd = onEnd;
         this.core = new SessionCore(leaseNanos, answer.sentAt());
@@ -86,7 +91,6 @@ final class V2Session {
      * how it went. Null when the session has ended meanwhile.
      */
     V2Claim acquire(String name, byte[] nameBytes, boolean tryOnly) {
-        List<Runnable> after = new ArrayList<>();
         V2Claim claim;
         synchronized (this) {
             if (ended) {
@@ -98,13 +102,11 @@ final class V2Session {
             }
             claim = new V2Claim(name, id);
             claims.put(id, claim);
-            long now = System.nanoTime();
-            if (write(Frames.acquire(id, tryOnly, nameBytes), after)) {
-                core.acquireSent(id, tryOnly, now);
-            }
+            outbox.add(Frames.acquire(id, tryOnly, nameBytes));
+            core.acquireSent(id, tryOnly, System.nanoTime());
             arm();
         }
-        after.forEach(Runnable::run);
+        flushOutbox();
         return claim;
     }
 
@@ -125,20 +127,17 @@ final class V2Session {
 
         @Override
         boolean leave(Duration bound) {
-            List<Runnable> after = new ArrayList<>();
             synchronized (V2Session.this) {
                 if (ended || !claims.containsKey(id)) {
                     return released.getNow(false);
                 }
                 if (core.release(id)) {
-                    long now = System.nanoTime();
-                    if (write(Frames.release(id), after)) {
-                        core.releaseSent(id, now);
-                    }
+                    outbox.add(Frames.release(id));
+                    core.releaseSent(id, System.nanoTime());
                     arm();
                 }
             }
-            after.forEach(Runnable::run);
+            flushOutbox();
             try {
                 return released.get(bound.toNanos(), TimeUnit.NANOSECONDS);
             } catch (TimeoutException err) {
@@ -200,15 +199,16 @@ final class V2Session {
         }
     }
 
-    /** Writes {@code bytes}; a failed write ends the session (after the monitor is released). */
-    private boolean write(byte[] bytes, List<Runnable> after) {
+    /**
+     * Writes the frames queued, or leaves them to the thread already
+     * writing; a failed write ends the session. Called with the monitor
+     * released, by every thread that queued a frame.
+     */
+    private void flushOutbox() {
         try {
-            connection.out.write(bytes);
-            connection.out.flush();
-            return true;
+            outbox.flush();
         } catch (IOException err) {
-            after.add(() -> end(LossReason.CONNECTION, "write failed: " + err.getMessage()));
-            return false;
+            end(LossReason.CONNECTION, "write failed: " + err.getMessage());
         }
     }
 
@@ -247,7 +247,8 @@ final class V2Session {
                 ended = true;
                 idle = true;
             } else {
-                if (now - core.nextPing() >= 0 && write(Frames.ping(), after)) {
+                if (now - core.nextPing() >= 0) {
+                    outbox.add(Frames.ping());
                     core.pingSent(now);
                 }
                 arm();
@@ -257,6 +258,7 @@ final class V2Session {
             connection.close();
             onEnd.accept(this);
         }
+        flushOutbox();
         after.forEach(Runnable::run);
     }
 
@@ -295,6 +297,8 @@ final class V2Session {
                 end(LossReason.PROTOCOL, "the server broke the protocol: " + err.getMessage());
                 return false;
             }
+            // A RELEASE the reply called for goes out before anyone is woken.
+            flushOutbox();
             after.forEach(Runnable::run);
             if (!more) {
                 return false;
@@ -323,16 +327,16 @@ final class V2Session {
                     if (claim != null) {
                         claim.token = event.token();
                         if (event.release()) {
-                            if (write(Frames.release(claim.id), after)) {
-                                core.releaseSent(claim.id, now);
-                            }
+                            outbox.add(Frames.release(claim.id));
+                            core.releaseSent(claim.id, now);
                         } else {
                             after.add(() -> claim.granted.complete(event.token()));
                         }
                     }
                 }
                 case QUEUED -> {
-                    if (claim != null && event.release() && write(Frames.release(claim.id), after)) {
+                    if (claim != null && event.release()) {
+                        outbox.add(Frames.release(claim.id));
                         core.releaseSent(claim.id, now);
                     }
                 }
