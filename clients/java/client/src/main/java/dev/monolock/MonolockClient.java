@@ -351,10 +351,7 @@ public final class MonolockClient implements AutoCloseable {
         List<Refusal> refusals = new ArrayList<>();
         for (Address address : addresses) {
             try {
-                Claim claim = startAt(address, name, nameBytes, leaseMs, tryOnly);
-                if (claim != null) {
-                    return claim;
-                }
+                return startAt(address, name, nameBytes, leaseMs, tryOnly);
             } catch (Refusal refusal) {
                 v1Until.remove(address);
                 refusals.add(refusal);
@@ -397,7 +394,12 @@ public final class MonolockClient implements AutoCloseable {
                 synchronized (pool) {
                     pool.computeIfAbsent(leaseMs, lease -> new ArrayList<>()).add(session);
                 }
-                return session.acquire(name, nameBytes, tryOnly);
+                Claim claim = session.acquire(name, nameBytes, tryOnly);
+                if (claim == null) {
+                    throw new Refusal(address + ": the new session ended before the claim could be written ("
+                            + session.endedBecause() + ")", true, false, null);
+                }
+                return claim;
             }
             answer.connection().close();
             if (type == Frames.ERROR && code == SessionCore.UNSUPPORTED_VERSION) {

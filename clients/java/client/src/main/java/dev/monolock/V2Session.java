@@ -30,6 +30,8 @@ import java.util.function.Consumer;
 final class V2Session {
     /** By default, a session with no claim is closed by the client after this long. */
     static final Duration IDLE_CLOSE = Duration.ofSeconds(20);
+    /** The detail of a loss at the session's deadline. */
+    static final String DEADLINE_PASSED = "no reply confirmed the session within 0.8 x lease";
 
     private final Connection connection;
     private final Outbox outbox;
@@ -41,6 +43,8 @@ final class V2Session {
     private final Map<Integer, V2Claim> claims = new HashMap<>();
     private int nextClaimId;
     private boolean ended;
+    /** Why the session ended ({@code reason: detail}), once it has. */
+    private String endedBecause = "";
     /** The server refused a claim with 0x09: no new claims until one ends. */
     private boolean full;
     private long idleSince;
@@ -86,6 +90,11 @@ final class V2Session {
         return ended;
     }
 
+    /** Why the session ended ({@code reason: detail}); empty while it lives. */
+    synchronized String endedBecause() {
+        return endedBecause;
+    }
+
     /**
      * Writes an ACQUIRE for a new claim; its {@code granted} future says
      * how it went. Null when the session has ended meanwhile.
@@ -96,15 +105,27 @@ final class V2Session {
             if (ended) {
                 return null;
             }
-            int id = nextClaimId++;
-            while (claims.containsKey(id) || core.knows(id)) {
-                id = nextClaimId++;
+            long now = System.nanoTime();
+            if (now - core.deadline() >= 0) {
+                // Past its deadline (an OPENED that came late, a pause before
+                // the timer's tick): the server may have dropped the session,
+                // so no claim goes on it.
+                claim = null;
+            } else {
+                int id = nextClaimId++;
+                while (claims.containsKey(id) || core.knows(id)) {
+                    id = nextClaimId++;
+                }
+                claim = new V2Claim(name, id);
+                claims.put(id, claim);
+                outbox.add(Frames.acquire(id, tryOnly, nameBytes));
+                core.acquireSent(id, tryOnly, now);
+                arm();
             }
-            claim = new V2Claim(name, id);
-            claims.put(id, claim);
-            outbox.add(Frames.acquire(id, tryOnly, nameBytes));
-            core.acquireSent(id, tryOnly, System.nanoTime());
-            arm();
+        }
+        if (claim == null) {
+            end(LossReason.EXPIRED, DEADLINE_PASSED);
+            return null;
         }
         flushOutbox();
         return claim;
@@ -160,7 +181,7 @@ final class V2Session {
             due = !ended && System.nanoTime() - core.deadline() >= 0;
         }
         if (due) {
-            end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease");
+            end(LossReason.EXPIRED, DEADLINE_PASSED);
         }
     }
 
@@ -180,6 +201,7 @@ final class V2Session {
                 return;
             }
             ended = true;
+            endedBecause = reason.wireName() + ": " + detail;
             gone = new ArrayList<>(claims.values());
             claims.clear();
             for (V2Claim claim : gone) {
@@ -241,10 +263,11 @@ final class V2Session {
             long now = System.nanoTime();
             tick = null;
             if (now - core.deadline() >= 0) {
-                after.add(() -> end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease"));
+                after.add(() -> end(LossReason.EXPIRED, DEADLINE_PASSED));
             } else if (claims.isEmpty() && now - (idleSince + idleNanos) >= 0) {
                 // Ended here, under the monitor, so that no claim can join it meanwhile.
                 ended = true;
+                endedBecause = "idle: closed by the client after " + idleNanos / 1_000_000 + " ms without claims";
                 idle = true;
             } else {
                 if (now - core.nextPing() >= 0) {

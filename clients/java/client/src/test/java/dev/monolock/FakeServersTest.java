@@ -2,6 +2,7 @@ package dev.monolock;
 
 import static dev.monolock.TestServer.PATIENCE;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.DataInputStream;
@@ -12,6 +13,7 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -179,6 +181,60 @@ class FakeServersTest {
         @Override
         public void close() throws IOException {
             socket.close();
+        }
+    }
+
+    /**
+     * A server whose OPENED comes a whole lease after it read the OPEN: the
+     * client's deadline for the session (0.8 x lease after its send) has
+     * passed before the answer is read. The delay is what the test is
+     * about, not a wait for anything.
+     */
+    static final class LateServer implements AutoCloseable {
+        final ServerSocket socket;
+        /** Bytes read after the OPEN, counted until the client closed. */
+        final AtomicInteger bytesAfterOpen = new AtomicInteger();
+        final CountDownLatch clientClosed = new CountDownLatch(1);
+
+        LateServer(Duration late) throws IOException {
+            socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            daemon(() -> {
+                try (Socket client = socket.accept()) {
+                    DataInputStream in = new DataInputStream(client.getInputStream());
+                    in.readFully(new byte[6]);
+                    Thread.sleep(late.toMillis());
+                    client.getOutputStream().write(FramesTest.hex("30 00 00 00 00 00 00 00 01 00 00 04 00"));
+                    while (in.read() >= 0) {
+                        bytesAfterOpen.incrementAndGet();
+                    }
+                } catch (IOException | InterruptedException err) {
+                    // The client closed, as it must.
+                }
+                clientClosed.countDown();
+            });
+        }
+
+        String address() {
+            return "127.0.0.1:" + socket.getLocalPort();
+        }
+
+        @Override
+        public void close() throws IOException {
+            socket.close();
+        }
+    }
+
+    @Test
+    void anOpenedPastTheSessionsDeadlineIsATemporaryConnectErrorThatSaysSo() throws Exception {
+        Duration lease = Duration.ofMillis(100);
+        try (LateServer late = new LateServer(lease); MonolockClient client = MonolockClient.create(late.address())) {
+            ConnectFailedException err = assertThrows(ConnectFailedException.class, () -> client.lock("late", lease));
+            assertTrue(err.isTemporary(), "a late answer may be on time next time");
+            assertEquals(late.address() + ": the new session ended before the claim could be written (expired: "
+                    + V2Session.DEADLINE_PASSED + ")", err.getMessage());
+            assertTrue(late.clientClosed.await(PATIENCE.toMillis(), TimeUnit.MILLISECONDS),
+                    "the client closed the expired session");
+            assertEquals(0, late.bytesAfterOpen.get(), "no ACQUIRE went on the expired session");
         }
     }
 
