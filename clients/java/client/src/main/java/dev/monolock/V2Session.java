@@ -97,7 +97,8 @@ final class V2Session {
 
     /**
      * Writes an ACQUIRE for a new claim; its {@code granted} future says
-     * how it went. Null when the session has ended meanwhile.
+     * how it went. Null when the session has ended meanwhile, or has passed
+     * its deadline (it is ended then; {@link #endedBecause()} says why).
      */
     V2Claim acquire(String name, byte[] nameBytes, boolean tryOnly) {
         V2Claim claim;
