@@ -177,12 +177,13 @@ fn prepare_java(lab: &Lab) -> Result<Launch, String> {
             "-B",
             "-DskipTests",
             "-pl",
-            "client,conformance",
+            "testkit,client,conformance",
             "package",
         ])
         .current_dir(&dir);
     run_step(package, "mvn", "package the Java client and its driver")?;
     let jars = [
+        dir.join("testkit/target/monolock-testkit-0.1.0.jar"),
         dir.join("client/target/monolock-client-0.1.0.jar"),
         dir.join("conformance/target/monolock-conformance-0.1.0.jar"),
     ];

@@ -40,6 +40,11 @@ import javax.net.ssl.SSLContext;
 public final class MonolockClient implements AutoCloseable {
     /** How long a version 1 answer to OPEN is remembered for an address. */
     static final long V1_MEMORY_NANOS = TimeUnit.MINUTES.toNanos(5);
+    /**
+     * Sessions opened for one claim at one address when each ends before
+     * the claim could be written on it (past its deadline on arrival).
+     */
+    static final int NEW_SESSION_ATTEMPTS = 2;
 
     private final List<Address> addresses;
     private final Connector connector;
@@ -351,10 +356,7 @@ public final class MonolockClient implements AutoCloseable {
         List<Refusal> refusals = new ArrayList<>();
         for (Address address : addresses) {
             try {
-                Claim claim = startAt(address, name, nameBytes, leaseMs, tryOnly);
-                if (claim != null) {
-                    return claim;
-                }
+                return startAt(address, name, nameBytes, leaseMs, tryOnly);
             } catch (Refusal refusal) {
                 v1Until.remove(address);
                 refusals.add(refusal);
@@ -382,7 +384,7 @@ public final class MonolockClient implements AutoCloseable {
         long leaseNanos = TimeUnit.MILLISECONDS.toNanos(leaseMs);
         Long until = v1Until.get(address);
         boolean v1 = forceV1 || (until != null && System.nanoTime() - until < 0);
-        if (!v1) {
+        for (int attempt = 1; !v1; attempt++) {
             Answer answer = connector.open(address, Frames.open(leaseMs));
             int type = answer.frame().type();
             int code = answer.frame().code();
@@ -397,11 +399,23 @@ public final class MonolockClient implements AutoCloseable {
                 synchronized (pool) {
                     pool.computeIfAbsent(leaseMs, lease -> new ArrayList<>()).add(session);
                 }
-                return session.acquire(name, nameBytes, tryOnly);
+                Claim claim = session.acquire(name, nameBytes, tryOnly);
+                if (claim != null) {
+                    return claim;
+                }
+                if (attempt < NEW_SESSION_ATTEMPTS) {
+                    // It ended before carrying any claim (its OPENED came
+                    // past its deadline: a pause, a cold start): nothing
+                    // was lost, and a fresh session costs one round trip.
+                    continue;
+                }
+                throw new Refusal(address + ": the new session ended before the claim could be written ("
+                        + session.endedBecause() + ")", true, false, null);
             }
             answer.connection().close();
             if (type == Frames.ERROR && code == SessionCore.UNSUPPORTED_VERSION) {
                 v1Until.put(address, System.nanoTime() + V1_MEMORY_NANOS);
+                v1 = true;
             } else if (type == Frames.ERROR) {
                 throw new Refusal(String.format("%s refused the session (error 0x%02x: %s)",
                         address, code, answer.frame().reason()), code < 0x10, false, null);

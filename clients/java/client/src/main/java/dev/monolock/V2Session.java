@@ -22,13 +22,19 @@ import java.util.function.Consumer;
  * reader thread, and ticks on the client's timer for PING, the deadline
  * and the idle close. All protocol decisions are {@link SessionCore}'s.
  * Futures are completed after the session's monitor is released, so that
- * no caller code runs under it.
+ * no caller code runs under it. Frames are queued in the {@link Outbox}
+ * under the monitor, in the order the core records them as sent, and
+ * written after it is released: frames that many threads queue while one
+ * write is in progress leave in one write.
  */
 final class V2Session {
     /** By default, a session with no claim is closed by the client after this long. */
     static final Duration IDLE_CLOSE = Duration.ofSeconds(20);
+    /** The detail of a loss at the session's deadline. */
+    static final String DEADLINE_PASSED = "no reply confirmed the session within 0.8 x lease";
 
     private final Connection connection;
+    private final Outbox outbox;
     private final Timer timer;
     private final Consumer<V2Session> onEnd;
     private final SessionCore core;
@@ -37,6 +43,8 @@ final class V2Session {
     private final Map<Integer, V2Claim> claims = new HashMap<>();
     private int nextClaimId;
     private boolean ended;
+    /** Why the session ended ({@code reason: detail}), once it has. */
+    private String endedBecause = "";
     /** The server refused a claim with 0x09: no new claims until one ends. */
     private boolean full;
     private long idleSince;
@@ -47,6 +55,7 @@ final class V2Session {
             throws SessionCore.ProtocolViolation {
         this.idleNanos = idleClose.toNanos();
         this.connection = answer.connection();
+        this.outbox = new Outbox(connection.out);
         this.timer = timer;
         this.onEnd = onEnd;
         this.core = new SessionCore(leaseNanos, answer.sentAt());
@@ -81,30 +90,45 @@ final class V2Session {
         return ended;
     }
 
+    /** Why the session ended ({@code reason: detail}); empty while it lives. */
+    synchronized String endedBecause() {
+        return endedBecause;
+    }
+
     /**
      * Writes an ACQUIRE for a new claim; its {@code granted} future says
-     * how it went. Null when the session has ended meanwhile.
+     * how it went. Null when the session has ended meanwhile, or has passed
+     * its deadline (it is ended then; {@link #endedBecause()} says why).
      */
     V2Claim acquire(String name, byte[] nameBytes, boolean tryOnly) {
-        List<Runnable> after = new ArrayList<>();
         V2Claim claim;
         synchronized (this) {
             if (ended) {
                 return null;
             }
-            int id = nextClaimId++;
-            while (claims.containsKey(id) || core.knows(id)) {
-                id = nextClaimId++;
-            }
-            claim = new V2Claim(name, id);
-            claims.put(id, claim);
             long now = System.nanoTime();
-            if (write(Frames.acquire(id, tryOnly, nameBytes), after)) {
+            if (now - core.deadline() >= 0) {
+                // Past its deadline (an OPENED that came late, a pause before
+                // the timer's tick): the server may have dropped the session,
+                // so no claim goes on it.
+                claim = null;
+            } else {
+                int id = nextClaimId++;
+                while (claims.containsKey(id) || core.knows(id)) {
+                    id = nextClaimId++;
+                }
+                claim = new V2Claim(name, id);
+                claims.put(id, claim);
+                outbox.add(Frames.acquire(id, tryOnly, nameBytes));
                 core.acquireSent(id, tryOnly, now);
+                arm();
             }
-            arm();
         }
-        after.forEach(Runnable::run);
+        if (claim == null) {
+            end(LossReason.EXPIRED, DEADLINE_PASSED);
+            return null;
+        }
+        flushOutbox();
         return claim;
     }
 
@@ -125,20 +149,17 @@ final class V2Session {
 
         @Override
         boolean leave(Duration bound) {
-            List<Runnable> after = new ArrayList<>();
             synchronized (V2Session.this) {
                 if (ended || !claims.containsKey(id)) {
                     return released.getNow(false);
                 }
                 if (core.release(id)) {
-                    long now = System.nanoTime();
-                    if (write(Frames.release(id), after)) {
-                        core.releaseSent(id, now);
-                    }
+                    outbox.add(Frames.release(id));
+                    core.releaseSent(id, System.nanoTime());
                     arm();
                 }
             }
-            after.forEach(Runnable::run);
+            flushOutbox();
             try {
                 return released.get(bound.toNanos(), TimeUnit.NANOSECONDS);
             } catch (TimeoutException err) {
@@ -161,7 +182,7 @@ final class V2Session {
             due = !ended && System.nanoTime() - core.deadline() >= 0;
         }
         if (due) {
-            end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease");
+            end(LossReason.EXPIRED, DEADLINE_PASSED);
         }
     }
 
@@ -181,6 +202,7 @@ final class V2Session {
                 return;
             }
             ended = true;
+            endedBecause = reason.wireName() + ": " + detail;
             gone = new ArrayList<>(claims.values());
             claims.clear();
             for (V2Claim claim : gone) {
@@ -200,15 +222,16 @@ final class V2Session {
         }
     }
 
-    /** Writes {@code bytes}; a failed write ends the session (after the monitor is released). */
-    private boolean write(byte[] bytes, List<Runnable> after) {
+    /**
+     * Writes the frames queued, or leaves them to the thread already
+     * writing; a failed write ends the session. Called with the monitor
+     * released, by every thread that queued a frame.
+     */
+    private void flushOutbox() {
         try {
-            connection.out.write(bytes);
-            connection.out.flush();
-            return true;
+            outbox.flush();
         } catch (IOException err) {
-            after.add(() -> end(LossReason.CONNECTION, "write failed: " + err.getMessage()));
-            return false;
+            end(LossReason.CONNECTION, "write failed: " + err.getMessage());
         }
     }
 
@@ -241,13 +264,15 @@ final class V2Session {
             long now = System.nanoTime();
             tick = null;
             if (now - core.deadline() >= 0) {
-                after.add(() -> end(LossReason.EXPIRED, "no reply confirmed the session within 0.8 x lease"));
+                after.add(() -> end(LossReason.EXPIRED, DEADLINE_PASSED));
             } else if (claims.isEmpty() && now - (idleSince + idleNanos) >= 0) {
                 // Ended here, under the monitor, so that no claim can join it meanwhile.
                 ended = true;
+                endedBecause = "idle: closed by the client after " + idleNanos / 1_000_000 + " ms without claims";
                 idle = true;
             } else {
-                if (now - core.nextPing() >= 0 && write(Frames.ping(), after)) {
+                if (now - core.nextPing() >= 0) {
+                    outbox.add(Frames.ping());
                     core.pingSent(now);
                 }
                 arm();
@@ -257,6 +282,7 @@ final class V2Session {
             connection.close();
             onEnd.accept(this);
         }
+        flushOutbox();
         after.forEach(Runnable::run);
     }
 
@@ -295,6 +321,8 @@ final class V2Session {
                 end(LossReason.PROTOCOL, "the server broke the protocol: " + err.getMessage());
                 return false;
             }
+            // A RELEASE the reply called for goes out before anyone is woken.
+            flushOutbox();
             after.forEach(Runnable::run);
             if (!more) {
                 return false;
@@ -323,16 +351,16 @@ final class V2Session {
                     if (claim != null) {
                         claim.token = event.token();
                         if (event.release()) {
-                            if (write(Frames.release(claim.id), after)) {
-                                core.releaseSent(claim.id, now);
-                            }
+                            outbox.add(Frames.release(claim.id));
+                            core.releaseSent(claim.id, now);
                         } else {
                             after.add(() -> claim.granted.complete(event.token()));
                         }
                     }
                 }
                 case QUEUED -> {
-                    if (claim != null && event.release() && write(Frames.release(claim.id), after)) {
+                    if (claim != null && event.release()) {
+                        outbox.add(Frames.release(claim.id));
                         core.releaseSent(claim.id, now);
                     }
                 }

@@ -2,6 +2,7 @@ package dev.monolock;
 
 import static dev.monolock.TestServer.PATIENCE;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.DataInputStream;
@@ -11,7 +12,9 @@ import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
+import java.nio.ByteBuffer;
 import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -179,6 +182,123 @@ class FakeServersTest {
         @Override
         public void close() throws IOException {
             socket.close();
+        }
+    }
+
+    /**
+     * A server whose OPENED comes a whole lease after it read the OPEN, on
+     * its first {@code lateSessions} connections: the client's deadline for
+     * the session (0.8 x lease after its send) has passed before the answer
+     * is read. The delay is what the test is about, not a wait for anything.
+     * Later connections are answered at once and served: ACQUIRE is
+     * answered ACQUIRED (token 42), RELEASE RELEASED, PING PONG.
+     */
+    static final class LateServer implements AutoCloseable {
+        static final long TOKEN = 42;
+        final ServerSocket socket;
+        final AtomicInteger sessions = new AtomicInteger();
+        /** Bytes read after the OPEN on the late sessions, counted until the client closed each. */
+        final AtomicInteger bytesOnLateSessions = new AtomicInteger();
+        final CountDownLatch lateSessionsClosed;
+
+        LateServer(Duration late, int lateSessions) throws IOException {
+            socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            lateSessionsClosed = new CountDownLatch(lateSessions);
+            daemon(() -> {
+                try {
+                    while (true) {
+                        Socket client = socket.accept();
+                        boolean isLate = sessions.incrementAndGet() <= lateSessions;
+                        daemon(() -> serve(client, isLate, late));
+                    }
+                } catch (IOException closed) {
+                    // The test is over.
+                }
+            });
+        }
+
+        private void serve(Socket client, boolean isLate, Duration late) {
+            try (client) {
+                DataInputStream in = new DataInputStream(client.getInputStream());
+                OutputStream out = client.getOutputStream();
+                in.readFully(new byte[6]);
+                if (isLate) {
+                    Thread.sleep(late.toMillis());
+                }
+                out.write(FramesTest.hex("30 00 00 00 00 00 00 00 01 00 00 04 00"));
+                if (isLate) {
+                    while (in.read() >= 0) {
+                        bytesOnLateSessions.incrementAndGet();
+                    }
+                    return;
+                }
+                while (true) {
+                    int type = in.read();
+                    byte[] claim = new byte[4];
+                    if (type == 0x21) {
+                        in.readFully(claim);
+                        in.readUnsignedByte();
+                        in.readFully(new byte[in.readUnsignedByte()]);
+                        out.write(0x31);
+                        out.write(claim);
+                        out.write(ByteBuffer.allocate(8).putLong(TOKEN).array());
+                    } else if (type == 0x22) {
+                        in.readFully(claim);
+                        out.write(0x34);
+                        out.write(claim);
+                    } else if (type == 0x23) {
+                        out.write(0x35);
+                    } else {
+                        return;
+                    }
+                }
+            } catch (IOException | InterruptedException err) {
+                // The client closed, as it must.
+            } finally {
+                if (isLate) {
+                    lateSessionsClosed.countDown();
+                }
+            }
+        }
+
+        String address() {
+            return "127.0.0.1:" + socket.getLocalPort();
+        }
+
+        @Override
+        public void close() throws IOException {
+            socket.close();
+        }
+    }
+
+    @Test
+    void aSessionPastItsDeadlineOnArrivalIsReplacedOnceAndCarriesNoClaim() throws Exception {
+        Duration lease = Duration.ofSeconds(1);
+        try (LateServer server = new LateServer(lease, 1);
+                MonolockClient client = MonolockClient.create(server.address())) {
+            MonolockLock lock = client.lock("late", lease);
+            assertEquals(LateServer.TOKEN, lock.token());
+            assertTrue(lock.release(), "RELEASED confirms it");
+            assertEquals(2, server.sessions.get(), "the late session, then a fresh one");
+            assertTrue(server.lateSessionsClosed.await(PATIENCE.toMillis(), TimeUnit.MILLISECONDS),
+                    "the client closed the late session");
+            assertEquals(0, server.bytesOnLateSessions.get(), "no ACQUIRE went on the late session");
+        }
+    }
+
+    @Test
+    void sessionsPastTheirDeadlineOnArrivalAreATemporaryConnectErrorThatSaysSo() throws Exception {
+        Duration lease = Duration.ofMillis(100);
+        try (LateServer server = new LateServer(lease, MonolockClient.NEW_SESSION_ATTEMPTS);
+                MonolockClient client = MonolockClient.create(server.address())) {
+            ConnectFailedException err = assertThrows(ConnectFailedException.class, () -> client.lock("late", lease));
+            assertTrue(err.isTemporary(), "a late answer may be on time next time");
+            assertEquals(server.address() + ": the new session ended before the claim could be written (expired: "
+                    + V2Session.DEADLINE_PASSED + ")", err.getMessage());
+            assertEquals(MonolockClient.NEW_SESSION_ATTEMPTS, server.sessions.get(), "one session, then one more");
+            assertTrue(server.lateSessionsClosed.await(PATIENCE.toMillis(), TimeUnit.MILLISECONDS),
+                    "the client closed both sessions");
+            assertEquals(0, server.bytesOnLateSessions.get(), "no ACQUIRE went on an expired session");
         }
     }
 

@@ -2,6 +2,7 @@ package dev.monolock;
 
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.monolock.testkit.Json;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;

@@ -6,6 +6,7 @@ import dev.monolock.MonolockTls;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -16,6 +17,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.function.ToDoubleFunction;
 import java.util.stream.Stream;
 import javax.net.ssl.SSLContext;
 
@@ -24,7 +26,9 @@ import javax.net.ssl.SSLContext;
  * forced v1 side by side in one run against one server this program
  * starts: lock cycle p50/p99 and cycles/s with 1 and 16 threads, the same
  * over TLS, and what holding 1,000 locks costs the process (connections,
- * threads, heap).
+ * threads, heap). With each cycle figure, what a cycle costs this process:
+ * CPU time (all its threads) and write system calls (from /proc/self/io),
+ * which a loaded machine disturbs less than it does the wall clock.
  *
  * <pre>
  * java -cp client/target/monolock-client-0.1.0.jar:bench/target/monolock-bench-0.1.0.jar \
@@ -60,8 +64,9 @@ public final class Bench {
         try {
             System.out.printf("Java %s, %d cycles per figure after 200 warm-up, %d rounds (medians)%n%n",
                     System.getProperty("java.version"), cycles, rounds);
-            System.out.println("| client | threads | cycle p50 | cycle p99 | cycles/s | p50 v1 / v2 |");
-            System.out.println("|---|---|---|---|---|---|");
+            System.out.println("| client | threads | cycle p50 | cycle p99 | cycles/s | CPU per cycle "
+                    + "| writes per cycle | p50 v1 / v2 |");
+            System.out.println("|---|---|---|---|---|---|---|---|");
             for (int threads : new int[] {1, 16}) {
                 List<Figures> v2Rounds = new ArrayList<>();
                 List<Figures> v1Rounds = new ArrayList<>();
@@ -105,19 +110,24 @@ public final class Bench {
         }
     }
 
-    record Figures(double p50, double p99, double perSecond) {
+    /** One figure: latencies in nanoseconds, CPU in nanoseconds per cycle. */
+    record Figures(double p50, double p99, double perSecond, double cpuPerCycle, double writesPerCycle) {
         static Figures median(List<Figures> all) {
-            double[] p50 = all.stream().mapToDouble(Figures::p50).sorted().toArray();
-            double[] p99 = all.stream().mapToDouble(Figures::p99).sorted().toArray();
-            double[] rate = all.stream().mapToDouble(Figures::perSecond).sorted().toArray();
-            return new Figures(p50[p50.length / 2], p99[p99.length / 2], rate[rate.length / 2]);
+            return new Figures(median(all, Figures::p50), median(all, Figures::p99),
+                    median(all, Figures::perSecond), median(all, Figures::cpuPerCycle),
+                    median(all, Figures::writesPerCycle));
+        }
+
+        private static double median(List<Figures> all, ToDoubleFunction<Figures> field) {
+            double[] sorted = all.stream().mapToDouble(field).sorted().toArray();
+            return sorted[sorted.length / 2];
         }
     }
 
     static void row(String client, int threads, Figures figures, Double ratio) {
-        System.out.printf(Locale.ROOT, "| %s | %d | %.0f µs | %.0f µs | %.0f | %s |%n", client, threads,
-                figures.p50 / 1000, figures.p99 / 1000, figures.perSecond,
-                ratio == null ? "" : String.format(Locale.ROOT, "%.2f", ratio));
+        System.out.printf(Locale.ROOT, "| %s | %d | %.0f µs | %.0f µs | %.0f | %.1f µs | %.2f | %s |%n", client,
+                threads, figures.p50 / 1000, figures.p99 / 1000, figures.perSecond, figures.cpuPerCycle / 1000,
+                figures.writesPerCycle, ratio == null ? "" : String.format(Locale.ROOT, "%.2f", ratio));
     }
 
     /** {@code threads} threads, each on its own name, lock + release {@code count} times in all. */
@@ -164,18 +174,22 @@ public final class Bench {
                 workers.add(worker);
             }
             ready.await();
+            long cpuBefore = processCpuNanos();
+            long writesBefore = writeCalls();
             long start = System.nanoTime();
             go.countDown();
             for (Thread worker : workers) {
                 worker.join();
             }
             long elapsed = System.nanoTime() - start;
+            long cpu = processCpuNanos() - cpuBefore;
+            long writes = writeCalls() - writesBefore;
             if (failure[0] != null) {
                 throw new IllegalStateException("a bench thread failed", failure[0]);
             }
             long[] all = Arrays.stream(samples).flatMapToLong(Arrays::stream).sorted().toArray();
             return new Figures(all[all.length / 2], all[(int) (all.length * 0.99)],
-                    all.length * 1e9 / elapsed);
+                    all.length * 1e9 / elapsed, (double) cpu / all.length, (double) writes / all.length);
         }
     }
 
@@ -222,6 +236,22 @@ public final class Bench {
     static long usedHeap() {
         Runtime runtime = Runtime.getRuntime();
         return runtime.totalMemory() - runtime.freeMemory();
+    }
+
+    /** CPU time of this process, every thread. */
+    static long processCpuNanos() {
+        return ((com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean())
+                .getProcessCpuTime();
+    }
+
+    /** Write system calls of this process so far ({@code syscw} of /proc/self/io). */
+    static long writeCalls() throws IOException {
+        for (String line : Files.readAllLines(Path.of("/proc/self/io"))) {
+            if (line.startsWith("syscw:")) {
+                return Long.parseLong(line.substring(6).trim());
+            }
+        }
+        throw new IOException("/proc/self/io has no syscw line");
     }
 
     /** Open sockets of this process. */

@@ -10,6 +10,7 @@ import dev.monolock.MonolockLock;
 import dev.monolock.MonolockTls;
 import dev.monolock.ServerRefusedException;
 import dev.monolock.TlsFailedException;
+import dev.monolock.testkit.Json;
 import java.io.BufferedReader;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;

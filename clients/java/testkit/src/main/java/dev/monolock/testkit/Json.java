@@ -1,12 +1,23 @@
-package dev.monolock.conformance;
+package dev.monolock.testkit;
 
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** A small JSON reader for the admin API's answers: objects, arrays, strings, numbers, literals. */
-final class Json {
+/**
+ * The JSON the Java client's tests and its conformance driver read and
+ * write: the admin API's answers, the driver protocol's lines, the shared
+ * protocol vectors. Objects (as {@link LinkedHashMap}), arrays, strings,
+ * numbers ({@link Long}, or {@link Double} when written with a fraction or
+ * an exponent), {@code true}, {@code false} and {@code null}. Input that is
+ * not JSON is an {@link IllegalArgumentException} naming the offset.
+ *
+ * <p>It lives in its own module so that the published client keeps no
+ * dependency, not even on a JSON library, while its tests and the driver
+ * share one reader.
+ */
+public final class Json {
     private final String text;
     private int at;
 
@@ -14,7 +25,8 @@ final class Json {
         this.text = text;
     }
 
-    static Object parse(String text) {
+    /** The value {@code text} holds, whole. */
+    public static Object parse(String text) {
         Json json = new Json(text);
         Object value = json.value();
         json.space();
@@ -32,13 +44,13 @@ final class Json {
 
     private Object value() {
         space();
-        char c = text.charAt(at);
+        char c = peek();
         switch (c) {
             case '{': {
                 Map<String, Object> map = new LinkedHashMap<>();
                 at++;
                 space();
-                if (text.charAt(at) == '}') {
+                if (peek() == '}') {
                     at++;
                     return map;
                 }
@@ -49,7 +61,7 @@ final class Json {
                     expect(':');
                     map.put(key, value());
                     space();
-                    if (text.charAt(at) == ',') {
+                    if (peek() == ',') {
                         at++;
                         continue;
                     }
@@ -61,14 +73,14 @@ final class Json {
                 List<Object> list = new ArrayList<>();
                 at++;
                 space();
-                if (text.charAt(at) == ']') {
+                if (peek() == ']') {
                     at++;
                     return list;
                 }
                 while (true) {
                     list.add(value());
                     space();
-                    if (text.charAt(at) == ',') {
+                    if (peek() == ',') {
                         at++;
                         continue;
                     }
@@ -106,6 +118,20 @@ final class Json {
         }
     }
 
+    /** The character at the cursor; the end of the input is an error. */
+    private char peek() {
+        if (at >= text.length()) {
+            throw new IllegalArgumentException("the input ends early, at " + at);
+        }
+        return text.charAt(at);
+    }
+
+    private char take() {
+        char c = peek();
+        at++;
+        return c;
+    }
+
     private void expect(char c) {
         if (at >= text.length() || text.charAt(at) != c) {
             throw new IllegalArgumentException("expected '" + c + "' at " + at);
@@ -117,7 +143,7 @@ final class Json {
         expect('"');
         StringBuilder out = new StringBuilder();
         while (true) {
-            char c = text.charAt(at++);
+            char c = take();
             if (c == '"') {
                 return out.toString();
             }
@@ -125,7 +151,7 @@ final class Json {
                 out.append(c);
                 continue;
             }
-            char e = text.charAt(at++);
+            char e = take();
             switch (e) {
                 case 'n' -> out.append('\n');
                 case 't' -> out.append('\t');
@@ -133,6 +159,9 @@ final class Json {
                 case 'b' -> out.append('\b');
                 case 'f' -> out.append('\f');
                 case 'u' -> {
+                    if (at + 4 > text.length()) {
+                        throw new IllegalArgumentException("the input ends inside \\u at " + at);
+                    }
                     out.append((char) Integer.parseInt(text.substring(at, at + 4), 16));
                     at += 4;
                 }
@@ -142,7 +171,7 @@ final class Json {
     }
 
     /** Writes {@code value} (maps, lists, strings, numbers, booleans, null) as JSON. */
-    static String write(Object value) {
+    public static String write(Object value) {
         StringBuilder out = new StringBuilder();
         write(value, out);
         return out.toString();
