@@ -198,3 +198,12 @@ func (c *Claim) NextWake() (time.Duration, bool) {
 	}
 	return deadline, true
 }
+
+// NextHeartbeat is when the next heartbeat is due: false while a request
+// is in flight or once the claim has ended.
+func (c *Claim) NextHeartbeat() (time.Duration, bool) {
+	if c.status == StatusLost {
+		return 0, false
+	}
+	return c.exchange.NextHeartbeat()
+}

@@ -111,6 +111,12 @@ export class Exchange {
     return this.#claims.has(claim);
   }
 
+  /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
+   * releasing (RELEASE unanswered); null when the id is free. */
+  standing(claim: number): ClaimState["kind"] | null {
+    return this.#claims.get(claim)?.kind ?? null;
+  }
+
   /** Records an ACQUIRE of `claim` written at `at`. */
   acquireSent(claim: number, mode: Mode, at: Nanos): void {
     this.#claims.set(claim, { kind: "asking", mode, release: false });
