@@ -385,12 +385,12 @@ class V2Replayer extends Replayer {
       case "nothing":
         return;
       case "held":
-        if (event.release) this.#sendRelease(exchange, event.claim);
-        else this.event({ event: "granted", claim: event.claim, token: tokenOf(event.token) });
-        return;
       case "queued":
-        if (event.release) this.#sendRelease(exchange, event.claim);
+        if (event.kind === "held") this.event({ event: "granted", claim: event.claim, token: tokenOf(event.token) });
         else this.event({ event: "waiting", claim: event.claim });
+        // The owner let go before the reply, which left the id in use: the
+        // RELEASE goes out now.
+        if (event.release) this.#sendRelease(exchange, event.claim);
         return;
       case "busy":
         this.event({ event: "busy", claim: event.claim });

@@ -471,17 +471,8 @@ func (r *replayer) claimEvent(ev ClaimEvent) {
 	case EventOpened:
 		return
 	case EventHeld:
-		if ev.Release {
-			// The owner let go before the reply: the RELEASE goes out now.
-			r.sendRelease(ev.Claim)
-			return
-		}
 		r.event(output{"event": "granted", "claim": claim, "token": json.Number(fmt.Sprint(ev.Token))})
 	case EventWaiting:
-		if ev.Release {
-			r.sendRelease(ev.Claim)
-			return
-		}
 		r.event(output{"event": "waiting", "claim": claim})
 	case EventBusy:
 		r.event(output{"event": "busy", "claim": claim})
@@ -493,6 +484,11 @@ func (r *replayer) claimEvent(ev ClaimEvent) {
 		r.event(output{"event": "lost", "claim": claim, "reason": reasonName(ReasonForced)})
 	default:
 		r.fail("unknown event %+v", ev)
+	}
+	if ev.Release {
+		// The owner let go before the reply, which left the id in use:
+		// the RELEASE goes out now.
+		r.sendRelease(ev.Claim)
 	}
 }
 
