@@ -67,6 +67,7 @@ describe("shared protocol vectors", () => {
   for (const file of files) {
     it(file.replace(/\.json$/, ""), () => {
       const vector = JSON.parse(readFileSync(path.join(VECTORS, file), "utf8")) as Vector;
+      assert.equal(vector.name, file.replace(/\.json$/, ""), `the vector in ${file} is named so`);
       replay(vector);
     });
   }

@@ -98,6 +98,9 @@ func replayVector(t *testing.T, path string) {
 	if err := json.Unmarshal(data, &v); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
+	if file := strings.TrimSuffix(filepath.Base(path), ".json"); v.Name != file {
+		t.Fatalf("the vector in %s is named %q", filepath.Base(path), v.Name)
+	}
 	if v.Protocol != 1 && v.Protocol != 2 {
 		t.Fatalf("protocol %d: a vector speaks version 1 or 2", v.Protocol)
 	}
