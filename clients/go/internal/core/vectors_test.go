@@ -59,7 +59,7 @@ type step struct {
 }
 
 // output is an output step or one the core produced, as the vector writes
-// it (with its "step"), compared as canonical JSON.
+// it (with its "step"), compared as JSON with sorted keys.
 type output map[string]interface{}
 
 func (o output) String() string {
@@ -109,7 +109,7 @@ func replayVector(t *testing.T, path string) {
 	}
 	r := &replayer{t: t, protocol: v.Protocol, lease: time.Duration(v.LeaseMS) * time.Millisecond, leaseMS: uint32(v.LeaseMS)}
 	for i, raw := range v.Steps {
-		r.index = i
+		r.index, r.raw = i, raw
 		var s step
 		if err := json.Unmarshal(raw, &s); err != nil {
 			r.fail("%v", err)
@@ -132,7 +132,7 @@ func replayVector(t *testing.T, path string) {
 			r.fail("unknown step kind %q", s.Step)
 		}
 	}
-	r.index = len(v.Steps)
+	r.index, r.raw = len(v.Steps), json.RawMessage(`"the end"`)
 	r.noneLeft()
 }
 
@@ -151,6 +151,7 @@ func outputOf(raw json.RawMessage) (output, error) {
 type replayer struct {
 	t        *testing.T
 	index    int
+	raw      json.RawMessage // the step, for messages
 	protocol int
 	lease    time.Duration
 	leaseMS  uint32
@@ -172,7 +173,7 @@ type replayer struct {
 
 func (r *replayer) fail(format string, args ...interface{}) {
 	r.t.Helper()
-	r.t.Fatalf("step %d: %s", r.index, fmt.Sprintf(format, args...))
+	r.t.Fatalf("step %d %s: %s", r.index, r.raw, fmt.Sprintf(format, args...))
 }
 
 func (r *replayer) at() time.Duration { return vectorOrigin + r.now }
@@ -194,16 +195,10 @@ func (r *replayer) expect(pending *[]output, want output, group string) {
 	}
 	got := (*pending)[0]
 	*pending = (*pending)[1:]
-	gotText, wantText := canonical(got), canonical(want)
+	gotText, wantText := got.String(), want.String()
 	if gotText != wantText {
 		r.fail("expected %s %s, the core produced %s", group, wantText, gotText)
 	}
-}
-
-// canonical is the JSON of an output with its keys sorted and its numbers
-// as decimal integers.
-func canonical(o output) string {
-	return o.String()
 }
 
 func (r *replayer) noneLeft() {
