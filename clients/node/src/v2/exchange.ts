@@ -41,6 +41,9 @@ type ClaimState =
   | { readonly kind: "held" }
   | { readonly kind: "releasing" };
 
+/** Where a claim id in use or asked for stands. */
+export type Standing = ClaimState["kind"];
+
 /** What a frame from the server meant. */
 export type Event =
   | { readonly kind: "opened"; readonly maxClaims: number }
@@ -113,7 +116,7 @@ export class Exchange {
 
   /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
    * releasing (RELEASE unanswered); null when the id is free. */
-  standing(claim: number): ClaimState["kind"] | null {
+  standing(claim: number): Standing | null {
     return this.#claims.get(claim)?.kind ?? null;
   }
 

@@ -36,6 +36,8 @@ type ClaimState = {
 } | {
     readonly kind: "releasing";
 };
+/** Where a claim id in use or asked for stands. */
+export type Standing = ClaimState["kind"];
 /** What a frame from the server meant. */
 export type Event = {
     readonly kind: "opened";
@@ -99,7 +101,7 @@ export declare class Exchange {
     knows(claim: number): boolean;
     /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
      * releasing (RELEASE unanswered); null when the id is free. */
-    standing(claim: number): ClaimState["kind"] | null;
+    standing(claim: number): Standing | null;
     /** Records an ACQUIRE of `claim` written at `at`. */
     acquireSent(claim: number, mode: Mode, at: Nanos): void;
     /** The owner of `claim` let go: whether to write a RELEASE now (else the
