@@ -196,6 +196,7 @@ class V1Replayer extends Replayer {
       this.write(this.#claim.opening());
       return;
     }
+    if (step.step === "advance" && this.#claim === null) return; // no connection yet: only the clock moves
     const claim = this.#the(where);
     if (step.step !== "advance") assert.ok(!this.#over, `${where}: after the client gave the connection up`);
     const before = claim.status;
@@ -296,6 +297,7 @@ class V2Replayer extends Replayer {
       this.write(frames2.open(this.leaseMs));
       return;
     }
+    if (step.step === "advance" && this.#exchange === null) return; // no session yet: only the clock moves
     const exchange = this.#the(where);
     if (step.step !== "advance") assert.ok(this.#ended === null, `${where}: after the client gave the session up`);
     switch (step.step) {
