@@ -254,24 +254,6 @@ func (r *replayer) show(at time.Duration) string {
 	return fmt.Sprintf("%v ms", float64(at-vectorOrigin)/float64(time.Millisecond))
 }
 
-func reasonName(reason Reason) string {
-	switch reason {
-	case ReasonExpired:
-		return "expired"
-	case ReasonForced:
-		return "forced"
-	case ReasonShutdown:
-		return "shutdown"
-	case ReasonServerError:
-		return "server_error"
-	case ReasonConnection:
-		return "connection"
-	case ReasonProtocol:
-		return "protocol"
-	}
-	return fmt.Sprintf("Reason(%d)", reason)
-}
-
 func (r *replayer) bytesOf(s step) []byte {
 	r.t.Helper()
 	data, err := hex.DecodeString(s.Hex)
@@ -363,7 +345,7 @@ func (r *replayer) statusEvents(before Status) {
 		if r.releasing {
 			return
 		}
-		r.event(output{"event": "lost", "reason": reasonName(r.claim.Loss().Reason)})
+		r.event(output{"event": "lost", "reason": r.claim.Loss().Reason.String()})
 	}
 }
 
@@ -487,7 +469,7 @@ func (r *replayer) claimEvent(ev ClaimEvent) {
 	case EventReleased:
 		r.event(output{"event": "released", "claim": claim})
 	case EventRevoked:
-		r.event(output{"event": "lost", "claim": claim, "reason": reasonName(ReasonForced)})
+		r.event(output{"event": "lost", "claim": claim, "reason": ReasonForced.String()})
 	default:
 		r.fail("unknown event %+v", ev)
 	}
@@ -506,7 +488,7 @@ func (r *replayer) endedEvents() {
 	}
 	ids := append([]uint32(nil), r.asked...)
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	reason := reasonName(r.session.Loss().Reason)
+	reason := r.session.Loss().Reason.String()
 	for _, id := range ids {
 		if r.session.Knows(id) {
 			r.event(output{"event": "lost", "claim": json.Number(fmt.Sprint(id)), "reason": reason})
