@@ -76,23 +76,8 @@ const (
 	ReasonProtocol
 )
 
-func (r Reason) String() string {
-	switch r {
-	case ReasonExpired:
-		return "expired"
-	case ReasonForced:
-		return "forced"
-	case ReasonShutdown:
-		return "shutdown"
-	case ReasonServerError:
-		return "server_error"
-	case ReasonConnection:
-		return "connection"
-	case ReasonProtocol:
-		return "protocol"
-	}
-	return fmt.Sprintf("Reason(%d)", uint8(r))
-}
+// String is the reason's name in every monolock client's vocabulary.
+func (r Reason) String() string { return core.Reason(r).String() }
 
 // LostError says why a lock ended (or why a place in its queue ended
 // before the grant). Lock.Err returns one once the lock is lost, and Lock,

@@ -16,7 +16,9 @@ func TestTLS(t *testing.T) {
 	p := newPKI(t)
 	srv := startServer(t, p.serverArgs(false)...)
 	client := newClient(t, srv.addr, monolock.WithTLS(p.config(false)))
-	lock := must(client.Lock(context.Background(), "go/tls", 200*time.Millisecond))
+	// A lease short enough for several heartbeats in a second, long enough
+	// (a 800 ms deadline) that a loaded machine's stall does not lose it.
+	lock := must(client.Lock(context.Background(), "go/tls", time.Second))
 	if !lock.Held() || srv.holderToken("go/tls") != lock.Token() {
 		t.Fatal("not held over TLS")
 	}

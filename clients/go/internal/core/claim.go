@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"monolock.dev/go/monolock/internal/wire"
@@ -36,6 +37,27 @@ const (
 	// ReasonProtocol: the server broke protocol v1.
 	ReasonProtocol
 )
+
+// String is the reason's name, the one every monolock client and the
+// conformance driver protocol use: "expired", "forced", "shutdown",
+// "server_error", "connection", "protocol".
+func (r Reason) String() string {
+	switch r {
+	case ReasonExpired:
+		return "expired"
+	case ReasonForced:
+		return "forced"
+	case ReasonShutdown:
+		return "shutdown"
+	case ReasonServerError:
+		return "server_error"
+	case ReasonConnection:
+		return "connection"
+	case ReasonProtocol:
+		return "protocol"
+	}
+	return fmt.Sprintf("Reason(%d)", uint8(r))
+}
 
 // Loss says why a claim ended.
 type Loss struct {
@@ -197,4 +219,13 @@ func (c *Claim) NextWake() (time.Duration, bool) {
 		return due, true
 	}
 	return deadline, true
+}
+
+// NextHeartbeat is when the next heartbeat is due: false while a request
+// is in flight or once the claim has ended.
+func (c *Claim) NextHeartbeat() (time.Duration, bool) {
+	if c.status == StatusLost {
+		return 0, false
+	}
+	return c.exchange.NextHeartbeat()
 }

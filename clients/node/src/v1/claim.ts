@@ -106,6 +106,12 @@ export class Claim implements ClaimMachine {
     return due !== null && due <= now ? frames.HEARTBEAT : null;
   }
 
+  /** When the next heartbeat is due: null while a request is in flight or
+   * once the claim has ended. */
+  nextHeartbeat(): Nanos | null {
+    return this.status === "lost" ? null : this.#exchange.nextHeartbeat();
+  }
+
   heartbeatSent(at: Nanos): void {
     this.#exchange.heartbeatSent(at);
   }

@@ -41,6 +41,9 @@ type ClaimState =
   | { readonly kind: "held" }
   | { readonly kind: "releasing" };
 
+/** Where a claim id in use or asked for stands. */
+export type Standing = ClaimState["kind"];
+
 /** What a frame from the server meant. */
 export type Event =
   | { readonly kind: "opened"; readonly maxClaims: number }
@@ -109,6 +112,12 @@ export class Exchange {
   /** Whether `claim` is asked for or in use. */
   knows(claim: number): boolean {
     return this.#claims.has(claim);
+  }
+
+  /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
+   * releasing (RELEASE unanswered); null when the id is free. */
+  standing(claim: number): Standing | null {
+    return this.#claims.get(claim)?.kind ?? null;
   }
 
   /** Records an ACQUIRE of `claim` written at `at`. */

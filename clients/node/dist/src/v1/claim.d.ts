@@ -35,6 +35,9 @@ export declare class Claim implements ClaimMachine {
     receive(data: Buffer, now: Nanos): void;
     closed(cause?: Error): void;
     heartbeatDue(now: Nanos): Buffer | null;
+    /** When the next heartbeat is due: null while a request is in flight or
+     * once the claim has ended. */
+    nextHeartbeat(): Nanos | null;
     heartbeatSent(at: Nanos): void;
     nextWake(): Nanos | null;
 }

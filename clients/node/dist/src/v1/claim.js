@@ -101,6 +101,11 @@ export class Claim {
         const due = this.#exchange.nextHeartbeat();
         return due !== null && due <= now ? frames.HEARTBEAT : null;
     }
+    /** When the next heartbeat is due: null while a request is in flight or
+     * once the claim has ended. */
+    nextHeartbeat() {
+        return this.status === "lost" ? null : this.#exchange.nextHeartbeat();
+    }
     heartbeatSent(at) {
         this.#exchange.heartbeatSent(at);
     }

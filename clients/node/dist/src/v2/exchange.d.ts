@@ -24,6 +24,20 @@ import { type Nanos, Schedule } from "../schedule.js";
 import type { Frame, Mode } from "./frames.js";
 /** REFUSED 0x20: RELEASE of an id not in use. */
 export declare const UNKNOWN_CLAIM = 32;
+/** Where one claim id stands; `release`: its owner let go while it was asked. */
+type ClaimState = {
+    readonly kind: "asking";
+    readonly mode: Mode;
+    release: boolean;
+} | {
+    readonly kind: "waiting";
+} | {
+    readonly kind: "held";
+} | {
+    readonly kind: "releasing";
+};
+/** Where a claim id in use or asked for stands. */
+export type Standing = ClaimState["kind"];
 /** What a frame from the server meant. */
 export type Event = {
     readonly kind: "opened";
@@ -85,6 +99,9 @@ export declare class Exchange {
     get claims(): number;
     /** Whether `claim` is asked for or in use. */
     knows(claim: number): boolean;
+    /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
+     * releasing (RELEASE unanswered); null when the id is free. */
+    standing(claim: number): Standing | null;
     /** Records an ACQUIRE of `claim` written at `at`. */
     acquireSent(claim: number, mode: Mode, at: Nanos): void;
     /** The owner of `claim` let go: whether to write a RELEASE now (else the
@@ -102,3 +119,4 @@ export declare class Exchange {
      */
     onFrame(frame: Frame, now: Nanos): Event;
 }
+export {};

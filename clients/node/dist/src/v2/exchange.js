@@ -71,6 +71,11 @@ export class Exchange {
     knows(claim) {
         return this.#claims.has(claim);
     }
+    /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
+     * releasing (RELEASE unanswered); null when the id is free. */
+    standing(claim) {
+        return this.#claims.get(claim)?.kind ?? null;
+    }
     /** Records an ACQUIRE of `claim` written at `at`. */
     acquireSent(claim, mode, at) {
         this.#claims.set(claim, { kind: "asking", mode, release: false });
