@@ -136,33 +136,7 @@ pub fn main(command: AdminCommand) -> ExitCode {
 
 async fn run(command: AdminCommand) -> Result<String, String> {
     match command {
-        AdminCommand::Locks { pattern, admin } => {
-            let path = match &pattern {
-                Some(glob) => format!("/api/locks?match={}", encode(glob)),
-                None => "/api/locks".to_owned(),
-            };
-            let (body, list) = call::<LockList>(&admin, Method::GET, &path).await?;
-            if admin.json {
-                return Ok(body);
-            }
-            // Nothing is granted during the startup grace: say so, or an
-            // empty table would read as a free server.
-            let mut out = match call::<ServerInfo>(&admin, Method::GET, "/api/info").await {
-                Ok((_, info)) => grace_line(&info.startup_grace).unwrap_or_default(),
-                Err(_) => String::new(),
-            };
-            if list.locks.is_empty() {
-                match &pattern {
-                    Some(glob) => {
-                        out.push_str(&format!("no held lock matches {}\n", printable(glob)))
-                    }
-                    None => out.push_str("no locks held\n"),
-                }
-            } else {
-                out.push_str(&locks_table(&list.locks, SystemTime::now()));
-            }
-            Ok(out)
-        }
+        AdminCommand::Locks { pattern, admin } => locks(pattern, &admin).await,
         AdminCommand::Lock { name, admin } => {
             let path = format!("/api/locks/{}", encode(&name));
             let (body, lock) = call::<LockInfo>(&admin, Method::GET, &path).await?;
@@ -172,63 +146,13 @@ async fn run(command: AdminCommand) -> Result<String, String> {
                 lock_detail(&lock, SystemTime::now())
             })
         }
-        AdminCommand::Release { name, token, admin } => {
-            let mut path = format!("/api/locks/{}/release", encode(&name));
-            if let Some(token) = token {
-                path.push_str(&format!("?token={token}"));
-            }
-            let (body, holder) = call::<HolderInfo>(&admin, Method::POST, &path).await?;
-            Ok(if admin.json {
-                body
-            } else {
-                match (holder.v2.session, holder.v2.claim) {
-                    (Some(session), Some(claim)) => format!(
-                        "released {}: claim {claim} of session {session} at {} (token {}) was told REVOKED; its session lives on\n",
-                        printable(&name),
-                        holder.remote_addr,
-                        holder.token
-                    ),
-                    _ => format!(
-                        "released {}: holder {} (token {}) got ERROR 0x02\n",
-                        printable(&name),
-                        holder.remote_addr,
-                        holder.token
-                    ),
-                }
-            })
-        }
+        AdminCommand::Release { name, token, admin } => release(name, token, &admin).await,
         AdminCommand::Kick {
             name,
             remote_addr,
             claim,
             admin,
-        } => {
-            let mut path = format!(
-                "/api/locks/{}/waiters/{}",
-                encode(&name),
-                encode(&remote_addr)
-            );
-            if let Some(claim) = claim {
-                path.push_str(&format!("?claim={claim}"));
-            }
-            let (body, waiter) = call::<WaiterInfo>(&admin, Method::DELETE, &path).await?;
-            Ok(if admin.json {
-                body
-            } else {
-                match (waiter.v2.session, waiter.v2.claim) {
-                    (Some(session), Some(claim)) => format!(
-                        "removed claim {claim} of session {session} at {} from the queue of {} (it was told REVOKED; its session lives on)\n",
-                        waiter.remote_addr,
-                        printable(&name)
-                    ),
-                    _ => format!(
-                        "removed waiter {} from the queue of {} (it got ERROR 0x02)\n",
-                        waiter.remote_addr,
-                        printable(&name)
-                    ),
-                }
-            })
-        }
+        } => kick(name, remote_addr, claim, &admin).await,
         AdminCommand::Sessions { admin } => {
             let (body, list) = call::<SessionList>(&admin, Method::GET, "/api/sessions").await?;
             Ok(if admin.json {
@@ -244,6 +168,96 @@ async fn run(command: AdminCommand) -> Result<String, String> {
             Ok(if admin.json { body } else { info_table(&info) })
         }
     }
+}
+
+/// `monolock locks`: the held locks, as a table or the API's JSON.
+async fn locks(pattern: Option<String>, admin: &AdminArgs) -> Result<String, String> {
+    let path = match &pattern {
+        Some(glob) => format!("/api/locks?match={}", encode(glob)),
+        None => "/api/locks".to_owned(),
+    };
+    let (body, list) = call::<LockList>(admin, Method::GET, &path).await?;
+    if admin.json {
+        return Ok(body);
+    }
+    // Nothing is granted during the startup grace: say so, or an
+    // empty table would read as a free server.
+    let mut out = match call::<ServerInfo>(admin, Method::GET, "/api/info").await {
+        Ok((_, info)) => grace_line(&info.startup_grace).unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    if list.locks.is_empty() {
+        match &pattern {
+            Some(glob) => {
+                out.push_str(&format!("no held lock matches {}\n", printable(glob)))
+            }
+            None => out.push_str("no locks held\n"),
+        }
+    } else {
+        out.push_str(&locks_table(&list.locks, SystemTime::now()));
+    }
+    Ok(out)
+}
+
+/// `monolock release`: force-releases a lock and says what its holder was told.
+async fn release(name: String, token: Option<u64>, admin: &AdminArgs) -> Result<String, String> {
+    let mut path = format!("/api/locks/{}/release", encode(&name));
+    if let Some(token) = token {
+        path.push_str(&format!("?token={token}"));
+    }
+    let (body, holder) = call::<HolderInfo>(admin, Method::POST, &path).await?;
+    Ok(if admin.json {
+        body
+    } else {
+        match (holder.v2.session, holder.v2.claim) {
+            (Some(session), Some(claim)) => format!(
+                "released {}: claim {claim} of session {session} at {} (token {}) was told REVOKED; its session lives on\n",
+                printable(&name),
+                holder.remote_addr,
+                holder.token
+            ),
+            _ => format!(
+                "released {}: holder {} (token {}) got ERROR 0x02\n",
+                printable(&name),
+                holder.remote_addr,
+                holder.token
+            ),
+        }
+    })
+}
+
+/// `monolock kick`: removes one waiter from a lock's queue.
+async fn kick(
+    name: String,
+    remote_addr: String,
+    claim: Option<u32>,
+    admin: &AdminArgs,
+) -> Result<String, String> {
+    let mut path = format!(
+        "/api/locks/{}/waiters/{}",
+        encode(&name),
+        encode(&remote_addr)
+    );
+    if let Some(claim) = claim {
+        path.push_str(&format!("?claim={claim}"));
+    }
+    let (body, waiter) = call::<WaiterInfo>(admin, Method::DELETE, &path).await?;
+    Ok(if admin.json {
+        body
+    } else {
+        match (waiter.v2.session, waiter.v2.claim) {
+            (Some(session), Some(claim)) => format!(
+                "removed claim {claim} of session {session} at {} from the queue of {} (it was told REVOKED; its session lives on)\n",
+                waiter.remote_addr,
+                printable(&name)
+            ),
+            _ => format!(
+                "removed waiter {} from the queue of {} (it got ERROR 0x02)\n",
+                waiter.remote_addr,
+                printable(&name)
+            ),
+        }
+    })
 }
 
 /// The `PROTOCOL`, `SESSION` and `CLAIM` cells of a holder or waiter:

@@ -615,27 +615,11 @@ async fn run_command(
     }
     let mut child = match command.spawn() {
         Ok(child) => child,
-        Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {
-            eprintln!(
-                "monolock exec: the sentinel process is gone; not running {}",
-                program.to_string_lossy()
-            );
-            sentinel.dismiss().await;
-            release(guard, args).await;
-            return EXIT_UNAVAILABLE;
-        }
         Err(err) => {
-            eprintln!(
-                "monolock exec: cannot run {}: {err}",
-                program.to_string_lossy()
-            );
+            let code = spawn_failure(&program, &err);
             sentinel.dismiss().await;
             release(guard, args).await;
-            return if err.kind() == io::ErrorKind::NotFound {
-                EXIT_NOT_FOUND
-            } else {
-                EXIT_CANNOT_EXECUTE
-            };
+            return code;
         }
     };
     // The child leads its own group: its pid is the group id (the sentinel
@@ -659,6 +643,21 @@ async fn run_command(
     };
     sentinel.dismiss().await;
     code
+}
+
+/// Says why the command could not be started, and picks the exit status.
+fn spawn_failure(program: &OsString, err: &io::Error) -> u8 {
+    let program = program.to_string_lossy();
+    if err.raw_os_error() == Some(libc::EPIPE) {
+        eprintln!("monolock exec: the sentinel process is gone; not running {program}");
+        return EXIT_UNAVAILABLE;
+    }
+    eprintln!("monolock exec: cannot run {program}: {err}");
+    if err.kind() == io::ErrorKind::NotFound {
+        EXIT_NOT_FOUND
+    } else {
+        EXIT_CANNOT_EXECUTE
+    }
 }
 
 /// The command ended on its own: its status, unless the lock was gone by then.

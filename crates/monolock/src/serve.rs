@@ -335,61 +335,22 @@ fn optional_addr(flag: &str, value: Option<String>) -> Result<Option<SocketAddr>
 impl Settings {
     /// Checks the flag combinations docs/operations.md allows ("Settings");
     /// the error is one line.
-    fn from_args(args: ServeArgs) -> Result<Self, String> {
+    fn from_args(mut args: ServeArgs) -> Result<Self, String> {
         let path = |value: Option<OsString>| non_empty(value).map(PathBuf::from);
-        let tls_cert = path(args.tls_cert);
-        let tls_key = path(args.tls_key);
-        let client_ca = path(args.tls_client_ca);
-        let acl_file = path(args.acl_file);
-        let admin_token_file = path(args.admin_token_file);
-        let admin_listen = optional_addr("--admin-listen", args.admin_listen)?;
-        let has_cert = tls_cert.is_some();
-        let has_client_ca = client_ca.is_some();
-        for (flag, set) in [("--admin-tls", args.admin_tls), ("--ops-tls", args.ops_tls)] {
-            if set && !has_cert {
-                return Err(format!(
-                    "{flag} requires --tls-cert and --tls-key (it serves the protocol's certificate)"
-                ));
-            }
-        }
-        // Client certificates authenticate admin clients as a token does.
-        let admin_mtls = args.admin_tls && has_client_ca;
-        if let Some(addr) = admin_listen
-            && !addr.ip().is_loopback()
-            && admin_token_file.is_none()
-            && !admin_mtls
-            && !args.admin_insecure
-        {
-            return Err(format!(
-                "--admin-listen {addr} is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure to serve it without authentication"
-            ));
-        }
-        let admin_identity: Vec<String> = args
-            .admin_identity
-            .iter()
-            .map(|identity| identity.trim().to_owned())
-            .filter(|identity| !identity.is_empty())
-            .collect();
-        let admin_by_certificate = admin_mtls && admin_token_file.is_none();
-        if !admin_identity.is_empty() && !admin_by_certificate {
-            return Err(
-                "--admin-identity requires --admin-tls with --tls-client-ca and no --admin-token-file (the token decides otherwise)"
-                    .to_owned(),
-            );
-        }
-        let tls = match (tls_cert, tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert,
-                key,
-                client_ca,
-            }),
-            (None, Some(_)) => return Err("--tls-key requires --tls-cert".to_owned()),
-            (Some(_), None) => return Err("--tls-cert requires --tls-key".to_owned()),
-            (None, None) if client_ca.is_some() => {
-                return Err("--tls-client-ca requires --tls-cert and --tls-key".to_owned());
-            }
-            (None, None) => None,
-        };
+        let tls_cert = path(args.tls_cert.take());
+        let tls_key = path(args.tls_key.take());
+        let client_ca = path(args.tls_client_ca.take());
+        let acl_file = path(args.acl_file.take());
+        let admin_token_file = path(args.admin_token_file.take());
+        let admin_listen = optional_addr("--admin-listen", args.admin_listen.clone())?;
+        let admin_identities = admin_access(
+            &args,
+            tls_cert.is_some(),
+            client_ca.is_some(),
+            admin_listen,
+            admin_token_file.is_some(),
+        )?;
+        let tls = tls_files(tls_cert, tls_key, client_ca)?;
         let mtls = tls.as_ref().is_some_and(|tls| tls.client_ca.is_some());
         let allowed_hosts = AllowedHosts::parse(
             args.admin_allowed_host
@@ -411,7 +372,7 @@ impl Settings {
             admin_token_file,
             admin_tls: args.admin_tls,
             ops_tls: args.ops_tls,
-            admin_identities: admin_by_certificate.then_some(admin_identity),
+            admin_identities,
             allowed_hosts,
             tls,
             acl_file,
@@ -442,6 +403,73 @@ impl Settings {
             },
         })
     }
+}
+
+/// The TLS files, which go together: a key needs its certificate, client
+/// verification needs both.
+fn tls_files(
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+) -> Result<Option<TlsFiles>, String> {
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert,
+            key,
+            client_ca,
+        })),
+        (None, Some(_)) => Err("--tls-key requires --tls-cert".to_owned()),
+        (Some(_), None) => Err("--tls-cert requires --tls-key".to_owned()),
+        (None, None) if client_ca.is_some() => {
+            Err("--tls-client-ca requires --tls-cert and --tls-key".to_owned())
+        }
+        (None, None) => Ok(None),
+    }
+}
+
+/// Checks how the admin and ops listeners are protected, and returns the
+/// certificate identities that are administrators (`None`: the token, or
+/// no authentication, decides).
+fn admin_access(
+    args: &ServeArgs,
+    has_cert: bool,
+    has_client_ca: bool,
+    admin_listen: Option<SocketAddr>,
+    has_token: bool,
+) -> Result<Option<Vec<String>>, String> {
+    for (flag, set) in [("--admin-tls", args.admin_tls), ("--ops-tls", args.ops_tls)] {
+        if set && !has_cert {
+            return Err(format!(
+                "{flag} requires --tls-cert and --tls-key (it serves the protocol's certificate)"
+            ));
+        }
+    }
+    // Client certificates authenticate admin clients as a token does.
+    let admin_mtls = args.admin_tls && has_client_ca;
+    if let Some(addr) = admin_listen
+        && !addr.ip().is_loopback()
+        && !has_token
+        && !admin_mtls
+        && !args.admin_insecure
+    {
+        return Err(format!(
+            "--admin-listen {addr} is not loopback: give --admin-token-file (or --admin-tls with --tls-client-ca), or --admin-insecure to serve it without authentication"
+        ));
+    }
+    let admin_identity: Vec<String> = args
+        .admin_identity
+        .iter()
+        .map(|identity| identity.trim().to_owned())
+        .filter(|identity| !identity.is_empty())
+        .collect();
+    let admin_by_certificate = admin_mtls && !has_token;
+    if !admin_identity.is_empty() && !admin_by_certificate {
+        return Err(
+            "--admin-identity requires --admin-tls with --tls-client-ca and no --admin-token-file (the token decides otherwise)"
+                .to_owned(),
+        );
+    }
+    Ok(admin_by_certificate.then_some(admin_identity))
 }
 
 /// What the files named by the flags hold, loaded before anything listens.
@@ -622,6 +650,58 @@ fn fit_max_connections(settings: &Settings, descriptors: Option<u64>) -> anyhow:
     Ok(asked)
 }
 
+/// The protocol server's configuration: its bounds, TLS and ACL.
+fn server_config(
+    settings: &Settings,
+    max_connections: usize,
+    token_floor: Option<Arc<TokenFloor>>,
+    tls: &Option<Arc<ServerTls>>,
+    acl: &Option<Arc<AclFileAuthorizer>>,
+) -> ServerConfig {
+    let mut config = ServerConfig::default()
+        .with_io_timeout(settings.io_timeout)
+        .with_startup_grace(settings.startup_grace)
+        .with_max_claims_per_session(settings.max_claims_per_session)
+        .with_idle_timeout(settings.idle_timeout)
+        .with_max_connections(max_connections)
+        .with_max_claims(settings.max_claims);
+    if let Some(floor) = token_floor {
+        config = config.with_token_floor(floor);
+    }
+    if let Some(tls) = tls {
+        config = config.with_tls(tls.clone());
+    }
+    if let Some(acl) = acl {
+        acl.warn_if_no_rules();
+        config = config.with_authorizer(acl.clone());
+    }
+    config
+}
+
+/// The ops listener's metrics, with every source the settings turn on.
+fn metrics(
+    settings: &Settings,
+    max_connections: usize,
+    (admin_http, ops_http): (Arc<HttpStats>, Arc<HttpStats>),
+    audit: &Option<Arc<AuditLog>>,
+    admin_token: &Option<Arc<AdminToken>>,
+) -> Metrics {
+    let mut metrics = Metrics::new()
+        .with_build_info(env!("MONOLOCK_GIT_COMMIT"))
+        .with_limits(max_connections, settings.max_claims)
+        .with_ops_http_stats(ops_http);
+    if settings.admin_listen.is_some() {
+        metrics = metrics.with_admin_http_stats(admin_http);
+    }
+    if let Some(audit) = audit {
+        metrics = metrics.with_audit_log(audit.clone());
+    }
+    if let Some(token) = admin_token {
+        metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
+    }
+    metrics
+}
+
 /// The service the settings and the loaded files describe (with the
 /// reloader of its files, for SIGHUP), and the configuration the admin API
 /// reports.
@@ -637,23 +717,7 @@ fn build_service(
         admin_token,
         token_floor,
     } = loaded;
-    let mut config = ServerConfig::default()
-        .with_io_timeout(settings.io_timeout)
-        .with_startup_grace(settings.startup_grace)
-        .with_max_claims_per_session(settings.max_claims_per_session)
-        .with_idle_timeout(settings.idle_timeout)
-        .with_max_connections(max_connections)
-        .with_max_claims(settings.max_claims);
-    if let Some(floor) = token_floor {
-        config = config.with_token_floor(floor);
-    }
-    if let Some(tls) = &tls {
-        config = config.with_tls(tls.clone());
-    }
-    if let Some(acl) = &acl {
-        acl.warn_if_no_rules();
-        config = config.with_authorizer(acl.clone());
-    }
+    let config = server_config(settings, max_connections, token_floor, &tls, &acl);
     let effective = EffectiveConfig {
         tls: tls.is_some(),
         mtls: tls.as_ref().is_some_and(|tls| tls.is_mutual()),
@@ -683,19 +747,8 @@ fn build_service(
         service = service.with_audit(audit.clone());
     }
     if settings.ops_listen.is_some() {
-        let mut metrics = Metrics::new()
-            .with_build_info(commit)
-            .with_limits(max_connections, settings.max_claims)
-            .with_ops_http_stats(ops_http);
-        if settings.admin_listen.is_some() {
-            metrics = metrics.with_admin_http_stats(admin_http);
-        }
-        if let Some(audit) = &audit {
-            metrics = metrics.with_audit_log(audit.clone());
-        }
-        if let Some(token) = &admin_token {
-            metrics = metrics.with_admin_unauthorized(token.unauthorized_counter());
-        }
+        let stats = (admin_http, ops_http);
+        let metrics = metrics(settings, max_connections, stats, &audit, &admin_token);
         service = service.with_metrics(Arc::new(metrics));
     }
     // The live event stream exists only with the admin listener.
