@@ -293,87 +293,20 @@ impl Exchange {
         let Some(&(sent, sent_at)) = self.in_flight.front() else {
             return Err(unexpected(frame));
         };
-        let event = match (sent, &frame) {
-            (Sent::Open, ServerFrame::Opened { max_claims, .. }) => {
-                self.opened = true;
-                Event::Opened {
-                    max_claims: *max_claims,
+        let event = match sent {
+            Sent::Open => match frame {
+                ServerFrame::Opened { max_claims, .. } => {
+                    self.opened = true;
+                    Some(Event::Opened { max_claims })
                 }
-            }
-            (Sent::Ping, ServerFrame::Pong) => Event::Nothing,
-            (Sent::Acquire(id), &ServerFrame::Acquired { claim, token }) if id == claim => {
-                let Some(state) = self.claims.get_mut(&claim) else {
-                    return Err(unexpected(frame));
-                };
-                let Claim::Asking { release, .. } = *state else {
-                    return Err(unexpected(frame));
-                };
-                *state = Claim::Held;
-                Event::Held {
-                    claim,
-                    token,
-                    release,
-                }
-            }
-            (Sent::Acquire(id), &ServerFrame::Waiting { claim }) if id == claim => {
-                let Some(state) = self.claims.get_mut(&claim) else {
-                    return Err(unexpected(frame));
-                };
-                let Claim::Asking {
-                    mode: Mode::Wait,
-                    release,
-                } = *state
-                else {
-                    return Err(unexpected(frame));
-                };
-                *state = Claim::Waiting;
-                Event::Queued { claim, release }
-            }
-            (Sent::Acquire(id), &ServerFrame::Busy { claim }) if id == claim => {
-                match self.claims.get(&claim) {
-                    Some(Claim::Asking {
-                        mode: Mode::Try, ..
-                    }) => {
-                        self.claims.remove(&claim);
-                        Event::Busy { claim }
-                    }
-                    _ => return Err(unexpected(frame)),
-                }
-            }
-            (
-                Sent::Acquire(id),
-                ServerFrame::Refused {
-                    claim,
-                    code,
-                    reason,
-                },
-            ) if id == *claim => match self.claims.get(claim) {
-                Some(Claim::Asking { .. }) => {
-                    self.claims.remove(claim);
-                    Event::Refused {
-                        claim: *claim,
-                        code: *code,
-                        reason: reason.clone(),
-                    }
-                }
-                _ => return Err(unexpected(frame)),
+                _ => None,
             },
-            (Sent::Release(id), &ServerFrame::Released { claim }) if id == claim => {
-                match self.claims.get(&claim) {
-                    Some(Claim::Releasing) => {
-                        self.claims.remove(&claim);
-                        Event::Released { claim }
-                    }
-                    _ => return Err(unexpected(frame)),
-                }
-            }
-            // The RELEASE crossed a REVOKED: the claim was already gone.
-            (Sent::Release(id), ServerFrame::Refused { claim, code, .. })
-                if id == *claim && *code == ErrorCode::UNKNOWN_CLAIM && !self.knows(*claim) =>
-            {
-                Event::Nothing
-            }
-            _ => return Err(unexpected(frame)),
+            Sent::Ping => matches!(frame, ServerFrame::Pong).then_some(Event::Nothing),
+            Sent::Acquire(id) => self.on_acquire_reply(id, &frame),
+            Sent::Release(id) => self.on_release_reply(id, &frame),
+        };
+        let Some(event) = event else {
+            return Err(unexpected(frame));
         };
         self.in_flight.pop_front();
         self.schedule
@@ -385,6 +318,68 @@ impl Exchange {
         };
         self.replied_at = now;
         Ok(event)
+    }
+
+    /// The answer to the ACQUIRE of claim `id`, or `None` if `frame` is not
+    /// one (another claim's, or one its state cannot take).
+    fn on_acquire_reply(&mut self, id: u32, frame: &ServerFrame) -> Option<Event> {
+        let state = self.claims.get_mut(&id)?;
+        let Claim::Asking { mode, release } = *state else {
+            return None;
+        };
+        let event = match *frame {
+            ServerFrame::Acquired { claim, token } if claim == id => {
+                *state = Claim::Held;
+                Event::Held {
+                    claim,
+                    token,
+                    release,
+                }
+            }
+            ServerFrame::Waiting { claim } if claim == id && mode == Mode::Wait => {
+                *state = Claim::Waiting;
+                Event::Queued { claim, release }
+            }
+            ServerFrame::Busy { claim } if claim == id && mode == Mode::Try => {
+                self.claims.remove(&claim);
+                Event::Busy { claim }
+            }
+            ServerFrame::Refused {
+                claim,
+                code,
+                ref reason,
+            } if claim == id => {
+                let reason = reason.clone();
+                self.claims.remove(&claim);
+                Event::Refused {
+                    claim,
+                    code,
+                    reason,
+                }
+            }
+            _ => return None,
+        };
+        Some(event)
+    }
+
+    /// The answer to the RELEASE of claim `id`, or `None` if `frame` is not
+    /// one.
+    fn on_release_reply(&mut self, id: u32, frame: &ServerFrame) -> Option<Event> {
+        match *frame {
+            ServerFrame::Released { claim }
+                if claim == id && matches!(self.claims.get(&claim), Some(Claim::Releasing)) =>
+            {
+                self.claims.remove(&claim);
+                Some(Event::Released { claim })
+            }
+            // The RELEASE crossed a REVOKED: the claim was already gone.
+            ServerFrame::Refused { claim, code, .. }
+                if claim == id && code == ErrorCode::UNKNOWN_CLAIM && !self.knows(claim) =>
+            {
+                Some(Event::Nothing)
+            }
+            _ => None,
+        }
     }
 }
 
