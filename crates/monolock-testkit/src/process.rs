@@ -122,8 +122,15 @@ impl Announcements {
     }
 }
 
-/// What precedes `extra` on every launch: the subcommand and a free port.
-const SERVE: [&str; 3] = ["serve", "--listen", "127.0.0.1:0"];
+/// Makes `command` run `serve --listen 127.0.0.1:0 EXTRA` (a free port)
+/// with stdin closed and stderr piped, for either launcher.
+fn serve_on_a_free_port<S: AsRef<OsStr>>(command: &mut Command, extra: &[S]) {
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+}
 
 /// A `monolock serve` child that has announced its listeners. The caller
 /// owns the child (and kills it when done); `serve` kills it only when it
@@ -184,13 +191,8 @@ pub fn serve(
     extra: &[&str],
     within: Duration,
 ) -> Result<Serving, StartError> {
-    let mut child = command
-        .args(SERVE)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(StartError::Spawn)?;
+    serve_on_a_free_port(&mut command, extra);
+    let mut child = command.spawn().map_err(StartError::Spawn)?;
     let log = ServeLog::follow(&mut child);
     let mut announcements = Announcements::expected_by(extra);
     let deadline = Instant::now() + within;
@@ -248,13 +250,8 @@ pub async fn serve_async<S: AsRef<OsStr>>(
     extra: &[S],
     within: Duration,
 ) -> Result<AsyncServing, StartError> {
-    let mut child = command
-        .args(SERVE)
-        .args(extra)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(StartError::Spawn)?;
+    serve_on_a_free_port(command.as_std_mut(), extra);
+    let mut child = command.spawn().map_err(StartError::Spawn)?;
     let Some(pipe) = child.stderr.take() else {
         unreachable!("stderr was piped above")
     };
