@@ -181,14 +181,26 @@ pub fn paused_server_is_held_false(lab: &Lab, client: &Prepared) -> Check {
 /// SIGTERM to the server ends the holder's claim with ERROR 0x01, which
 /// the client reports with reason `shutdown`.
 pub fn sigterm_gives_shutdown(lab: &Lab, client: &Prepared) -> Check {
-    signalled_server_loses(lab, client, libc::SIGTERM, "conformance/shutdown", "shutdown")
+    signalled_server_loses(
+        lab,
+        client,
+        libc::SIGTERM,
+        "conformance/shutdown",
+        "shutdown",
+    )
 }
 
 /// SIGKILL to the server closes the holder's connection without an ERROR
 /// frame: the client reports the loss with reason `connection`, and its
 /// message names the lock.
 pub fn killed_server_gives_connection(lab: &Lab, client: &Prepared) -> Check {
-    signalled_server_loses(lab, client, libc::SIGKILL, "conformance/killed", "connection")
+    signalled_server_loses(
+        lab,
+        client,
+        libc::SIGKILL,
+        "conformance/killed",
+        "connection",
+    )
 }
 
 /// The holder of `lock` waits for its loss while the server gets `signal`:
