@@ -23,7 +23,6 @@
 //! figures and what they say: BENCHMARKS.md, "Live event subscribers".
 
 use std::{
-    io::Read as _,
     net::SocketAddr,
     process::Stdio,
     sync::{
