@@ -43,8 +43,8 @@ impl FleetStage {
     }
 
     /// The whole run of a scenario that replaces the server under load:
-    /// opens the stage, starts the workers with `workers`, then runs
-    /// `rounds` rounds, each handing the live server to `round` (with the
+    /// opens the stage, starts one worker on `lock` per hold in `holds`,
+    /// then runs `rounds` rounds, each handing the live server to `round` (with the
     /// round's number) and going on with the server it returns; finishes
     /// whatever happened (see [`FleetStage::finish`]).
     ///
@@ -55,13 +55,16 @@ impl FleetStage {
         report: &mut Report,
         rounds: u32,
         cross_server_allowed: bool,
-        workers: impl FnOnce(&mut Self) -> Result<()>,
+        lock: &str,
+        holds: &[Duration],
         mut round: impl AsyncFnMut(&mut Self, ServerProcess, u32, &mut Report) -> Result<ServerProcess>,
     ) -> Result<()> {
         let (mut stage, first) = Self::open(env, report).await?;
         let mut live = Some(first);
         let outcome = async {
-            workers(&mut stage)?;
+            for hold in holds {
+                stage.spawn(lock, *hold)?;
+            }
             for number in 0..rounds {
                 let Some(old) = live.take() else { break };
                 live = Some(round(&mut stage, old, number, report).await?);

@@ -36,18 +36,14 @@ pub(super) async fn run(
     rng: &mut StdRng,
     report: &mut Report,
 ) -> Result<()> {
-    let workers = |stage: &mut FleetStage| -> Result<()> {
-        for _ in 0..3 {
-            let hold = Duration::from_millis(rng.random_range(50..200));
-            stage.spawn(LOCK, hold)?;
-        }
-        Ok(())
-    };
+    let holds: Vec<Duration> = (0..3)
+        .map(|_| Duration::from_millis(rng.random_range(50..200)))
+        .collect();
     // SIGTERM on even rounds, SIGKILL on odd ones.
     let round = async |stage: &mut FleetStage, old, number: u32, report: &mut Report| {
         restart_round(stage, old, number.is_multiple_of(2), report).await
     };
-    FleetStage::run_rounds(env, report, rounds.max(2), false, workers, round).await
+    FleetStage::run_rounds(env, report, rounds.max(2), false, LOCK, &holds, round).await
 }
 
 async fn restart_round(
