@@ -64,18 +64,9 @@ pub(crate) fn cpus(args: &RunArgs) -> Option<(usize, usize)> {
 
 /// The machine, for the report.
 pub(crate) fn machine() -> serde_json::Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_owned())
-        .unwrap_or_else(|| "unknown".to_owned());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_default();
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default();
+    let model = sys::cpu_model().unwrap_or_else(|| "unknown".to_owned());
+    let kernel = sys::kernel_release().unwrap_or_default();
+    let load = sys::load_average().unwrap_or_default();
     json!({"nproc": sys::online_cpus(), "cpu_model": model, "kernel": kernel, "loadavg_at_start": load})
 }
 

@@ -1,10 +1,12 @@
-//! Child processes: the real `monolock` server and the fault workers.
+//! Child processes: the real `monolock` server (launched by the testkit's
+//! [`serve_async`], which learns its address) and the fault workers.
 //!
 //! Every child is killed when its handle is dropped, so a failing scenario
 //! leaves nothing running. Diagnostic output is captured line by line, so
 //! a scenario can wait for a log line (with a deadline) instead of sleeping.
 
 use std::{
+    ffi::OsString,
     net::SocketAddr,
     path::{Path, PathBuf},
     process::{ExitStatus, Stdio},
@@ -13,14 +15,14 @@ use std::{
 };
 
 use tokio::{
-    io::{AsyncBufReadExt, AsyncRead, BufReader},
+    io::{AsyncBufRead, AsyncBufReadExt, BufReader},
     process::{Child, Command},
     sync::watch,
     time::Instant,
 };
 
 use monolock_testkit::{
-    process::{Listener, announced},
+    process::{AsyncServing, StartError, serve_async},
     sys::{die_with_parent, limit_nofile_in_child},
 };
 
@@ -98,17 +100,20 @@ pub struct Lines {
 }
 
 impl Lines {
-    fn new() -> Self {
+    /// Starts with the lines already read.
+    fn new(early: Vec<String>) -> Self {
         Self {
-            lines: Arc::default(),
+            lines: Arc::new(Mutex::new(early)),
             changed: watch::channel(0).0,
         }
     }
 
-    fn capture(&self, pipe: impl AsyncRead + Unpin + Send + 'static) -> AbortOnDrop<()> {
+    fn capture<R>(&self, mut lines: tokio::io::Lines<R>) -> AbortOnDrop<()>
+    where
+        R: AsyncBufRead + Unpin + Send + 'static,
+    {
         let this = self.clone();
         AbortOnDrop(tokio::spawn(async move {
-            let mut lines = BufReader::new(pipe).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 this.lines
                     .lock()
@@ -164,27 +169,48 @@ pub struct ChildProcess {
 }
 
 impl ChildProcess {
-    fn spawn(name: &str, mut command: Command) -> std::io::Result<Self> {
+    /// What every child gets: it dies with the harness (and with its
+    /// handle), reads nothing, and only its stderr is kept.
+    fn prepare(command: &mut Command) {
         die_with_parent(command.as_std_mut());
         command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+    }
+
+    fn spawn(name: &str, mut command: Command) -> std::io::Result<Self> {
+        Self::prepare(&mut command);
         let mut child = command.spawn()?;
+        let stderr = child.stderr.take().map(|pipe| BufReader::new(pipe).lines());
+        Ok(Self::adopt(name, child, Vec::new(), stderr))
+    }
+
+    /// Takes over a started child, the lines of stderr already read and
+    /// the reader of the rest.
+    fn adopt<R>(
+        name: &str,
+        child: Child,
+        early: Vec<String>,
+        rest: Option<tokio::io::Lines<R>>,
+    ) -> Self
+    where
+        R: AsyncBufRead + Unpin + Send + 'static,
+    {
         let pid = child.id().unwrap_or_default();
-        let stderr = Lines::new();
-        let mut readers = Vec::new();
-        if let Some(pipe) = child.stderr.take() {
-            readers.push(stderr.capture(pipe));
-        }
-        Ok(Self {
+        let stderr = Lines::new(early);
+        let readers = rest
+            .map(|lines| stderr.capture(lines))
+            .into_iter()
+            .collect();
+        Self {
             name: name.to_owned(),
             child,
             pid,
             stderr,
             _readers: readers,
-        })
+        }
     }
 
     /// The child's name in reports.
@@ -300,47 +326,40 @@ impl ServerProcess {
     /// Spawning failed or the server did not report its address.
     pub async fn start(spec: &ServerSpec) -> Result<Self, ProcessError> {
         let mut command = Command::new(&spec.binary);
-        command.args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--log-level",
-            spec.log_level,
-            "--io-timeout",
-        ]);
-        command.arg(format!("{}ms", spec.io_timeout.as_millis()));
-        if let Some(path) = &spec.audit_log {
-            command.arg("--audit-log").arg(path);
-        }
+        ChildProcess::prepare(&mut command);
         if let Some(limit) = spec.nofile {
             limit_nofile_in_child(command.as_std_mut(), limit);
         }
-        let process =
-            ChildProcess::spawn(&spec.label, command).map_err(|source| ProcessError::Spawn {
-                binary: spec.binary.clone(),
-                source,
-            })?;
-        let addr = process
-            .stderr()
-            .wait_for(
-                Duration::from_secs(20),
-                "the server's listening line",
-                |lines| {
-                    lines.iter().find_map(|line| match announced(line) {
-                        Some((Listener::Protocol, addr)) => Some(addr),
-                        _ => None,
-                    })
-                },
-            )
+        let mut extra: Vec<OsString> = ["--log-format", "json", "--log-level", spec.log_level]
+            .map(OsString::from)
+            .into();
+        extra.push("--io-timeout".into());
+        extra.push(format!("{}ms", spec.io_timeout.as_millis()).into());
+        if let Some(path) = &spec.audit_log {
+            extra.push("--audit-log".into());
+            extra.push(path.into());
+        }
+        let within = Duration::from_secs(20);
+        let AsyncServing {
+            child,
+            addr,
+            early_lines,
+            stderr,
+            ..
+        } = serve_async(command, &extra, within)
             .await
-            .map_err(|source| ProcessError::NotListening {
-                source,
-                stderr: process.stderr().snapshot().join("\n"),
+            .map_err(|err| match err {
+                StartError::Spawn(source) => ProcessError::Spawn {
+                    binary: spec.binary.clone(),
+                    source,
+                },
+                StartError::Silent { within, tail } => ProcessError::NotListening {
+                    source: WaitTimeout(within, "the server's listening line".to_owned()),
+                    stderr: tail.join("\n"),
+                },
             })?;
         Ok(Self {
-            process,
+            process: ChildProcess::adopt(&spec.label, child, early_lines, Some(stderr)),
             addr,
             label: spec.label.clone(),
         })

@@ -52,39 +52,26 @@ fn run(scenario: Scenario) {
     assert!(report.faults > 0, "no fault was injected");
 }
 
-#[test]
-fn holder_killed() {
-    run(Scenario::HolderKilled);
+/// One test per scenario that needs nothing beyond the two binaries.
+macro_rules! scenario_tests {
+    ($($test:ident => $scenario:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                run(Scenario::$scenario);
+            }
+        )*
+    };
 }
 
-#[test]
-fn holder_paused() {
-    run(Scenario::HolderPaused);
-}
-
-#[test]
-fn partition() {
-    run(Scenario::Partition);
-}
-
-#[test]
-fn server_restart() {
-    run(Scenario::ServerRestart);
-}
-
-#[test]
-fn failover() {
-    run(Scenario::Failover);
-}
-
-#[test]
-fn hostile_clients() {
-    run(Scenario::HostileClients);
-}
-
-#[test]
-fn fd_exhaustion() {
-    run(Scenario::DescriptorExhaustion);
+scenario_tests! {
+    holder_killed => HolderKilled,
+    holder_paused => HolderPaused,
+    partition => Partition,
+    server_restart => ServerRestart,
+    failover => Failover,
+    hostile_clients => HostileClients,
+    fd_exhaustion => DescriptorExhaustion,
 }
 
 /// Needs root and keepalived (CI has both; `.ci/setup.d/keepalived.sh`).

@@ -23,7 +23,6 @@
 //! figures and what they say: BENCHMARKS.md, "Live event subscribers".
 
 use std::{
-    io::Read as _,
     net::SocketAddr,
     process::Stdio,
     sync::{
@@ -38,6 +37,7 @@ use monolock_server::{
     Event, EventHub, Observer, Server, ServerConfig, ServerHandle, SessionInfo,
     admin::{self, AdminOptions, EffectiveConfig},
 };
+use monolock_testkit::sys;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream},
@@ -104,24 +104,11 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-/// Restricts this thread (and every thread it starts later) to `cpu`, with
-/// `taskset` so that the bench needs no unsafe code; without it nothing is
-/// pinned and the bench says so.
+/// Restricts this thread (and every thread it starts later) to `cpu`;
+/// if the OS refuses, nothing is pinned and the bench says so.
 fn pin(cpu: usize) {
-    // `taskset -p` on the thread id pins this thread only; threads started
-    // afterwards inherit its mask.
-    let tid = std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned));
-    let pinned = tid.is_some_and(|tid| {
-        std::process::Command::new("taskset")
-            .args(["-p", "-c", &cpu.to_string(), &tid])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success())
-    });
-    if !pinned {
-        eprintln!("taskset failed: nothing pinned to CPU {cpu}");
+    if let Err(err) = sys::pin_current_thread(cpu) {
+        eprintln!("nothing pinned to CPU {cpu}: {err}");
     }
 }
 
@@ -133,55 +120,12 @@ fn cpu_name(cpu: Option<usize>) -> String {
 /// (the server's sessions and its contending clients) and nothing else.
 const PROTOCOL_THREADS: &str = "bench-protocol";
 
-/// CPU time (user + system) the protocol threads have used so far, summed
-/// from `/proc/self/task/*/stat` (clock ticks, 10 ms each on Linux): not
-/// the admin thread's or the event dispatcher's.
+/// CPU time (user + system) the protocol threads have used so far (from
+/// `/proc/self/task/*/stat`, in clock ticks of 10 ms): not the admin
+/// thread's or the event dispatcher's.
 fn protocol_cpu() -> Duration {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
-    };
-    let ticks: u64 = tasks
-        .flatten()
-        .filter_map(|task| {
-            let mut stat = String::new();
-            std::fs::File::open(task.path().join("stat"))
-                .and_then(|mut f| f.read_to_string(&mut stat))
-                .ok()?;
-            // The name is in parentheses and may hold spaces; the kernel
-            // keeps its first 15 bytes.
-            let (head, rest) = stat.rsplit_once(')')?;
-            let (_, name) = head.split_once('(')?;
-            if !PROTOCOL_THREADS.starts_with(name) {
-                return None;
-            }
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            // utime and stime are fields 14 and 15 of the line, 12 and 13 after ")".
-            let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
-            Some(tick(11)? + tick(12)?)
-        })
-        .sum();
-    Duration::from_millis(ticks * 10)
-}
-
-/// Busy time of all CPUs so far: the first line of `/proc/stat` (clock
-/// ticks of 10 ms) less idle and iowait.
-fn machine_busy() -> Duration {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let ticks: Vec<u64> = stat.lines().next().map_or(Vec::new(), |line| {
-        line.split_whitespace()
-            .skip(1)
-            .filter_map(|f| f.parse().ok())
-            .collect()
-    });
-    // user nice system idle iowait irq softirq steal (guest is within user)
-    let busy: u64 = ticks
-        .iter()
-        .take(8)
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, t)| t)
-        .sum();
-    Duration::from_millis(busy * 10)
+    // The kernel keeps the first 15 bytes of a thread's name.
+    sys::threads_cpu_time(|name| PROTOCOL_THREADS.starts_with(name))
 }
 
 /// Prints the cost of `observe` without and with subscribers, a line per
@@ -465,7 +409,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let cpu = protocol_cpu();
-    let machine = machine_busy();
+    let machine = sys::machine_busy_time();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         let (grants, stop) = (grants.clone(), stop.clone());
@@ -494,7 +438,7 @@ async fn contention(addr: SocketAddr, duration: Duration) -> Figures {
     let counted = grants.load(Ordering::Relaxed);
     let elapsed = started.elapsed();
     let cpu = protocol_cpu().saturating_sub(cpu);
-    let machine = machine_busy().saturating_sub(machine);
+    let machine = sys::machine_busy_time().saturating_sub(machine);
     for client in clients {
         let _ = client.await;
     }

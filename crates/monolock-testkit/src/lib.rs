@@ -12,7 +12,8 @@
 //! - [`v2`]: a raw protocol v2 client (sessions carrying many claims),
 //!   async or over a blocking socket.
 //! - [`process`]: the real `monolock serve` as a child process, its ports
-//!   learnt from the lines announcing its listeners.
+//!   learnt from the lines announcing its listeners, on a thread or on
+//!   tokio.
 //! - [`sys`]: signals, child set-up between fork and exec, CPU pinning and
 //!   priorities, CPU time, the descriptor limit, and the `/proc` readers,
 //!   for the tests, the bench and the fault suite.

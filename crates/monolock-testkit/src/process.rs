@@ -4,6 +4,10 @@
 //! listeners, its diagnostics followed line by line so a test waits for a
 //! line instead of sleeping.
 //!
+//! [`serve`] blocks the thread and follows the log with a thread of its
+//! own; [`serve_async`] is the same launch on tokio, and hands the rest of
+//! the log over to the caller (the fault suite keeps every line of it).
+//!
 //! ```no_run
 //! # fn demo(monolock: &str) {
 //! use std::{process::Command, time::Duration};
@@ -20,6 +24,7 @@
 
 use std::{
     collections::VecDeque,
+    ffi::OsStr,
     fmt,
     io::{BufRead, BufReader},
     net::SocketAddr,
@@ -29,6 +34,10 @@ use std::{
 };
 
 use serde_json::Value;
+use tokio::{
+    io::AsyncBufReadExt,
+    process::{Child as AsyncChild, ChildStderr, Command as AsyncCommand},
+};
 
 /// How many of the server's last diagnostic lines a failure shows.
 const TAIL: usize = 30;
@@ -71,6 +80,56 @@ pub fn announced(line: &str) -> Option<(Listener, SocketAddr)> {
         _ => return None,
     };
     Some((listener, addr))
+}
+
+/// The listeners a launch waits for and those announced so far.
+struct Announcements {
+    wants_admin: bool,
+    wants_ops: bool,
+    protocol: Option<SocketAddr>,
+    admin: Option<SocketAddr>,
+    ops: Option<SocketAddr>,
+}
+
+impl Announcements {
+    /// Waits for the protocol listener, and for the admin and ops ones
+    /// when `extra` asks for them.
+    fn expected_by<S: AsRef<OsStr>>(extra: &[S]) -> Self {
+        let asks = |flag: &str| extra.iter().any(|arg| arg.as_ref() == flag);
+        Self {
+            wants_admin: asks("--admin-listen"),
+            wants_ops: asks("--ops-listen"),
+            protocol: None,
+            admin: None,
+            ops: None,
+        }
+    }
+
+    fn see(&mut self, line: &str) {
+        match announced(line) {
+            Some((Listener::Protocol, addr)) => self.protocol = Some(addr),
+            Some((Listener::Admin, addr)) => self.admin = Some(addr),
+            Some((Listener::Ops, addr)) => self.ops = Some(addr),
+            None => {}
+        }
+    }
+
+    /// The protocol address, once every listener waited for is known.
+    fn complete(&self) -> Option<SocketAddr> {
+        let admin_known = !self.wants_admin || self.admin.is_some();
+        let ops_known = !self.wants_ops || self.ops.is_some();
+        self.protocol.filter(|_| admin_known && ops_known)
+    }
+}
+
+/// Makes `command` run `serve --listen 127.0.0.1:0 EXTRA` (a free port)
+/// with stdin closed and stderr piped, for either launcher.
+fn serve_on_a_free_port<S: AsRef<OsStr>>(command: &mut Command, extra: &[S]) {
+    command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
 }
 
 /// A `monolock serve` child that has announced its listeners. The caller
@@ -132,19 +191,15 @@ pub fn serve(
     extra: &[&str],
     within: Duration,
 ) -> Result<Serving, StartError> {
-    let mut child = command
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(StartError::Spawn)?;
+    serve_on_a_free_port(&mut command, extra);
+    let mut child = command.spawn().map_err(StartError::Spawn)?;
     let log = ServeLog::follow(&mut child);
-    let wants_admin = extra.contains(&"--admin-listen");
-    let wants_ops = extra.contains(&"--ops-listen");
-    let (mut protocol, mut admin, mut ops) = (None, None, None);
+    let mut announcements = Announcements::expected_by(extra);
     let deadline = Instant::now() + within;
-    while protocol.is_none() || (wants_admin && admin.is_none()) || (wants_ops && ops.is_none()) {
+    let addr = loop {
+        if let Some(addr) = announcements.complete() {
+            break addr;
+        }
         let Some(line) = log.next_line_before(deadline) else {
             let _ = child.kill();
             let _ = child.wait();
@@ -153,22 +208,82 @@ pub fn serve(
                 tail: log.tail(),
             });
         };
-        match announced(&line) {
-            Some((Listener::Protocol, addr)) => protocol = Some(addr),
-            Some((Listener::Admin, addr)) => admin = Some(addr),
-            Some((Listener::Ops, addr)) => ops = Some(addr),
-            None => {}
-        }
-    }
-    let Some(addr) = protocol else {
-        unreachable!("the loop ends once the protocol address is known")
+        announcements.see(&line);
     };
     Ok(Serving {
         child,
         addr,
-        admin,
-        ops,
+        admin: announcements.admin,
+        ops: announcements.ops,
         log,
+    })
+}
+
+/// A `monolock serve` child started on tokio that has announced its
+/// listeners, and the rest of its stderr for the caller to read. The
+/// caller owns the child.
+pub struct AsyncServing {
+    /// The process; its stdout is as the command set it.
+    pub child: AsyncChild,
+    /// The protocol address.
+    pub addr: SocketAddr,
+    /// The admin API address, when `--admin-listen` was given.
+    pub admin: Option<SocketAddr>,
+    /// The ops address, when `--ops-listen` was given.
+    pub ops: Option<SocketAddr>,
+    /// Every line it wrote up to its last announcement, oldest first.
+    pub early_lines: Vec<String>,
+    /// The lines it writes from then on.
+    pub stderr: tokio::io::Lines<tokio::io::BufReader<ChildStderr>>,
+}
+
+/// [`serve`] on tokio: runs `command` as `serve --listen 127.0.0.1:0
+/// EXTRA` with stdin closed and stderr piped, and waits at most `within`
+/// for the announcements `extra` asks for, without blocking the thread.
+/// The lines read meanwhile and the rest of stderr go to the caller.
+///
+/// # Errors
+/// [`StartError`]: the spawn failed, or the announcements did not come (the
+/// child is killed then).
+pub async fn serve_async<S: AsRef<OsStr>>(
+    mut command: AsyncCommand,
+    extra: &[S],
+    within: Duration,
+) -> Result<AsyncServing, StartError> {
+    serve_on_a_free_port(command.as_std_mut(), extra);
+    let mut child = command.spawn().map_err(StartError::Spawn)?;
+    let Some(pipe) = child.stderr.take() else {
+        unreachable!("stderr was piped above")
+    };
+    let mut stderr = tokio::io::BufReader::new(pipe).lines();
+    let mut announcements = Announcements::expected_by(extra);
+    let mut early_lines = Vec::new();
+    let announced = tokio::time::timeout(within, async {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            announcements.see(&line);
+            early_lines.push(line);
+            if let Some(addr) = announcements.complete() {
+                return Some(addr);
+            }
+        }
+        None
+    })
+    .await;
+    let Ok(Some(addr)) = announced else {
+        let _ = child.kill().await;
+        let skipped = early_lines.len().saturating_sub(TAIL);
+        return Err(StartError::Silent {
+            within,
+            tail: early_lines.split_off(skipped),
+        });
+    };
+    Ok(AsyncServing {
+        child,
+        addr,
+        admin: announcements.admin,
+        ops: announcements.ops,
+        early_lines,
+        stderr,
     })
 }
 
@@ -244,6 +359,45 @@ impl ServeLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in for `monolock` that prints `lines` on stderr then waits.
+    fn fake_server(lines: &str) -> AsyncCommand {
+        let mut command = AsyncCommand::new("sh");
+        let script = format!("printf '{lines}' >&2; exec sleep 30");
+        command.args(["-c", &script, "fake-monolock"]);
+        command.kill_on_drop(true);
+        command
+    }
+
+    #[tokio::test]
+    async fn serve_async_waits_for_every_listener_asked_for_and_hands_over_the_rest() {
+        let lines = "starting\\n\
+            {\"message\":\"listening\",\"addr\":\"127.0.0.1:4242\"}\\n\
+            {\"message\":\"admin API listening\",\"addr\":\"127.0.0.1:4343\"}\\n\
+            after\\n";
+        let extra = ["--admin-listen", "127.0.0.1:0"];
+        let mut serving = serve_async(fake_server(lines), &extra, Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(serving.addr, "127.0.0.1:4242".parse().expect("addr"));
+        assert_eq!(serving.admin, Some("127.0.0.1:4343".parse().expect("addr")));
+        assert_eq!(serving.ops, None);
+        assert_eq!(serving.early_lines.len(), 3);
+        let next = serving.stderr.next_line().await.expect("read stderr");
+        assert_eq!(next.as_deref(), Some("after"));
+    }
+
+    #[tokio::test]
+    async fn serve_async_fails_with_the_log_when_a_listener_is_never_announced() {
+        let lines = "{\"message\":\"listening\",\"addr\":\"127.0.0.1:4242\"}\\n";
+        let extra = ["--ops-listen", "127.0.0.1:0"];
+        let started = serve_async(fake_server(lines), &extra, Duration::from_secs(3)).await;
+        match started {
+            Err(StartError::Silent { tail, .. }) => assert_eq!(tail.len(), 1, "{tail:?}"),
+            Err(err) => panic!("{err}"),
+            Ok(serving) => panic!("started without ops: {:?}", serving.addr),
+        }
+    }
 
     #[test]
     fn reads_the_announcements_of_both_formats() {

@@ -370,6 +370,109 @@ pub fn command_line(pid: u32) -> Option<String> {
     Some(String::from_utf8_lossy(&raw).replace('\0', " "))
 }
 
+/// How many descriptors process `pid` has open (`/proc/PID/fd`); for this
+/// process itself, not counting the one the listing opens.
+///
+/// # Errors
+/// The directory cannot be listed (the process is gone, or not ours).
+pub fn open_descriptors(pid: u32) -> io::Result<u64> {
+    let listed = fs::read_dir(format!("/proc/{pid}/fd"))?.count();
+    let own_listing = usize::from(pid == std::process::id());
+    Ok(u64::try_from(listed.saturating_sub(own_listing)).unwrap_or(u64::MAX))
+}
+
+/// How many threads process `pid` has (`Threads:` of `/proc/PID/status`).
+///
+/// # Errors
+/// The file cannot be read (the process is gone), or has no such line.
+pub fn thread_count(pid: u32) -> io::Result<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| io::Error::new(ErrorKind::InvalidData, "no Threads line in its status"))
+}
+
+/// CPU time (user + system) of this process's threads whose name `keep`
+/// accepts, summed from `/proc/self/task/*/stat` (the kernel keeps a
+/// thread's first 15 bytes of name; clock ticks, 10 ms each on Linux).
+pub fn threads_cpu_time(keep: impl Fn(&str) -> bool) -> Duration {
+    let Ok(tasks) = fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let ticks: u64 = tasks
+        .flatten()
+        .filter_map(|task| {
+            let stat = fs::read_to_string(task.path().join("stat")).ok()?;
+            // The name is in parentheses and may hold spaces.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let (_, name) = head.split_once('(')?;
+            if !keep(name) {
+                return None;
+            }
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the line, 12 and 13 after ")".
+            let tick = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+            Some(tick(11)? + tick(12)?)
+        })
+        .sum();
+    ticks_to_duration(ticks)
+}
+
+/// Busy time of all the machine's CPUs so far: the first line of
+/// `/proc/stat` (clock ticks) less idle and iowait; zero if unreadable.
+pub fn machine_busy_time() -> Duration {
+    let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat.lines().next().map_or(Vec::new(), |line| {
+        line.split_whitespace()
+            .skip(1)
+            .filter_map(|f| f.parse().ok())
+            .collect()
+    });
+    // user nice system idle iowait irq softirq steal (guest is within user)
+    let busy: u64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    ticks_to_duration(busy)
+}
+
+fn ticks_to_duration(ticks: u64) -> Duration {
+    let hz = clock_ticks_per_sec();
+    Duration::from_secs(ticks / hz) + Duration::from_nanos((ticks % hz) * 1_000_000_000 / hz)
+}
+
+/// The machine's CPU model (the first `model name` of `/proc/cpuinfo`).
+pub fn cpu_model() -> Option<String> {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").ok()?;
+    cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .map(|line| line.trim_start_matches([' ', '\t', ':']).to_owned())
+}
+
+/// The running kernel's release (`/proc/sys/kernel/osrelease`).
+pub fn kernel_release() -> Option<String> {
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    Some(release.trim().to_owned())
+}
+
+/// The load averages over 1, 5 and 15 minutes as `/proc/loadavg` gives
+/// them, e.g. `0.52 0.61 0.70`.
+pub fn load_average() -> Option<String> {
+    let load = fs::read_to_string("/proc/loadavg").ok()?;
+    Some(
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
 /// TCP state `ESTABLISHED` in [`TcpSocket::state`].
 pub const TCP_ESTABLISHED: u8 = 0x01;
 /// TCP state `LISTEN` in [`TcpSocket::state`].
@@ -452,6 +555,33 @@ mod tests {
         assert!(resident_bytes(me).is_some_and(|bytes| bytes > 0));
         assert!(proc_sample(me).is_ok_and(|sample| sample.rss_bytes > 0));
         assert!(command_line(me).is_some_and(|line| !line.is_empty()));
+        assert!(thread_count(me).is_ok_and(|threads| threads >= 1));
+    }
+
+    #[test]
+    fn counts_a_descriptor_this_process_opens() {
+        let me = std::process::id();
+        let before = open_descriptors(me).expect("list own descriptors");
+        let listeners: Vec<_> = (0..50)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+            .collect();
+        let during = open_descriptors(me).expect("list own descriptors");
+        drop(listeners);
+        // Tests running beside this one open and close a few of their own.
+        assert!(during >= before + 40, "{before} then {during}");
+        assert!(open_descriptors(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn reads_the_machine() {
+        assert!(load_average().is_some_and(|load| load.split(' ').count() == 3));
+        assert!(kernel_release().is_some_and(|release| !release.is_empty()));
+        let busy = machine_busy_time();
+        let spin = std::time::Instant::now();
+        while machine_busy_time() == busy && spin.elapsed() < Duration::from_secs(10) {
+            std::hint::black_box(spin.elapsed());
+        }
+        assert!(machine_busy_time() > busy, "the CPUs' busy time advances");
     }
 
     #[test]

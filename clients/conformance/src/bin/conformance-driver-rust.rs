@@ -11,6 +11,7 @@
 use std::{collections::HashMap, error::Error as StdError, time::Duration};
 
 use monolock_client::{Client, Error, LockGuard, LockLost, Protocol, TlsConnector, WrongPeer};
+use monolock_testkit::sys;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -305,19 +306,11 @@ impl Driver {
 /// /proc, and the tasks alive on the runtime.
 fn stats() -> Fields {
     let mut fields = Fields::new();
-    if let Ok(dir) = std::fs::read_dir("/proc/self/fd") {
-        // The count includes the descriptor of the listing itself.
-        fields.insert("fds".into(), Value::from(dir.count().saturating_sub(1)));
+    let me = std::process::id();
+    if let Ok(fds) = sys::open_descriptors(me) {
+        fields.insert("fds".into(), Value::from(fds));
     }
-    let threads = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("Threads:"))
-                .and_then(|n| n.trim().parse::<u64>().ok())
-        });
-    if let Some(threads) = threads {
+    if let Ok(threads) = sys::thread_count(me) {
         fields.insert("threads".into(), Value::from(threads));
     }
     let tasks = tokio::runtime::Handle::current()

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use monolock_testkit::sys;
 use serde_json::{Value, json};
 
 use crate::{
@@ -41,17 +42,11 @@ fn grown(before: &[(String, u64)], after: &[(String, u64)]) -> Result<Option<Str
 
 /// Descriptors and threads of `pid`, read from /proc.
 fn proc_counts(pid: u32) -> Check<(u64, u64)> {
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map_err(|err| Failure::new(format!("cannot list /proc/{pid}/fd: {err}")))?
-        .count();
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+    let fds = sys::open_descriptors(pid)
+        .map_err(|err| Failure::new(format!("cannot list /proc/{pid}/fd: {err}")))?;
+    let threads = sys::thread_count(pid)
         .map_err(|err| Failure::new(format!("cannot read /proc/{pid}/status: {err}")))?;
-    let threads = status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| Failure::new(format!("no Threads line in /proc/{pid}/status")))?;
-    Ok((u64::try_from(fds).unwrap_or(u64::MAX), threads))
+    Ok((fds, threads))
 }
 
 /// What is compared before and after: /proc's counts, then whatever the

@@ -181,32 +181,45 @@ pub fn paused_server_is_held_false(lab: &Lab, client: &Prepared) -> Check {
 /// SIGTERM to the server ends the holder's claim with ERROR 0x01, which
 /// the client reports with reason `shutdown`.
 pub fn sigterm_gives_shutdown(lab: &Lab, client: &Prepared) -> Check {
-    let mut server = Server::start(&lab.monolock, &[])?;
-    let mut driver = client.driver(lab, 1)?;
-    driver.open(&server.address())?;
-    let lock = "conformance/shutdown";
-    driver.lock("h", lock, LEASE_MS)?;
-    driver.send(json!({"cmd": "wait_lost", "handle": "h", "timeout_ms": 10_000}))?;
-    server.signal(libc::SIGTERM)?;
-    expect_loss(&mut driver, lock, "shutdown")?;
-    lost_everywhere(&mut driver, "h", lock, "shutdown")?;
-    server.wait_exit()?;
-    driver.exit()
+    signalled_server_loses(
+        lab,
+        client,
+        libc::SIGTERM,
+        "conformance/shutdown",
+        "shutdown",
+    )
 }
 
 /// SIGKILL to the server closes the holder's connection without an ERROR
 /// frame: the client reports the loss with reason `connection`, and its
 /// message names the lock.
 pub fn killed_server_gives_connection(lab: &Lab, client: &Prepared) -> Check {
+    signalled_server_loses(
+        lab,
+        client,
+        libc::SIGKILL,
+        "conformance/killed",
+        "connection",
+    )
+}
+
+/// The holder of `lock` waits for its loss while the server gets `signal`:
+/// the loss comes with `reason`, everywhere the client reports it.
+fn signalled_server_loses(
+    lab: &Lab,
+    client: &Prepared,
+    signal: libc::c_int,
+    lock: &str,
+    reason: &str,
+) -> Check {
     let mut server = Server::start(&lab.monolock, &[])?;
     let mut driver = client.driver(lab, 1)?;
     driver.open(&server.address())?;
-    let lock = "conformance/killed";
     driver.lock("h", lock, LEASE_MS)?;
     driver.send(json!({"cmd": "wait_lost", "handle": "h", "timeout_ms": 10_000}))?;
-    server.signal(libc::SIGKILL)?;
-    expect_loss(&mut driver, lock, "connection")?;
-    lost_everywhere(&mut driver, "h", lock, "connection")?;
+    server.signal(signal)?;
+    expect_loss(&mut driver, lock, reason)?;
+    lost_everywhere(&mut driver, "h", lock, reason)?;
     server.wait_exit()?;
     driver.exit()
 }

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use monolock_testkit::sys;
 use serde_json::Value;
 
 use crate::{Check, Failure, Lab, clients::Prepared, ensure, server::Server};
@@ -28,10 +29,8 @@ const LEASE_MS: u64 = 10_000;
 
 /// The driver's open descriptors, from /proc.
 fn fds(pid: u32) -> Check<u64> {
-    let count = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map_err(|err| Failure::new(format!("cannot list /proc/{pid}/fd: {err}")))?
-        .count();
-    Ok(u64::try_from(count).unwrap_or(u64::MAX))
+    sys::open_descriptors(pid)
+        .map_err(|err| Failure::new(format!("cannot list /proc/{pid}/fd: {err}")))
 }
 
 /// One driver takes many locks (distinct names) and holds them all.

@@ -35,29 +35,19 @@ pub(super) async fn run(
     rng: &mut StdRng,
     report: &mut Report,
 ) -> Result<()> {
-    let (mut stage, first) = FleetStage::open(env, report).await?;
-    let mut primary = Some(first);
-    let outcome = async {
-        // Two workers that let go after a short hold, and one that holds
-        // for three leases: when it holds at the failover, it believes
-        // until its deadline while the standby may already have granted.
-        for i in 0..3 {
-            let hold = if i == 0 {
-                LEASE * 3
-            } else {
-                Duration::from_millis(rng.random_range(50..200))
-            };
-            stage.spawn(LOCK, hold)?;
-        }
-        for _ in 0..rounds.max(1) {
-            let standby = stage.servers.start().await?;
-            let Some(old) = primary.take() else { break };
-            primary = Some(failover_round(&mut stage, old, standby, report).await?);
-        }
-        Ok(())
-    }
-    .await;
-    stage.finish(primary.as_ref(), report, true, outcome).await
+    // One worker that holds for three leases (when it holds at the
+    // failover, it believes until its deadline while the standby may
+    // already have granted), and two that let go after a short hold.
+    let holds = [
+        LEASE * 3,
+        Duration::from_millis(rng.random_range(50..200)),
+        Duration::from_millis(rng.random_range(50..200)),
+    ];
+    let round = async |stage: &mut FleetStage, primary, _, report: &mut Report| {
+        let standby = stage.servers.start().await?;
+        failover_round(stage, primary, standby, report).await
+    };
+    FleetStage::run_rounds(env, report, rounds.max(1), true, LOCK, &holds, round).await
 }
 
 async fn failover_round(

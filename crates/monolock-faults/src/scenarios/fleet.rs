@@ -42,6 +42,41 @@ impl FleetStage {
         Ok((Self { servers, vip, lab }, first))
     }
 
+    /// The whole run of a scenario that replaces the server under load:
+    /// opens the stage, starts one worker on `lock` per hold in `holds`,
+    /// then runs `rounds` rounds, each handing the live server to `round` (with the
+    /// round's number) and going on with the server it returns; finishes
+    /// whatever happened (see [`FleetStage::finish`]).
+    ///
+    /// # Errors
+    /// The first error of the opening, the workers or a round.
+    pub(super) async fn run_rounds(
+        env: &Env,
+        report: &mut Report,
+        rounds: u32,
+        cross_server_allowed: bool,
+        lock: &str,
+        holds: &[Duration],
+        mut round: impl AsyncFnMut(&mut Self, ServerProcess, u32, &mut Report) -> Result<ServerProcess>,
+    ) -> Result<()> {
+        let (mut stage, first) = Self::open(env, report).await?;
+        let mut live = Some(first);
+        let outcome = async {
+            for hold in holds {
+                stage.spawn(lock, *hold)?;
+            }
+            for number in 0..rounds {
+                let Some(old) = live.take() else { break };
+                live = Some(round(&mut stage, old, number, report).await?);
+            }
+            Ok(())
+        }
+        .await;
+        stage
+            .finish(live.as_ref(), report, cross_server_allowed, outcome)
+            .await
+    }
+
     /// Starts a worker on `lock` through the stable address.
     ///
     /// # Errors

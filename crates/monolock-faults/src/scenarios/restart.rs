@@ -36,22 +36,14 @@ pub(super) async fn run(
     rng: &mut StdRng,
     report: &mut Report,
 ) -> Result<()> {
-    let (mut stage, first) = FleetStage::open(env, report).await?;
-    let mut current = Some(first);
-    let outcome = async {
-        for _ in 0..3 {
-            let hold = Duration::from_millis(rng.random_range(50..200));
-            stage.spawn(LOCK, hold)?;
-        }
-        for round in 0..rounds.max(2) {
-            let graceful = round % 2 == 0;
-            let Some(old) = current.take() else { break };
-            current = Some(restart_round(&mut stage, old, graceful, report).await?);
-        }
-        Ok(())
-    }
-    .await;
-    stage.finish(current.as_ref(), report, false, outcome).await
+    let holds: Vec<Duration> = (0..3)
+        .map(|_| Duration::from_millis(rng.random_range(50..200)))
+        .collect();
+    // SIGTERM on even rounds, SIGKILL on odd ones.
+    let round = async |stage: &mut FleetStage, old, number: u32, report: &mut Report| {
+        restart_round(stage, old, number.is_multiple_of(2), report).await
+    };
+    FleetStage::run_rounds(env, report, rounds.max(2), false, LOCK, &holds, round).await
 }
 
 async fn restart_round(
