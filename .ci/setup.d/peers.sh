@@ -3,5 +3,6 @@
 # ZooKeeper (zookeeperd). The bench starts its own instances on loopback with
 # their data on tmpfs; the Debian services stay stopped (in containers
 # policy-rc.d already refuses to start them). The etcd-client crate compiles
-# etcd's .proto files when it is built, with protoc.
-need_apt etcd-server zookeeperd protobuf-compiler
+# etcd's .proto files when it is built, with protoc and the well-known
+# types of libprotobuf-dev.
+need_apt etcd-server zookeeperd protobuf-compiler libprotobuf-dev

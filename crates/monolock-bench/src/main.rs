@@ -8,7 +8,8 @@
 //!
 //! It starts what it measures as child processes: a `monolock serve` (found
 //! next to this binary, or `--monolock-bin`) and, when installed, a
-//! `redis-server`, each on a free loopback port, pinned to one CPU while the
+//! `redis-server`, and for the side-by-side scenario a single `etcd` member
+//! and a standalone ZooKeeper, each on a free loopback port, pinned to one CPU while the
 //! load generator runs on another. Results go to a table on stdout, plus
 //! `results.json`, `summary.md` and SVG charts in the output directory.
 #![warn(missing_docs)]
@@ -22,6 +23,7 @@ mod floor;
 mod mono;
 mod mono_v2;
 mod output;
+mod peers;
 mod plan;
 mod report;
 mod resp;
@@ -81,6 +83,12 @@ pub struct RunArgs {
     /// Do not run Redis even if installed.
     #[arg(long)]
     pub no_redis: bool,
+    /// The `etcd` binary of the side-by-side scenario [default: from PATH].
+    #[arg(long, value_name = "PATH")]
+    pub etcd_bin: Option<PathBuf>,
+    /// Do not run etcd and ZooKeeper even if installed.
+    #[arg(long)]
+    pub no_peers: bool,
     /// Where results.json, summary.md and the charts go
     /// [default: target/monolock-bench/<mode>].
     #[arg(long, value_name = "DIR")]
@@ -132,6 +140,10 @@ pub enum Scenario {
     Tls,
     /// 4. SIGKILLed and SIGSTOPped holders.
     Dead,
+    /// Side by side with etcd and ZooKeeper: cycles, one contended lock,
+    /// a SIGKILLed holder, memory per held lock, every system through its
+    /// own recipe.
+    Peers,
     /// 5. Many idle heartbeating sessions.
     Sessions,
 }
