@@ -753,7 +753,17 @@ impl Bench {
         };
         let elapsed = started.elapsed().as_secs_f64();
         if s.mode == Mode::Smoke {
-            let problems = smoke_checks(&summary, plan, redis_ran)
+            // The figures of the other scenarios are required when they all ran.
+            let all_others = Scenario::value_variants()
+                .iter()
+                .filter(|sc| **sc != Scenario::Peers)
+                .all(|sc| s.wants(*sc));
+            let others = if all_others {
+                smoke_checks(&summary, plan, redis_ran)
+            } else {
+                Vec::new()
+            };
+            let problems = others
                 .into_iter()
                 .chain(peers::smoke_checks(&summary, plan, &peers_ran));
             for problem in problems {
