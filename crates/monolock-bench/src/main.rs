@@ -29,6 +29,7 @@ mod report;
 mod resp;
 mod run;
 mod servers;
+mod session_floor;
 mod sessions;
 mod setup;
 mod stats;
@@ -41,7 +42,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Benchmarks monolock against Redis locks (SET NX PX + Lua release).
+/// Benchmarks monolock against Redis locks (SET NX PX + Lua release), and
+/// side by side with etcd and ZooKeeper.
 #[derive(Parser, Debug)]
 #[command(
     name = "monolock-bench",
@@ -162,6 +164,10 @@ enum Sub {
     /// (internal) Accept, read, answer, close: the connection floor.
     #[command(hide = true)]
     ConnFloor(conn_floor::ConnFloorArgs),
+    /// (internal) Answer v2 OPEN, ACQUIRE and RELEASE on persistent
+    /// connections with canned frames: the session floor.
+    #[command(hide = true)]
+    SessionFloor(session_floor::SessionFloorArgs),
     /// One client claiming in sequence on a fresh server, for profiling
     /// the server: prints its pid, then claims/s and its CPU per claim.
     ClaimLoop(tls_claims::ClaimLoopArgs),
@@ -188,6 +194,7 @@ fn main() -> ExitCode {
             .map(|()| true),
         Some(Sub::Echo(args)) => floor::echo(args).map(|()| true),
         Some(Sub::ConnFloor(args)) => conn_floor::serve(args).map(|()| true),
+        Some(Sub::SessionFloor(args)) => session_floor::serve(args).map(|()| true),
         Some(Sub::ClaimLoop(args)) => runtime()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(tls_claims::claim_loop(args)))

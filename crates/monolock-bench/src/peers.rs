@@ -49,6 +49,7 @@ use crate::{
     report::Metrics,
     resp::{self, RedisLock},
     servers::{Server, System},
+    sys,
 };
 
 /// Lease (monolock), TTL (Redis, etcd) or session timeout (ZooKeeper) of
@@ -80,16 +81,20 @@ pub enum Series {
     Etcd,
     /// ZooKeeper's lock recipe.
     Zookeeper,
+    /// The session floor (`crate::session_floor`) driven like
+    /// [`Series::MonoTwoTrips`]; throughput only.
+    Floor,
 }
 
 impl Series {
     /// Every series, in table order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::MonoTwoTrips,
         Self::MonoPipelined,
         Self::Redis,
         Self::Etcd,
         Self::Zookeeper,
+        Self::Floor,
     ];
 
     /// Its name in metric keys.
@@ -100,6 +105,7 @@ impl Series {
             Self::Redis => "redis",
             Self::Etcd => "etcd",
             Self::Zookeeper => "zookeeper",
+            Self::Floor => "session_floor",
         }
     }
 
@@ -111,13 +117,14 @@ impl Series {
             Self::Redis => "Redis: SET NX PX + check-and-delete script, retry 1 ms",
             Self::Etcd => "etcd: Lock/Unlock RPCs on a lease",
             Self::Zookeeper => "ZooKeeper: lock recipe (ephemeral sequential, watch predecessor)",
+            Self::Floor => "session floor: a bare tokio server answering the same 2 round trips",
         }
     }
 
     /// The system whose server it runs on.
     pub fn system(self) -> System {
         match self {
-            Self::MonoTwoTrips | Self::MonoPipelined => System::Monolock,
+            Self::MonoTwoTrips | Self::MonoPipelined | Self::Floor => System::Monolock,
             Self::Redis => System::Redis,
             Self::Etcd => System::Etcd,
             Self::Zookeeper => System::Zookeeper,
@@ -127,7 +134,7 @@ impl Series {
     /// Whether it has a contention row (pipelining a release into the
     /// next acquire is a throughput pattern, not a waiter's).
     pub fn contends(self) -> bool {
-        self != Self::MonoPipelined
+        !matches!(self, Self::MonoPipelined | Self::Floor)
     }
 }
 
@@ -266,7 +273,7 @@ impl Locker {
         lease: Duration,
     ) -> Result<Self> {
         Ok(match series {
-            Series::MonoTwoTrips | Series::MonoPipelined => {
+            Series::MonoTwoTrips | Series::MonoPipelined | Series::Floor => {
                 const CLAIM: u32 = 1;
                 let session = mono_v2::Session::open(addr, lease).await?;
                 let acquire = mono_v2::acquire_bytes(CLAIM, name)?;
@@ -441,12 +448,15 @@ pub struct Servers<'a> {
     pub etcd: Option<&'a Server>,
     /// ZooKeeper, if it runs.
     pub zookeeper: Option<&'a Server>,
+    /// The session floor, if it runs.
+    pub floor: Option<&'a Server>,
 }
 
 impl Servers<'_> {
     /// The server of `series`, if it runs.
     pub fn of(&self, series: Series) -> Option<&Server> {
         match series.system() {
+            System::Monolock if series == Series::Floor => self.floor,
             System::Monolock => Some(self.mono),
             System::Redis => self.redis,
             System::Etcd => self.etcd,
@@ -516,8 +526,10 @@ pub async fn throughput(
     }
     sleep_until(win.measure_from.into()).await;
     let s0 = server.sample()?;
+    let c0 = sys::own_cpu_time();
     sleep_until(win.end.into()).await;
     let s1 = server.sample()?;
+    let c1 = sys::own_cpu_time();
     let mut total = 0u64;
     while let Some(joined) = tasks.join_next().await {
         total += joined.context("client task panicked")??;
@@ -538,6 +550,11 @@ pub async fn throughput(
     m.put(
         &format!("{pre}.server_cpu_cores"),
         (s1.cpu - s0.cpu).as_secs_f64() / secs,
+    );
+    // Near 1.0 the one-thread load generator, not the server, is the limit.
+    m.put(
+        &format!("{pre}.client_cpu_cores"),
+        (c1 - c0).as_secs_f64() / secs,
     );
     Ok(())
 }
@@ -705,7 +722,7 @@ pub async fn many_locks(
     // What keeps the locks held until the sample is taken.
     let mut keep: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     match series {
-        Series::MonoTwoTrips | Series::MonoPipelined => {
+        Series::MonoTwoTrips | Series::MonoPipelined | Series::Floor => {
             let mut session = mono_v2::Session::open(server.addr, LONG_LEASE).await?;
             for first in (0..locks).step_by(512) {
                 let last = (first + 512).min(locks);
@@ -835,6 +852,14 @@ pub fn table(
         row(format!("server CPU µs per cycle, {c} client(s)"), &|se| {
             format!("peers.tp.c{c}.{}.server_cpu_us_per_cycle", se.key())
         });
+        row(
+            format!("server CPU per cycle ÷ the session floor's, {c} client(s)"),
+            &|se| format!("peers.tp.c{c}.{}.cpu_vs_floor", se.key()),
+        );
+        row(
+            format!("load generator CPU (cores), {c} client(s)"),
+            &|se| format!("peers.tp.c{c}.{}.client_cpu_cores", se.key()),
+        );
     }
     for c in contention_clients {
         for (figure, label) in [

@@ -106,6 +106,17 @@ impl Bench {
         } else {
             (None, None)
         };
+        let session_floor = if setup.wants(Scenario::Peers) {
+            match Server::start_session_floor(&setup.exe, setup.server_cpu, &setup.logs).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    setup.notes.push(format!("session floor not run: {e:#}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let mut errors = Vec::new();
         if std::env::var_os("CI").is_some() && setup.wants(Scenario::Peers) && !setup.no_peers {
             // CI installs both (.ci/setup.d/peers.sh): the comparison must
@@ -136,6 +147,7 @@ impl Bench {
                 floor,
                 etcd,
                 zookeeper,
+                session_floor,
             },
             setup,
             steps: Steps {
@@ -534,6 +546,7 @@ impl Bench {
             redis: self.servers.redis.as_ref(),
             etcd: self.servers.etcd.as_ref(),
             zookeeper: self.servers.zookeeper.as_ref(),
+            floor: self.servers.session_floor.as_ref(),
         };
         let mut series: Vec<Series> = Series::ALL
             .into_iter()
@@ -564,6 +577,17 @@ impl Bench {
                         ),
                     )
                     .await;
+            }
+            let pre = format!("peers.tp.c{clients}");
+            let cpu = |se: Series| m.get(&format!("{pre}.{}.server_cpu_us_per_cycle", se.key()));
+            if let Some(floor) = cpu(Series::Floor).filter(|f| *f > 0.0) {
+                let ratios: Vec<(Series, f64)> = series
+                    .iter()
+                    .filter_map(|&se| cpu(se).map(|c| (se, c / floor)))
+                    .collect();
+                for (se, ratio) in ratios {
+                    m.put(&format!("{pre}.{}.cpu_vs_floor", se.key()), ratio);
+                }
             }
         }
         for &clients in &plan.peer_contention_clients {
@@ -731,6 +755,7 @@ impl Bench {
                 redis: servers.redis.as_ref(),
                 etcd: servers.etcd.as_ref(),
                 zookeeper: servers.zookeeper.as_ref(),
+                floor: servers.session_floor.as_ref(),
             };
             Series::ALL
                 .into_iter()
@@ -844,6 +869,8 @@ struct UnderTest {
     /// are installed).
     etcd: Option<Server>,
     zookeeper: Option<Server>,
+    /// The session floor (when the side-by-side scenario is run).
+    session_floor: Option<Server>,
 }
 
 impl UnderTest {

@@ -116,6 +116,22 @@ impl Server {
         Self::spawn(System::Monolock, "floor", cmd, addr, cpu, log_dir).await
     }
 
+    /// Starts the session floor, `monolock-bench session-floor` (`exe` is
+    /// this binary): see [`crate::session_floor`].
+    pub async fn start_session_floor(
+        exe: &Path,
+        cpu: Option<usize>,
+        log_dir: &Path,
+    ) -> Result<Self> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut cmd = Command::new(exe);
+        cmd.arg("session-floor")
+            .arg("--listen")
+            .arg(addr.to_string());
+        Self::spawn(System::Monolock, "session_floor", cmd, addr, cpu, log_dir).await
+    }
+
     /// Starts `redis-server` with persistence off, on loopback only.
     pub async fn start_redis(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
         let port = free_port()?;

@@ -79,7 +79,14 @@ fn smoke_mode_runs_every_scenario() {
 }
 
 /// The series of the side-by-side table, as results.json keys them.
-const SIDE_BY_SIDE: [&str; 5] = ["mono_2rt", "mono_pipelined", "redis", "etcd", "zookeeper"];
+const SIDE_BY_SIDE: [&str; 6] = [
+    "mono_2rt",
+    "mono_pipelined",
+    "redis",
+    "etcd",
+    "zookeeper",
+    "session_floor",
+];
 
 #[test]
 fn side_by_side_smoke_runs_every_system() {
@@ -138,7 +145,8 @@ fn side_by_side_smoke_runs_every_system() {
             let key = format!("peers.tp.c{clients}.{series}.cycles_per_s");
             assert!(positive(&key), "{key} missing or zero:\n{results}");
         }
-        if series == "mono_pipelined" {
+        // Throughput patterns only: no waiter, no holder to kill.
+        if series == "mono_pipelined" || series == "session_floor" {
             continue;
         }
         for figure in [
@@ -154,7 +162,14 @@ fn side_by_side_smoke_runs_every_system() {
     }
     // The table names every system and its pattern.
     let md = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
-    for heading in ["monolock v2", "pipelined", "Redis", "etcd", "ZooKeeper"] {
+    for heading in [
+        "monolock v2",
+        "pipelined",
+        "Redis",
+        "etcd",
+        "ZooKeeper",
+        "session floor",
+    ] {
         assert!(
             md.contains(heading),
             "summary.md has no {heading} column:\n{md}"
