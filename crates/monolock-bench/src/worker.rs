@@ -39,8 +39,8 @@ pub enum HoldSystem {
     Monolock,
     /// A Redis key set with NX PX.
     Redis,
-    /// etcd's lock service, on a lease kept alive every TTL/3 (as Go's
-    /// `concurrency.Session` does).
+    /// etcd's `concurrency.Mutex` algorithm, on a lease kept alive every
+    /// TTL/3 (as Go's `concurrency.Session` does).
     Etcd,
     /// ZooKeeper's lock recipe, in a session of `--lease-ms`.
     Zookeeper,
@@ -115,11 +115,13 @@ pub async fn hold(args: HoldArgs) -> Result<()> {
                 .max(1);
             let granted = client.lease_grant(ttl, None).await?;
             let (mut keeper, mut answers) = client.lease_keep_alive(granted.id()).await?;
-            let options = etcd_client::LockOptions::new().with_lease(granted.id());
-            let held = timeout(OP_TIMEOUT, client.lock(args.name.as_bytes(), Some(options)))
-                .await
-                .context("no Lock answer in time")??;
-            announce(&format!("HELD {}", String::from_utf8_lossy(held.key())))?;
+            let key = timeout(
+                OP_TIMEOUT,
+                crate::peers::etcd_lock(&mut client, &args.name, granted.id()),
+            )
+            .await
+            .context("no lock in time")??;
+            announce(&format!("HELD {}", String::from_utf8_lossy(&key)))?;
             let every = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(1).max(1)) / 3;
             while Instant::now() < give_up {
                 sleep(every).await;
