@@ -163,13 +163,14 @@ pub enum Locker {
         key: String,
         /// The token of the current hold.
         token: String,
-        /// Retry jitter and tokens.
-        rng: StdRng,
+        /// Retry jitter and tokens (boxed: a few hundred bytes).
+        rng: Box<StdRng>,
     },
     /// An etcd client with its lease.
     Etcd {
-        /// The client (one HTTP/2 connection).
-        client: etcd_client::Client,
+        /// The client (one HTTP/2 connection), boxed: it is several
+        /// kilobytes, the other variants a few hundred bytes.
+        client: Box<etcd_client::Client>,
         /// The lock's name.
         name: String,
         /// The lease every key of this client is attached to.
@@ -380,7 +381,7 @@ impl Locker {
                 lock: RedisLock::connect(addr, lease).await?,
                 key: name.to_owned(),
                 token: String::new(),
-                rng: StdRng::from_rng(&mut rand::rng()),
+                rng: Box::new(StdRng::from_rng(&mut rand::rng())),
             },
             Series::Etcd => {
                 let mut client = etcd_connect(addr).await?;
@@ -391,7 +392,7 @@ impl Locker {
                     .context("etcd LeaseGrant")?
                     .id();
                 Self::Etcd {
-                    client,
+                    client: Box::new(client),
                     name: name.to_owned(),
                     lease,
                     key: None,
@@ -430,12 +431,12 @@ impl Locker {
                 token,
                 rng,
             } => {
-                *token = resp::new_token(rng);
+                *token = resp::new_token(&mut **rng);
                 while !lock.try_acquire(key, token).await? {
                     if Instant::now() >= give_up {
                         bail!("redis: {key} not taken in time");
                     }
-                    sleep(resp::jittered(REDIS_RETRY, rng)).await;
+                    sleep(resp::jittered(REDIS_RETRY, &mut **rng)).await;
                 }
             }
             Self::Etcd {
@@ -742,9 +743,9 @@ async fn contend(locker: &mut Locker, win: Window) -> Result<ClientLog> {
                 log.open_wait = Some(win.end - attempt);
                 break;
             }
-            Ok(Err(e)) if Instant::now() >= win.end && matches!(locker, Locker::Redis { .. }) => {
-                // A Redis waiter gives up when the window closes.
-                let _ = e;
+            // A Redis waiter stops retrying by itself once the window has
+            // closed: still waiting, not an error.
+            Ok(Err(_)) if Instant::now() >= win.end && matches!(locker, Locker::Redis { .. }) => {
                 log.open_wait = Some(win.end - attempt);
                 break;
             }
