@@ -1013,3 +1013,62 @@ pub fn smoke_checks(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        plan::{Mode, Plan},
+        report::summarize,
+    };
+
+    #[test]
+    fn zookeeper_lock_nodes_sit_one_level_under_the_root() {
+        assert_eq!(zk_dir("bench/a/b"), "/bench-locks/bench_a_b");
+        assert_eq!(zk_dir("plain"), "/bench-locks/plain");
+    }
+
+    #[test]
+    fn smoke_checks_name_every_missing_figure_of_a_series_that_ran() {
+        let plan = Plan::for_mode(Mode::Smoke, None);
+        let mut m = Metrics::default();
+        for c in &plan.throughput_clients {
+            m.put(&format!("peers.tp.c{c}.etcd.cycles_per_s"), 10.0);
+        }
+        for c in &plan.peer_contention_clients {
+            m.put(&format!("peers.cont.c{c}.etcd.acq_per_s"), 5.0);
+            m.put(&format!("peers.cont.c{c}.etcd.handover_p50_us"), 0.0);
+        }
+        m.put("peers.dead.etcd.handover_ms", 2000.0);
+        m.put("peers.dead.etcd.lease_ms", 2000.0);
+        let summary = summarize(&[m]);
+        let problems = smoke_checks(&summary, &plan, &[Series::Etcd]);
+        assert_eq!(
+            problems,
+            vec![
+                "peers.cont.c4.etcd.handover_p50_us = 0".to_owned(),
+                "peers.mem.etcd.locks missing".to_owned(),
+            ]
+        );
+        // A series that did not run is not asked for.
+        assert!(smoke_checks(&summary, &plan, &[]).is_empty());
+        // The pipelined pattern and the floor have throughput rows only.
+        let problems = smoke_checks(&summary, &plan, &[Series::MonoPipelined]);
+        assert!(problems.iter().all(|p| p.contains(".tp.")), "{problems:?}");
+    }
+
+    #[test]
+    fn the_table_has_a_column_per_series_and_skips_rows_nobody_has() {
+        let mut m = Metrics::default();
+        m.put("peers.tp.c1.zookeeper.cycles_per_s", 2738.0);
+        m.put("peers.dead.mono_2rt.handover_ms", 0.67);
+        let md = table(&summarize(&[m]), &[1], &[16]);
+        let lines: Vec<&str> = md.lines().collect();
+        assert_eq!(lines.len(), 4, "{md}");
+        assert_eq!(lines[0].matches(" | ").count(), Series::ALL.len());
+        assert!(
+            lines[2].starts_with("| short-lock cycles/s, 1 client(s) | – | – | – | – | 2738 | – |")
+        );
+        assert!(lines[3].starts_with("| SIGKILLed holder → next grant (ms) | 0.670 |"));
+    }
+}
