@@ -2,8 +2,10 @@
 //! holder or a block of sessions lives in a process of its own:
 //!
 //! - `hold`: take one lock and keep it alive (monolock heartbeats at
-//!   lease/4; Redis watchdog renewal at TTL/3, as Redisson does) until
-//!   killed. The parent SIGKILLs or SIGSTOPs it.
+//!   lease/4; Redis watchdog renewal at TTL/3, as Redisson does; etcd
+//!   lease keep-alives at TTL/3, as Go's `concurrency.Session` does;
+//!   ZooKeeper's client pings by itself) until killed. The parent SIGKILLs
+//!   or SIGSTOPs it.
 //! - `sessions-worker`: open many monolock sessions from one loopback
 //!   source address and heartbeat each of them at lease/4.
 //!
