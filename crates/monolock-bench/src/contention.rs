@@ -41,15 +41,15 @@ const CONTENTION_TTL: Duration = Duration::from_secs(10);
 
 /// What one client saw.
 #[derive(Default)]
-struct ClientLog {
+pub(crate) struct ClientLog {
     /// (grant, release) of every completed hold.
-    holds: Vec<(Instant, Instant)>,
+    pub(crate) holds: Vec<(Instant, Instant)>,
     /// Attempt-to-grant of every completed wait.
-    waits: Vec<Duration>,
+    pub(crate) waits: Vec<Duration>,
     /// The wait still open when the window closed, if any.
-    open_wait: Option<Duration>,
+    pub(crate) open_wait: Option<Duration>,
     /// Releases that found the key no longer ours (Redis only).
-    lost: u64,
+    pub(crate) lost: u64,
 }
 
 /// The parameters of one contention run.
@@ -191,8 +191,8 @@ pub async fn run(
 ) -> Result<Outcome> {
     let win = Window::new(p.warmup, p.length);
     let series = match server.system {
-        System::Monolock => server.series.to_owned(),
         System::Redis => format!("redis-d{}", p.retry_delay.as_millis()),
+        _ => server.series.to_owned(),
     };
     let name = format!("bench/contended/{run_id}");
     // Long enough that no waiter needs a heartbeat during the window.
@@ -212,6 +212,9 @@ pub async fn run(
                     p.work,
                     p.retry_delay,
                 ));
+            }
+            System::Etcd | System::Zookeeper => {
+                bail!("{}: measured by the side-by-side scenario", server.series)
             }
         }
     }
@@ -289,21 +292,29 @@ pub async fn run(
     })
 }
 
-struct Analysis {
-    acquisitions: u64,
-    handover: Samples,
-    regrant: Samples,
+/// What a contention run's client logs add up to.
+pub(crate) struct Analysis {
+    /// Grants inside the measured window.
+    pub(crate) acquisitions: u64,
+    /// Release to the grant of another client.
+    pub(crate) handover: Samples,
+    /// Release to a grant of the same client.
+    pub(crate) regrant: Samples,
     waits: Samples,
     hold_times: Samples,
-    fairness: f64,
+    /// Most acquisitions of one client over the fewest (∞ if one starved).
+    pub(crate) fairness: f64,
     min_per_client: u64,
     max_per_client: u64,
     worst_wait: Duration,
-    overlaps: u64,
+    /// Holds that began before the previous one ended.
+    pub(crate) overlaps: u64,
     lost: u64,
 }
 
-fn analyse(logs: &[ClientLog], win: Window) -> Analysis {
+/// Orders every client's holds on one clock: handovers, re-grants,
+/// fairness, overlaps.
+pub(crate) fn analyse(logs: &[ClientLog], win: Window) -> Analysis {
     // Every hold of every client, ordered by grant: (grant, release, client).
     let mut all: Vec<(Instant, Instant, usize)> = logs
         .iter()

@@ -152,6 +152,9 @@ async fn client_cycles(
                 }
             }
         }
+        System::Etcd | System::Zookeeper => {
+            bail!("{system:?}: measured by the side-by-side scenario")
+        }
     }
     Ok(ClientCycles {
         count,

@@ -1,6 +1,8 @@
 //! Scenario 4: a dead holder. The holder is a child process (this binary's
 //! hidden `hold` subcommand); a waiter in this process is already queued
-//! (monolock) or polling (Redis) when the holder is SIGKILLed or SIGSTOPped.
+//! (monolock; etcd's Lock RPC and ZooKeeper's watch on the predecessor
+//! after the phase below) or polling (Redis) when the holder is SIGKILLed
+//! or SIGSTOPped.
 //! Measured: from just before the signal to the waiter's grant.
 
 use std::{
@@ -64,10 +66,7 @@ pub async fn trial(
     fault: Fault,
     lease: Duration,
 ) -> Result<Duration> {
-    let system = match server.system {
-        System::Monolock => "monolock",
-        System::Redis => "redis",
-    };
+    let system = server.system.key();
     let bound = lease * 3 + Duration::from_secs(5);
     let mut holder = Command::new(exe)
         .arg("hold")
@@ -137,6 +136,21 @@ async fn run_trial(
                     sleep(resp::jittered(REDIS_WAITER_DELAY, &mut rng)).await;
                 }
                 bail!("waiter never got {key}")
+            })
+        }
+        System::Etcd | System::Zookeeper => {
+            let series = if server.system == System::Etcd {
+                crate::peers::Series::Etcd
+            } else {
+                crate::peers::Series::Zookeeper
+            };
+            // Its own lease or session, far longer than the trial.
+            let mut waiter =
+                crate::peers::Locker::connect(series, server.addr, name, bound * 4).await?;
+            let deadline = Instant::now() + bound;
+            tokio::spawn(async move {
+                waiter.acquire(deadline).await?;
+                anyhow::Ok(Instant::now())
             })
         }
     };

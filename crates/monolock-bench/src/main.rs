@@ -8,7 +8,8 @@
 //!
 //! It starts what it measures as child processes: a `monolock serve` (found
 //! next to this binary, or `--monolock-bin`) and, when installed, a
-//! `redis-server`, each on a free loopback port, pinned to one CPU while the
+//! `redis-server`, and for the side-by-side scenario a single `etcd` member
+//! and a standalone ZooKeeper, each on a free loopback port, pinned to one CPU while the
 //! load generator runs on another. Results go to a table on stdout, plus
 //! `results.json`, `summary.md` and SVG charts in the output directory.
 #![warn(missing_docs)]
@@ -22,11 +23,13 @@ mod floor;
 mod mono;
 mod mono_v2;
 mod output;
+mod peers;
 mod plan;
 mod report;
 mod resp;
 mod run;
 mod servers;
+mod session_floor;
 mod sessions;
 mod setup;
 mod stats;
@@ -41,7 +44,8 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Benchmarks monolock against Redis locks (SET NX PX + Lua release).
+/// Benchmarks monolock against Redis locks (SET NX PX + Lua release), and
+/// side by side with etcd and ZooKeeper.
 #[derive(Parser, Debug)]
 #[command(
     name = "monolock-bench",
@@ -83,6 +87,12 @@ pub struct RunArgs {
     /// Do not run Redis even if installed.
     #[arg(long)]
     pub no_redis: bool,
+    /// The `etcd` binary of the side-by-side scenario [default: from PATH].
+    #[arg(long, value_name = "PATH")]
+    pub etcd_bin: Option<PathBuf>,
+    /// Do not run etcd and ZooKeeper even if installed.
+    #[arg(long)]
+    pub no_peers: bool,
     /// Where results.json, summary.md and the charts go
     /// [default: target/monolock-bench/<mode>].
     #[arg(long, value_name = "DIR")]
@@ -134,6 +144,10 @@ pub enum Scenario {
     Tls,
     /// 4. SIGKILLed and SIGSTOPped holders.
     Dead,
+    /// Side by side with etcd and ZooKeeper: cycles, one contended lock,
+    /// a SIGKILLed holder, memory per held lock, every system through its
+    /// own recipe.
+    Peers,
     /// 5. Many idle heartbeating sessions.
     Sessions,
 }
@@ -152,6 +166,10 @@ enum Sub {
     /// (internal) Accept, read, answer, close: the connection floor.
     #[command(hide = true)]
     ConnFloor(conn_floor::ConnFloorArgs),
+    /// (internal) Answer v2 OPEN, ACQUIRE and RELEASE on persistent
+    /// connections with canned frames: the session floor.
+    #[command(hide = true)]
+    SessionFloor(session_floor::SessionFloorArgs),
     /// One client claiming in sequence on a fresh server, for profiling
     /// the server: prints its pid, then claims/s and its CPU per claim.
     ClaimLoop(tls_claims::ClaimLoopArgs),
@@ -178,6 +196,7 @@ fn main() -> ExitCode {
             .map(|()| true),
         Some(Sub::Echo(args)) => floor::echo(args).map(|()| true),
         Some(Sub::ConnFloor(args)) => conn_floor::serve(args).map(|()| true),
+        Some(Sub::SessionFloor(args)) => session_floor::serve(args).map(|()| true),
         Some(Sub::ClaimLoop(args)) => runtime()
             .map_err(anyhow::Error::from)
             .and_then(|rt| rt.block_on(tls_claims::claim_loop(args)))

@@ -57,6 +57,17 @@ pub(crate) fn summary_markdown(
             report::fmt_spread(floor)
         );
     }
+    if summary.keys().any(|k| k.starts_with("peers.")) {
+        let _ = writeln!(
+            md,
+            "### Side by side with etcd and ZooKeeper\n\nEvery system through its own lock recipe, each server on the same CPU; etcd's and ZooKeeper's data on tmpfs (no disk cost). monolock's SIGKILL row uses a protocol v1 holder; its memory row one v2 session.\n\n{}",
+            crate::peers::table(
+                summary,
+                &plan.throughput_clients,
+                &plan.peer_contention_clients
+            )
+        );
+    }
     let base = report::baseline_table(summary);
     if !base.is_empty() {
         let _ = writeln!(

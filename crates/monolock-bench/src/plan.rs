@@ -59,6 +59,10 @@ pub struct Plan {
     pub sessions: sessions::Params,
     /// Locks held by one process, v1 connections against one v2 session.
     pub many_locks: usize,
+    /// Side by side with etcd and ZooKeeper: clients on the one contended lock.
+    pub peer_contention_clients: Vec<usize>,
+    /// Side by side: locks held by one session for the memory row.
+    pub peer_locks: usize,
 }
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -81,6 +85,8 @@ impl Plan {
                 dead_lease: MS(300),
                 long_ttl: None,
                 many_locks: 200,
+                peer_contention_clients: vec![4],
+                peer_locks: 200,
                 sessions: sessions::Params {
                     sessions: 200,
                     workers: 2,
@@ -103,6 +109,8 @@ impl Plan {
                 dead_lease: MS(1_000),
                 long_ttl: None,
                 many_locks: 10_000,
+                peer_contention_clients: vec![16, 64],
+                peer_locks: 10_000,
                 sessions: sessions::Params {
                     sessions: 5_000,
                     workers: 2,
@@ -125,6 +133,8 @@ impl Plan {
                 dead_lease: MS(1_000),
                 long_ttl: Some(Duration::from_secs(30)),
                 many_locks: 10_000,
+                peer_contention_clients: vec![16, 64],
+                peer_locks: 10_000,
                 sessions: sessions::Params {
                     sessions: 19_000,
                     workers: 4,
@@ -200,6 +210,14 @@ impl Plan {
                 Some(t) => format!("; Redis TTL {} s as well", secs(t)),
                 None => "; Redis TTL 30 s skipped in this mode (30 s per trial)".to_owned(),
             }
+        );
+        let _ = writeln!(
+            s,
+            "- side by side with etcd and ZooKeeper (each server on the same CPU, data on tmpfs): {:?} clients cycling, {:?} clients on one lock, a SIGKILLed holder at lease / TTL / session timeout {} s, {} locks held by one session",
+            self.throughput_clients,
+            self.peer_contention_clients,
+            secs(self.dead_lease),
+            self.peer_locks
         );
         let _ = writeln!(
             s,

@@ -29,6 +29,7 @@ use serde_json::json;
 use crate::{
     RunArgs, Scenario, contention, cycles, dead, floor,
     output::{ChartData, smoke_checks, summary_markdown, write_charts},
+    peers::{self, Series},
     plan::Mode,
     report::{self, Metrics, TargetContext},
     servers::{self, Server, System},
@@ -100,6 +101,32 @@ impl Bench {
             ),
             None => None,
         };
+        let (etcd, zookeeper) = if setup.wants(Scenario::Peers) {
+            start_peers(&mut setup).await
+        } else {
+            (None, None)
+        };
+        let session_floor = if setup.wants(Scenario::Peers) {
+            match Server::start_session_floor(&setup.exe, setup.server_cpu, &setup.logs).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    setup.notes.push(format!("session floor not run: {e:#}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut errors = Vec::new();
+        if std::env::var_os("CI").is_some() && setup.wants(Scenario::Peers) && !setup.no_peers {
+            // CI installs both (.ci/setup.d/peers.sh): the comparison must
+            // not rot by being skipped there.
+            for (name, ran) in [("etcd", etcd.is_some()), ("ZooKeeper", zookeeper.is_some())] {
+                if !ran {
+                    errors.push(format!("{name} did not run although CI is set"));
+                }
+            }
+        }
         let floor = if setup.wants(Scenario::Throughput) {
             match Server::start_conn_floor(&setup.exe, setup.server_cpu, &setup.logs).await {
                 Ok(s) => Some(s),
@@ -118,10 +145,13 @@ impl Bench {
                 base,
                 redis,
                 floor,
+                etcd,
+                zookeeper,
+                session_floor,
             },
             setup,
             steps: Steps {
-                errors: Vec::new(),
+                errors,
                 next_id: u64::from(std::process::id()) << 20,
             },
             chart: ChartData::default(),
@@ -146,6 +176,8 @@ impl Bench {
             "baseline_bin": s.base_bin.as_ref().map(|b| b.display().to_string()),
             "baseline_version": s.base_bin.as_deref().and_then(|b| command_line(b, "--version")),
             "redis_version": s.redis_bin.as_deref().and_then(servers::redis_version),
+            "etcd_version": s.etcd_bin.as_deref().and_then(|b| servers::first_line(b, "--version")),
+            "zookeeper_jar": s.zookeeper.as_ref().map(|(_, jar)| jar.display().to_string()),
             "notes": s.notes,
         })
     }
@@ -189,6 +221,7 @@ impl Bench {
             Scenario::ManyLocks => self.many_locks(m).await,
             Scenario::Tls => self.tls_claims(m).await,
             Scenario::Dead => self.dead(order, m).await?,
+            Scenario::Peers => self.peers(order, m).await,
             Scenario::Sessions => self.sessions(order, m).await,
         }
         Ok(())
@@ -222,6 +255,7 @@ impl Bench {
                     (System::Monolock, BASE) => {}
                     (System::Monolock, _) => self.chart.latency_mono.extend(&samples),
                     (System::Redis, _) => self.chart.latency_redis.extend(&samples),
+                    (System::Etcd | System::Zookeeper, _) => {}
                 }
             }
         }
@@ -384,6 +418,8 @@ impl Bench {
                             .collect(),
                         None => Vec::new(),
                     },
+                    // Measured by the side-by-side scenario.
+                    System::Etcd | System::Zookeeper => Vec::new(),
                 };
                 for (run, delay) in runs {
                     let id = self.steps.id();
@@ -408,10 +444,10 @@ impl Bench {
                         ContentionRun::V1(server) => server,
                     };
                     let what = match sys {
-                        System::Monolock => format!("contention, {human}, {}", server.series),
                         System::Redis => {
                             format!("contention, {human}, redis retry {} ms", delay.as_millis())
                         }
+                        _ => format!("contention, {human}, {}", server.series),
                     };
                     if let Some(o) = self
                         .steps
@@ -443,8 +479,8 @@ impl Bench {
                 continue;
             };
             let series = match sys {
-                System::Monolock => "monolock".to_owned(),
                 System::Redis => format!("redis-ttl{}", ttl_key(lease)),
+                other => other.key().to_owned(),
             };
             for fault in [dead::Fault::Kill, dead::Fault::Stop] {
                 let id = self.steps.id();
@@ -501,6 +537,144 @@ impl Bench {
         self.revive_redis().await
     }
 
+    /// Side by side with etcd and ZooKeeper: every row for every series
+    /// whose server runs, the series in `order`'s direction (monolock's
+    /// first when monolock goes first, the reverse otherwise).
+    async fn peers(&mut self, order: [System; 2], m: &mut Metrics) {
+        let servers = peers::Servers {
+            mono: &self.servers.mono,
+            redis: self.servers.redis.as_ref(),
+            etcd: self.servers.etcd.as_ref(),
+            zookeeper: self.servers.zookeeper.as_ref(),
+            floor: self.servers.session_floor.as_ref(),
+        };
+        let mut series: Vec<Series> = Series::ALL
+            .into_iter()
+            .filter(|se| servers.of(*se).is_some())
+            .collect();
+        if order[0] != System::Monolock {
+            series.reverse();
+        }
+        let s = &self.setup;
+        let plan = &s.plan;
+        for &clients in &plan.throughput_clients {
+            for &se in &series {
+                let Some(server) = servers.of(se) else {
+                    continue;
+                };
+                let id = self.steps.id();
+                self.steps
+                    .step(
+                        format!("side by side, {clients} client(s) cycling, {}", se.key()),
+                        peers::throughput(
+                            se,
+                            server,
+                            id,
+                            clients,
+                            plan.warmup,
+                            plan.throughput_len,
+                            m,
+                        ),
+                    )
+                    .await;
+            }
+            let pre = format!("peers.tp.c{clients}");
+            let cpu = |se: Series| m.get(&format!("{pre}.{}.server_cpu_us_per_cycle", se.key()));
+            if let Some(floor) = cpu(Series::Floor).filter(|f| *f > 0.0) {
+                let ratios: Vec<(Series, f64)> = series
+                    .iter()
+                    .filter_map(|&se| cpu(se).map(|c| (se, c / floor)))
+                    .collect();
+                for (se, ratio) in ratios {
+                    m.put(&format!("{pre}.{}.cpu_vs_floor", se.key()), ratio);
+                }
+            }
+        }
+        for &clients in &plan.peer_contention_clients {
+            for &se in series.iter().filter(|se| se.contends()) {
+                let Some(server) = servers.of(se) else {
+                    continue;
+                };
+                let id = self.steps.id();
+                self.steps
+                    .step(
+                        format!("side by side, {clients} clients on one lock, {}", se.key()),
+                        peers::contention(
+                            se,
+                            server,
+                            id,
+                            clients,
+                            plan.warmup,
+                            plan.contention_len,
+                            m,
+                        ),
+                    )
+                    .await;
+            }
+        }
+        for &se in series.iter().filter(|se| se.contends()) {
+            let Some(server) = servers.of(se) else {
+                continue;
+            };
+            let id = self.steps.id();
+            let name = format!("bench/peers-dead/{id}");
+            let trial = async {
+                let lease =
+                    peers::effective_lease(server.system, server.addr, plan.dead_lease).await?;
+                let handover =
+                    dead::trial(server, &s.exe, &name, dead::Fault::Kill, plan.dead_lease).await?;
+                anyhow::Ok((lease, handover))
+            };
+            if let Some((lease, handover)) = self
+                .steps
+                .step(
+                    format!("side by side, SIGKILLed holder, {}", se.key()),
+                    trial,
+                )
+                .await
+            {
+                let pre = format!("peers.dead.{}", se.key());
+                m.put(&format!("{pre}.handover_ms"), handover.as_secs_f64() * 1e3);
+                m.put(&format!("{pre}.lease_ms"), lease.as_secs_f64() * 1e3);
+            }
+        }
+        for &se in series.iter().filter(|se| se.contends()) {
+            let id = self.steps.id();
+            let locks = plan.peer_locks;
+            let step = async {
+                let cpu = s.server_cpu;
+                let fresh = match se.system() {
+                    System::Monolock => {
+                        let extra = ["--max-claims-per-session".into(), locks.to_string().into()];
+                        Server::start_monolock_with(&s.mono_bin, cpu, &s.logs, &extra).await?
+                    }
+                    System::Redis => {
+                        let bin = s.redis_bin.as_deref().context("no redis-server")?;
+                        Server::start_redis(bin, cpu, &s.logs).await?
+                    }
+                    System::Etcd => {
+                        let bin = s.etcd_bin.as_deref().context("no etcd")?;
+                        Server::start_etcd(bin, cpu, &s.logs).await?
+                    }
+                    System::Zookeeper => {
+                        let (java, jar) = s.zookeeper.as_ref().context("no ZooKeeper")?;
+                        Server::start_zookeeper(java, jar, cpu, &s.logs).await?
+                    }
+                };
+                peers::many_locks(se, &fresh, id, locks, m).await
+            };
+            self.steps
+                .step(
+                    format!(
+                        "side by side, {locks} locks held by one session, {}",
+                        se.key()
+                    ),
+                    step,
+                )
+                .await;
+        }
+    }
+
     /// Scenario 5, sessions at scale, each system on a fresh server of its own.
     async fn sessions(&mut self, order: [System; 2], m: &mut Metrics) {
         let s = &self.setup;
@@ -508,25 +682,23 @@ impl Bench {
             let bin = match (sys, s.redis_bin.as_deref()) {
                 (System::Monolock, _) => s.mono_bin.as_path(),
                 (System::Redis, Some(bin)) if self.redis_ran => bin,
-                (System::Redis, _) => continue,
+                _ => continue,
             };
             let id = self.steps.id();
             let params = s.plan.sessions;
             let sessions_step = async {
                 let fresh = match sys {
-                    System::Monolock => Server::start_monolock(bin, s.server_cpu, &s.logs).await?,
                     System::Redis => Server::start_redis(bin, s.server_cpu, &s.logs).await?,
+                    _ => Server::start_monolock(bin, s.server_cpu, &s.logs).await?,
                 };
                 sessions::run(&fresh, &s.exe, id, params, &s.logs, m).await
             };
             let what = match sys {
-                System::Monolock => {
-                    format!("sessions at scale, {} monolock sessions", params.sessions)
-                }
                 System::Redis => format!(
                     "sessions calibration, {} idle Redis connections sending PING",
                     params.sessions
                 ),
+                _ => format!("sessions at scale, {} monolock sessions", params.sessions),
             };
             self.steps.step(what, sessions_step).await;
         }
@@ -577,6 +749,21 @@ impl Bench {
             mut chart,
             ..
         } = self;
+        let peers_ran: Vec<Series> = if s.wants(Scenario::Peers) {
+            let of = peers::Servers {
+                mono: &servers.mono,
+                redis: servers.redis.as_ref(),
+                etcd: servers.etcd.as_ref(),
+                zookeeper: servers.zookeeper.as_ref(),
+                floor: servers.session_floor.as_ref(),
+            };
+            Series::ALL
+                .into_iter()
+                .filter(|se| of.of(*se).is_some())
+                .collect()
+        } else {
+            Vec::new()
+        };
         drop(servers);
         let plan = &s.plan;
         let summary = report::summarize(rounds);
@@ -591,7 +778,20 @@ impl Bench {
         };
         let elapsed = started.elapsed().as_secs_f64();
         if s.mode == Mode::Smoke {
-            for problem in smoke_checks(&summary, plan, redis_ran) {
+            // The figures of the other scenarios are required when they all ran.
+            let all_others = Scenario::value_variants()
+                .iter()
+                .filter(|sc| **sc != Scenario::Peers)
+                .all(|sc| s.wants(*sc));
+            let others = if all_others {
+                smoke_checks(&summary, plan, redis_ran)
+            } else {
+                Vec::new()
+            };
+            let problems = others
+                .into_iter()
+                .chain(peers::smoke_checks(&summary, plan, &peers_ran));
+            for problem in problems {
                 steps.errors.push(format!("sanity check: {problem}"));
             }
         }
@@ -626,6 +826,34 @@ impl Bench {
     }
 }
 
+/// Starts etcd and ZooKeeper where they are installed, with a note for
+/// each that does not start.
+async fn start_peers(setup: &mut Setup) -> (Option<Server>, Option<Server>) {
+    let etcd = match &setup.etcd_bin {
+        Some(bin) => match Server::start_etcd(bin, setup.server_cpu, &setup.logs).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                setup.notes.push(format!("etcd not run: {e:#}"));
+                None
+            }
+        },
+        None => None,
+    };
+    let zookeeper = match &setup.zookeeper {
+        Some((java, jar)) => {
+            match Server::start_zookeeper(java, jar, setup.server_cpu, &setup.logs).await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    setup.notes.push(format!("ZooKeeper not run: {e:#}"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    (etcd, zookeeper)
+}
+
 /// The series of the `--baseline-bin` server's figures.
 const BASE: &str = "monolock_base";
 
@@ -637,6 +865,12 @@ struct UnderTest {
     redis: Option<Server>,
     /// The connection floor (when throughput is run).
     floor: Option<Server>,
+    /// etcd and ZooKeeper (when the side-by-side scenario is run and they
+    /// are installed).
+    etcd: Option<Server>,
+    zookeeper: Option<Server>,
+    /// The session floor (when the side-by-side scenario is run).
+    session_floor: Option<Server>,
 }
 
 impl UnderTest {
@@ -645,6 +879,8 @@ impl UnderTest {
         match sys {
             System::Monolock => Some(&self.mono),
             System::Redis => self.redis.as_ref(),
+            System::Etcd => self.etcd.as_ref(),
+            System::Zookeeper => self.zookeeper.as_ref(),
         }
     }
 
@@ -669,6 +905,7 @@ impl UnderTest {
                     servers.extend(monolocks);
                 }
                 System::Redis => servers.extend(&self.redis),
+                System::Etcd | System::Zookeeper => {}
             }
         }
         servers
@@ -762,6 +999,7 @@ async fn revive(
     *server = match server.system {
         System::Monolock => Server::start_monolock(bin, cpu, logs).await?,
         System::Redis => Server::start_redis(bin, cpu, logs).await?,
+        System::Etcd | System::Zookeeper => bail!("{} died", server.series),
     };
     Ok(())
 }

@@ -20,6 +20,8 @@ use crate::{
 
 /// How long a server may take to accept connections after it was started.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The same for etcd and ZooKeeper.
+const PEER_READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause between readiness probes.
 const READY_POLL: Duration = Duration::from_millis(20);
 
@@ -30,6 +32,10 @@ pub enum System {
     Monolock,
     /// Redis with the SET NX PX recipe
     Redis,
+    /// A single etcd member, through its lock service.
+    Etcd,
+    /// A standalone ZooKeeper, through the lock recipe.
+    Zookeeper,
 }
 
 impl System {
@@ -38,6 +44,8 @@ impl System {
         match self {
             Self::Monolock => "monolock",
             Self::Redis => "redis",
+            Self::Etcd => "etcd",
+            Self::Zookeeper => "zookeeper",
         }
     }
 }
@@ -57,6 +65,8 @@ pub struct Server {
     child: Child,
     /// Where its stdout/stderr go.
     pub log: PathBuf,
+    /// Its data directory (on tmpfs), removed when it stops.
+    data_dir: Option<PathBuf>,
 }
 
 impl Server {
@@ -106,6 +116,22 @@ impl Server {
         Self::spawn(System::Monolock, "floor", cmd, addr, cpu, log_dir).await
     }
 
+    /// Starts the session floor, `monolock-bench session-floor` (`exe` is
+    /// this binary): see [`crate::session_floor`].
+    pub async fn start_session_floor(
+        exe: &Path,
+        cpu: Option<usize>,
+        log_dir: &Path,
+    ) -> Result<Self> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut cmd = Command::new(exe);
+        cmd.arg("session-floor")
+            .arg("--listen")
+            .arg(addr.to_string());
+        Self::spawn(System::Monolock, "session_floor", cmd, addr, cpu, log_dir).await
+    }
+
     /// Starts `redis-server` with persistence off, on loopback only.
     pub async fn start_redis(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
         let port = free_port()?;
@@ -125,6 +151,98 @@ impl Server {
             .arg("--dir")
             .arg(log_dir);
         Self::spawn(System::Redis, "redis", cmd, addr, cpu, log_dir).await
+    }
+
+    /// Starts a single etcd member on loopback, its data on tmpfs
+    /// (`/dev/shm`): the bench measures the lock service, not the disk,
+    /// which favours etcd (every write is a fsync'd WAL append).
+    pub async fn start_etcd(bin: &Path, cpu: Option<usize>, log_dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let peer_port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let data = tmpfs_dir("etcd", port)?;
+        let client_url = format!("http://{addr}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let mut cmd = Command::new(bin);
+        cmd.args(["--name", "bench"])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--listen-client-urls", &client_url])
+            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("bench={peer_url}")])
+            .args(["--logger", "zap", "--log-outputs", "stderr"])
+            .args(["--log-level", "warn"]);
+        Self::spawn_with_data(System::Etcd, "etcd", cmd, addr, cpu, log_dir, data).await
+    }
+
+    /// Starts a standalone ZooKeeper (`java ... QuorumPeerMain`, the class
+    /// Debian's `zkServer.sh` runs) on loopback, its data on tmpfs. A tick
+    /// of 200 ms lets sessions as short as the bench's leases (the
+    /// smallest session timeout is two ticks); the admin HTTP server is off
+    /// and the per-address connection cap is lifted (every client is on
+    /// 127.0.0.1).
+    pub async fn start_zookeeper(
+        java: &Path,
+        jar: &Path,
+        cpu: Option<usize>,
+        log_dir: &Path,
+    ) -> Result<Self> {
+        let port = free_port()?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let data = tmpfs_dir("zookeeper", port)?;
+        let cfg = data.join("zoo.cfg");
+        std::fs::write(
+            &cfg,
+            format!(
+                "tickTime=200\nmaxSessionTimeout=60000\ndataDir={}\nclientPort={port}\n\
+                 clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=ruok\n",
+                data.join("data").display()
+            ),
+        )
+        .with_context(|| format!("write {}", cfg.display()))?;
+        let mut cmd = Command::new(java);
+        // A fixed heap, as ZooKeeper's administrator's guide asks, far
+        // above what 10,000 locks need.
+        cmd.args(["-Xms256m", "-Xmx1g"])
+            .arg("-cp")
+            .arg(jar)
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(&cfg);
+        Self::spawn_with_data(
+            System::Zookeeper,
+            "zookeeper",
+            cmd,
+            addr,
+            cpu,
+            log_dir,
+            data,
+        )
+        .await
+    }
+
+    async fn spawn_with_data(
+        system: System,
+        series: &'static str,
+        cmd: Command,
+        addr: SocketAddr,
+        cpu: Option<usize>,
+        log_dir: &Path,
+        data: PathBuf,
+    ) -> Result<Self> {
+        let started = Self::spawn(system, series, cmd, addr, cpu, log_dir).await;
+        match started {
+            Ok(mut server) => {
+                server.data_dir = Some(data);
+                Ok(server)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&data);
+                Err(e)
+            }
+        }
     }
 
     async fn spawn(
@@ -154,6 +272,7 @@ impl Server {
             pid: child.id(),
             child,
             log,
+            data_dir: None,
         };
         server.wait_ready().await?;
         Ok(server)
@@ -176,13 +295,27 @@ impl Server {
                     Ok(mut c) => matches!(c.cmd(&[b"PING"]).await, Ok(Reply::Simple(_))),
                     Err(_) => false,
                 },
+                System::Etcd => {
+                    ask(
+                        self.addr,
+                        b"GET /health HTTP/1.0\r\n\r\n",
+                        b"\"health\":\"true\"",
+                    )
+                    .await
+                }
+                System::Zookeeper => ask(self.addr, b"ruok", b"imok").await,
             };
             if ready {
                 return Ok(());
             }
-            if started.elapsed() > READY_TIMEOUT {
+            let ready_timeout = match self.system {
+                // A JVM, or a member that elects itself, on a loaded machine.
+                System::Etcd | System::Zookeeper => PEER_READY_TIMEOUT,
+                System::Monolock | System::Redis => READY_TIMEOUT,
+            };
+            if started.elapsed() > ready_timeout {
                 bail!(
-                    "{} did not accept connections on {} within {READY_TIMEOUT:?}; see {}",
+                    "{} did not accept connections on {} within {ready_timeout:?}; see {}",
                     self.series,
                     self.addr,
                     self.log.display()
@@ -216,7 +349,45 @@ impl Drop for Server {
         // Best effort: the child may already be gone.
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.data_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
+}
+
+/// Sends `request` on a fresh connection and reads to EOF: whether the
+/// answer contains `expect`. Any failure is "not ready yet".
+async fn ask(addr: SocketAddr, request: &[u8], expect: &[u8]) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.write_all(request).await?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await?;
+        std::io::Result::Ok(answer)
+    };
+    match tokio::time::timeout(READY_POLL * 25, exchange).await {
+        Ok(Ok(answer)) => answer.windows(expect.len()).any(|w| w == expect),
+        _ => false,
+    }
+}
+
+/// A fresh data directory for a peer on tmpfs (`/dev/shm`), falling back
+/// to the temporary directory where there is no `/dev/shm`.
+fn tmpfs_dir(series: &str, port: u16) -> Result<PathBuf> {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    let dir = base.join(format!(
+        "monolock-bench-{series}-{}-{port}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    Ok(dir)
 }
 
 /// A port that was free a moment ago: bind 127.0.0.1:0, read it, release it.
@@ -231,6 +402,23 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|dir| dir.join(name))
         .find(|p| p.is_file())
+}
+
+/// The ZooKeeper server jar of Debian's `zookeeper` package.
+pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+
+/// The first line of `bin ARG`, for the report.
+pub fn first_line(bin: &Path, arg: &str) -> Option<String> {
+    let out = Command::new(bin).arg(arg).output().ok()?;
+    let text = if out.stdout.is_empty() {
+        out.stderr
+    } else {
+        out.stdout
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .next()
+        .map(str::to_owned)
 }
 
 /// The version line of `redis-server --version`, for the report.

@@ -51,6 +51,9 @@ impl Probe {
                 Ok(Self::Monolock(c))
             }
             System::Redis => Ok(Self::Redis(RespConn::connect(server.addr).await?)),
+            System::Etcd | System::Zookeeper => {
+                bail!("{}: no sessions-at-scale probe", server.series)
+            }
         }
     }
 

@@ -96,6 +96,13 @@ pub(crate) struct Setup {
     /// `mono_bin`'s (`--baseline-bin`).
     pub(crate) base_bin: Option<PathBuf>,
     pub(crate) redis_bin: Option<PathBuf>,
+    /// The `etcd` binary of the side-by-side scenario, if it is to run.
+    pub(crate) etcd_bin: Option<PathBuf>,
+    /// `java` and the ZooKeeper jar of the side-by-side scenario, if it is
+    /// to run.
+    pub(crate) zookeeper: Option<(PathBuf, PathBuf)>,
+    /// `--no-peers`: etcd and ZooKeeper left out on purpose.
+    pub(crate) no_peers: bool,
     pub(crate) server_cpu: Option<usize>,
     pub(crate) notes: Vec<String>,
 }
@@ -169,6 +176,36 @@ impl Setup {
                 }
             }
         };
+        let peers_wanted =
+            !args.no_peers && (args.only.is_empty() || args.only.contains(&Scenario::Peers));
+        let etcd_bin = if peers_wanted {
+            let found = args
+                .etcd_bin
+                .clone()
+                .or_else(|| servers::find_on_path("etcd"))
+                .filter(|p| p.is_file());
+            if found.is_none() {
+                notes.push(
+                    "etcd not run: etcd is not installed (`apt-get install etcd-server`, or .ci/setup.d/peers.sh)"
+                        .to_owned(),
+                );
+            }
+            found
+        } else {
+            None
+        };
+        let zookeeper = if peers_wanted {
+            let found = crate::peers::zookeeper_install();
+            if found.is_none() {
+                notes.push(
+                    "ZooKeeper not run: java or /usr/share/java/zookeeper.jar missing (`apt-get install zookeeperd`, or .ci/setup.d/peers.sh)"
+                        .to_owned(),
+                );
+            }
+            found
+        } else {
+            None
+        };
         if plan.long_ttl.is_none() {
             notes.push(
                 "Redis TTL 30 s dead-holder trials run only in --full (30 s per trial)".to_owned(),
@@ -184,6 +221,9 @@ impl Setup {
             mono_bin,
             base_bin: args.baseline_bin.clone(),
             redis_bin,
+            etcd_bin,
+            zookeeper,
+            no_peers: args.no_peers,
             server_cpu: cpus(args).map(|(s, _)| s),
             notes,
         })

@@ -2,8 +2,10 @@
 //! holder or a block of sessions lives in a process of its own:
 //!
 //! - `hold`: take one lock and keep it alive (monolock heartbeats at
-//!   lease/4; Redis watchdog renewal at TTL/3, as Redisson does) until
-//!   killed. The parent SIGKILLs or SIGSTOPs it.
+//!   lease/4; Redis watchdog renewal at TTL/3, as Redisson does; etcd
+//!   lease keep-alives at TTL/3, as Go's `concurrency.Session` does;
+//!   ZooKeeper's client pings by itself) until killed. The parent SIGKILLs
+//!   or SIGSTOPs it.
 //! - `sessions-worker`: open many monolock sessions from one loopback
 //!   source address and heartbeat each of them at lease/4.
 //!
@@ -39,6 +41,11 @@ pub enum HoldSystem {
     Monolock,
     /// A Redis key set with NX PX.
     Redis,
+    /// etcd's `concurrency.Mutex` algorithm, on a lease kept alive every
+    /// TTL/3 (as Go's `concurrency.Session` does).
+    Etcd,
+    /// ZooKeeper's lock recipe, in a session of `--lease-ms`.
+    Zookeeper,
 }
 
 /// Arguments of `monolock-bench hold`.
@@ -102,6 +109,38 @@ pub async fn hold(args: HoldArgs) -> Result<()> {
                     bail!("holder lost {} before being stopped", args.name);
                 }
             }
+        }
+        HoldSystem::Etcd => {
+            let mut client = crate::peers::etcd_connect(args.addr).await?;
+            let ttl = i64::try_from(lease.as_secs_f64().ceil() as u64)
+                .unwrap_or(i64::MAX)
+                .max(1);
+            let granted = client.lease_grant(ttl, None).await?;
+            let (mut keeper, mut answers) = client.lease_keep_alive(granted.id()).await?;
+            let key = timeout(
+                OP_TIMEOUT,
+                crate::peers::etcd_lock(&mut client, &args.name, granted.id()),
+            )
+            .await
+            .context("no lock in time")??;
+            announce(&format!("HELD {}", String::from_utf8_lossy(&key)))?;
+            let every = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(1).max(1)) / 3;
+            while Instant::now() < give_up {
+                sleep(every).await;
+                keeper.keep_alive().await?;
+                match timeout(OP_TIMEOUT, answers.message()).await?? {
+                    Some(answer) if answer.ttl() > 0 => {}
+                    _ => bail!("holder lost its lease before being stopped"),
+                }
+            }
+        }
+        HoldSystem::Zookeeper => {
+            // The client library pings the server every third of the
+            // session timeout by itself.
+            let client = crate::peers::zk_connect(args.addr, lease).await?;
+            let node = crate::peers::zk_lock(&client, &args.name).await?;
+            announce(&format!("HELD {node}"))?;
+            sleep_until(give_up.into()).await;
         }
     }
     Ok(())
@@ -202,6 +241,9 @@ pub async fn sessions_worker(args: WorkerArgs) -> Result<()> {
                     }
                     HoldSystem::Redis => {
                         Idle::Redis(crate::resp::RespConn::connect_from(addr, Some(source)).await?)
+                    }
+                    HoldSystem::Etcd | HoldSystem::Zookeeper => {
+                        bail!("sessions-worker opens monolock sessions or Redis connections only")
                     }
                 };
                 timeout(OP_TIMEOUT, conn.beat()).await??;

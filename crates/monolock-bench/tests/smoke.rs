@@ -1,6 +1,8 @@
 //! `monolock-bench --smoke` end to end, so the bench cannot rot: it starts a
 //! real `monolock serve` (and `redis-server` when installed), runs every
-//! scenario at toy size and must exit 0 with no step failed.
+//! scenario at toy size and must exit 0 with no step failed. The
+//! side-by-side scenario (etcd and ZooKeeper beside monolock and Redis) has
+//! a test of its own.
 
 use std::{path::PathBuf, process::Command};
 
@@ -26,6 +28,18 @@ fn smoke_mode_runs_every_scenario() {
     let out = dir.join("out");
     let run = Command::new(&bench)
         .arg("--smoke")
+        // Every scenario but the side-by-side one, which
+        // `side_by_side_smoke_runs_every_system` below runs.
+        .args([
+            "--only",
+            "latency",
+            "--only",
+            "throughput",
+            "--only",
+            "contention",
+        ])
+        .args(["--only", "many-locks", "--only", "tls", "--only", "dead"])
+        .args(["--only", "sessions"])
         .arg("--out")
         .arg(&out)
         .arg("--logs")
@@ -62,6 +76,113 @@ fn smoke_mode_runs_every_scenario() {
         assert!(svg.starts_with("<svg"), "{chart} is not an SVG");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The series of the side-by-side table, as results.json keys them.
+const SIDE_BY_SIDE: [&str; 6] = [
+    "mono_2rt",
+    "mono_pipelined",
+    "redis",
+    "etcd",
+    "zookeeper",
+    "session_floor",
+];
+
+#[test]
+fn side_by_side_smoke_runs_every_system() {
+    let bench = PathBuf::from(env!("CARGO_BIN_EXE_monolock-bench"));
+    let monolock = bench.with_file_name("monolock");
+    let ci = std::env::var_os("CI").is_some();
+    if !monolock.is_file() {
+        assert!(
+            !ci,
+            "CI is set but there is no monolock binary at {}",
+            monolock.display()
+        );
+        eprintln!(
+            "skipped: no monolock binary at {} (build it with `cargo build -p monolock`)",
+            monolock.display()
+        );
+        return;
+    }
+    let peers = installed("redis-server", "--version")
+        && installed("etcd", "--version")
+        && installed("java", "-version")
+        && std::path::Path::new("/usr/share/java/zookeeper.jar").is_file();
+    if !peers {
+        // CI installs them all (.ci/setup.d/redis.sh and peers.sh).
+        assert!(
+            !ci,
+            "CI is set but Redis, etcd or ZooKeeper is not installed"
+        );
+        eprintln!("skipped: Redis, etcd or ZooKeeper is not installed (.ci/setup.d/peers.sh)");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("monolock-bench-peers-{}", std::process::id()));
+    let out = dir.join("out");
+    let run = Command::new(&bench)
+        .args(["--smoke", "--only", "peers"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--logs")
+        .arg(dir.join("logs"))
+        .output()
+        .expect("run monolock-bench");
+    assert!(
+        run.status.success(),
+        "monolock-bench --smoke --only peers failed ({}):\n{}\n{}",
+        run.status,
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let results = std::fs::read_to_string(out.join("results.json")).expect("results.json");
+    let json: serde_json::Value = serde_json::from_str(&results).expect("valid JSON");
+    assert_eq!(json["errors"], serde_json::json!([]), "{results}");
+    let summary = &json["summary"];
+    let positive = |key: &str| summary[key]["median"].as_f64().is_some_and(|v| v > 0.0);
+    for series in SIDE_BY_SIDE {
+        for clients in [1, 4] {
+            let key = format!("peers.tp.c{clients}.{series}.cycles_per_s");
+            assert!(positive(&key), "{key} missing or zero:\n{results}");
+        }
+        // Throughput patterns only: no waiter, no holder to kill.
+        if series == "mono_pipelined" || series == "session_floor" {
+            continue;
+        }
+        for figure in [
+            "cont.c4.{}.acq_per_s",
+            "cont.c4.{}.handover_p50_us",
+            "dead.{}.handover_ms",
+            "dead.{}.lease_ms",
+            "mem.{}.locks",
+        ] {
+            let key = format!("peers.{}", figure.replace("{}", series));
+            assert!(positive(&key), "{key} missing or zero:\n{results}");
+        }
+    }
+    // The table names every system and its pattern.
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
+    for heading in [
+        "monolock v2",
+        "pipelined",
+        "Redis",
+        "etcd",
+        "ZooKeeper",
+        "session floor",
+    ] {
+        assert!(
+            md.contains(heading),
+            "summary.md has no {heading} column:\n{md}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn installed(bin: &str, version_flag: &str) -> bool {
+    Command::new(bin)
+        .arg(version_flag)
+        .output()
+        .is_ok_and(|out| out.status.success())
 }
 
 fn redis_installed() -> bool {
