@@ -87,7 +87,9 @@ pub struct PeerServer {
     _process: Running,
 }
 
+/// What keeps the server running until dropped.
 enum Running {
+    #[expect(dead_code, reason = "held only to be dropped with the server")]
     Monolock(Box<ServerProcess>),
     Child(Child, PathBuf),
 }
