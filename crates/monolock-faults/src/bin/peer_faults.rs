@@ -53,12 +53,18 @@ fn run(args: Args) -> anyhow::Result<bool> {
     let systems: Vec<System> = if args.systems.is_empty() {
         System::ALL.to_vec()
     } else {
-        args.systems.iter().filter_map(|s| System::from_name(s)).collect()
+        args.systems
+            .iter()
+            .filter_map(|s| System::from_name(s))
+            .collect()
     };
     let faults: Vec<Fault> = if args.faults.is_empty() {
         Fault::ALL.to_vec()
     } else {
-        args.faults.iter().filter_map(|f| Fault::from_name(f)).collect()
+        args.faults
+            .iter()
+            .filter_map(|f| Fault::from_name(f))
+            .collect()
     };
     let holders = Holders {
         worker: locate_binary("monolock-fault-worker", "MONOLOCK_FAULT_WORKER_BIN")?,

@@ -567,7 +567,10 @@ async fn zk_acquire(server: &str, lock: &str, session: Duration) -> anyhow::Resu
                 bail!("our lock node {dir}/{ours} is gone (session expired?)");
             };
             if at == 0 {
-                return Ok((u64::try_from(stat.czxid).unwrap_or_default(), format!("{dir}/{ours}")));
+                return Ok((
+                    u64::try_from(stat.czxid).unwrap_or_default(),
+                    format!("{dir}/{ours}"),
+                ));
             }
             let before = format!("{dir}/{}", children[at - 1]);
             match client.get_and_watch_data(&before).await {
@@ -656,7 +659,12 @@ impl Resp {
 const REDIS_EXTEND: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 const REDIS_RELEASE: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
-async fn redis_acquire(server: &str, lock: &str, name: &str, ttl: Duration) -> anyhow::Result<Hold> {
+async fn redis_acquire(
+    server: &str,
+    lock: &str,
+    name: &str,
+    ttl: Duration,
+) -> anyhow::Result<Hold> {
     let mut conn = Resp::connect(server).await?;
     let value = format!("{name}-{}", mono_ns());
     let ttl_ms = ttl.as_millis().to_string();

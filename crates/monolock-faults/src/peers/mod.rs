@@ -92,10 +92,18 @@ impl System {
     /// The settings in one line, for the report.
     pub const fn settings(self) -> &'static str {
         match self {
-            Self::Monolock => "lease 2 s; the client believes until 0.8 x lease after its last heartbeat answer",
-            Self::Redis => "TTL 2 s, extended every 0.67 s; belief until TTL after the last successful SET/extension was sent",
-            Self::Etcd => "lease TTL 2 s, keep-alive every 0.67 s; belief until the stream fails or the TTL of the last answer passes (server defaults)",
-            Self::Zookeeper => "session timeout 4 s (tickTime 2000, Debian's default); belief until the state leaves SyncConnected",
+            Self::Monolock => {
+                "lease 2 s; the client believes until 0.8 x lease after its last heartbeat answer"
+            }
+            Self::Redis => {
+                "TTL 2 s, extended every 0.67 s; belief until TTL after the last successful SET/extension was sent"
+            }
+            Self::Etcd => {
+                "lease TTL 2 s, keep-alive every 0.67 s; belief until the stream fails or the TTL of the last answer passes (server defaults)"
+            }
+            Self::Zookeeper => {
+                "session timeout 4 s (tickTime 2000, Debian's default); belief until the state leaves SyncConnected"
+            }
         }
     }
 }
@@ -415,7 +423,20 @@ async fn run_round(
     let outcome = async {
         let (a_token, a_from) = stage.wait_held(&lock, &a.name).await?;
         let b = stage.spawn(proxy_b.addr(), &lock, false)?;
-        let result = inject(stage, fault, &lock, in_flight, &a, &b, (a_token, a_from), &proxy_a, ttl, rng, cell).await;
+        let result = inject(
+            stage,
+            fault,
+            &lock,
+            in_flight,
+            &a,
+            &b,
+            (a_token, a_from),
+            &proxy_a,
+            ttl,
+            rng,
+            cell,
+        )
+        .await;
         stage.stop(b).await;
         result
     }
@@ -448,7 +469,9 @@ async fn inject(
                     .wait("the holder to pause itself", |records| {
                         records
                             .iter()
-                            .any(|r| r.worker == a.name && matches!(r.msg, WorkerMsg::Pausing { .. }))
+                            .any(|r| {
+                                r.worker == a.name && matches!(r.msg, WorkerMsg::Pausing { .. })
+                            })
                             .then_some(())
                     })
                     .await?;
@@ -462,9 +485,7 @@ async fn inject(
             stage.wait_held(lock, &b.name).await?;
             stage.wait_accepted_write(Some(&b.name), a_from).await?;
             let resume_at = tokio::time::Instant::now()
-                + Duration::from_nanos(
-                    (stopped_at + nanos(lasting)).saturating_sub(mono_ns()),
-                );
+                + Duration::from_nanos((stopped_at + nanos(lasting)).saturating_sub(mono_ns()));
             sleep_until(resume_at).await;
             send_signal(a.pid, libc::SIGCONT)?;
             // Its belief ends by its own signals or, if they never come,

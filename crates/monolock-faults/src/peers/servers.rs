@@ -45,7 +45,9 @@ impl Installs {
             monolock: crate::process::locate_binary("monolock", "MONOLOCK_BIN").ok(),
             redis: on_path("redis-server"),
             etcd: on_path("etcd"),
-            zookeeper: on_path("java").filter(|_| jar.is_file()).map(|java| (java, jar)),
+            zookeeper: on_path("java")
+                .filter(|_| jar.is_file())
+                .map(|java| (java, jar)),
         }
     }
 
