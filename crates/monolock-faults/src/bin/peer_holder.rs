@@ -179,7 +179,7 @@ struct Hold {
 
 enum Keeper {
     Etcd {
-        client: etcd_client::Client,
+        client: Box<etcd_client::Client>,
         key: Vec<u8>,
         lease: i64,
         task: JoinHandle<()>,
@@ -463,7 +463,7 @@ async fn etcd_acquire(server: &str, lock: &str, ttl: Duration) -> anyhow::Result
         token,
         belief,
         keeper: Keeper::Etcd {
-            client,
+            client: Box::new(client),
             key,
             lease,
             task,

@@ -93,7 +93,7 @@ pub struct PeerServer {
 enum Running {
     #[expect(dead_code, reason = "held only to be dropped with the server")]
     Monolock(Box<ServerProcess>),
-    Child(Child, PathBuf),
+    Child(Box<Child>, PathBuf),
 }
 
 impl Drop for Running {
@@ -201,7 +201,7 @@ impl PeerServer {
             system,
             addr,
             pid,
-            _process: Running::Child(child, data),
+            _process: Running::Child(Box::new(child), data),
         };
         server.wait_ready().await?;
         Ok(server)
