@@ -8,14 +8,14 @@
 //! peers installed (`.ci/setup.d/peers.sh`). Outside CI a missing peer is
 //! reported in one line and not run; under CI it fails the test.
 
-use std::sync::Mutex;
+use std::{process::Command, sync::Mutex};
 
-use monolock_faults::peers::{Fault, Holders, Installs, System, run_system};
+use monolock_faults::peers::{Cell, Fault, Holders, Installs, System, run_system};
 use rand::{SeedableRng, rngs::StdRng};
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn smoke(system: System) {
+fn smoke(system: System) -> Option<Cell> {
     let _turn = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -23,7 +23,7 @@ fn smoke(system: System) {
     if let Some(why) = installs.missing(system) {
         assert!(std::env::var_os("CI").is_none(), "{why}");
         eprintln!("skipped: {why}");
-        return;
+        return None;
     }
     let holders = Holders {
         worker: env!("CARGO_BIN_EXE_monolock-fault-worker").into(),
@@ -57,11 +57,49 @@ fn smoke(system: System) {
         cell.beliefs
     );
     assert!(cell.writes > 0, "no holder wrote");
+    Some(cell.clone())
 }
 
+/// monolock's history is also checked by Porcupine, an existing
+/// linearizability checker (`porcupine/`, Go), the lock modelled as a
+/// mutex with fencing tokens; its own tests show the model rejects an
+/// overlap, a stale write accepted and tokens going back.
 #[test]
 fn monolock() {
-    smoke(System::Monolock);
+    let Some(cell) = smoke(System::Monolock) else {
+        return;
+    };
+    if Command::new("go").arg("version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "go is not installed");
+        eprintln!("Porcupine check skipped: go is not installed");
+        return;
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("porcupine");
+    let go = |args: &[&str]| {
+        let out = Command::new("go")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("running go");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "go {args:?}: {text}");
+        text
+    };
+    go(&["vet", "./..."]);
+    go(&["test", "./..."]);
+    let history = std::env::temp_dir().join(format!(
+        "monolock-peer-faults-history-{}.json",
+        std::process::id()
+    ));
+    std::fs::write(&history, serde_json::to_vec(&cell.history).unwrap()).unwrap();
+    let verdict = go(&["run", ".", history.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&history);
+    println!("{verdict}");
+    assert!(verdict.contains(": linearizable in "), "{verdict}");
 }
 
 #[test]

@@ -36,6 +36,11 @@ struct Args {
     /// Also write the cells as JSON to this file.
     #[arg(long, value_name = "PATH")]
     json: Option<PathBuf>,
+    /// Write each cell's history (beliefs and writes) to
+    /// DIR/SYSTEM-FAULT.json, for the Porcupine check
+    /// (crates/monolock-faults/porcupine).
+    #[arg(long, value_name = "DIR")]
+    history: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -93,6 +98,12 @@ fn run(args: Args) -> anyhow::Result<bool> {
             println!("  {cell}  [{:.0}s]", cell.seconds);
             for error in &cell.errors {
                 println!("    error: {error}");
+            }
+            if let (Some(dir), Some(system), Some(fault)) = (&args.history, cell.system, cell.fault) {
+                let path = dir.join(format!("{}-{}.json", system.name(), fault.name()));
+                std::fs::create_dir_all(dir)
+                    .and_then(|()| std::fs::write(&path, serde_json::to_vec(&cell.history)?))
+                    .with_context(|| format!("writing {}", path.display()))?;
             }
         }
         cells.extend(found);

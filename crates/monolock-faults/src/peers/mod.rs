@@ -182,6 +182,10 @@ pub struct Cell {
     pub errors: Vec<String>,
     /// Seconds the cell took.
     pub seconds: f64,
+    /// The history for an outside linearizability checker
+    /// (`crates/monolock-faults/porcupine`): every belief and every write.
+    #[serde(skip)]
+    pub history: serde_json::Value,
 }
 
 impl Cell {
@@ -559,6 +563,55 @@ fn analyse(checker: &Checker, cell: &mut Cell) {
     cell.stale_writes = stale;
     cell.stale_refused = refused;
     cell.writes = checker.resource_stats().accepted;
+    cell.history = history(&beliefs, &records);
+}
+
+/// The history as the Porcupine check reads it: beliefs (a grant, from
+/// `from_ns`, and the end of the holder's claim: from `until_ns` until the
+/// checker heard of it, or the end of the run when the harness closed it)
+/// and writes (sent, decided, accepted), on CLOCK_MONOTONIC.
+fn history(beliefs: &[crate::belief::Belief], records: &[Record]) -> serde_json::Value {
+    let end = mono_ns();
+    let lost_heard: HashMap<(&str, u64), u64> = records
+        .iter()
+        .filter_map(|r| match &r.msg {
+            WorkerMsg::Lost { token, .. } => Some(((r.worker.as_str(), *token), r.at_ns)),
+            _ => None,
+        })
+        .collect();
+    let beliefs: Vec<serde_json::Value> = beliefs
+        .iter()
+        .map(|b| {
+            let heard = lost_heard
+                .get(&(b.worker.as_str(), b.token))
+                .copied()
+                .unwrap_or(end)
+                .max(b.until_ns);
+            serde_json::json!({
+                "lock": b.lock, "worker": b.worker, "token": b.token,
+                "from_ns": b.from_ns, "until_ns": b.until_ns, "ended_heard_ns": heard,
+            })
+        })
+        .collect();
+    let writes: Vec<serde_json::Value> = records
+        .iter()
+        .filter_map(|r| match (&r.msg, r.accepted) {
+            (
+                WorkerMsg::Write {
+                    lock,
+                    token,
+                    sent_ns,
+                    ..
+                },
+                Some(accepted),
+            ) => Some(serde_json::json!({
+                "lock": lock, "worker": r.worker, "token": token,
+                "sent_ns": sent_ns, "decided_ns": r.at_ns, "accepted": accepted,
+            })),
+            _ => None,
+        })
+        .collect();
+    serde_json::json!({ "beliefs": beliefs, "writes": writes })
 }
 
 /// Writes decided after another holder of the same lock began to believe
