@@ -99,7 +99,8 @@ fn run(args: Args) -> anyhow::Result<bool> {
             for error in &cell.errors {
                 println!("    error: {error}");
             }
-            if let (Some(dir), Some(system), Some(fault)) = (&args.history, cell.system, cell.fault) {
+            if let (Some(dir), Some(system), Some(fault)) = (&args.history, cell.system, cell.fault)
+            {
                 let path = dir.join(format!("{}-{}.json", system.name(), fault.name()));
                 std::fs::create_dir_all(dir)
                     .and_then(|()| std::fs::write(&path, serde_json::to_vec(&cell.history)?))
