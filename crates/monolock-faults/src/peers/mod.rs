@@ -650,3 +650,61 @@ pub fn stale_writes(records: &[Record]) -> (usize, usize) {
     }
     (stale, refused)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(worker: &str, at_ns: u64, msg: WorkerMsg, accepted: Option<bool>) -> Record {
+        Record {
+            worker: worker.into(),
+            at_ns,
+            msg,
+            accepted,
+        }
+    }
+
+    fn held(worker: &str, token: u64, from_ns: u64) -> Record {
+        let msg = WorkerMsg::Held {
+            lock: "l".into(),
+            token,
+            from_ns,
+        };
+        record(worker, from_ns, msg, None)
+    }
+
+    fn write(worker: &str, token: u64, at_ns: u64, accepted: bool) -> Record {
+        let msg = WorkerMsg::Write {
+            lock: "l".into(),
+            token,
+            seq: 0,
+            sent_ns: at_ns,
+        };
+        record(worker, at_ns, msg, Some(accepted))
+    }
+
+    #[test]
+    fn a_write_after_a_later_holder_began_is_stale() {
+        let records = [
+            held("a", 5, 10),
+            write("a", 5, 20, true),
+            held("b", 7, 30),
+            write("b", 7, 40, true),
+            write("a", 5, 50, false),
+            write("a", 0, 60, true),
+        ];
+        // a's writes at 50 and 60 came after b began; one was refused.
+        assert_eq!(stale_writes(&records), (2, 1));
+    }
+
+    #[test]
+    fn a_holder_that_takes_the_lock_again_is_current() {
+        let records = [
+            held("a", 5, 10),
+            held("b", 7, 30),
+            held("a", 9, 50),
+            write("a", 9, 60, true),
+        ];
+        assert_eq!(stale_writes(&records), (0, 0));
+    }
+}
