@@ -12,7 +12,9 @@
 //!   and fails over between backends;
 //! - [`process`]: the `monolock` server and the workers as child processes;
 //! - [`probe`]: raw-protocol clients (heartbeat probes and hostile peers);
-//! - [`scenarios`]: the fault scenarios and their reports.
+//! - [`scenarios`]: the fault scenarios and their reports;
+//! - [`peers`]: the same faults against etcd, ZooKeeper and Redis beside
+//!   monolock.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -21,6 +23,7 @@ pub mod belief;
 pub mod checker;
 pub mod clock;
 pub mod messages;
+pub mod peers;
 pub mod probe;
 pub mod process;
 pub mod proxy;
