@@ -72,6 +72,9 @@ pub(crate) struct Nemesis {
     counts: BTreeMap<&'static str, u64>,
     /// The first version 2 host, when they run (hosts from it on).
     v2_from: Option<usize>,
+    /// A queue head to stall as soon as the server hears from it: its
+    /// lock, its address, its lease, and when to give up waiting.
+    armed: Option<(String, SocketAddr, Duration, Duration)>,
 }
 
 /// Every fault, by name.
@@ -109,6 +112,20 @@ pub const V2_FAULTS: [&str; 2] = [V2_MENU[0].0, V2_MENU[1].0];
 /// claim, and the holder is force-released, so that a GRANTED arrives
 /// with several frames in flight (a push confirms none of them).
 const V2_MENU: [(&str, u32); 2] = [("revoke-one-claim", 4), ("stall-v2-session-uplink", 3)];
+
+/// Faults drawn only when named (`--faults`), so that the default and
+/// boundary menus, and the seeds pinned on them, stay as they were.
+pub const AIMED_FAULTS: [&str; 1] = [AIMED_MENU[0].0];
+
+/// Named faults aimed at one boundary, as weights. "stall-heard-queue-head"
+/// is `push-confirms-heartbeat`'s: of the queue heads with another waiter
+/// behind them, the one with the longest lease has its uplink stalled just
+/// after the server heard a heartbeat from it, so that its next heartbeat,
+/// a quarter lease later, is in flight when the lock is pushed to it; the
+/// server expires it at that earlier frame plus its lease and grants the
+/// waiter behind. A push taken as that heartbeat's reply moves the
+/// client's deadline a quarter lease on, past the 20 % margin.
+const AIMED_MENU: [(&str, u32); 1] = [("stall-heard-queue-head", 4)];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
@@ -165,6 +182,11 @@ impl Nemesis {
         if menu.is_empty() {
             menu.push(MENU[rng.random_range(0..MENU.len())]);
         }
+        menu.extend(
+            AIMED_MENU
+                .into_iter()
+                .filter(|(name, _)| faults.is_some_and(|names| names.contains(name))),
+        );
         if v2 {
             menu.extend(
                 V2_MENU
@@ -189,6 +211,7 @@ impl Nemesis {
             uplink_stall_until: Duration::ZERO,
             counts: BTreeMap::new(),
             v2_from,
+            armed: None,
         }
     }
 
@@ -207,6 +230,7 @@ impl Nemesis {
         for heal in due {
             self.heal(sim, now, heal);
         }
+        self.fire_armed(now);
         if self.rng.random_bool(self.rate) {
             self.inject(sim, now);
         }
@@ -376,6 +400,7 @@ impl Nemesis {
             "delay-replies-then-cut" => self.delay_replies_then_cut(now),
             "stall-queue-head-uplink" => self.stall_queue_head_uplink(now, false),
             "stall-v2-session-uplink" => self.stall_queue_head_uplink(now, true),
+            "stall-heard-queue-head" => self.arm_heard_queue_head(now),
             "crash-process" | "crash-machine" if !self.server_down => {
                 let machine = fault == "crash-machine";
                 if machine {
@@ -508,6 +533,73 @@ impl Nemesis {
             return None;
         }
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
+        self.stall_uplink_of(now, lock, peer, lease)
+    }
+
+    /// Picks, of the queue heads with another waiter behind them, the one
+    /// with the longest lease, to stall once the server hears from it.
+    fn arm_heard_queue_head(&mut self, now: Duration) -> Option<String> {
+        if self.armed.is_some() || now < self.uplink_stall_until || self.server_down {
+            return None;
+        }
+        let heads = self.lab.lock().checker.queue_heads_with_followers();
+        let longest = heads.iter().map(|(_, _, lease)| *lease).max()?;
+        let heads: Vec<_> = heads
+            .into_iter()
+            .filter(|(_, _, lease)| *lease == longest)
+            .collect();
+        let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
+        let what = format!("{peer}, first in the queue of {lock}, to stall once heard");
+        // A heartbeat comes within a quarter lease; wait a whole one.
+        self.armed = Some((lock, peer, lease, now + lease));
+        Some(what)
+    }
+
+    /// Stalls the armed queue head's uplink if the server heard from it
+    /// within the last step and it is still first in its queue.
+    fn fire_armed(&mut self, now: Duration) {
+        let Some((lock, peer, lease, until)) = self.armed.clone() else {
+            return;
+        };
+        if now >= until || self.server_down {
+            self.armed = None;
+            return;
+        }
+        let heard = self
+            .lab
+            .heard_at(peer)
+            .is_some_and(|at| at + crate::TICK >= now);
+        if !heard {
+            return;
+        }
+        self.armed = None;
+        let first = self
+            .lab
+            .lock()
+            .checker
+            .queue_heads()
+            .iter()
+            .any(|(l, head, _)| *l == lock && *head == peer);
+        if !first || now < self.uplink_stall_until {
+            return;
+        }
+        if let Some(what) = self.stall_uplink_of(now, lock, peer, lease) {
+            self.lab
+                .lock()
+                .push_trace(now, format_args!("nemesis: {what}, just heard"));
+        }
+    }
+
+    /// Stalls what the queue head `peer` of `lock` sends, then has the
+    /// holder force-released while a heartbeat of it is in flight, and
+    /// stalls the way back once the push has arrived.
+    fn stall_uplink_of(
+        &mut self,
+        now: Duration,
+        lock: String,
+        peer: SocketAddr,
+        lease: Duration,
+    ) -> Option<String> {
         let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Client, true);
         let end = End::Client;

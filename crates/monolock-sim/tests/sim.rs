@@ -317,3 +317,65 @@ fn a_queued_claim_promoted_as_its_session_ends_is_found() {
         "after the server read the end of its connection",
     );
 }
+
+/// The seeds of the CI sweep with hosts whose reader stalls.
+const STALL_CI_SEEDS: std::ops::Range<u64> = 8..10;
+
+/// Two hosts whose reader stalls while their writer goes on (one of each
+/// protocol version) beside the version 1 clients, every fault on the
+/// menu: the server's writes to them block, io-timeout ends their
+/// connections, and the locks they held stay held until their deadline.
+#[test]
+fn readers_that_stall_keep_every_invariant_over_the_ci_seeds() {
+    let options = Options {
+        faulty: Duration::from_secs(10),
+        read_stalls: true,
+        ..Options::default()
+    };
+    let mut events = std::collections::BTreeMap::new();
+    for seed in STALL_CI_SEEDS {
+        let outcome = run(seed, &options);
+        assert!(outcome.violation.is_none(), "{}", explain(&outcome));
+        assert_eq!(outcome.stalled_hosts, 2);
+        assert!(outcome.io_timeout.is_some());
+        for (event, count) in &outcome.v2_events {
+            *events.entry(*event).or_insert(0) += count;
+        }
+    }
+    eprintln!("stalled-reader seeds {STALL_CI_SEEDS:?}: {events:?}");
+    for event in [
+        "reader stalled with a lock held",
+        "held lock released after an io-timeout ending",
+    ] {
+        assert!(
+            events.get(event).is_some_and(|n| *n > 0),
+            "no {event:?} in {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lock_handed_on_when_io_timeout_ends_its_holders_connection_is_found() {
+    let shipped = Options {
+        faulty: Duration::from_secs(15),
+        until: Some(Duration::from_secs(STALL_PINNED_UNTIL)),
+        read_stalls: true,
+        ..Options::default()
+    };
+    let planted = Options {
+        mutations: vec![Mutation::HandOnAtIoTimeout],
+        ..shipped.clone()
+    };
+    caught(
+        STALL_PINNED_SEED,
+        &planted,
+        &shipped,
+        Mutation::HandOnAtIoTimeout.as_str(),
+        "counts on its token",
+    );
+}
+
+/// The seed, and its length in seconds, pinned for
+/// `hand-on-at-io-timeout`.
+const STALL_PINNED_SEED: u64 = 3;
+const STALL_PINNED_UNTIL: u64 = 6;
