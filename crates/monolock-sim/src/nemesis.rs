@@ -46,6 +46,12 @@ enum Heal {
     },
     /// Have a version 2 host place one more claim.
     Poke(usize),
+    /// Cut the way from the server to a client until then, if its link
+    /// has no other fault.
+    CutDownlink {
+        client: usize,
+        until: Duration,
+    },
 }
 
 pub(crate) struct Nemesis {
@@ -179,14 +185,14 @@ impl Nemesis {
                 .collect(),
             None => MENU.into_iter().filter(|_| rng.random_bool(0.5)).collect(),
         };
-        if menu.is_empty() {
-            menu.push(MENU[rng.random_range(0..MENU.len())]);
-        }
         menu.extend(
             AIMED_MENU
                 .into_iter()
                 .filter(|(name, _)| faults.is_some_and(|names| names.contains(name))),
         );
+        if menu.is_empty() {
+            menu.push(MENU[rng.random_range(0..MENU.len())]);
+        }
         if v2 {
             menu.extend(
                 V2_MENU
@@ -304,6 +310,22 @@ impl Nemesis {
                 self.gates[c].resume();
                 self.paused[c] = false;
                 note(format!("c{c} resumes"));
+            }
+            Heal::CutDownlink { client, until } => {
+                if self.link_busy[client] || self.server_down {
+                    return;
+                }
+                let (from, to) = direction(&self.hosts[client], false);
+                sim.partition_oneway(from, to);
+                self.link_busy[client] = true;
+                self.heals.push((
+                    until,
+                    Heal::Repair {
+                        client,
+                        to_server: false,
+                    },
+                ));
+                note(format!("partition {from} -> {to}"));
             }
             Heal::Poke(c) => {
                 lab.lock().poke(c);
@@ -533,7 +555,7 @@ impl Nemesis {
             return None;
         }
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
-        self.stall_uplink_of(now, lock, peer, lease)
+        self.stall_uplink_of(now, lock, peer, lease, false)
     }
 
     /// Picks, of the queue heads with another waiter behind them, the one
@@ -583,7 +605,7 @@ impl Nemesis {
         if !first || now < self.uplink_stall_until {
             return;
         }
-        if let Some(what) = self.stall_uplink_of(now, lock, peer, lease) {
+        if let Some(what) = self.stall_uplink_of(now, lock, peer, lease, true) {
             self.lab
                 .lock()
                 .push_trace(now, format_args!("nemesis: {what}, just heard"));
@@ -592,13 +614,18 @@ impl Nemesis {
 
     /// Stalls what the queue head `peer` of `lock` sends, then has the
     /// holder force-released while a heartbeat of it is in flight, and
-    /// stalls the way back once the push has arrived.
+    /// stalls the way back once the push has arrived. With `cut_downlink`,
+    /// the way back is cut for the stall's length (a partition from the
+    /// server), so that not even the close of the session the server
+    /// expires reaches the client; else the server end holds its writes
+    /// (its close still goes through).
     fn stall_uplink_of(
         &mut self,
         now: Duration,
         lock: String,
         peer: SocketAddr,
         lease: Duration,
+        cut_downlink: bool,
     ) -> Option<String> {
         let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Client, true);
@@ -625,6 +652,14 @@ impl Nemesis {
         // Once the push has arrived, the way back stalls too (a partition in
         // both directions): the session's end does not reach the client.
         let both_at = order_at + ms(&mut self.rng, 20, 100);
+        if cut_downlink && let Some(client) = self.client_of(peer) {
+            let until = self.uplink_stall_until;
+            self.heals
+                .push((both_at, Heal::CutDownlink { client, until }));
+            return Some(format!(
+                "{peer}, first in the queue of {lock}, stalls its writes"
+            ));
+        }
         let end = End::Server;
         self.heals.push((
             both_at,
