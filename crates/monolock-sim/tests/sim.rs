@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use monolock_sim::{BOUNDARY_FAULTS, Mutation, Options, Outcome, run};
+use monolock_sim::{AIMED_FAULTS, BOUNDARY_FAULTS, Mutation, Options, Outcome, run};
 
 fn explain(outcome: &Outcome) -> String {
     let tail: Vec<&str> = outcome
@@ -111,6 +111,26 @@ fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found() {
         Mutation::PushConfirmsHeartbeat,
         "two holders",
     );
+}
+
+/// The same mistake, with the fault aimed at it alone on the menu: the
+/// queue head with the longest lease stalls its uplink just after a
+/// heartbeat arrived, and the lock is pushed to it with the next one in
+/// flight.
+#[test]
+fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found_by_the_aimed_fault() {
+    let shipped = Options {
+        faulty: Duration::from_secs(15),
+        until: Some(Duration::from_secs(2)),
+        faults: Some(AIMED_FAULTS.to_vec()),
+        ..Options::default()
+    };
+    let planted = Options {
+        mutations: vec![Mutation::PushConfirmsHeartbeat],
+        ..shipped.clone()
+    };
+    let mistake = Mutation::PushConfirmsHeartbeat.as_str();
+    caught(40000, &planted, &shipped, mistake, "two holders");
 }
 
 #[test]
