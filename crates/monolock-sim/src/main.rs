@@ -59,8 +59,8 @@ struct Args {
     read_stalls: bool,
     /// Draw faults only from these (comma-separated names; "boundary" for
     /// the faults aimed at timing boundaries). Default: a random half of
-    /// all faults per seed. The aimed faults (stall-heard-queue-head) are
-    /// drawn only when named.
+    /// all faults per seed. The aimed faults (stall-heard-queue-head,
+    /// isolate-after-late-reply) are drawn only when named.
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Option<Vec<String>>,
     /// Print the whole trace of each seed.

@@ -46,6 +46,17 @@ enum Heal {
     },
     /// Have a version 2 host place one more claim.
     Poke(usize),
+    /// Cut the way from a client to the server (its link is already
+    /// counted busy).
+    CutUplink(usize),
+    /// Cut the way back too (its link already counted busy), and repair
+    /// both at `until`.
+    CutDownlinkOf {
+        client: usize,
+        until: Duration,
+    },
+    /// Repair both ways of a client's link.
+    Reconnect(usize),
     /// Cut the way from the server to a client until then, if its link
     /// has no other fault.
     CutDownlink {
@@ -81,6 +92,9 @@ pub(crate) struct Nemesis {
     /// A queue head to stall as soon as the server hears from it: its
     /// lock, its address, its lease, and when to give up waiting.
     armed: Option<(String, SocketAddr, Duration, Duration)>,
+    /// A holder whose replies to hold back as soon as the server hears
+    /// from it: its address, its lease, and when to give up waiting.
+    armed_holder: Option<(SocketAddr, Duration, Duration)>,
 }
 
 /// Every fault, by name.
@@ -121,7 +135,7 @@ const V2_MENU: [(&str, u32); 2] = [("revoke-one-claim", 4), ("stall-v2-session-u
 
 /// Faults drawn only when named (`--faults`), so that the default and
 /// boundary menus, and the seeds pinned on them, stay as they were.
-pub const AIMED_FAULTS: [&str; 1] = [AIMED_MENU[0].0];
+pub const AIMED_FAULTS: [&str; 2] = [AIMED_MENU[0].0, AIMED_MENU[1].0];
 
 /// Named faults aimed at one boundary, as weights. "stall-heard-queue-head"
 /// is `push-confirms-heartbeat`'s: of the queue heads with another waiter
@@ -131,7 +145,18 @@ pub const AIMED_FAULTS: [&str; 1] = [AIMED_MENU[0].0];
 /// server expires it at that earlier frame plus its lease and grants the
 /// waiter behind. A push taken as that heartbeat's reply moves the
 /// client's deadline a quarter lease on, past the 20 % margin.
-const AIMED_MENU: [(&str, u32); 1] = [("stall-heard-queue-head", 4)];
+///
+/// "isolate-after-late-reply" is `deadline-from-receive`'s: of the holders
+/// with a waiter, one with the longest lease has the server's replies held
+/// back just after the server heard a heartbeat from it, for 0.3 to 0.6 of
+/// its lease; then the replies go, and once they have arrived the holder
+/// is cut off both ways (not even the close of its expired session reaches
+/// it). The server expires it at that heartbeat plus its lease; a deadline
+/// counted from the late reply's arrival runs past that.
+const AIMED_MENU: [(&str, u32); 2] = [
+    ("stall-heard-queue-head", 4),
+    ("isolate-after-late-reply", 4),
+];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
@@ -218,6 +243,7 @@ impl Nemesis {
             counts: BTreeMap::new(),
             v2_from,
             armed: None,
+            armed_holder: None,
         }
     }
 
@@ -237,6 +263,7 @@ impl Nemesis {
             self.heal(sim, now, heal);
         }
         self.fire_armed(now);
+        self.fire_armed_holder(now);
         if self.rng.random_bool(self.rate) {
             self.inject(sim, now);
         }
@@ -326,6 +353,22 @@ impl Nemesis {
                     },
                 ));
                 note(format!("partition {from} -> {to}"));
+            }
+            Heal::CutUplink(client) => {
+                let (from, to) = direction(&self.hosts[client], true);
+                sim.partition_oneway(from, to);
+                note(format!("partition {from} -> {to}"));
+            }
+            Heal::CutDownlinkOf { client, until } => {
+                let (from, to) = direction(&self.hosts[client], false);
+                sim.partition_oneway(from, to);
+                self.heals.push((until, Heal::Reconnect(client)));
+                note(format!("partition {from} -> {to}"));
+            }
+            Heal::Reconnect(client) => {
+                sim.repair(self.hosts[client].as_str(), SERVER_HOST);
+                self.link_busy[client] = false;
+                note(format!("c{client} link repaired both ways"));
             }
             Heal::Poke(c) => {
                 lab.lock().poke(c);
@@ -423,6 +466,7 @@ impl Nemesis {
             "stall-queue-head-uplink" => self.stall_queue_head_uplink(now, false),
             "stall-v2-session-uplink" => self.stall_queue_head_uplink(now, true),
             "stall-heard-queue-head" => self.arm_heard_queue_head(now),
+            "isolate-after-late-reply" => self.arm_holder(now),
             "crash-process" | "crash-machine" if !self.server_down => {
                 let machine = fault == "crash-machine";
                 if machine {
@@ -575,6 +619,82 @@ impl Nemesis {
         // A heartbeat comes within a quarter lease; wait a whole one.
         self.armed = Some((lock, peer, lease, now + lease));
         Some(what)
+    }
+
+    /// Picks, of the holders with a waiter, one with the longest lease, to
+    /// hold back the replies to once the server hears from it.
+    fn arm_holder(&mut self, now: Duration) -> Option<String> {
+        if self.armed_holder.is_some() || self.server_down {
+            return None;
+        }
+        let holders = self.lab.lock().checker.holders_with_waiters();
+        let longest = holders.iter().map(|(_, lease)| *lease).max()?;
+        let holders: Vec<_> = holders
+            .into_iter()
+            .filter(|(peer, lease)| {
+                *lease == longest && self.client_of(*peer).is_some_and(|c| !self.link_busy[c])
+            })
+            .collect();
+        if holders.is_empty() {
+            return None;
+        }
+        let (peer, lease) = holders[self.rng.random_range(0..holders.len())];
+        // A heartbeat comes within a quarter lease; wait a whole one.
+        self.armed_holder = Some((peer, lease, now + lease));
+        Some(format!(
+            "{peer}, a holder with waiters, to isolate once heard"
+        ))
+    }
+
+    /// Holds back the replies to the armed holder if the server heard from
+    /// it within the last step; lets them go 0.3 to 0.6 lease later, then
+    /// cuts the holder off both ways.
+    fn fire_armed_holder(&mut self, now: Duration) {
+        let Some((peer, lease, until)) = self.armed_holder else {
+            return;
+        };
+        if now >= until || self.server_down {
+            self.armed_holder = None;
+            return;
+        }
+        let heard = self
+            .lab
+            .heard_at(peer)
+            .is_some_and(|at| at + crate::TICK >= now);
+        if !heard {
+            return;
+        }
+        self.armed_holder = None;
+        let Some(client) = self.client_of(peer) else {
+            return;
+        };
+        let Some(conn) = self.lab.open_conn(peer) else {
+            return;
+        };
+        if self.link_busy[client] || self.lab.lock().checker.holder_of(peer).is_empty() {
+            return;
+        }
+        conn.hold(End::Server, true);
+        self.link_busy[client] = true;
+        let let_go_at = now + lease.mul_f64(self.rng.random_range(0.3..0.6));
+        self.heals.push((
+            let_go_at,
+            Heal::LetGo {
+                conn,
+                end: End::Server,
+            },
+        ));
+        // The uplink at once (what the holder sends after the late reply
+        // never arrives); the way back once the replies have arrived.
+        self.heals.push((let_go_at, Heal::CutUplink(client)));
+        let cut_at = let_go_at + self.base_latency + crate::TICK * 2;
+        let until = cut_at + lease * 2;
+        self.heals
+            .push((cut_at, Heal::CutDownlinkOf { client, until }));
+        self.lab.lock().push_trace(
+            now,
+            format_args!("nemesis: replies to c{client} ({peer}) held back, just heard"),
+        );
     }
 
     /// Stalls the armed queue head's uplink if the server heard from it

@@ -113,24 +113,47 @@ fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found() {
     );
 }
 
-/// The same mistake, with the fault aimed at it alone on the menu: the
-/// queue head with the longest lease stalls its uplink just after a
+/// Runs `seed` up to `until` with `aimed` (one of [`AIMED_FAULTS`]) alone
+/// on the menu; `mistake` must break exclusion and the shipped code must
+/// not.
+fn found_by_aimed(seed: u64, until: Duration, aimed: &'static str, mistake: Mutation) {
+    assert!(AIMED_FAULTS.contains(&aimed));
+    let shipped = Options {
+        faulty: Duration::from_secs(15),
+        until: Some(until),
+        faults: Some(vec![aimed]),
+        ..Options::default()
+    };
+    let planted = Options {
+        mutations: vec![mistake],
+        ..shipped.clone()
+    };
+    caught(seed, &planted, &shipped, mistake.as_str(), "two holders");
+}
+
+/// The queue head with the longest lease stalls its uplink just after a
 /// heartbeat arrived, and the lock is pushed to it with the next one in
 /// flight.
 #[test]
 fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found_by_the_aimed_fault() {
-    let shipped = Options {
-        faulty: Duration::from_secs(15),
-        until: Some(Duration::from_secs(2)),
-        faults: Some(AIMED_FAULTS.to_vec()),
-        ..Options::default()
-    };
-    let planted = Options {
-        mutations: vec![Mutation::PushConfirmsHeartbeat],
-        ..shipped.clone()
-    };
-    let mistake = Mutation::PushConfirmsHeartbeat.as_str();
-    caught(40000, &planted, &shipped, mistake, "two holders");
+    found_by_aimed(
+        40000,
+        Duration::from_secs(2),
+        "stall-heard-queue-head",
+        Mutation::PushConfirmsHeartbeat,
+    );
+}
+
+/// A holder's reply held back for a third to a half of its lease, then
+/// the holder cut off both ways.
+#[test]
+fn a_deadline_taken_from_the_receive_instant_is_found_by_the_aimed_fault() {
+    found_by_aimed(
+        40037,
+        Duration::from_secs(1),
+        "isolate-after-late-reply",
+        Mutation::DeadlineFromReceive,
+    );
 }
 
 #[test]
