@@ -2,7 +2,9 @@
 //! reordering across connections, holds, partitions per direction, resets
 //! of one end or both, client pauses, server restarts (the process, or the
 //! whole machine without a word to its peers), force-release, forced
-//! release exactly at a waiter's lease end, and kicks.
+//! release exactly at a waiter's lease end, and kicks; and, only when
+//! named, faults aimed at one planted mistake's boundary each
+//! ([`AIMED_FAULTS`]).
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
