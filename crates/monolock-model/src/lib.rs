@@ -18,7 +18,10 @@
 //! flight), client pauses (no I/O while the clock runs), server restarts
 //! (the process: clients see their connections reset; or the machine: they
 //! see nothing) with today's token rule, and client clocks that run slow by
-//! up to `drift`, and uplinks that may stall for good.
+//! up to `drift`, uplinks that may stall for good, and readers that may
+//! stall for good while their writer goes on (the server then ends the
+//! connection at io-timeout and keeps a held lock until the holder's last
+//! frame plus its lease).
 //!
 //! With `Params::protocol` 2, the model of protocol version 2 instead
 //! (`sessions.rs`): two or three sessions, each carrying up to two claims

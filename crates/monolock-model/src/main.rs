@@ -97,12 +97,12 @@ struct Args {
     /// [default: 1].
     #[arg(long)]
     closes: Option<u8>,
-    /// v2: readers that may stall for good while their writer goes on
-    /// (over all sessions); the server may end such a session at
-    /// io-timeout [default: 1].
+    /// Readers that may stall for good while their writer goes on (over
+    /// all sessions); the server may end such a session at io-timeout
+    /// [default: 0; the reader-stall runs use 1].
     #[arg(long)]
     read_stalls: Option<u8>,
-    /// v2: io-timeout, in ticks [default: 1].
+    /// io-timeout, in ticks [default: 1].
     #[arg(long)]
     io_timeout: Option<u32>,
     /// Abandon fraction, in thousandths of the lease [default: 800].
@@ -252,8 +252,8 @@ fn main() -> ExitCode {
             String::new()
         }
     );
-    // Version 2 with a reader that stalls while its writer goes on, and a
-    // server ending that session at io-timeout, at the bounds CI affords.
+    // A reader that stalls while its writer goes on, and a server ending
+    // that session at io-timeout, at the bounds CI affords.
     let reader_stall = base.with_reader_stall();
     if let Some(name) = &args.mistake {
         let mistakes = Variant::mistakes(base.protocol);
@@ -288,8 +288,7 @@ fn main() -> ExitCode {
         ),
         &base,
     );
-    let stalled_shipped = base.protocol != 2
-        || base.read_stalls > 0
+    let stalled_shipped = base.read_stalls > 0
         || run(
             "protocol, a reader stalls (no revoke, close or uplink stall)",
             &reader_stall,

@@ -31,19 +31,20 @@ pub enum Variant {
     /// RELEASE crossed the push) makes the client believe it holds the
     /// claim, until RELEASED arrives.
     GrantedAfterRelease,
-    /// Version 2: when the server ends a session on its own (a write
-    /// blocked past io-timeout: the client's reader stalled), it hands the
-    /// session's held locks on at once, not at its last frame plus its
-    /// lease.
+    /// When the server ends a session on its own (a write blocked past
+    /// io-timeout: the client's reader stalled), it hands the session's
+    /// held locks on at once, not at its last frame plus its lease (both
+    /// protocol versions).
     HandOnAtIoTimeout,
 }
 
 impl Variant {
     /// The known mistakes of the version 1 model.
-    pub const ALL: [Self; 3] = [
+    pub const ALL: [Self; 4] = [
         Self::PushConfirmsHeartbeat,
         Self::DeadlineFromReceive,
         Self::PromoteExpiredWaiter,
+        Self::HandOnAtIoTimeout,
     ];
 
     /// The known mistakes of the version 2 model.
@@ -113,12 +114,12 @@ pub struct Params {
     /// Version 2: sessions a client may close with claims in use, over all
     /// sessions.
     pub closes: u8,
-    /// Version 2: readers that may stall for good, over all sessions: the
-    /// client reads nothing more while its writer goes on (a PING every
-    /// tick if it likes).
+    /// Readers that may stall for good, over all sessions: the client
+    /// reads nothing more while its writer goes on (a heartbeat or PING
+    /// every tick if it likes).
     pub read_stalls: u8,
-    /// Version 2: ticks a frame for a client whose reader stalled may wait
-    /// unread before the server may end its session (io-timeout).
+    /// Ticks a frame for a client whose reader stalled may wait unread
+    /// before the server may end its session (io-timeout).
     pub io_timeout: u32,
 }
 
@@ -174,7 +175,7 @@ impl Params {
     /// and the server ending that session at io-timeout, and without the
     /// administrator's acts, closes and uplink stalls: together with those,
     /// the reader's stall takes the version 2 check from 0.3 to 8 million
-    /// states, past what CI affords.
+    /// states, past what CI affords. In version 1 it keeps the pauses.
     pub const fn with_reader_stall(self) -> Self {
         Self {
             read_stalls: 1,
@@ -252,6 +253,9 @@ pub(crate) struct Client {
     pub(crate) paused: bool,
     /// The uplink of this connection is stalled for good.
     pub(crate) stalled: bool,
+    /// This connection's reader stalled for good: the client reads
+    /// nothing more, and may heartbeat every tick.
+    pub(crate) deaf: bool,
     pub(crate) pauses_left: u8,
     pub(crate) acquires_left: u8,
     pub(crate) up: Vec<Msg<Up>>,
@@ -267,6 +271,7 @@ impl Client {
         self.in_flight = None;
         self.confirmed = 0;
         self.last_send = 0;
+        self.deaf = false;
         self.down.clear();
     }
 }
@@ -276,6 +281,10 @@ pub(crate) struct Session {
     pub(crate) conn: u8,
     pub(crate) last_seen: u32,
     pub(crate) token: Option<u32>,
+    /// The server ended the connection on its own (io-timeout): it reads
+    /// nothing more from it, and a lock held stays held until
+    /// `last_seen + lease`.
+    pub(crate) closed: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -299,6 +308,8 @@ pub struct State {
     pub(crate) max_token: u32,
     /// Stalls still allowed.
     pub(crate) stalls_left: u8,
+    /// Reader stalls still allowed.
+    pub(crate) read_stalls_left: u8,
     /// A broken rule seen on the way here (tokens, FIFO).
     pub(crate) broken: Option<&'static str>,
 }
@@ -318,6 +329,11 @@ pub enum Step {
     Pause(usize),
     /// A client's uplink stalled for good.
     Stall(usize),
+    /// A client's reader stalled for good (its writer goes on).
+    ReadStall(usize),
+    /// The server ended a session on its own, a write to it blocked past
+    /// io-timeout.
+    IoTimeout(usize),
     /// The server process restarted (machine: without resetting peers).
     Restart {
         /// True: the machine, no reset reaches the clients.
@@ -339,11 +355,6 @@ pub enum Step {
         /// What the server read.
         frame: Frame,
     },
-    /// Version 2: a client's reader stalled for good (its writer goes on).
-    ReadStall(usize),
-    /// Version 2: the server ended a session on its own, a write to it
-    /// blocked past io-timeout.
-    IoTimeout(usize),
     /// Version 2: a client read the server's next frame.
     Reads {
         /// The client.
@@ -398,6 +409,7 @@ impl Model for State {
             last_send: 0,
             paused: false,
             stalled: false,
+            deaf: false,
             pauses_left: p.pauses,
             acquires_left: p.acquires,
             up: Vec::new(),
@@ -417,6 +429,7 @@ impl Model for State {
             clients: vec![client; usize::from(p.clients)],
             max_token: 0,
             stalls_left: p.stalls,
+            read_stalls_left: p.read_stalls,
             broken: None,
         }
     }
@@ -456,6 +469,7 @@ impl Model for State {
         self.now.hash(&mut h);
         self.max_token.hash(&mut h);
         self.stalls_left.hash(&mut h);
+        self.read_stalls_left.hash(&mut h);
         self.broken.hash(&mut h);
         let server = &self.server;
         (
@@ -486,7 +500,7 @@ impl Model for State {
                 out.push((Step::ServerReads(c), next));
             }
             let client = &self.clients[c];
-            if !client.down.is_empty() && !client.paused {
+            if !client.down.is_empty() && !client.paused && !client.deaf {
                 let mut next = self.clone();
                 next.client_reads(p, c);
                 out.push((Step::ClientReads(c), next));
@@ -496,7 +510,11 @@ impl Model for State {
                 next.heartbeat(c);
                 out.push((Step::Heartbeat(c), next));
             }
-            if !client.paused && client.phase == Phase::Idle && client.acquires_left > 0 {
+            // The model has one session per client: its next ACQUIRE waits
+            // until a lock the server kept for its ended session is
+            // released.
+            let kept = self.server.sessions[c].is_some_and(|s| s.closed);
+            if !client.paused && client.phase == Phase::Idle && client.acquires_left > 0 && !kept {
                 let mut next = self.clone();
                 next.acquire(c);
                 out.push((Step::Acquire(c), next));
@@ -512,6 +530,26 @@ impl Model for State {
                 next.clients[c].stalled = true;
                 next.clients[c].up.clear();
                 out.push((Step::Stall(c), next));
+            }
+            if self.read_stalls_left > 0 && client.phase != Phase::Idle && !client.deaf {
+                let mut next = self.clone();
+                next.read_stalls_left -= 1;
+                next.clients[c].deaf = true;
+                out.push((Step::ReadStall(c), next));
+            }
+            // The server's write of the oldest unread frame has waited
+            // io-timeout: the server may end the session (the buffers in
+            // between fill at a pace the model leaves open).
+            let write_blocked = client.deaf
+                && client
+                    .down
+                    .first()
+                    .is_some_and(|m| m.sent + p.io_timeout <= self.now);
+            let live = self.server.sessions[c].is_some_and(|s| s.conn == client.conn && !s.closed);
+            if write_blocked && live {
+                let mut next = self.clone();
+                next.server_ends(p, c);
+                out.push((Step::IoTimeout(c), next));
             }
         }
         // Today's token rule holds across a restart only more than a second
@@ -547,9 +585,12 @@ impl State {
 
     fn may_heartbeat(&self, p: &Params, c: usize) -> bool {
         let client = &self.clients[c];
-        matches!(client.phase, Phase::Waiting | Phase::Held { .. })
-            && client.in_flight.is_none()
-            && self.now >= client.last_send + p.floor()
+        let writing = matches!(client.phase, Phase::Waiting | Phase::Held { .. });
+        if client.deaf {
+            // Its writer goes on, whatever it has not read: one a tick.
+            return writing && self.now > client.last_send;
+        }
+        writing && client.in_flight.is_none() && self.now >= client.last_send + p.floor()
     }
 
     /// Time may pass unless a message is due or a running client owes a
@@ -564,11 +605,13 @@ impl State {
                 .first()
                 .is_some_and(|m| m.sent + p.max_delay <= self.now);
             let down_due = !client.paused
+                && !client.deaf
                 && client
                     .down
                     .first()
                     .is_some_and(|m| m.sent + p.max_delay <= self.now);
             let heartbeat_due = !client.paused
+                && !client.deaf
                 && matches!(client.phase, Phase::Waiting | Phase::Held { .. })
                 && client.in_flight.is_none()
                 && self.now >= client.last_send + p.base();
@@ -605,6 +648,7 @@ impl State {
         client.conn += 1;
         // A new connection: the stalled one's bytes never arrive.
         client.stalled = false;
+        client.deaf = false;
         client.up.clear();
         client.phase = Phase::Unanswered;
         client.in_flight = Some(now);
@@ -699,13 +743,19 @@ impl State {
     fn server_reads(&mut self, p: &Params, c: usize) {
         let msg = self.clients[c].up.remove(0);
         let now = self.now;
-        let live = self.server.sessions[c].filter(|s| s.conn == msg.conn);
+        let session = self.server.sessions[c].filter(|s| s.conn == msg.conn);
+        if session.is_some_and(|s| s.closed) {
+            // The server closed this connection: nothing more is read.
+            return;
+        }
+        let live = session;
         match (msg.body, live) {
             (Up::Acquire, None) => {
                 self.server.sessions[c] = Some(Session {
                     conn: msg.conn,
                     last_seen: now,
                     token: None,
+                    closed: false,
                 });
                 if self.server.holder.is_none() {
                     self.grant(p, c, msg.conn);
@@ -771,6 +821,25 @@ impl State {
         }
     }
 
+    /// The server ends a session on its own (io-timeout): the connection
+    /// closes now and a waiter leaves its queue, but a held lock stays held
+    /// until the session's last frame plus its lease (the client may count
+    /// on it until its own deadline, which is earlier).
+    fn server_ends(&mut self, p: &Params, c: usize) {
+        if p.variant == Variant::HandOnAtIoTimeout {
+            self.end_session(p, c);
+            return;
+        }
+        let Some(session) = &mut self.server.sessions[c] else {
+            return;
+        };
+        session.closed = true;
+        if self.server.holder != Some(c as u8) {
+            self.server.sessions[c] = None;
+            self.server.queue.retain(|w| usize::from(*w) != c);
+        }
+    }
+
     fn restart(&mut self, machine: bool) {
         for c in 0..self.clients.len() {
             if let Some(session) = self.server.sessions[c].take()
@@ -795,7 +864,10 @@ impl State {
                 && session.last_seen + p.lease <= self.now
             {
                 self.end_session(p, c);
-                self.send_down(c, session.conn, Down::Closed);
+                // A connection the server closed already has its end.
+                if !session.closed {
+                    self.send_down(c, session.conn, Down::Closed);
+                }
             }
         }
         for c in 0..self.clients.len() {

@@ -117,3 +117,39 @@ fn three_clients_keep_exclusion_at_small_bounds() {
     let outcome = check(&params);
     assert!(outcome.holds(), "{outcome:?}");
 }
+
+/// A version 1 holder whose reader stalls while it goes on heartbeating:
+/// the server's replies pile up, and io-timeout may end its connection.
+/// Long enough for the lock the server keeps to be handed on at the
+/// holder's last frame plus its lease, and for the waiter to hold after.
+fn reader_stall() -> Params {
+    Params {
+        lease: 5,
+        second: 5,
+        horizon: 11,
+        pauses: 0,
+        restarts: 0,
+        acquires: 1,
+        ..Params::small().with_reader_stall()
+    }
+}
+
+#[test]
+fn a_v1_reader_that_stalls_keeps_exclusion_and_its_lock_until_its_lease_ends() {
+    let outcome = check(&reader_stall());
+    assert!(outcome.holds(), "{outcome:?}");
+}
+
+#[test]
+fn a_v1_lock_handed_on_at_io_timeout_is_caught() {
+    match check(&Params {
+        variant: Variant::HandOnAtIoTimeout,
+        ..reader_stall()
+    }) {
+        monolock_model::Outcome::Broken { what, path, .. } => {
+            assert!(!path.is_empty());
+            assert!(what.contains("believe they hold"), "{what}");
+        }
+        outcome => panic!("HandOnAtIoTimeout not found: {outcome:?}"),
+    }
+}

@@ -15,6 +15,13 @@
 //! the head of its queue (FIFO among the waiters that stayed); and a session
 //! is never granted once it has been silent for its whole lease.
 //!
+//! A client whose reader stalls while its writer goes on (`stalled.rs`)
+//! tells the checker the deadline it counts on: its last confirmed send
+//! plus 0.8 x lease. No other claim of the server process that granted it
+//! may be granted that lock before that instant, however the server ended
+//! the connection meanwhile (docs/protocol.md, "How a claim ends": a claim
+//! the server ends on its own is handed on at its last frame plus lease).
+//!
 //! Version 2 adds two rules of docs/protocol.md that a client sees: a
 //! RELEASED means released (when a client reads it, the server no longer
 //! holds the claim's token), and claims die with
@@ -104,6 +111,9 @@ pub(crate) struct Checker {
     /// Connections whose end (EOF or reset) the current server process
     /// has read: none of their claims may be granted any more.
     ended: BTreeSet<SocketAddr>,
+    /// Clients whose reader stalled with a lock held, by client: the lock,
+    /// its token and the instant until which the client counts on it.
+    counting: BTreeMap<usize, (String, u64, Duration)>,
     violation: Option<Violation>,
     tally: Tally,
 }
@@ -121,6 +131,7 @@ impl Checker {
             held_by: BTreeMap::new(),
             queues: BTreeMap::new(),
             ended: BTreeSet::new(),
+            counting: BTreeMap::new(),
             violation: None,
             tally: Tally::default(),
         }
@@ -275,6 +286,20 @@ impl Checker {
                 format!("{lock} granted (token {token}) to {peer}, silent for its whole lease");
             self.fail(at, what);
         }
+        let counted_on = self.counting.iter().find(|(_, (held, held_token, until))| {
+            *held == lock
+                && *held_token != token
+                && *until > at
+                && self.issued_by.get(held_token) == Some(&self.incarnation)
+                && !self.excused.contains(held_token)
+        });
+        if let Some((client, (_, held_token, until))) = counted_on {
+            let what = format!(
+                "{lock} granted (token {token}) to {peer} while c{client} counts on its token {held_token} until {:.3} s",
+                until.as_secs_f64()
+            );
+            self.fail(at, what);
+        }
         if self.ended.contains(&peer) {
             let what = format!(
                 "{lock} granted (token {token}) to {peer} after the server read the end of its connection"
@@ -361,6 +386,16 @@ impl Checker {
         }
     }
 
+    /// Client `client` counts on holding `lock` under `token` until
+    /// `until` (its deadline), whatever it hears meanwhile; `None`: it has
+    /// given the lock up.
+    pub(crate) fn counts_on(&mut self, client: usize, held: Option<(String, u64, Duration)>) {
+        match held {
+            Some(held) => self.counting.insert(client, held),
+            None => self.counting.remove(&client),
+        };
+    }
+
     /// The holder of `token` may keep believing for a documented reason.
     pub(crate) fn excuse(&mut self, token: u64) {
         self.excused.insert(token);
@@ -370,6 +405,20 @@ impl Checker {
     pub(crate) fn queue_heads(&self) -> Vec<(String, SocketAddr, Duration)> {
         self.queues
             .iter()
+            .filter_map(|(lock, queue)| {
+                queue
+                    .front()
+                    .map(|(head, _, lease)| (lock.clone(), *head, *lease))
+            })
+            .collect()
+    }
+
+    /// The first waiter of each lock with another waiter behind it, with
+    /// its lease.
+    pub(crate) fn queue_heads_with_followers(&self) -> Vec<(String, SocketAddr, Duration)> {
+        self.queues
+            .iter()
+            .filter(|(_, queue)| queue.len() >= 2)
             .filter_map(|(lock, queue)| {
                 queue
                     .front()
@@ -576,6 +625,52 @@ mod tests {
             checker
                 .violation()
                 .is_some_and(|v| v.what.contains("after the server read the end"))
+        );
+    }
+
+    #[test]
+    fn a_grant_before_a_stalled_holders_deadline_is_a_violation() {
+        let deadline = Duration::from_millis(800);
+        let mut checker = Checker::new(2);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        checker.counts_on(0, Some(("a".into(), 10, deadline)));
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        // At the deadline, or for another lock, the grant is fine.
+        grant(&mut checker, "b", 2, 11);
+        checker.granted(
+            deadline,
+            Grant {
+                lock: "a".into(),
+                peer: SocketAddr::from(([10, 0, 0, 1], 2)),
+                token: 12,
+                lease: Duration::from_secs(1),
+                silent: false,
+                slot: 0,
+            },
+        );
+        assert_eq!(checker.violation(), None);
+        // Before it, it is not, unless the holder's token is excused.
+        let mut checker = Checker::new(2);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        checker.counts_on(0, Some(("a".into(), 10, deadline)));
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        checker.excuse(10);
+        grant(&mut checker, "a", 2, 11);
+        assert_eq!(checker.violation(), None);
+        let mut checker = Checker::new(2);
+        checker.server_started(1);
+        grant(&mut checker, "a", 1, 10);
+        checker.counts_on(0, Some(("a".into(), 10, deadline)));
+        checker.released("a", SocketAddr::from(([10, 0, 0, 1], 1)), 10);
+        grant(&mut checker, "a", 2, 11);
+        assert!(
+            checker.violation().is_some_and(|v| v
+                .what
+                .contains("while c0 counts on its token 10 until 0.800 s")),
+            "{:?}",
+            checker.violation()
         );
     }
 

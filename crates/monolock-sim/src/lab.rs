@@ -37,12 +37,17 @@ pub(crate) struct Lab {
     /// Server end: when bytes last arrived from each client address, in the
     /// current server incarnation's clock.
     last_heard: BTreeMap<SocketAddr, Instant>,
+    /// The same instants in simulated time, for the nemesis.
+    heard_at: BTreeMap<SocketAddr, Duration>,
     admin: Option<mpsc::UnboundedSender<Admin>>,
     incarnation: u32,
-    /// Version 2 events of the run, by name (each must happen in CI).
+    /// Version 2 and stalled-reader events of the run, by name (each must
+    /// happen in CI).
     v2_events: BTreeMap<&'static str, u64>,
     /// Version 2 hosts asked by the nemesis to write one more ACQUIRE now.
     pokes: BTreeSet<usize>,
+    /// The send window of every connection's server end (`stream.rs`).
+    window: Option<usize>,
 }
 
 /// The lab, shared.
@@ -56,11 +61,19 @@ impl SharedLab {
             checker: Checker::new(clients),
             conns: BTreeMap::new(),
             last_heard: BTreeMap::new(),
+            heard_at: BTreeMap::new(),
             admin: None,
             incarnation: 0,
             v2_events: BTreeMap::new(),
             pokes: BTreeSet::new(),
+            window: None,
         })))
+    }
+
+    /// Bounds what the server may write ahead of each client's reads, on
+    /// every connection from now on.
+    pub(crate) fn set_window(&self, window: Option<usize>) {
+        self.lock().window = window;
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Lab> {
@@ -75,7 +88,16 @@ impl SharedLab {
 
     /// The connection whose client end is `client_addr` (made on first use).
     pub(crate) fn conn(&self, client_addr: SocketAddr) -> Conn {
-        self.lock().conns.entry(client_addr).or_default().clone()
+        let mut lab = self.lock();
+        let window = lab.window;
+        lab.conns
+            .entry(client_addr)
+            .or_insert_with(|| {
+                let conn = Conn::default();
+                conn.set_window(window);
+                conn
+            })
+            .clone()
     }
 
     /// The open connection whose client end is `client_addr`, if any.
@@ -97,7 +119,15 @@ impl SharedLab {
     }
 
     pub(crate) fn heard_from(&self, peer: SocketAddr) {
-        self.lock().last_heard.insert(peer, Instant::now());
+        let at = turmoil::sim_elapsed().unwrap_or_default();
+        let mut lab = self.lock();
+        lab.last_heard.insert(peer, Instant::now());
+        lab.heard_at.insert(peer, at);
+    }
+
+    /// When bytes from `peer` last reached the server, in simulated time.
+    pub(crate) fn heard_at(&self, peer: SocketAddr) -> Option<Duration> {
+        self.lock().heard_at.get(&peer).copied()
     }
 
     pub(crate) fn last_heard(&self, peer: SocketAddr) -> Option<Instant> {
@@ -109,6 +139,7 @@ impl SharedLab {
         let mut lab = self.lock();
         lab.incarnation += 1;
         lab.last_heard.clear();
+        lab.heard_at.clear();
         lab.admin = Some(admin);
         let incarnation = lab.incarnation;
         lab.checker.server_started(incarnation);

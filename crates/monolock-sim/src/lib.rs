@@ -23,6 +23,15 @@
 //! ([`Mutation::V2ReleasedBeforeTable`], [`Mutation::V2PromoteEndingSession`])
 //! inside the server, all switched on through [`Options::mutations`].
 //!
+//! With [`Options::read_stalls`], two hosts whose reader stalls while
+//! their writer goes on join them (`stalled.rs`): one speaks version 1 and
+//! floods heartbeats, the other version 2 and pipelines try-ACQUIRE/RELEASE
+//! pairs and PINGs, each once it holds a lock. What the server may write
+//! ahead of a client's reads is then bounded (`stream.rs`) and its
+//! io-timeout is short, so its writes block and io-timeout ends the
+//! connection; the lock must stay held until the holder's deadline, and
+//! [`Mutation::HandOnAtIoTimeout`] is found.
+//!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
 //! `monolock-sim --seed N`. With v2 hosts, every host's acts and beliefs
@@ -39,6 +48,7 @@ mod host_v2;
 mod lab;
 mod nemesis;
 mod server;
+mod stalled;
 mod stream;
 
 use std::{
@@ -48,7 +58,7 @@ use std::{
 
 pub use checker::{Tally, Violation};
 pub use monolock_mutation::Mutation;
-pub use nemesis::{BOUNDARY_FAULTS, FAULTS, V2_FAULTS};
+pub use nemesis::{AIMED_FAULTS, BOUNDARY_FAULTS, FAULTS, V2_FAULTS};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
 use crate::{lab::SharedLab, nemesis::Nemesis, stream::Gate};
@@ -63,6 +73,10 @@ const EPOCH_UNIX_SECONDS: u64 = 1_800_000_000;
 /// sender's. No message takes less than one step, so none arrives before it
 /// was sent.
 const TICK: Duration = Duration::from_millis(5);
+/// With stalled readers: the most bytes the server may have written that a
+/// client has not read (its send buffer and the client's receive buffer
+/// together, small so that a few hundred replies fill it).
+const SEND_WINDOW: usize = 1024;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -89,6 +103,12 @@ pub struct Options {
     /// waits for, so that sessions hold and queue on one lock (on by
     /// default).
     pub same_lock_claims: bool,
+    /// Add two hosts whose reader stalls while their writer goes on (one
+    /// of each protocol version), bound what the server may write ahead of
+    /// a client's reads, and shorten the server's io-timeout, so that its
+    /// writes block and io-timeout ends their connections. Off: the run of
+    /// the seed without them, unchanged.
+    pub read_stalls: bool,
 }
 
 impl Default for Options {
@@ -101,6 +121,7 @@ impl Default for Options {
             faults: None,
             v2: false,
             same_lock_claims: true,
+            read_stalls: false,
         }
     }
 }
@@ -122,9 +143,15 @@ pub struct Outcome {
     pub clients: usize,
     /// Of which version 2 hosts.
     pub v2_hosts: usize,
-    /// Version 2 events seen, by name (RELEASE and ACQUIRE in one write,
-    /// a GRANTED crossing a RELEASE, sessions ended with held and waiting
-    /// claims, ...).
+    /// Of which hosts whose reader stalls.
+    pub stalled_hosts: usize,
+    /// The server's io-timeout, when the run shortens it.
+    pub io_timeout: Option<Duration>,
+    /// Version 2 and stalled-reader events seen, by name (RELEASE and
+    /// ACQUIRE in one write, a GRANTED crossing a RELEASE, sessions ended
+    /// with held and waiting claims, a reader stalled with a lock held, a
+    /// lock released at the lease end of a connection ended at
+    /// io-timeout, ...).
     pub v2_events: BTreeMap<&'static str, u64>,
     /// Locks the clients share.
     pub locks: usize,
@@ -155,6 +182,9 @@ fn replay_command(seed: u64, options: &Options) -> String {
         if !options.same_lock_claims {
             command.push_str(" --no-same-lock-claims");
         }
+    }
+    if options.read_stalls {
+        command.push_str(" --read-stalls");
     }
     for name in options.mutations.iter().map(|m| m.as_str()) {
         command.push_str(" --mutation ");
@@ -200,8 +230,19 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     } else {
         0
     };
+    // Drawn apart too, for the same reason.
+    let mut stall_rng = SmallRng::seed_from_u64(seed ^ 0x5354_414c_4c45_4452);
+    let stalled_hosts = if options.read_stalls { 2 } else { 0 };
+    // Below the shortest lease but one, so that a blocked write reaches
+    // io-timeout before the holder's lease runs out.
+    let io_timeout = options
+        .read_stalls
+        .then(|| Duration::from_millis(stall_rng.random_range(100..=600)));
 
-    let lab = SharedLab::new(clients + v2_hosts);
+    let lab = SharedLab::new(clients + v2_hosts + stalled_hosts);
+    if options.read_stalls {
+        lab.set_window(Some(SEND_WINDOW));
+    }
     let mut sim = turmoil::Builder::new()
         .rng_seed(seed)
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_UNIX_SECONDS))
@@ -216,7 +257,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     {
         let lab = lab.clone();
         sim.host(server::SERVER_HOST, move || {
-            server::process(lab.clone(), durable.clone())
+            server::process(lab.clone(), durable.clone(), io_timeout)
         });
     }
     let mut hosts = Vec::new();
@@ -252,6 +293,27 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         sim.client(
             host.as_str(),
             host_v2::process(plan, lab.clone(), gate.clone()),
+        );
+        hosts.push(host);
+        gates.push(gate);
+    }
+    for (n, id) in (clients + v2_hosts..).take(stalled_hosts).enumerate() {
+        let host = format!("c{id}");
+        let gate = Gate::default();
+        let plan = stalled::Plan {
+            id,
+            seed: stall_rng.random(),
+            locks: locks.clone(),
+            heal_at,
+            version: if n == 0 {
+                stalled::Version::V1
+            } else {
+                stalled::Version::V2
+            },
+        };
+        sim.client(
+            host.as_str(),
+            stalled::process(plan, lab.clone(), gate.clone()),
         );
         hosts.push(host);
         gates.push(gate);
@@ -316,8 +378,10 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         simulated,
         tally: lab.checker.tally(),
         faults: nemesis.counts().clone(),
-        clients: clients + v2_hosts,
+        clients: clients + v2_hosts + stalled_hosts,
         v2_hosts,
+        stalled_hosts,
+        io_timeout,
         v2_events: lab.v2_events(),
         locks: locks.len(),
         trace: lab.take_trace(),

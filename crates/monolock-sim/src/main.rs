@@ -7,6 +7,7 @@
 //! monolock-sim --seeds 100 --v2        # version 2 sessions beside v1 clients
 //! monolock-sim --seeds 50 --v2 --mutation v2-belief-until-released
 //! monolock-sim --seeds 50 --v2 --mutation v2-released-before-table
+//! monolock-sim --seeds 50 --read-stalls --mutation hand-on-at-io-timeout
 //! ```
 //!
 //! Exits 0 when every seed passed, 1 when one failed (its seed and the
@@ -15,7 +16,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use clap::Parser;
-use monolock_sim::{BOUNDARY_FAULTS, FAULTS, Mutation, Options, V2_FAULTS, run};
+use monolock_sim::{AIMED_FAULTS, BOUNDARY_FAULTS, FAULTS, Mutation, Options, V2_FAULTS, run};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -36,7 +37,8 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     faulty_seconds: u64,
     /// Switch a known mistake on: push-confirms-heartbeat,
-    /// deadline-from-receive, promote-expired-waiter; with --v2 also the
+    /// deadline-from-receive, promote-expired-waiter; with --read-stalls
+    /// hand-on-at-io-timeout; with --v2 also the
     /// server's v2-released-before-table, v2-promote-ending-session and
     /// the client's v2-granted-confirms-session, v2-belief-past-deadline,
     /// v2-belief-until-released (repeatable).
@@ -50,9 +52,15 @@ struct Args {
     /// uses.
     #[arg(long)]
     no_same_lock_claims: bool,
+    /// Run two hosts whose reader stalls while their writer goes on (one
+    /// version 1, one version 2), with a bounded send window and a short
+    /// io-timeout on the server.
+    #[arg(long)]
+    read_stalls: bool,
     /// Draw faults only from these (comma-separated names; "boundary" for
     /// the faults aimed at timing boundaries). Default: a random half of
-    /// all faults per seed.
+    /// all faults per seed. The aimed faults (stall-heard-queue-head,
+    /// isolate-after-late-reply) are drawn only when named.
     #[arg(long, value_delimiter = ',', value_parser = parse_fault)]
     faults: Option<Vec<String>>,
     /// Print the whole trace of each seed.
@@ -74,13 +82,15 @@ fn parse_mutation(text: &str) -> Result<Mutation, String> {
 }
 
 fn parse_fault(text: &str) -> Result<String, String> {
-    if text == "boundary" || FAULTS.contains(&text) || V2_FAULTS.contains(&text) {
+    let known = FAULTS.iter().chain(&V2_FAULTS).chain(&AIMED_FAULTS);
+    if text == "boundary" || known.clone().any(|fault| *fault == text) {
         Ok(text.to_owned())
     } else {
         Err(format!(
-            "unknown fault {text:?}; known: boundary, {}, {}",
+            "unknown fault {text:?}; known: boundary, {}, {}, {}",
             FAULTS.join(", "),
-            V2_FAULTS.join(", ")
+            V2_FAULTS.join(", "),
+            AIMED_FAULTS.join(", ")
         ))
     }
 }
@@ -105,11 +115,18 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(64);
     }
+    if mutations.contains(&Mutation::HandOnAtIoTimeout) && !args.read_stalls {
+        eprintln!(
+            "monolock-sim: hand-on-at-io-timeout needs a reader that stalls; add --read-stalls"
+        );
+        return ExitCode::from(64);
+    }
     let options = Options {
         faulty: Duration::from_secs(args.faulty_seconds),
         mutations,
         v2: args.v2,
         same_lock_claims: !args.no_same_lock_claims,
+        read_stalls: args.read_stalls,
         faults: args.faults.as_ref().map(|names| {
             names
                 .iter()
@@ -117,6 +134,7 @@ fn main() -> ExitCode {
                     match FAULTS
                         .iter()
                         .chain(V2_FAULTS.iter())
+                        .chain(AIMED_FAULTS.iter())
                         .find(|f| **f == name.as_str())
                     {
                         Some(fault) => vec![*fault],
@@ -173,12 +191,12 @@ fn main() -> ExitCode {
         simulated.as_secs_f64() / 3600.0,
         started.elapsed().as_secs_f64()
     );
-    if args.v2 {
+    if args.v2 || args.read_stalls {
         let events: Vec<String> = v2_events
             .iter()
             .map(|(event, count)| format!("{event}: {count}"))
             .collect();
-        println!("v2 events: {}", events.join("; "));
+        println!("events: {}", events.join("; "));
     }
     if failed == 0 {
         ExitCode::SUCCESS

@@ -2,7 +2,9 @@
 //! reordering across connections, holds, partitions per direction, resets
 //! of one end or both, client pauses, server restarts (the process, or the
 //! whole machine without a word to its peers), force-release, forced
-//! release exactly at a waiter's lease end, and kicks.
+//! release exactly at a waiter's lease end, and kicks; and, only when
+//! named, faults aimed at one planted mistake's boundary each
+//! ([`AIMED_FAULTS`]).
 
 use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 
@@ -46,6 +48,23 @@ enum Heal {
     },
     /// Have a version 2 host place one more claim.
     Poke(usize),
+    /// Cut the way from a client to the server (its link is already
+    /// counted busy).
+    CutUplink(usize),
+    /// Cut the way back too (its link already counted busy), and repair
+    /// both at `until`.
+    CutDownlinkOf {
+        client: usize,
+        until: Duration,
+    },
+    /// Repair both ways of a client's link.
+    Reconnect(usize),
+    /// Cut the way from the server to a client until then, if its link
+    /// has no other fault.
+    CutDownlink {
+        client: usize,
+        until: Duration,
+    },
 }
 
 pub(crate) struct Nemesis {
@@ -72,6 +91,12 @@ pub(crate) struct Nemesis {
     counts: BTreeMap<&'static str, u64>,
     /// The first version 2 host, when they run (hosts from it on).
     v2_from: Option<usize>,
+    /// A queue head to stall as soon as the server hears from it: its
+    /// lock, its address, its lease, and when to give up waiting.
+    armed: Option<(String, SocketAddr, Duration, Duration)>,
+    /// A holder whose replies to hold back as soon as the server hears
+    /// from it: its address, its lease, and when to give up waiting.
+    armed_holder: Option<(SocketAddr, Duration, Duration)>,
 }
 
 /// Every fault, by name.
@@ -109,6 +134,31 @@ pub const V2_FAULTS: [&str; 2] = [V2_MENU[0].0, V2_MENU[1].0];
 /// claim, and the holder is force-released, so that a GRANTED arrives
 /// with several frames in flight (a push confirms none of them).
 const V2_MENU: [(&str, u32); 2] = [("revoke-one-claim", 4), ("stall-v2-session-uplink", 3)];
+
+/// Faults drawn only when named (`--faults`), so that the default and
+/// boundary menus, and the seeds pinned on them, stay as they were.
+pub const AIMED_FAULTS: [&str; 2] = [AIMED_MENU[0].0, AIMED_MENU[1].0];
+
+/// Named faults aimed at one boundary, as weights. "stall-heard-queue-head"
+/// is `push-confirms-heartbeat`'s: of the queue heads with another waiter
+/// behind them, the one with the longest lease has its uplink stalled just
+/// after the server heard a heartbeat from it, so that its next heartbeat,
+/// a quarter lease later, is in flight when the lock is pushed to it; the
+/// server expires it at that earlier frame plus its lease and grants the
+/// waiter behind. A push taken as that heartbeat's reply moves the
+/// client's deadline a quarter lease on, past the 20 % margin.
+///
+/// "isolate-after-late-reply" is `deadline-from-receive`'s: of the holders
+/// with a waiter, one with the longest lease has the server's replies held
+/// back just after the server heard a heartbeat from it, for 0.3 to 0.6 of
+/// its lease; then the replies go, and once they have arrived the holder
+/// is cut off both ways (not even the close of its expired session reaches
+/// it). The server expires it at that heartbeat plus its lease; a deadline
+/// counted from the late reply's arrival runs past that.
+const AIMED_MENU: [(&str, u32); 2] = [
+    ("stall-heard-queue-head", 4),
+    ("isolate-after-late-reply", 4),
+];
 
 /// Faults by name, as weights.
 const MENU: [(&str, u32); 16] = [
@@ -162,6 +212,11 @@ impl Nemesis {
                 .collect(),
             None => MENU.into_iter().filter(|_| rng.random_bool(0.5)).collect(),
         };
+        menu.extend(
+            AIMED_MENU
+                .into_iter()
+                .filter(|(name, _)| faults.is_some_and(|names| names.contains(name))),
+        );
         if menu.is_empty() {
             menu.push(MENU[rng.random_range(0..MENU.len())]);
         }
@@ -189,6 +244,8 @@ impl Nemesis {
             uplink_stall_until: Duration::ZERO,
             counts: BTreeMap::new(),
             v2_from,
+            armed: None,
+            armed_holder: None,
         }
     }
 
@@ -207,6 +264,8 @@ impl Nemesis {
         for heal in due {
             self.heal(sim, now, heal);
         }
+        self.fire_armed(now);
+        self.fire_armed_holder(now);
         if self.rng.random_bool(self.rate) {
             self.inject(sim, now);
         }
@@ -280,6 +339,38 @@ impl Nemesis {
                 self.gates[c].resume();
                 self.paused[c] = false;
                 note(format!("c{c} resumes"));
+            }
+            Heal::CutDownlink { client, until } => {
+                if self.link_busy[client] || self.server_down {
+                    return;
+                }
+                let (from, to) = direction(&self.hosts[client], false);
+                sim.partition_oneway(from, to);
+                self.link_busy[client] = true;
+                self.heals.push((
+                    until,
+                    Heal::Repair {
+                        client,
+                        to_server: false,
+                    },
+                ));
+                note(format!("partition {from} -> {to}"));
+            }
+            Heal::CutUplink(client) => {
+                let (from, to) = direction(&self.hosts[client], true);
+                sim.partition_oneway(from, to);
+                note(format!("partition {from} -> {to}"));
+            }
+            Heal::CutDownlinkOf { client, until } => {
+                let (from, to) = direction(&self.hosts[client], false);
+                sim.partition_oneway(from, to);
+                self.heals.push((until, Heal::Reconnect(client)));
+                note(format!("partition {from} -> {to}"));
+            }
+            Heal::Reconnect(client) => {
+                sim.repair(self.hosts[client].as_str(), SERVER_HOST);
+                self.link_busy[client] = false;
+                note(format!("c{client} link repaired both ways"));
             }
             Heal::Poke(c) => {
                 lab.lock().poke(c);
@@ -376,6 +467,8 @@ impl Nemesis {
             "delay-replies-then-cut" => self.delay_replies_then_cut(now),
             "stall-queue-head-uplink" => self.stall_queue_head_uplink(now, false),
             "stall-v2-session-uplink" => self.stall_queue_head_uplink(now, true),
+            "stall-heard-queue-head" => self.arm_heard_queue_head(now),
+            "isolate-after-late-reply" => self.arm_holder(now),
             "crash-process" | "crash-machine" if !self.server_down => {
                 let machine = fault == "crash-machine";
                 if machine {
@@ -508,6 +601,154 @@ impl Nemesis {
             return None;
         }
         let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
+        self.stall_uplink_of(now, lock, peer, lease, false)
+    }
+
+    /// Picks, of the queue heads with another waiter behind them, the one
+    /// with the longest lease, to stall once the server hears from it.
+    fn arm_heard_queue_head(&mut self, now: Duration) -> Option<String> {
+        if self.armed.is_some() || now < self.uplink_stall_until || self.server_down {
+            return None;
+        }
+        let heads = self.lab.lock().checker.queue_heads_with_followers();
+        let longest = heads.iter().map(|(_, _, lease)| *lease).max()?;
+        let heads: Vec<_> = heads
+            .into_iter()
+            .filter(|(_, _, lease)| *lease == longest)
+            .collect();
+        let (lock, peer, lease) = heads[self.rng.random_range(0..heads.len())].clone();
+        let what = format!("{peer}, first in the queue of {lock}, to stall once heard");
+        // A heartbeat comes within a quarter lease; wait a whole one.
+        self.armed = Some((lock, peer, lease, now + lease));
+        Some(what)
+    }
+
+    /// Picks, of the holders with a waiter, one with the longest lease, to
+    /// hold back the replies to once the server hears from it.
+    fn arm_holder(&mut self, now: Duration) -> Option<String> {
+        if self.armed_holder.is_some() || self.server_down {
+            return None;
+        }
+        let holders = self.lab.lock().checker.holders_with_waiters();
+        let longest = holders.iter().map(|(_, lease)| *lease).max()?;
+        let holders: Vec<_> = holders
+            .into_iter()
+            .filter(|(peer, lease)| {
+                *lease == longest && self.client_of(*peer).is_some_and(|c| !self.link_busy[c])
+            })
+            .collect();
+        if holders.is_empty() {
+            return None;
+        }
+        let (peer, lease) = holders[self.rng.random_range(0..holders.len())];
+        // A heartbeat comes within a quarter lease; wait a whole one.
+        self.armed_holder = Some((peer, lease, now + lease));
+        Some(format!(
+            "{peer}, a holder with waiters, to isolate once heard"
+        ))
+    }
+
+    /// Holds back the replies to the armed holder if the server heard from
+    /// it within the last step; lets them go 0.3 to 0.6 lease later, then
+    /// cuts the holder off both ways.
+    fn fire_armed_holder(&mut self, now: Duration) {
+        let Some((peer, lease, until)) = self.armed_holder else {
+            return;
+        };
+        if now >= until || self.server_down {
+            self.armed_holder = None;
+            return;
+        }
+        let heard = self
+            .lab
+            .heard_at(peer)
+            .is_some_and(|at| at + crate::TICK >= now);
+        if !heard {
+            return;
+        }
+        self.armed_holder = None;
+        let Some(client) = self.client_of(peer) else {
+            return;
+        };
+        let Some(conn) = self.lab.open_conn(peer) else {
+            return;
+        };
+        if self.link_busy[client] || self.lab.lock().checker.holder_of(peer).is_empty() {
+            return;
+        }
+        conn.hold(End::Server, true);
+        self.link_busy[client] = true;
+        let let_go_at = now + lease.mul_f64(self.rng.random_range(0.3..0.6));
+        self.heals.push((
+            let_go_at,
+            Heal::LetGo {
+                conn,
+                end: End::Server,
+            },
+        ));
+        // The uplink at once (what the holder sends after the late reply
+        // never arrives); the way back once the replies have arrived.
+        self.heals.push((let_go_at, Heal::CutUplink(client)));
+        let cut_at = let_go_at + self.base_latency + crate::TICK * 2;
+        let until = cut_at + lease * 2;
+        self.heals
+            .push((cut_at, Heal::CutDownlinkOf { client, until }));
+        self.lab.lock().push_trace(
+            now,
+            format_args!("nemesis: replies to c{client} ({peer}) held back, just heard"),
+        );
+    }
+
+    /// Stalls the armed queue head's uplink if the server heard from it
+    /// within the last step and it is still first in its queue.
+    fn fire_armed(&mut self, now: Duration) {
+        let Some((lock, peer, lease, until)) = self.armed.clone() else {
+            return;
+        };
+        if now >= until || self.server_down {
+            self.armed = None;
+            return;
+        }
+        let heard = self
+            .lab
+            .heard_at(peer)
+            .is_some_and(|at| at + crate::TICK >= now);
+        if !heard {
+            return;
+        }
+        self.armed = None;
+        let first = self
+            .lab
+            .lock()
+            .checker
+            .queue_heads()
+            .iter()
+            .any(|(l, head, _)| *l == lock && *head == peer);
+        if !first || now < self.uplink_stall_until {
+            return;
+        }
+        if let Some(what) = self.stall_uplink_of(now, lock, peer, lease, true) {
+            self.lab
+                .lock()
+                .push_trace(now, format_args!("nemesis: {what}, just heard"));
+        }
+    }
+
+    /// Stalls what the queue head `peer` of `lock` sends, then has the
+    /// holder force-released while a heartbeat of it is in flight, and
+    /// stalls the way back once the push has arrived. With `cut_downlink`,
+    /// the way back is cut for the stall's length (a partition from the
+    /// server), so that not even the close of the session the server
+    /// expires reaches the client; else the server end holds its writes
+    /// (its close still goes through).
+    fn stall_uplink_of(
+        &mut self,
+        now: Duration,
+        lock: String,
+        peer: SocketAddr,
+        lease: Duration,
+        cut_downlink: bool,
+    ) -> Option<String> {
         let conn = self.lab.open_conn(peer)?;
         conn.hold(End::Client, true);
         let end = End::Client;
@@ -533,6 +774,14 @@ impl Nemesis {
         // Once the push has arrived, the way back stalls too (a partition in
         // both directions): the session's end does not reach the client.
         let both_at = order_at + ms(&mut self.rng, 20, 100);
+        if cut_downlink && let Some(client) = self.client_of(peer) {
+            let until = self.uplink_stall_until;
+            self.heals
+                .push((both_at, Heal::CutDownlink { client, until }));
+            return Some(format!(
+                "{peer}, first in the queue of {lock}, stalls its writes"
+            ));
+        }
         let end = End::Server;
         self.heals.push((
             both_at,

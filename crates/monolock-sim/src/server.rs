@@ -89,6 +89,9 @@ impl Observer for SimObserver {
                         reason.as_str()
                     ),
                 );
+                if reason.as_str() == "io_timeout" {
+                    lab.count_v2("held lock released after an io-timeout ending");
+                }
                 lab.checker
                     .released(session.lock.as_str(), session.remote_addr, *token);
             }
@@ -130,14 +133,22 @@ fn slot_of(session: &SessionInfo) -> usize {
     std::ptr::from_ref(session) as usize
 }
 
-/// One server process, from start to crash.
-pub(crate) async fn process(lab: SharedLab, _durable: Durable) -> turmoil::Result {
+/// One server process, from start to crash; `io_timeout` replaces the
+/// default one.
+pub(crate) async fn process(
+    lab: SharedLab,
+    _durable: Durable,
+    io_timeout: Option<std::time::Duration>,
+) -> turmoil::Result {
     let (admin_tx, mut admin_rx) = mpsc::unbounded_channel();
     let incarnation = lab.server_started(admin_tx);
     lab.trace(format_args!("server process {incarnation} starts"));
-    let config = ServerConfig::default()
+    let mut config = ServerConfig::default()
         .with_wall_clock(Arc::new(SimWallClock))
         .with_observer(Arc::new(SimObserver { lab: lab.clone() }));
+    if let Some(io_timeout) = io_timeout {
+        config = config.with_io_timeout(io_timeout);
+    }
     let handle = Server::new(config).handle();
     let listener = turmoil::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, PORT)).await?;
     loop {

@@ -2,6 +2,14 @@
 //! the faults turmoil has no knob for (a reset of one end or both, a client
 //! process that stops doing I/O), and on the server end a record of when
 //! bytes last arrived (for the "no grant to a silent session" check).
+//!
+//! With a send window (runs with stalled readers), what the server writes
+//! and the client has not read yet is bounded, as by the two ends' socket
+//! buffers: once it is full, the server's writes block until the client
+//! reads, so a client that stops reading drives the server into its write
+//! io-timeout. Turmoil's own streams never block a write. What the client
+//! writes is not bounded: its frames stay whole, so the server's record of
+//! arrivals stays the record of frames.
 
 use std::{
     io,
@@ -34,6 +42,15 @@ struct ConnState {
     held: [bool; 2],
     wakers: [Option<Waker>; 2],
     open: [bool; 2],
+    /// The most bytes the server end may have written that the client end
+    /// has not read (`None`: unbounded).
+    window: Option<usize>,
+    /// Bytes the server end wrote (held back or sent) that the client end
+    /// has not read. Bytes a partition dropped stay counted, as a real
+    /// sender's unacknowledged bytes stay in its buffer.
+    unread_by_client: usize,
+    /// The server's write waiting for room.
+    window_waker: Option<Waker>,
 }
 
 /// The faults of one connection, shared by its two ends.
@@ -51,14 +68,17 @@ impl Conn {
     /// Resets `end`: its next (or pending) read or write fails with
     /// `ConnectionReset`, as after an RST.
     pub(crate) fn reset(&self, end: End) {
-        let waker = {
+        let wakers = {
             let mut state = locked(&self.0);
             state.reset[index(end)] = true;
-            state.wakers[index(end)].take()
+            let window = if end == End::Server {
+                state.window_waker.take()
+            } else {
+                None
+            };
+            [state.wakers[index(end)].take(), window]
         };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        wakers.into_iter().flatten().for_each(Waker::wake);
     }
 
     /// Holds back, or lets go, what `end` writes.
@@ -93,7 +113,62 @@ impl Conn {
     }
 
     fn set_open(&self, end: End, open: bool) {
-        locked(&self.0).open[index(end)] = open;
+        let waker = {
+            let mut state = locked(&self.0);
+            state.open[index(end)] = open;
+            // A server write waiting for room goes on (and fails, or is
+            // lost) once the client end is gone.
+            if open {
+                None
+            } else {
+                state.window_waker.take()
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Bounds what the server end may write ahead of the client's reads.
+    pub(crate) fn set_window(&self, window: Option<usize>) {
+        locked(&self.0).window = window;
+    }
+
+    /// How many bytes `end` may write now (`None`: no bound). At none,
+    /// the writer is woken when the client reads.
+    fn room(&self, end: End, cx: &Context<'_>) -> Option<usize> {
+        let mut state = locked(&self.0);
+        let window = state.window?;
+        if end != End::Server || state.reset[index(end)] || !state.open[index(End::Client)] {
+            return None;
+        }
+        let room = window.saturating_sub(state.unread_by_client);
+        if room == 0 {
+            state.window_waker = Some(cx.waker().clone());
+        }
+        Some(room)
+    }
+
+    /// `end` wrote `n` bytes.
+    fn wrote(&self, end: End, n: usize) {
+        if end == End::Server {
+            locked(&self.0).unread_by_client += n;
+        }
+    }
+
+    /// `end` read `n` bytes: room for the server's writes.
+    fn read(&self, end: End, n: usize) {
+        if end != End::Client || n == 0 {
+            return;
+        }
+        let waker = {
+            let mut state = locked(&self.0);
+            state.unread_by_client = state.unread_by_client.saturating_sub(n);
+            state.window_waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }
 
@@ -263,6 +338,9 @@ impl AsyncRead for SimStream {
             Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
             Poll::Pending => return Poll::Pending,
         };
+        if let Poll::Ready(Ok(())) = &polled {
+            this.conn.read(this.end, buf.filled().len() - before);
+        }
         if let (Poll::Ready(read), Some((lab, peer))) = (&polled, &this.server_view) {
             match read {
                 Ok(()) if buf.filled().len() > before => lab.heard_from(*peer),
@@ -283,15 +361,25 @@ impl AsyncWrite for SimStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
+        let buf = match this.conn.room(this.end, cx) {
+            Some(0) => return Poll::Pending,
+            Some(room) => &buf[..buf.len().min(room)],
+            None => buf,
+        };
         if this.conn.is_held(this.end) {
             this.held_back.extend_from_slice(buf);
+            this.conn.wrote(this.end, buf.len());
             return Poll::Ready(Ok(buf.len()));
         }
-        match this.ready(cx) {
+        let written = match this.ready(cx) {
             Poll::Ready(Ok(inner)) => Pin::new(inner).poll_write(cx, buf),
             Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
             Poll::Pending => Poll::Pending,
+        };
+        if let Poll::Ready(Ok(n)) = written {
+            this.conn.wrote(this.end, n);
         }
+        written
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

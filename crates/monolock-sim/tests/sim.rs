@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use monolock_sim::{BOUNDARY_FAULTS, Mutation, Options, Outcome, run};
+use monolock_sim::{AIMED_FAULTS, BOUNDARY_FAULTS, Mutation, Options, Outcome, run};
 
 fn explain(outcome: &Outcome) -> String {
     let tail: Vec<&str> = outcome
@@ -110,6 +110,49 @@ fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found() {
         Duration::from_secs(13),
         Mutation::PushConfirmsHeartbeat,
         "two holders",
+    );
+}
+
+/// Runs `seed` up to `until` with `aimed` (one of [`AIMED_FAULTS`]) alone
+/// on the menu; `mistake` must break exclusion and the shipped code must
+/// not.
+fn found_by_aimed(seed: u64, until: Duration, aimed: &'static str, mistake: Mutation) {
+    assert!(AIMED_FAULTS.contains(&aimed));
+    let shipped = Options {
+        faulty: Duration::from_secs(15),
+        until: Some(until),
+        faults: Some(vec![aimed]),
+        ..Options::default()
+    };
+    let planted = Options {
+        mutations: vec![mistake],
+        ..shipped.clone()
+    };
+    caught(seed, &planted, &shipped, mistake.as_str(), "two holders");
+}
+
+/// The queue head with the longest lease stalls its uplink just after a
+/// heartbeat arrived, and the lock is pushed to it with the next one in
+/// flight.
+#[test]
+fn a_pushed_acquired_counted_as_a_heartbeat_confirmation_is_found_by_the_aimed_fault() {
+    found_by_aimed(
+        40000,
+        Duration::from_secs(2),
+        "stall-heard-queue-head",
+        Mutation::PushConfirmsHeartbeat,
+    );
+}
+
+/// A holder's reply held back for a third to a half of its lease, then
+/// the holder cut off both ways.
+#[test]
+fn a_deadline_taken_from_the_receive_instant_is_found_by_the_aimed_fault() {
+    found_by_aimed(
+        40037,
+        Duration::from_secs(1),
+        "isolate-after-late-reply",
+        Mutation::DeadlineFromReceive,
     );
 }
 
@@ -316,4 +359,60 @@ fn a_queued_claim_promoted_as_its_session_ends_is_found() {
         Mutation::V2PromoteEndingSession,
         "after the server read the end of its connection",
     );
+}
+
+/// The seeds of the CI sweep with hosts whose reader stalls.
+const STALL_CI_SEEDS: std::ops::Range<u64> = 8..10;
+
+/// Two hosts whose reader stalls while their writer goes on (one of each
+/// protocol version) beside the version 1 clients, every fault on the
+/// menu: the server's writes to them block, io-timeout ends their
+/// connections, and the locks they held stay held until their deadline.
+#[test]
+fn readers_that_stall_keep_every_invariant_over_the_ci_seeds() {
+    let options = Options {
+        faulty: Duration::from_secs(10),
+        read_stalls: true,
+        ..Options::default()
+    };
+    let mut events = std::collections::BTreeMap::new();
+    for seed in STALL_CI_SEEDS {
+        let outcome = run(seed, &options);
+        assert!(outcome.violation.is_none(), "{}", explain(&outcome));
+        assert_eq!(outcome.stalled_hosts, 2);
+        assert!(outcome.io_timeout.is_some());
+        for (event, count) in &outcome.v2_events {
+            *events.entry(*event).or_insert(0) += count;
+        }
+    }
+    eprintln!("stalled-reader seeds {STALL_CI_SEEDS:?}: {events:?}");
+    for event in [
+        "reader stalled with a lock held",
+        "held lock released after an io-timeout ending",
+    ] {
+        assert!(
+            events.get(event).is_some_and(|n| *n > 0),
+            "no {event:?} in {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lock_handed_on_when_io_timeout_ends_its_holders_connection_is_found() {
+    // The holder on seed 7 speaks version 1 (it floods heartbeats), on
+    // seed 3 version 2 (try-ACQUIRE/RELEASE pairs and PINGs).
+    for (seed, until) in [(7, 4), (3, 6)] {
+        let shipped = Options {
+            faulty: Duration::from_secs(15),
+            until: Some(Duration::from_secs(until)),
+            read_stalls: true,
+            ..Options::default()
+        };
+        let planted = Options {
+            mutations: vec![Mutation::HandOnAtIoTimeout],
+            ..shipped.clone()
+        };
+        let mistake = Mutation::HandOnAtIoTimeout.as_str();
+        caught(seed, &planted, &shipped, mistake, "counts on its token");
+    }
 }
