@@ -188,9 +188,7 @@ async fn locks(pattern: Option<String>, admin: &AdminArgs) -> Result<String, Str
     };
     if list.locks.is_empty() {
         match &pattern {
-            Some(glob) => {
-                out.push_str(&format!("no held lock matches {}\n", printable(glob)))
-            }
+            Some(glob) => out.push_str(&format!("no held lock matches {}\n", printable(glob))),
             None => out.push_str("no locks held\n"),
         }
     } else {
