@@ -66,13 +66,13 @@ pub use crate::core::config::{
 };
 pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
-    ClaimRef, Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo,
+    ClaimRef, Event, NoopObserver, Observer, Observers, ReleaseReason, ServerEnding, SessionInfo,
 };
 pub use crate::core::glob::Glob;
 pub use crate::core::grace::GraceStatus;
 pub use crate::core::limits::raise_fd_limit;
 pub use crate::core::listen::{LISTEN_BACKLOG, bind};
-pub use crate::core::server::{Server, ServerHandle, V2SessionSnapshot, run};
+pub use crate::core::server::{Server, ServerHandle, SessionEnded, V2SessionSnapshot, run};
 pub use crate::core::table::{
     AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot,
 };

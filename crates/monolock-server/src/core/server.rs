@@ -21,11 +21,11 @@ use tracing::{debug, info, warn};
 use crate::{
     ServerConfig,
     core::admission::{OVER_LIMIT_REASON, RECLAIM_INTERVAL},
-    core::events::Event,
+    core::events::{Event, ReleaseReason},
     core::grace::GraceStatus,
     core::session,
     core::shared::{Shared, Shed},
-    core::slot::{EndNotice, deadline_after},
+    core::slot::{EndNotice, SessionLink, deadline_after},
     core::table::{AdminRefused, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot},
     core::tls::identity_of_certificate,
 };
@@ -338,6 +338,20 @@ pub struct V2SessionSnapshot {
     pub lease: monolock_proto::Lease,
     /// When its OPEN was read (wall clock).
     pub opened_at: std::time::SystemTime,
+    /// Set when the server ended the session on its own and keeps its held
+    /// claims until its lease's end; `None` while it is open.
+    pub ended: Option<SessionEnded>,
+}
+
+/// How a version 2 session the server ended is kept (see
+/// [`V2SessionSnapshot::ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionEnded {
+    /// Why the server ended it: the reason its kept claims' releases carry.
+    pub reason: ReleaseReason,
+    /// When its kept claims are released (its last frame plus its lease),
+    /// unless an administrator or a shutdown releases them first.
+    pub release_at: std::time::SystemTime,
 }
 
 /// Inspects and controls a running [`Server`]. Cheap to clone.
@@ -467,25 +481,52 @@ impl ServerHandle {
 
     /// Every open version 2 session, by id (its claims are in
     /// [`ServerHandle::locks`], each naming its session).
+    ///
+    /// A session the server ended on its own is listed too, with
+    /// [`V2SessionSnapshot::ended`] set, while its held claims are kept.
     pub fn v2_sessions(&self) -> Vec<V2SessionSnapshot> {
+        let snapshot = |link: &SessionLink, ended: Option<SessionEnded>| {
+            let info = &link.lease.info;
+            V2SessionSnapshot {
+                id: link.id,
+                remote_addr: info.remote_addr,
+                identity: Arc::clone(&info.identity),
+                lease: info.lease,
+                opened_at: info.queued_at,
+                ended,
+            }
+        };
+        let ended: Vec<V2SessionSnapshot> = self
+            .shared
+            .ended
+            .lock()
+            .values()
+            .map(|kept| {
+                let ended = SessionEnded {
+                    reason: kept.reason,
+                    release_at: kept.release_at,
+                };
+                snapshot(&kept.link, Some(ended))
+            })
+            .collect();
         let mut sessions: Vec<V2SessionSnapshot> = self
             .shared
             .sessions
             .lock()
             .values()
-            .map(|link| {
-                let info = &link.lease.info;
-                V2SessionSnapshot {
-                    id: link.id,
-                    remote_addr: info.remote_addr,
-                    identity: Arc::clone(&info.identity),
-                    lease: info.lease,
-                    opened_at: info.queued_at,
-                }
-            })
+            // A session ending now is in both maps for a moment.
+            .filter(|link| !ended.iter().any(|session| session.id == link.id))
+            .map(|link| snapshot(link, None))
             .collect();
+        sessions.extend(ended);
         sessions.sort_unstable_by_key(|session| session.id);
         sessions
+    }
+
+    /// Held claims of connections the server ended on its own, kept until
+    /// their lease's end (they count against `--max-claims` until then).
+    pub fn kept_claims(&self) -> usize {
+        self.shared.claims.kept()
     }
 
     /// Every lock with a holder whose name `filter` accepts, by name.

@@ -27,7 +27,7 @@ use tracing::debug;
 use crate::{
     core::admission::{SHED_REASON, claim_limit_reason},
     core::config::ERROR_DRAIN_TIMEOUT,
-    core::events::{Event, ReleaseReason, SessionInfo},
+    core::events::{Event, ReleaseReason, ServerEnding, SessionInfo},
     core::shared::Shared,
     core::slot::{EndNotice, SessionSlot, deadline_after},
     core::table::Acquired,
@@ -47,6 +47,42 @@ pub(crate) enum End {
     Error(ReleaseReason, ErrorCode, &'static str),
     /// A bad frame: release as a protocol error and answer it.
     Protocol(RequestError),
+    /// A frame begun and not completed within io-timeout: release as an
+    /// io-timeout and close, sending nothing.
+    FrameTimeout,
+}
+
+impl End {
+    /// The reason the session's claims are released with.
+    pub(crate) fn reason(&self) -> ReleaseReason {
+        match self {
+            End::Quiet(reason) | End::Error(reason, ..) => *reason,
+            End::Protocol(_) => ReleaseReason::ProtocolError,
+            End::FrameTimeout => ReleaseReason::IoTimeout,
+        }
+    }
+
+    /// Why the server chose this ending, when it did so on its own (a
+    /// write blocked past io-timeout is the only `Quiet` io-timeout).
+    pub(crate) fn server_ending(&self) -> Option<ServerEnding> {
+        match self {
+            End::Quiet(ReleaseReason::IoTimeout) => Some(ServerEnding::WriteTimeout),
+            End::FrameTimeout => Some(ServerEnding::ReadTimeout),
+            End::Protocol(_) => Some(ServerEnding::ProtocolError),
+            End::Quiet(_) | End::Error(..) => None,
+        }
+    }
+}
+
+/// Tells the observers that the server ended a connection on its own,
+/// keeping `kept_claims` held claims until the lease's end.
+pub(crate) fn report_server_ending(shared: &Shared, end: &End, kept_claims: usize) {
+    if let Some(cause) = end.server_ending() {
+        shared
+            .config
+            .observer
+            .observe(&Event::ConnectionEndedByServer { cause, kept_claims });
+    }
 }
 
 /// The end of every session at shutdown.
@@ -548,10 +584,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     /// lease (see [`holds_until_lease_end`]).
     async fn finish(self, end: End) {
         let shared = self.conn.shared;
-        let reason = match &end {
-            End::Quiet(reason) | End::Error(reason, ..) => *reason,
-            End::Protocol(_) => ReleaseReason::ProtocolError,
-        };
+        let reason = end.reason();
         debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
         shared.grace.leave(self.slot);
         let promoted = if holds_until_lease_end(reason) {
@@ -563,17 +596,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             let held = shared
                 .table
                 .end_waiting_keep_held([self.slot], reason, release_at);
-            shared.release_when_lease_ends(held, release_at, reason);
+            report_server_ending(shared, &end, held.len());
+            shared.release_when_lease_ends(held, release_at, reason, None);
             false
         } else {
+            report_server_ending(shared, &end, 0);
             shared.table.end(self.slot, reason)
         };
         match end {
             // Let the promoted session write its ACQUIRED before this one
             // closes its socket: the close is the slower half of the
             // handover and nobody waits on it.
-            End::Quiet(_) if promoted => tokio::task::yield_now().await,
-            End::Quiet(_) => {}
+            End::Quiet(_) | End::FrameTimeout if promoted => tokio::task::yield_now().await,
+            End::Quiet(_) | End::FrameTimeout => {}
             End::Error(_, code, reason) => self.conn.close_with(code, reason).await,
             End::Protocol(err) => self.conn.close_with(err.code, &err.reason).await,
         }

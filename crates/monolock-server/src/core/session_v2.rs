@@ -42,7 +42,8 @@ use crate::{
     core::admission::{ClaimPermit, claim_limit_reason},
     core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
     core::session::{
-        Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, write_bounded,
+        Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, report_server_ending,
+        write_bounded,
     },
     core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
     core::table::Acquired,
@@ -239,7 +240,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             && deadline_after(since, config.io_timeout) <= now
         {
             debug!(remote_addr = %self.remote_addr, session = self.link.id, "v2 frame not complete within io-timeout");
-            return Some(End::Quiet(ReleaseReason::IoTimeout));
+            return Some(End::FrameTimeout);
         }
         if let Some(since) = self.idle_since
             && deadline_after(since, config.idle_timeout) <= now
@@ -586,16 +587,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     /// [`holds_until_lease_end`]).
     async fn finish(mut self, end: End) {
         let shared = self.conn.shared;
-        let reason = match &end {
-            End::Quiet(reason) | End::Error(reason, ..) => *reason,
-            End::Protocol(_) => ReleaseReason::ProtocolError,
-        };
+        let reason = end.reason();
         debug!(remote_addr = %self.remote_addr, session = self.link.id, claims = self.claims.len(), reason = reason.as_str(), "v2 session ended");
         #[cfg(feature = "mutations")]
         for slot in std::mem::take(&mut self.released_later) {
             shared.table.end(&slot, ReleaseReason::Graceful);
         }
-        let slots: Vec<Arc<SessionSlot>> = self.claims.drain().map(|(_, c)| c.slot).collect();
+        // The claims (with their permits) live to the end of this
+        // function, so that kept claims never stop counting against
+        // `--max-claims`, not even for an instant.
+        let claims: Vec<Claim> = self.claims.drain().map(|(_, claim)| claim).collect();
+        let slots: Vec<Arc<SessionSlot>> = claims.iter().map(|c| Arc::clone(&c.slot)).collect();
         for slot in &slots {
             shared.grace.leave(slot);
         }
@@ -608,15 +610,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             let held = shared
                 .table
                 .end_waiting_keep_held(&slots, reason, release_at);
-            shared.release_when_lease_ends(held, release_at, reason);
+            report_server_ending(shared, &end, held.len());
+            shared.release_when_lease_ends(held, release_at, reason, Some(&self.link));
             false
         } else {
+            report_server_ending(shared, &end, 0);
             shared.table.end_claims(&slots, reason)
         };
+        drop(claims);
         shared.table.forget_lease(&self.link.lease);
         self.link.idle.store(false, Ordering::Release);
         let (code, text): (ErrorCode, String) = match end {
-            End::Quiet(_) => {
+            End::Quiet(_) | End::FrameTimeout => {
                 if promoted {
                     tokio::task::yield_now().await;
                 }

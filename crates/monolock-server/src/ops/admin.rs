@@ -218,12 +218,36 @@ pub struct SessionEntry {
     pub held: usize,
     /// Claims waiting in a queue.
     pub waiting: usize,
+    /// `open`, or `ended` for a session the server ended on its own while
+    /// it keeps its held claims until its lease's end. Sent only when
+    /// `ended`: the JSON of an open session is as it always was.
+    #[serde(default = "open_state", skip_serializing_if = "is_open")]
+    pub state: String,
+    /// For an ended session: why the server ended it (the release reason
+    /// its kept claims will carry, e.g. `io_timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For an ended session: when its kept claims are released (RFC 3339,
+    /// UTC), unless an administrator or a shutdown releases them first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_at: Option<String>,
+}
+
+/// [`SessionEntry::state`] of an open session (and of one from a server
+/// that did not name the state).
+fn open_state() -> String {
+    "open".to_owned()
+}
+
+fn is_open(state: &str) -> bool {
+    state == "open"
 }
 
 /// `GET /api/sessions`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionList {
-    /// The open version 2 sessions, by id.
+    /// The open version 2 sessions, and those the server ended whose held
+    /// claims it still keeps, by id.
     pub sessions: Vec<SessionEntry>,
 }
 
@@ -859,6 +883,14 @@ async fn sessions_handler(State(state): State<Arc<AdminState>>) -> Json<SessionL
                 opened_at: rfc3339(session.opened_at),
                 held,
                 waiting,
+                state: if session.ended.is_some() {
+                    "ended"
+                } else {
+                    "open"
+                }
+                .to_owned(),
+                reason: session.ended.map(|ended| ended.reason.as_str().to_owned()),
+                release_at: session.ended.map(|ended| rfc3339(ended.release_at)),
             }
         })
         .collect();

@@ -30,7 +30,9 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerHandle, SessionInfo};
+use crate::{
+    AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerEnding, ServerHandle, SessionInfo,
+};
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -46,6 +48,11 @@ pub const SUMMARY_MAX_SAMPLES: usize = 4096;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -126,6 +133,9 @@ pub struct Metrics {
     sessions_opened: [Counter; 2],
     v2_claims_held: Gauge,
     v2_claims_waiting: Gauge,
+    /// Indexed like [`ServerEnding::ALL`].
+    connections_ended_by_server: [Counter; ServerEnding::ALL.len()],
+    kept_claims: Gauge,
     wait: Summary,
     hold: Summary,
 }
@@ -300,6 +310,25 @@ impl Metrics {
             "Protocol v2 claims queued behind a holder (they count in waiters too)",
             Gauge::default(),
         );
+        let ended_by_server_family = registered(
+            &mut registry,
+            "monolock_connections_ended_by_server",
+            "Connections the server ended on its own, keeping their held claims to the lease's end, by cause",
+            Family::<CauseLabels, Counter>::default(),
+        );
+        let connections_ended_by_server = ServerEnding::ALL.map(|cause| {
+            ended_by_server_family
+                .get_or_create(&CauseLabels {
+                    cause: cause.as_str(),
+                })
+                .clone()
+        });
+        let kept_claims = registered(
+            &mut registry,
+            "monolock_kept_claims",
+            "Held claims of connections the server ended, kept until their lease's end (they count in locks_held)",
+            Gauge::default(),
+        );
         registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
             registry,
@@ -325,6 +354,8 @@ impl Metrics {
             sessions_opened,
             v2_claims_held,
             v2_claims_waiting,
+            connections_ended_by_server,
+            kept_claims,
             wait: Summary::default(),
             hold: Summary::default(),
         }
@@ -504,6 +535,8 @@ impl Metrics {
             .set(i64::try_from(counts.waiters).unwrap_or(i64::MAX));
         self.v2_sessions_active
             .set(i64::try_from(handle.sessions_v2()).unwrap_or(i64::MAX));
+        self.kept_claims
+            .set(i64::try_from(handle.kept_claims()).unwrap_or(i64::MAX));
         let mut out = String::with_capacity(8 * 1024);
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
@@ -616,6 +649,13 @@ impl Observer for Metrics {
             }
             Event::SessionOpened => {
                 self.sessions_opened[V2].inc();
+            }
+            Event::ConnectionEndedByServer { cause, .. } => {
+                let index = ServerEnding::ALL
+                    .iter()
+                    .position(|known| *known == cause)
+                    .unwrap_or_default();
+                self.connections_ended_by_server[index].inc();
             }
             _ => {}
         }
