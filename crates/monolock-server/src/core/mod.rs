@@ -21,23 +21,16 @@
 //! (closed by an administrator); expiry and io-timeout close the
 //! connection without a frame (docs/protocol.md, "The session").
 
-pub(crate) mod acl;
 pub(crate) mod admission;
 pub(crate) mod clock;
 pub(crate) mod config;
-pub(crate) mod config_file;
 pub(crate) mod events;
-pub(crate) mod glob;
 pub(crate) mod grace;
 pub(crate) mod leases;
-pub(crate) mod limits;
-pub(crate) mod listen;
 pub(crate) mod server;
-pub(crate) mod session;
-pub(crate) mod session_v2;
 pub(crate) mod shared;
 pub(crate) mod slot;
 pub(crate) mod table;
-pub(crate) mod tls;
 pub(crate) mod token;
 pub(crate) mod token_floor;
+pub(crate) mod wire;

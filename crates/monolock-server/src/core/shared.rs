@@ -17,8 +17,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::debug;
 
 use crate::{
-    ServerConfig,
     core::admission::{ClaimCount, ClaimPermit, PendingConnections},
+    core::config::ServerConfig,
     core::events::ReleaseReason,
     core::grace::StartupGrace,
     core::slot::{SessionLink, SessionSlot},

@@ -8,18 +8,24 @@
 //! [`Observer`](crate::Observer) or reads it through a
 //! [`ServerHandle`](crate::ServerHandle); the core imports none of it.
 
+pub(crate) mod acl;
 pub mod admin;
 pub(crate) mod admin_auth;
 pub(crate) mod audit;
+pub(crate) mod config_file;
 pub(crate) mod dashboard;
 mod endpoints;
+pub(crate) mod glob;
 pub(crate) mod http_conn;
 pub(crate) mod https;
+pub(crate) mod limits;
+pub(crate) mod listen;
 pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod record;
 pub(crate) mod reload;
 pub(crate) mod service;
+pub(crate) mod tls;
 pub(crate) mod web_guard;
 
 pub use endpoints::{OPS_SHUTDOWN_GRACE, OpsOptions, router, serve, serve_tls, serve_with};

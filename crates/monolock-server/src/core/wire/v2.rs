@@ -41,12 +41,12 @@ use tracing::debug;
 use crate::{
     core::admission::{ClaimPermit, claim_limit_reason},
     core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
-    core::session::{
+    core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
+    core::table::Acquired,
+    core::wire::connection::{
         Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, report_server_ending,
         write_bounded,
     },
-    core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
-    core::table::Acquired,
 };
 
 /// The session's read buffer: far more than the longest frame (262 bytes),
@@ -398,7 +398,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             && !authorizer.allows(&info.identity, &info.lock)
         {
             shared.config.observer.observe(&Event::Denied(&info));
-            let reason = crate::core::acl::refusal(&info.identity, info.lock.as_str());
+            let reason = crate::core::config::refusal(&info.identity, info.lock.as_str());
             tracing::info!(lock = %info.lock, identity = %info.identity, remote_addr = %self.remote_addr, session = self.link.id, claim, "ACQUIRE denied by ACL: {reason}");
             self.refuse(claim, ErrorCode::CLAIM_NOT_AUTHORIZED, &reason);
             return None;
