@@ -305,3 +305,44 @@ pub(crate) fn closed(shared: &Shared) {
     shared.connections.fetch_sub(1, Ordering::Relaxed);
     shared.config.observer.observe(&Event::Closed);
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every held session is one task holding this future for its whole
+    /// life, so its size is most of the per-session memory the server adds
+    /// to the kernel's (BENCHMARKS.md, "Sessions at scale", has the figure).
+    /// Cold paths (handshake, ERROR and drain, blocked writes) are boxed to
+    /// keep it here.
+    #[tokio::test]
+    async fn a_plaintext_session_task_stays_small() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let shared = std::sync::Arc::new(crate::core::shared::Shared::new(
+            crate::ServerConfig::default(),
+        ));
+        let task = super::connection(stream, addr, super::Nodelay::SetEach, shared);
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 960, "a session's future grew to {size} bytes");
+    }
+
+    /// The per-connection `setsockopt` is skipped only where accepted
+    /// sockets really come with `TCP_NODELAY` from the listener.
+    #[tokio::test]
+    async fn accepted_sockets_inherit_nodelay_from_the_listener() {
+        let listener = crate::bind("127.0.0.1:0".parse().expect("address")).expect("bind");
+        let inherited = super::inherit_nodelay(&listener);
+        assert_eq!(inherited, cfg!(target_os = "linux"));
+        let addr = listener.local_addr().expect("addr");
+        let _client = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        if inherited {
+            assert!(
+                accepted.nodelay().expect("getsockopt"),
+                "NODELAY not inherited"
+            );
+        }
+    }
+}

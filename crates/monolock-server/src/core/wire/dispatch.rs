@@ -14,11 +14,11 @@ use tokio::{
 use tracing::debug;
 
 use crate::core::{
-    admission::SHED_REASON,
+    admission::{SHED_REASON, claim_limit_reason},
     config::refusal,
     events::{Event, SessionInfo},
     shared::Shared,
-    slot::deadline_after,
+    slot::{SessionSlot, deadline_after},
     wire::{
         connection::{BUF_LEN, Connection},
         v1, v2 as session_v2,
@@ -48,7 +48,27 @@ pub(crate) async fn serve<S>(
     let Some(info) = Box::pin(conn.handshake(remote_addr, identity, accepted_at)).await else {
         return;
     };
-    v1::serve(&mut conn, info).await;
+    // A version 1 connection is one claim, for the whole session. Ended
+    // by hand below rather than by a guard kept here: every session's task
+    // carries what it keeps across its awaits.
+    let Some(claim) = shared.admit_claim() else {
+        let reason = claim_limit_reason(shared.config.max_claims);
+        debug!(%remote_addr, "over --max-claims: ACQUIRE refused");
+        conn.close_with(ErrorCode::SERVER_CLAIM_LIMIT, &reason)
+            .await;
+        return;
+    };
+    std::mem::forget(claim);
+    let now = Instant::now();
+    let slot = Arc::new(SessionSlot::new(info, now));
+    shared.table.touch(&slot, now);
+    shared.table.watch_lease(&slot);
+    // The session is run here, not in a function of `v1`: its future is
+    // then laid out in this task's own, which stays as small as it was.
+    let mut session = v1::Session::new(&mut conn, &slot);
+    let end = session.run().await;
+    session.finish(end).await;
+    shared.claims.end_one();
 }
 
 /// The first frame of a connection.

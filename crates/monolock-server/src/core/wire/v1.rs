@@ -14,8 +14,7 @@ use tokio::{
 use tracing::debug;
 
 use crate::core::{
-    admission::claim_limit_reason,
-    events::{Event, ReleaseReason, SessionInfo},
+    events::{Event, ReleaseReason},
     slot::{EndNotice, SessionSlot},
     table::Acquired,
     wire::connection::{
@@ -24,49 +23,27 @@ use crate::core::{
     },
 };
 
-/// Serves the session of a version 1 connection whose ACQUIRE (`info`)
-/// was read and allowed.
-pub(crate) async fn serve<S>(conn: &mut Connection<'_, S>, info: SessionInfo)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let shared = conn.shared;
-    let remote_addr = info.remote_addr;
-    // A version 1 connection is one claim, for the whole session. Ended
-    // by hand below rather than by a guard kept here: every session's task
-    // carries what it keeps across its awaits.
-    let Some(claim) = shared.admit_claim() else {
-        let reason = claim_limit_reason(shared.config.max_claims);
-        debug!(%remote_addr, "over --max-claims: ACQUIRE refused");
-        conn.close_with(ErrorCode::SERVER_CLAIM_LIMIT, &reason)
-            .await;
-        return;
-    };
-    std::mem::forget(claim);
-    let now = Instant::now();
-    let slot = Arc::new(SessionSlot::new(info, now));
-    shared.table.touch(&slot, now);
-    shared.table.watch_lease(&slot);
-    let mut session = Session {
-        conn,
-        slot: &slot,
-        announced: false,
-    };
-    let end = session.run().await;
-    session.finish(end).await;
-    shared.claims.end_one();
-}
-
 /// A connection with a valid ACQUIRE: a holder or a waiter.
-struct Session<'a, 'c, S> {
+pub(crate) struct Session<'a, 'c, S> {
     conn: &'c mut Connection<'a, S>,
     slot: &'c Arc<SessionSlot>,
     /// Whether ACQUIRED has been sent (as the ACQUIRE's reply or a push).
     announced: bool,
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
-    async fn run(&mut self) -> End {
+impl<'a, 'c, S: AsyncRead + AsyncWrite + Unpin> Session<'a, 'c, S> {
+    /// The session of `slot`, a claim admitted and filed in the table, on
+    /// `conn`.
+    pub(crate) fn new(conn: &'c mut Connection<'a, S>, slot: &'c Arc<SessionSlot>) -> Self {
+        Self {
+            conn,
+            slot,
+            announced: false,
+        }
+    }
+
+    /// Serves the session until it ends; how it ended.
+    pub(crate) async fn run(&mut self) -> End {
         let shared = self.conn.shared;
         let first_reply = match shared.grace.admit(self.slot, &shared.table) {
             Acquired::Granted(token) => {
@@ -212,7 +189,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     /// then tells the client if there is anything to tell; but a lock held
     /// when the server chose the ending is released only at the end of the
     /// lease (see [`holds_until_lease_end`]).
-    async fn finish(self, end: End) {
+    pub(crate) async fn finish(self, end: End) {
         let shared = self.conn.shared;
         let reason = end.reason();
         debug!(remote_addr = %self.slot.info.remote_addr, lock = %self.slot.info.lock, reason = reason.as_str(), "session ended");
