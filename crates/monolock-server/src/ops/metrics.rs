@@ -105,96 +105,81 @@ struct CodeLabels {
 /// ```
 pub struct Metrics {
     registry: Registry,
-    connections_active: Gauge,
-    locks_held: Gauge,
-    waiters: Gauge,
-    acquires: Counter,
-    acl_denials: Counter,
-    /// Indexed like [`ReleaseReason::ALL`].
-    releases: [Counter; ReleaseReason::ALL.len()],
-    protocol_errors: Family<CodeLabels, Counter>,
-    /// Indexed like [`ErrorCode::ALL`]; other codes go through the family.
-    known_protocol_errors: [Counter; ErrorCode::ALL.len()],
-    accepted: Counter,
-    accept_errors: Counter,
-    tls_handshake_errors: Counter,
-    heartbeats: Counter,
-    v2_sessions_active: Gauge,
-    v2_idle_sessions_closed: Counter,
-    connections_refused: Counter,
-    connections_shed: Counter,
-    claims_refused_server_limit: Counter,
-    /// By protocol, indexed like [`PROTOCOLS`].
-    grants_by_protocol: [Counter; 2],
-    /// By protocol, then indexed like [`ReleaseReason::ALL`].
-    releases_by_protocol: [[Counter; ReleaseReason::ALL.len()]; 2],
-    /// By protocol: version 1 sessions admitted (granted at once or
-    /// queued), version 2 sessions opened.
-    sessions_opened: [Counter; 2],
-    v2_claims_held: Gauge,
-    v2_claims_waiting: Gauge,
-    /// Indexed like [`ServerEnding::ALL`].
-    connections_ended_by_server: [Counter; ServerEnding::ALL.len()],
-    kept_claims: Gauge,
+    connections: ConnectionMetrics,
+    ownership: OwnershipMetrics,
+    sessions: SessionMetrics,
     wait: Summary,
     hold: Summary,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Protocol connections: accepted, refused, shed, ended by the server, and the ERROR frames and heartbeats they carried.
+struct ConnectionMetrics {
+    connections_active: Gauge,
+    accepted: Counter,
+    accept_errors: Counter,
+    tls_handshake_errors: Counter,
+    connections_refused: Counter,
+    connections_shed: Counter,
+    /// Indexed like [`ServerEnding::ALL`].
+    connections_ended_by_server: [Counter; ServerEnding::ALL.len()],
+    protocol_errors: Family<CodeLabels, Counter>,
+    /// Indexed like [`ErrorCode::ALL`]; other codes go through the family.
+    known_protocol_errors: [Counter; ErrorCode::ALL.len()],
 }
 
-impl Metrics {
-    /// Every metric registered, every labelled series present at 0.
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
+impl ConnectionMetrics {
+    fn register(registry: &mut Registry) -> Self {
         let connections_active = registered(
-            &mut registry,
+            registry,
             "monolock_connections_active",
             "Open protocol connections, with or without a session",
             Gauge::default(),
         );
-        let locks_held = registered(
-            &mut registry,
-            "monolock_locks_held",
-            "Locks that have a holder",
-            Gauge::default(),
-        );
-        let waiters = registered(
-            &mut registry,
-            "monolock_waiters",
-            "Sessions queued behind a holder",
-            Gauge::default(),
-        );
-        let acquires = registered(
-            &mut registry,
-            "monolock_acquires",
-            "Grants (fencing tokens issued)",
+        let accepted = registered(
+            registry,
+            "monolock_connections_accepted",
+            "Protocol connections accepted",
             Counter::default(),
         );
-        let acl_denials = registered(
-            &mut registry,
-            "monolock_acl_denials",
-            "ACQUIREs refused by the ACL (ERROR 0x18)",
+        let accept_errors = registered(
+            registry,
+            "monolock_accept_errors",
+            "Failed accept calls (e.g. out of file descriptors)",
             Counter::default(),
         );
-        let releases_family = registered(
-            &mut registry,
-            "monolock_releases",
-            "Ends of ownership, by reason",
-            Family::<ReasonLabels, Counter>::default(),
+        let tls_handshake_errors = registered(
+            registry,
+            "monolock_tls_handshake_errors",
+            "TLS handshakes that failed or did not complete within io-timeout",
+            Counter::default(),
         );
-        let releases = ReleaseReason::ALL.map(|reason| {
-            releases_family
-                .get_or_create(&ReasonLabels {
-                    reason: reason.as_str(),
+        let connections_refused = registered(
+            registry,
+            "monolock_connections_refused",
+            "Protocol connections refused at --max-connections (ERROR 0x04)",
+            Counter::default(),
+        );
+        let connections_shed = registered(
+            registry,
+            "monolock_connections_shed",
+            "Connections without a whole first frame closed when descriptors ran out",
+            Counter::default(),
+        );
+        let ended_by_server_family = registered(
+            registry,
+            "monolock_connections_ended_by_server",
+            "Connections the server ended on its own, keeping their held claims to the lease's end, by cause",
+            Family::<CauseLabels, Counter>::default(),
+        );
+        let connections_ended_by_server = ServerEnding::ALL.map(|cause| {
+            ended_by_server_family
+                .get_or_create(&CauseLabels {
+                    cause: cause.as_str(),
                 })
                 .clone()
         });
         let protocol_errors = registered(
-            &mut registry,
+            registry,
             "monolock_protocol_errors",
             "ERROR frames sent, by code",
             Family::<CodeLabels, Counter>::default(),
@@ -206,62 +191,75 @@ impl Metrics {
                 })
                 .clone()
         });
-        let accepted = registered(
-            &mut registry,
-            "monolock_connections_accepted",
-            "Protocol connections accepted",
-            Counter::default(),
-        );
-        let accept_errors = registered(
-            &mut registry,
-            "monolock_accept_errors",
-            "Failed accept calls (e.g. out of file descriptors)",
-            Counter::default(),
-        );
-        let tls_handshake_errors = registered(
-            &mut registry,
-            "monolock_tls_handshake_errors",
-            "TLS handshakes that failed or did not complete within io-timeout",
-            Counter::default(),
-        );
-        let heartbeats = registered(
-            &mut registry,
-            "monolock_heartbeats",
-            "HEARTBEAT frames received",
-            Counter::default(),
-        );
-        let v2_sessions_active = registered(
-            &mut registry,
-            "monolock_v2_sessions_active",
-            "Open protocol v2 sessions (their claims count in locks_held and waiters)",
+        Self {
+            connections_active,
+            accepted,
+            accept_errors,
+            tls_handshake_errors,
+            connections_refused,
+            connections_shed,
+            connections_ended_by_server,
+            protocol_errors,
+            known_protocol_errors,
+        }
+    }
+}
+
+/// Locks and their ownership: grants, releases, refusals, and the claims kept for connections the server ended.
+struct OwnershipMetrics {
+    locks_held: Gauge,
+    waiters: Gauge,
+    acquires: Counter,
+    acl_denials: Counter,
+    /// Indexed like [`ReleaseReason::ALL`].
+    releases: [Counter; ReleaseReason::ALL.len()],
+    /// By protocol, indexed like [`PROTOCOLS`].
+    grants_by_protocol: [Counter; 2],
+    /// By protocol, then indexed like [`ReleaseReason::ALL`].
+    releases_by_protocol: [[Counter; ReleaseReason::ALL.len()]; 2],
+}
+
+impl OwnershipMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let locks_held = registered(
+            registry,
+            "monolock_locks_held",
+            "Locks that have a holder",
             Gauge::default(),
         );
-        let v2_idle_sessions_closed = registered(
-            &mut registry,
-            "monolock_v2_idle_sessions_closed",
-            "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
+        let waiters = registered(
+            registry,
+            "monolock_waiters",
+            "Sessions queued behind a holder",
+            Gauge::default(),
+        );
+        let acquires = registered(
+            registry,
+            "monolock_acquires",
+            "Grants (fencing tokens issued)",
             Counter::default(),
         );
-        let connections_refused = registered(
-            &mut registry,
-            "monolock_connections_refused",
-            "Protocol connections refused at --max-connections (ERROR 0x04)",
+        let acl_denials = registered(
+            registry,
+            "monolock_acl_denials",
+            "ACQUIREs refused by the ACL (ERROR 0x18)",
             Counter::default(),
         );
-        let connections_shed = registered(
-            &mut registry,
-            "monolock_connections_shed",
-            "Connections without a whole first frame closed when descriptors ran out",
-            Counter::default(),
+        let releases_family = registered(
+            registry,
+            "monolock_releases",
+            "Ends of ownership, by reason",
+            Family::<ReasonLabels, Counter>::default(),
         );
-        let claims_refused_server_limit = registered(
-            &mut registry,
-            "monolock_claims_refused_server_limit",
-            "ACQUIREs refused because the server held --max-claims claims (code 0x0a)",
-            Counter::default(),
-        );
+        let releases = ReleaseReason::ALL.map(|reason| {
+            releases_family
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str(),
+                })
+                .clone()
+        });
         let grants_family = registered(
-            &mut registry,
+            registry,
             "monolock_grants",
             "Grants (fencing tokens issued), by protocol version",
             Family::<ProtocolLabels, Counter>::default(),
@@ -272,7 +270,7 @@ impl Metrics {
                 .clone()
         });
         let releases_by_protocol_family = registered(
-            &mut registry,
+            registry,
             "monolock_releases_by_protocol",
             "Ends of ownership, by protocol version and reason",
             Family::<ProtocolReasonLabels, Counter>::default(),
@@ -287,8 +285,48 @@ impl Metrics {
                     .clone()
             })
         });
+        Self {
+            locks_held,
+            waiters,
+            acquires,
+            acl_denials,
+            releases,
+            grants_by_protocol,
+            releases_by_protocol,
+        }
+    }
+}
+
+/// Sessions of both protocol versions, and the claims of version 2 sessions.
+struct SessionMetrics {
+    v2_sessions_active: Gauge,
+    v2_idle_sessions_closed: Counter,
+    /// By protocol: version 1 sessions admitted (granted at once or
+    /// queued), version 2 sessions opened.
+    sessions_opened: [Counter; 2],
+    v2_claims_held: Gauge,
+    v2_claims_waiting: Gauge,
+    heartbeats: Counter,
+    claims_refused_server_limit: Counter,
+    kept_claims: Gauge,
+}
+
+impl SessionMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let v2_sessions_active = registered(
+            registry,
+            "monolock_v2_sessions_active",
+            "Open protocol v2 sessions (their claims count in locks_held and waiters)",
+            Gauge::default(),
+        );
+        let v2_idle_sessions_closed = registered(
+            registry,
+            "monolock_v2_idle_sessions_closed",
+            "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
+            Counter::default(),
+        );
         let sessions_family = registered(
-            &mut registry,
+            registry,
             "monolock_sessions_opened",
             "Sessions begun, by protocol version (v1: an ACQUIRE granted or queued; v2: an OPEN)",
             Family::<ProtocolLabels, Counter>::default(),
@@ -299,63 +337,67 @@ impl Metrics {
                 .clone()
         });
         let v2_claims_held = registered(
-            &mut registry,
+            registry,
             "monolock_v2_claims_held",
             "Protocol v2 claims holding a lock (they count in locks_held too)",
             Gauge::default(),
         );
         let v2_claims_waiting = registered(
-            &mut registry,
+            registry,
             "monolock_v2_claims_waiting",
             "Protocol v2 claims queued behind a holder (they count in waiters too)",
             Gauge::default(),
         );
-        let ended_by_server_family = registered(
-            &mut registry,
-            "monolock_connections_ended_by_server",
-            "Connections the server ended on its own, keeping their held claims to the lease's end, by cause",
-            Family::<CauseLabels, Counter>::default(),
+        let heartbeats = registered(
+            registry,
+            "monolock_heartbeats",
+            "HEARTBEAT frames received",
+            Counter::default(),
         );
-        let connections_ended_by_server = ServerEnding::ALL.map(|cause| {
-            ended_by_server_family
-                .get_or_create(&CauseLabels {
-                    cause: cause.as_str(),
-                })
-                .clone()
-        });
+        let claims_refused_server_limit = registered(
+            registry,
+            "monolock_claims_refused_server_limit",
+            "ACQUIREs refused because the server held --max-claims claims (code 0x0a)",
+            Counter::default(),
+        );
         let kept_claims = registered(
-            &mut registry,
+            registry,
             "monolock_kept_claims",
             "Held claims of connections the server ended, kept until their lease's end (they count in locks_held)",
             Gauge::default(),
         );
-        registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
-            registry,
-            connections_active,
-            locks_held,
-            waiters,
-            acquires,
-            acl_denials,
-            releases,
-            protocol_errors,
-            known_protocol_errors,
-            accepted,
-            accept_errors,
-            tls_handshake_errors,
+            kept_claims,
+            claims_refused_server_limit,
             heartbeats,
             v2_sessions_active,
             v2_idle_sessions_closed,
-            connections_refused,
-            connections_shed,
-            claims_refused_server_limit,
-            grants_by_protocol,
-            releases_by_protocol,
             sessions_opened,
             v2_claims_held,
             v2_claims_waiting,
-            connections_ended_by_server,
-            kept_claims,
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric registered, every labelled series present at 0.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let connections = ConnectionMetrics::register(&mut registry);
+        let ownership = OwnershipMetrics::register(&mut registry);
+        let sessions = SessionMetrics::register(&mut registry);
+        registry.register_collector(Box::new(ProcessCollector::new()));
+        Self {
+            registry,
+            connections,
+            ownership,
+            sessions,
             wait: Summary::default(),
             hold: Summary::default(),
         }
@@ -527,15 +569,20 @@ impl Metrics {
     /// The exposition: gauges read from `handle` now, then every metric.
     pub fn render(&self, handle: &ServerHandle) -> String {
         let counts = handle.counts();
-        self.connections_active
+        self.connections
+            .connections_active
             .set(i64::try_from(handle.connections()).unwrap_or(i64::MAX));
-        self.locks_held
+        self.ownership
+            .locks_held
             .set(i64::try_from(counts.locks).unwrap_or(i64::MAX));
-        self.waiters
+        self.ownership
+            .waiters
             .set(i64::try_from(counts.waiters).unwrap_or(i64::MAX));
-        self.v2_sessions_active
+        self.sessions
+            .v2_sessions_active
             .set(i64::try_from(handle.sessions_v2()).unwrap_or(i64::MAX));
-        self.kept_claims
+        self.sessions
+            .kept_claims
             .set(i64::try_from(handle.kept_claims()).unwrap_or(i64::MAX));
         let mut out = String::with_capacity(8 * 1024);
         // Writing into a String cannot fail.
@@ -555,8 +602,9 @@ impl Metrics {
 
     fn protocol_error(&self, code: ErrorCode) {
         match ErrorCode::ALL.iter().position(|known| *known == code) {
-            Some(index) => self.known_protocol_errors[index].inc(),
+            Some(index) => self.connections.known_protocol_errors[index].inc(),
             None => self
+                .connections
                 .protocol_errors
                 .get_or_create(&CodeLabels {
                     code: code.to_string(),
@@ -566,56 +614,29 @@ impl Metrics {
     }
 }
 
-impl Observer for Metrics {
-    /// Counts; a few atomic adds (and one short mutex for the summaries).
-    fn observe(&self, event: &Event<'_>) {
+impl Metrics {
+    /// A grant or a release: the ownership counters, the v2 claim gauges
+    /// and the summaries.
+    fn ownership_changed(&self, event: &Event<'_>) {
         match *event {
-            Event::Accepted => {
-                self.accepted.inc();
-            }
-            Event::AcceptFailed(_) => {
-                self.accept_errors.inc();
-            }
-            Event::TlsHandshakeFailed => {
-                self.tls_handshake_errors.inc();
-            }
-            Event::Heartbeats(n) => {
-                self.heartbeats.inc_by(n);
-            }
-            Event::IdleSessionClosed => {
-                self.v2_idle_sessions_closed.inc();
-            }
-            Event::ConnectionRefused => {
-                self.connections_refused.inc();
-            }
-            Event::ConnectionShed => {
-                self.connections_shed.inc();
-            }
-            Event::ClaimLimitRefused => {
-                self.claims_refused_server_limit.inc();
-            }
-            Event::ErrorSent(code) => self.protocol_error(code),
-            Event::Denied(_) => {
-                self.acl_denials.inc();
-            }
             Event::Granted {
                 session,
                 wait,
                 queued,
                 ..
             } => {
-                self.acquires.inc();
+                self.ownership.acquires.inc();
                 let protocol = protocol_index(session);
-                self.grants_by_protocol[protocol].inc();
+                self.ownership.grants_by_protocol[protocol].inc();
                 if protocol == V2 {
-                    self.v2_claims_held.inc();
+                    self.sessions.v2_claims_held.inc();
                     if queued {
-                        self.v2_claims_waiting.dec();
+                        self.sessions.v2_claims_waiting.dec();
                     }
                 } else if !queued {
                     // A v1 session granted at once (a queued one was
                     // counted when it joined the queue).
-                    self.sessions_opened[V1].inc();
+                    self.sessions.sessions_opened[V1].inc();
                 }
                 self.wait.observe(wait.as_secs_f64());
             }
@@ -629,33 +650,71 @@ impl Observer for Metrics {
                     .iter()
                     .position(|known| *known == reason)
                     .unwrap_or_default();
-                self.releases[index].inc();
+                self.ownership.releases[index].inc();
                 let protocol = protocol_index(session);
-                self.releases_by_protocol[protocol][index].inc();
+                self.ownership.releases_by_protocol[protocol][index].inc();
                 if protocol == V2 {
-                    self.v2_claims_held.dec();
+                    self.sessions.v2_claims_held.dec();
                 }
                 self.hold.observe(held.as_secs_f64());
             }
+            _ => {}
+        }
+    }
+}
+
+impl Observer for Metrics {
+    /// Counts; a few atomic adds (and one short mutex for the summaries).
+    fn observe(&self, event: &Event<'_>) {
+        match *event {
+            Event::Accepted => {
+                self.connections.accepted.inc();
+            }
+            Event::AcceptFailed(_) => {
+                self.connections.accept_errors.inc();
+            }
+            Event::TlsHandshakeFailed => {
+                self.connections.tls_handshake_errors.inc();
+            }
+            Event::Heartbeats(n) => {
+                self.sessions.heartbeats.inc_by(n);
+            }
+            Event::IdleSessionClosed => {
+                self.sessions.v2_idle_sessions_closed.inc();
+            }
+            Event::ConnectionRefused => {
+                self.connections.connections_refused.inc();
+            }
+            Event::ConnectionShed => {
+                self.connections.connections_shed.inc();
+            }
+            Event::ClaimLimitRefused => {
+                self.sessions.claims_refused_server_limit.inc();
+            }
+            Event::ErrorSent(code) => self.protocol_error(code),
+            Event::Denied(_) => {
+                self.ownership.acl_denials.inc();
+            }
+            Event::Granted { .. } | Event::Released { .. } => self.ownership_changed(event),
             Event::WaiterJoined(session) => {
                 if session.claim.is_some() {
-                    self.v2_claims_waiting.inc();
+                    self.sessions.v2_claims_waiting.inc();
                 } else {
-                    self.sessions_opened[V1].inc();
+                    self.sessions.sessions_opened[V1].inc();
                 }
             }
             Event::WaiterLeft(session) | Event::KickWaiter(session) if session.claim.is_some() => {
-                self.v2_claims_waiting.dec();
+                self.sessions.v2_claims_waiting.dec();
             }
             Event::SessionOpened => {
-                self.sessions_opened[V2].inc();
+                self.sessions.sessions_opened[V2].inc();
             }
             Event::ConnectionEndedByServer { cause, .. } => {
                 let index = ServerEnding::ALL
                     .iter()
                     .position(|known| *known == cause)
                     .unwrap_or_default();
-                self.connections_ended_by_server[index].inc();
+                self.connections.connections_ended_by_server[index].inc();
             }
             _ => {}
         }
