@@ -345,7 +345,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         v2::encode_claim_error(&mut self.out, v2::msg::REFUSED, claim, code, reason);
     }
 
-    fn acquire(&mut self, claim: u32, mode: Mode, name: &str) -> Option<End> {
+    /// Checks an ACQUIRE of `name` under `claim` before it reaches the
+    /// table, in the documented order (the id free, the session's bound,
+    /// the server's bound, the name, the ACL): the claim's permit and who
+    /// it is, or `Err` once it is refused (`None`: the REFUSED is written,
+    /// the session lives on) or the session ends.
+    fn admit(&mut self, claim: u32, name: &str) -> Result<(ClaimPermit, SessionInfo), Option<End>> {
         let shared = self.conn.shared;
         if let Some(existing) = self.claims.get(&claim) {
             match existing.slot.end_notice() {
@@ -353,14 +358,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     self.claims.remove(&claim);
                     self.revoked(claim, notice);
                 }
-                Some(notice) => return Some(end_for(notice)),
+                Some(notice) => return Err(Some(end_for(notice))),
                 None => {
                     self.refuse(
                         claim,
                         ErrorCode::CLAIM_IN_USE,
                         &format!("claim id {claim} is already in use: RELEASE it first"),
                     );
-                    return None;
+                    return Err(None);
                 }
             }
         }
@@ -371,17 +376,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 ErrorCode::TOO_MANY_CLAIMS,
                 &format!("too many claims on this session: the limit is {max}"),
             );
-            return None;
+            return Err(None);
         }
         let Some(permit) = shared.admit_claim() else {
             let reason = claim_limit_reason(shared.config.max_claims);
             self.refuse(claim, ErrorCode::SERVER_CLAIM_LIMIT, &reason);
-            return None;
+            return Err(None);
         };
         let Ok(lock) = LockName::new(name) else {
             // The decoder let through only 1..=255 bytes of UTF-8.
             self.refuse(claim, ErrorCode::CLAIM_EMPTY_NAME, "lock name is empty");
-            return None;
+            return Err(None);
         };
         let info = SessionInfo {
             lock,
@@ -401,8 +406,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             let reason = crate::core::config::refusal(&info.identity, info.lock.as_str());
             tracing::info!(lock = %info.lock, identity = %info.identity, remote_addr = %self.remote_addr, session = self.link.id, claim, "ACQUIRE denied by ACL: {reason}");
             self.refuse(claim, ErrorCode::CLAIM_NOT_AUTHORIZED, &reason);
-            return None;
+            return Err(None);
         }
+        Ok((permit, info))
+    }
+
+    fn acquire(&mut self, claim: u32, mode: Mode, name: &str) -> Option<End> {
+        let shared = self.conn.shared;
+        let (permit, info) = match self.admit(claim, name) {
+            Ok(admitted) => admitted,
+            Err(end) => return end,
+        };
         let slot = Arc::new(SessionSlot::new_claim(
             info,
             Instant::now(),
