@@ -46,11 +46,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// The protocol core: sessions, the lock table, leases, tokens, TLS and the
-// ACL. It never imports the operations side.
+// The protocol core: the wire side (connections, v1 and v2 sessions) and
+// the table side (the lock table, leases, grace, tokens). It never imports
+// the operations side (tests/layering.rs holds it to that).
 mod core;
 // The operations side: admin API and dashboard, live events, audit log,
-// metrics and the ops endpoints, reload, and the service that runs it all.
+// metrics and the ops endpoints, TLS files, the ACL, config files,
+// listeners and process limits, reload, and the service that runs it all.
 pub mod ops;
 
 pub use crate::ops::admin;

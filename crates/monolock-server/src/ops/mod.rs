@@ -4,9 +4,14 @@
 //! audit log, Prometheus metrics and the health endpoints served here
 //! ([`router`], [`serve`], [`serve_tls`]), what SIGHUP reloads, and
 //! [`Service`](crate::Service), which runs all of it with the shutdown
-//! order. Each piece observes the core through an
-//! [`Observer`](crate::Observer) or reads it through a
-//! [`ServerHandle`](crate::ServerHandle); the core imports none of it.
+//! order. Also what the core is configured from: TLS files
+//! ([`ServerTls`](crate::ServerTls), the core's
+//! [`ProtocolTls`](crate::ProtocolTls)), the ACL file and its globs (an
+//! [`Authorizer`](crate::Authorizer)), bounded config files, listeners and
+//! the descriptor limit. Each piece observes the core through an
+//! [`Observer`](crate::Observer), reads it through a
+//! [`ServerHandle`](crate::ServerHandle) or plugs into one of its traits;
+//! the core imports none of it.
 
 pub(crate) mod acl;
 pub mod admin;

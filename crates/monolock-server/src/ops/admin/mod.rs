@@ -21,7 +21,7 @@
 //! unknown or malformed query parameters (and a `match` pattern over
 //! [`MAX_MATCH_BYTES`]) are a 400 and change nothing.
 //!
-//! With an [`AdminToken`], every request but the page's static shell needs
+//! With an [`AdminToken`](crate::AdminToken), every request but the page's static shell needs
 //! `Authorization: Bearer <token>` (401 otherwise); without one, bind the
 //! listener to loopback.
 //!

@@ -102,7 +102,7 @@ impl AdminOptions {
     }
 
     /// Serves these names in `Host` (and as a page's origin) besides the
-    /// listener's own (`--admin-allowed-host`); see [`WebGuard`].
+    /// listener's own (`--admin-allowed-host`); see [`WebGuard`](crate::WebGuard).
     #[must_use]
     pub fn with_allowed_hosts(mut self, allowed: Arc<AllowedHosts>) -> Self {
         self.allowed_hosts = allowed;
