@@ -8,13 +8,11 @@
 //! `rate()` and alerts work before the first event.
 
 use std::{
-    collections::VecDeque,
-    fmt::Write as _,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::Duration,
 };
 
 use monolock_proto::ErrorCode;
@@ -33,6 +31,11 @@ use prometheus_client::{
 use crate::{
     AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerEnding, ServerHandle, SessionInfo,
 };
+use process::ProcessCollector;
+use summary::Summary;
+
+mod process;
+mod summary;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -727,95 +730,6 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-/// A Prometheus summary: total count and sum, and quantiles over a sliding
-/// window (the last [`SUMMARY_MAX_AGE`], at most [`SUMMARY_MAX_SAMPLES`]
-/// observations).
-///
-/// prometheus-client 0.26 has no summary type, and its encoders cannot write
-/// one: their `MetricType` has no `Summary` variant, so neither a custom
-/// `EncodeMetric` nor a `Collector` can emit `# TYPE ... summary` (the nearest
-/// they allow is an `untyped` family plus a histogram's `_bucket` line). A
-/// histogram would change the series docs/operations.md promises ("Metrics
-/// and health"), so this type encodes its few lines of the text format
-/// itself, after the registry's output.
-#[derive(Default)]
-pub struct Summary {
-    state: Mutex<SummaryState>,
-}
-
-#[derive(Default)]
-struct SummaryState {
-    count: u64,
-    sum: f64,
-    window: VecDeque<(Instant, f64)>,
-}
-
-impl Summary {
-    /// Records one observation.
-    pub fn observe(&self, value: f64) {
-        let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.count += 1;
-        state.sum += value;
-        if state.window.len() == SUMMARY_MAX_SAMPLES {
-            state.window.pop_front();
-        }
-        state.window.push_back((now, value));
-    }
-
-    /// Count, sum, and each of [`SUMMARY_QUANTILES`] (NaN with no recent
-    /// observation), by the nearest-rank method.
-    pub fn snapshot(&self) -> (u64, f64, [f64; SUMMARY_QUANTILES.len()]) {
-        let now = Instant::now();
-        let mut values: Vec<f64>;
-        let (count, sum) = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            while let Some(&(at, _)) = state.window.front() {
-                if now.saturating_duration_since(at) <= SUMMARY_MAX_AGE {
-                    break;
-                }
-                state.window.pop_front();
-            }
-            values = state.window.iter().map(|&(_, value)| value).collect();
-            (state.count, state.sum)
-        };
-        values.sort_by(f64::total_cmp);
-        let quantiles = SUMMARY_QUANTILES.map(|q| {
-            if values.is_empty() {
-                return f64::NAN;
-            }
-            // Nearest rank: the smallest value with at least q of all values
-            // at or below it.
-            let rank = (q * values.len() as f64).ceil() as usize;
-            values[rank.clamp(1, values.len()) - 1]
-        });
-        (count, sum, quantiles)
-    }
-
-    /// Appends the summary in the Prometheus text format.
-    fn encode_text(&self, out: &mut String, name: &str, help: &str) {
-        let (count, sum, quantiles) = self.snapshot();
-        let _ = writeln!(out, "# HELP {name} {help}.");
-        let _ = writeln!(out, "# TYPE {name} summary");
-        for (q, value) in SUMMARY_QUANTILES.iter().zip(quantiles) {
-            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", float(value));
-        }
-        let _ = writeln!(out, "{name}_sum {}", float(sum));
-        let _ = writeln!(out, "{name}_count {count}");
-    }
-}
-
-/// A float as the text format writes it (`NaN`, `+Inf`, plain decimals).
-fn float(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".to_owned()
-    } else if value.is_infinite() {
-        if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
-    } else {
-        value.to_string()
-    }
-}
-
 /// A counter or a gauge read from elsewhere at scrape time.
 struct ReadAtScrape {
     name: &'static str,
@@ -844,8 +758,6 @@ impl Collector for ReadAtScrape {
     }
 }
 
-/// Process figures read from `/proc/self` at scrape time, under the names
-/// the Prometheus client libraries use.
 /// Registers `metric` and returns the handle that updates it (the registry
 /// keeps a clone that reads the same value).
 fn registered<M: prometheus_client::registry::Metric + Clone>(
@@ -856,146 +768,4 @@ fn registered<M: prometheus_client::registry::Metric + Clone>(
 ) -> M {
     registry.register(name, help, metric.clone());
     metric
-}
-
-#[derive(Debug)]
-struct ProcessCollector {
-    ticks_per_second: f64,
-    page_size: f64,
-    start_time_seconds: f64,
-}
-
-impl ProcessCollector {
-    fn new() -> Self {
-        Self {
-            ticks_per_second: sysconf(libc::_SC_CLK_TCK).unwrap_or(100.0),
-            page_size: sysconf(libc::_SC_PAGESIZE).unwrap_or(4096.0),
-            start_time_seconds: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-        }
-    }
-}
-
-#[allow(unsafe_code)]
-fn sysconf(name: libc::c_int) -> Option<f64> {
-    // SAFETY: sysconf takes an integer and returns an integer; it touches no
-    // memory of ours.
-    let value = unsafe { libc::sysconf(name) };
-    (value > 0).then_some(value as f64)
-}
-
-/// `utime + stime` (in ticks) and resident pages from `/proc/self/stat`.
-fn read_stat() -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may contain spaces; fields after it are
-    // plain numbers. Counting from field 3 (state): utime is field 14,
-    // stime 15, rss 24.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    let rss: f64 = fields.get(21)?.parse().ok()?;
-    Some((utime + stime, rss))
-}
-
-fn open_fds() -> Option<usize> {
-    // The listing itself holds one descriptor while it runs; leave it out.
-    Some(
-        std::fs::read_dir("/proc/self/fd")
-            .ok()?
-            .count()
-            .saturating_sub(1),
-    )
-}
-
-fn max_fds() -> Option<f64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Some((ticks, rss_pages)) = read_stat() {
-            let cpu = ConstCounter::new(ticks / self.ticks_per_second);
-            let metric = encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "Total user and system CPU time spent in seconds.",
-                None,
-                MetricType::Counter,
-            )?;
-            cpu.encode(metric)?;
-            let rss = ConstGauge::new(rss_pages * self.page_size);
-            let metric = encoder.encode_descriptor(
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                None,
-                MetricType::Gauge,
-            )?;
-            rss.encode(metric)?;
-        }
-        if let Some(fds) = open_fds() {
-            let fds = ConstGauge::new(i64::try_from(fds).unwrap_or(i64::MAX));
-            let metric = encoder.encode_descriptor(
-                "process_open_fds",
-                "Number of open file descriptors.",
-                None,
-                MetricType::Gauge,
-            )?;
-            fds.encode(metric)?;
-        }
-        if let Some(max) = max_fds() {
-            let metric = encoder.encode_descriptor(
-                "process_max_fds",
-                "Maximum number of open file descriptors (soft limit).",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(max).encode(metric)?;
-        }
-        let metric = encoder.encode_descriptor(
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(self.start_time_seconds).encode(metric)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_quantiles_by_nearest_rank() {
-        let summary = Summary::default();
-        assert!(summary.snapshot().2.iter().all(|q| q.is_nan()));
-        for value in 1..=100 {
-            summary.observe(f64::from(value));
-        }
-        let (count, sum, quantiles) = summary.snapshot();
-        assert_eq!(count, 100);
-        assert_eq!(sum, 5050.0);
-        assert_eq!(quantiles, [50.0, 90.0, 99.0]);
-    }
-
-    #[test]
-    fn summary_window_is_bounded() {
-        let summary = Summary::default();
-        for _ in 0..SUMMARY_MAX_SAMPLES + 10 {
-            summary.observe(1.0);
-        }
-        let state = summary.state.lock().unwrap();
-        assert_eq!(state.window.len(), SUMMARY_MAX_SAMPLES);
-        assert_eq!(state.count, (SUMMARY_MAX_SAMPLES + 10) as u64);
-    }
-
-    #[test]
-    fn process_figures_are_read() {
-        assert!(read_stat().is_some());
-        assert!(open_fds().unwrap() >= 3);
-        assert!(max_fds().unwrap() >= 1.0);
-    }
 }
