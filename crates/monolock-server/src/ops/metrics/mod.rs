@@ -7,12 +7,9 @@
 //! `monolock_protocol_errors_total{code}` series exists from startup at 0, so
 //! `rate()` and alerts work before the first event.
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
 };
 
 use monolock_proto::ErrorCode;
@@ -39,14 +36,6 @@ mod summary;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Quantiles every summary reports.
-pub const SUMMARY_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
-/// Summary quantiles cover observations no older than this (as the Go
-/// client's default `MaxAge`)...
-pub const SUMMARY_MAX_AGE: Duration = Duration::from_secs(10 * 60);
-/// ...and at most this many of the most recent ones, so memory is fixed.
-pub const SUMMARY_MAX_SAMPLES: usize = 4096;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {

@@ -5,10 +5,16 @@ use std::{
     collections::VecDeque,
     fmt::Write as _,
     sync::{Mutex, PoisonError},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
-use super::{SUMMARY_MAX_AGE, SUMMARY_MAX_SAMPLES, SUMMARY_QUANTILES};
+/// Quantiles every summary reports.
+pub const SUMMARY_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
+/// Summary quantiles cover observations no older than this (as the Go
+/// client's default `MaxAge`)...
+pub const SUMMARY_MAX_AGE: Duration = Duration::from_secs(10 * 60);
+/// ...and at most this many of the most recent ones, so memory is fixed.
+pub const SUMMARY_MAX_SAMPLES: usize = 4096;
 
 /// A Prometheus summary: total count and sum, and quantiles over a sliding
 /// window (the last [`SUMMARY_MAX_AGE`], at most [`SUMMARY_MAX_SAMPLES`]
