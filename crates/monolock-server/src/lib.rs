@@ -46,51 +46,53 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-// The protocol core: sessions, the lock table, leases, tokens, TLS and the
-// ACL. It never imports the operations side.
+// The protocol core: the wire side (connections, v1 and v2 sessions) and
+// the table side (the lock table, leases, grace, tokens). It never imports
+// the operations side (tests/layering.rs holds it to that).
 mod core;
 // The operations side: admin API and dashboard, live events, audit log,
-// metrics and the ops endpoints, reload, and the service that runs it all.
+// metrics and the ops endpoints, TLS files, the ACL, config files,
+// listeners and process limits, reload, and the service that runs it all.
 pub mod ops;
 
 pub use crate::ops::admin;
 
-pub use crate::core::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use crate::core::admission::{
     DEFAULT_MAX_CONNECTIONS, MAX_REFUSALS_IN_FLIGHT, RESERVED_DESCRIPTORS, connections_within,
 };
 pub use crate::core::clock::{SystemWallClock, WallClock};
 pub use crate::core::config::{
     Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS,
-    DEFAULT_MAX_CLAIMS_PER_SESSION, ServerConfig,
+    DEFAULT_MAX_CLAIMS_PER_SESSION, ProtocolTls, ServerConfig,
 };
-pub use crate::core::config_file::MAX_CONFIG_FILE_BYTES;
 pub use crate::core::events::{
-    ClaimRef, Event, NoopObserver, Observer, Observers, ReleaseReason, SessionInfo,
+    ClaimRef, Event, NoopObserver, Observer, Observers, ReleaseReason, ServerEnding, SessionInfo,
 };
-pub use crate::core::glob::Glob;
 pub use crate::core::grace::GraceStatus;
-pub use crate::core::limits::raise_fd_limit;
-pub use crate::core::listen::{LISTEN_BACKLOG, bind};
-pub use crate::core::server::{Server, ServerHandle, V2SessionSnapshot, run};
+pub use crate::core::server::{Server, ServerHandle, SessionEnded, V2SessionSnapshot, run};
 pub use crate::core::table::{
     AdminRefused, Ending, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot,
 };
-pub use crate::core::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use crate::core::token_floor::{TOKEN_FLOOR_RESERVE_AHEAD, TokenFloor, TokenFloorError};
+pub use crate::ops::acl::{Acl, AclError, AclFileAuthorizer, AclRule};
 pub use crate::ops::admin_auth::{AdminIdentities, AdminToken, AdminTokenError};
 pub use crate::ops::audit::{
     AUDIT_QUEUE_CAPACITY, AuditError, AuditLog, AuditOptions, AuditOverflow, AuditTarget,
 };
+pub use crate::ops::config_file::MAX_CONFIG_FILE_BYTES;
+pub use crate::ops::glob::Glob;
 pub use crate::ops::http_conn::{
     ClientIdentity, DEFAULT_HTTP_HEADER_TIMEOUT, DEFAULT_HTTP_IDLE_TIMEOUT,
     DEFAULT_HTTP_MAX_CONNECTIONS, HttpLimits, HttpStats,
 };
 pub use crate::ops::https::TlsListener;
+pub use crate::ops::limits::raise_fd_limit;
+pub use crate::ops::listen::{LISTEN_BACKLOG, bind};
 pub use crate::ops::live::{Batching, EventHub, Subscription};
 pub use crate::ops::metrics::{METRICS_CONTENT_TYPE, Metrics};
 pub use crate::ops::reload::{ReloadReport, Reloader};
 pub use crate::ops::service::{Listeners, Service, ServiceBuilder};
+pub use crate::ops::tls::{ServerTls, TlsError, TlsFiles, identity_of_certificate};
 pub use crate::ops::web_guard::{
     AllowedHostError, AllowedHosts, HostCheck, REQUEST_HEADER, WebGuard,
 };

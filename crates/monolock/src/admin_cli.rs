@@ -533,6 +533,9 @@ mod tests {
                 opened_at: "2026-08-08T12:00:00Z".into(),
                 held: 1,
                 waiting: 2,
+                state: "open".into(),
+                reason: None,
+                release_at: None,
             }],
             now,
         );

@@ -167,7 +167,7 @@ async fn drain_refused(mut tcp: TcpStream, registry: Arc<PendingConnections>) {
 /// admitted and not yet ended, against `--max-claims`, and the most there
 /// were since memory was last given back.
 #[derive(Default)]
-pub(crate) struct ClaimCount(Arc<AtomicUsize>, AtomicUsize);
+pub(crate) struct ClaimCount(Arc<AtomicUsize>, AtomicUsize, Arc<AtomicUsize>);
 
 /// One admitted claim; ends its count when dropped.
 pub(crate) struct ClaimPermit(Arc<AtomicUsize>);
@@ -175,6 +175,20 @@ pub(crate) struct ClaimPermit(Arc<AtomicUsize>);
 impl Drop for ClaimPermit {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Kept claims (see [`ClaimCount::keep`]); ends their count when dropped.
+pub(crate) struct KeptClaims {
+    admitted: Arc<AtomicUsize>,
+    kept: Arc<AtomicUsize>,
+    claims: usize,
+}
+
+impl Drop for KeptClaims {
+    fn drop(&mut self) {
+        self.kept.fetch_sub(self.claims, Ordering::AcqRel);
+        self.admitted.fetch_sub(self.claims, Ordering::AcqRel);
     }
 }
 
@@ -193,6 +207,25 @@ impl ClaimCount {
         }
         self.1.fetch_max(before + 1, Ordering::Relaxed);
         Some(ClaimPermit(Arc::clone(&self.0)))
+    }
+
+    /// Keeps counting `claims` held claims of a connection the server
+    /// ended (their permits are about to go) until the returned guard
+    /// drops, when they are released; they count as kept meanwhile.
+    pub(crate) fn keep(&self, claims: usize) -> KeptClaims {
+        self.0.fetch_add(claims, Ordering::AcqRel);
+        self.2.fetch_add(claims, Ordering::AcqRel);
+        KeptClaims {
+            admitted: Arc::clone(&self.0),
+            kept: Arc::clone(&self.2),
+            claims,
+        }
+    }
+
+    /// Held claims of connections the server ended, kept until their
+    /// lease's end.
+    pub(crate) fn kept(&self) -> usize {
+        self.2.load(Ordering::Acquire)
     }
 
     /// Ends one claim admitted by a permit that was forgotten.
@@ -230,5 +263,18 @@ impl ClaimCount {
             return true;
         }
         false
+    }
+}
+
+/// Returns the allocator's free memory to the OS (glibc's `malloc_trim`:
+/// free pages at the top of each heap and, since glibc 2.8, the free
+/// pages inside them). Elsewhere a no-op.
+#[allow(unsafe_code)]
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes a size and touches only the allocator's own
+    // state, under its own locks.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

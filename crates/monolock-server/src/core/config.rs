@@ -4,7 +4,7 @@ use std::{sync::Arc, time::Duration};
 
 use monolock_proto::LockName;
 
-use crate::{Observer, ServerTls, TokenFloor, core::clock::WallClock};
+use crate::core::{clock::WallClock, events::Observer, token_floor::TokenFloor};
 
 /// Decides whether an identity may claim a lock (the ACL).
 ///
@@ -14,6 +14,31 @@ use crate::{Observer, ServerTls, TokenFloor, core::clock::WallClock};
 pub trait Authorizer: Send + Sync + 'static {
     /// True if `identity` (empty without mTLS) may claim `lock`.
     fn allows(&self, identity: &str, lock: &LockName) -> bool;
+}
+
+/// The reason of an ACL refusal, naming the lock and the identity (quoted
+/// and escaped, so a control character in either is shown, not sent raw).
+/// The lock comes first: a reason is cut at 255 bytes on the wire.
+pub(crate) fn refusal(identity: &str, lock: &str) -> String {
+    if identity.is_empty() {
+        format!("lock {lock:?} is not allowed without a client identity")
+    } else {
+        format!("lock {lock:?} is not allowed for identity {identity:?}")
+    }
+}
+
+/// TLS (or mTLS) on the protocol port, as the accept loop needs it: an
+/// acceptor for each new connection, and the identity a client
+/// certificate carries. `ServerTls` (the operations side: files,
+/// reloading, the identity rules) implements it.
+pub trait ProtocolTls: Send + Sync + std::fmt::Debug + 'static {
+    /// The acceptor for the next connection (a reload swaps what it
+    /// returns; connections already accepted keep theirs).
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor;
+
+    /// The identity of the client certificate `der` (its leaf), or empty
+    /// if it names none.
+    fn identity_of_certificate(&self, der: &[u8]) -> String;
 }
 
 /// Default for [`ServerConfig::io_timeout`].
@@ -53,7 +78,7 @@ pub struct ServerConfig {
     /// The ACL; `None` allows every lock.
     pub authorizer: Option<Arc<dyn Authorizer>>,
     /// TLS (or mTLS) on the protocol port; `None` serves plaintext.
-    pub tls: Option<Arc<ServerTls>>,
+    pub tls: Option<Arc<dyn ProtocolTls>>,
     /// The token floor file, through which tokens survive a restart on a
     /// clock that stepped back; `None` keeps tokens in memory only.
     pub token_floor: Option<Arc<TokenFloor>>,
@@ -170,7 +195,7 @@ impl ServerConfig {
 
     /// Sets [`ServerConfig::tls`].
     #[must_use]
-    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Self {
+    pub fn with_tls(mut self, tls: Arc<dyn ProtocolTls>) -> Self {
         self.tls = Some(tls);
         self
     }

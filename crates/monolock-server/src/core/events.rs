@@ -87,6 +87,41 @@ impl ReleaseReason {
     }
 }
 
+/// Why the server ended a connection on its own while its client may
+/// still count on its held claims (they are kept until its lease would
+/// have run out). The names are the metric's `cause` labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerEnding {
+    /// A write to the client blocked past io-timeout (it does not read).
+    WriteTimeout,
+    /// A frame the client started was not completed within io-timeout.
+    ReadTimeout,
+    /// The client sent a bad frame.
+    ProtocolError,
+}
+
+impl ServerEnding {
+    /// Every cause, for metrics that must show all of them from startup.
+    pub const ALL: [Self; 3] = [Self::WriteTimeout, Self::ReadTimeout, Self::ProtocolError];
+
+    /// The cause's name in metric labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::WriteTimeout => "write_io_timeout",
+            Self::ReadTimeout => "read_io_timeout",
+            Self::ProtocolError => "protocol_error",
+        }
+    }
+
+    /// The reason the kept claims' releases carry.
+    pub const fn release_reason(self) -> ReleaseReason {
+        match self {
+            Self::WriteTimeout | Self::ReadTimeout => ReleaseReason::IoTimeout,
+            Self::ProtocolError => ReleaseReason::ProtocolError,
+        }
+    }
+}
+
 /// Something that happened in the server.
 ///
 /// Ownership events (`Granted`, `Released`, `ForceRelease`, `KickWaiter`)
@@ -158,6 +193,15 @@ pub enum Event<'a> {
         /// How long the lock stays held: until the session's last frame
         /// plus its lease.
         release_in: Duration,
+    },
+    /// The server ended a session's connection on its own, once per
+    /// connection (its held claims, if any, each have their
+    /// `EndedByServer`).
+    ConnectionEndedByServer {
+        /// Why.
+        cause: ServerEnding,
+        /// Claims it held, kept until its lease would have run out.
+        kept_claims: usize,
     },
     /// An administrator force-released a holder (its `Released` with reason
     /// `Force` comes right before this).

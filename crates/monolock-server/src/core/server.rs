@@ -1,5 +1,6 @@
-//! The accept loop and the server's control handle; the state they share
-//! with every connection is in `shared.rs`.
+//! The server and its control handle: what the rest of the crate, and the
+//! programs around it, hold. The accept loop is on the wire side
+//! (`wire/accept.rs`); the state both share is in `shared.rs`.
 
 use std::{
     future::Future,
@@ -11,29 +12,20 @@ use std::{
 
 use tokio::{
     io::{AsyncRead, AsyncWrite},
-    net::{TcpListener, TcpStream},
-    time::{Instant, timeout_at},
-};
-use tokio_rustls::TlsAcceptor;
-use tokio_util::task::TaskTracker;
-use tracing::{debug, info, warn};
-
-use crate::{
-    ServerConfig,
-    core::admission::{OVER_LIMIT_REASON, RECLAIM_INTERVAL},
-    core::events::Event,
-    core::grace::GraceStatus,
-    core::session,
-    core::shared::{Shared, Shed},
-    core::slot::{EndNotice, deadline_after},
-    core::table::{AdminRefused, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot},
-    core::tls::identity_of_certificate,
+    net::TcpListener,
+    time::Instant,
 };
 
-/// First pause after a failed `accept` (e.g. EMFILE); doubles up to the cap.
-pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
-/// Longest pause between `accept` retries.
-pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(500);
+pub use crate::core::wire::accept::{ACCEPT_BACKOFF_MAX, ACCEPT_BACKOFF_MIN};
+use crate::core::{
+    config::ServerConfig,
+    events::ReleaseReason,
+    grace::GraceStatus,
+    shared::{Shared, Shed},
+    slot::{EndNotice, SessionLink},
+    table::{AdminRefused, HolderSnapshot, LockSnapshot, TableCounts, WaiterSnapshot},
+    wire::{accept, dispatch},
+};
 
 /// A lock server: build it, take a [`ServerHandle`], then [`Server::run`] it.
 ///
@@ -77,252 +69,8 @@ impl Server {
     /// # Errors
     /// None today: failures of `accept` are counted, backed off and retried.
     pub async fn run(self, listener: TcpListener) -> io::Result<()> {
-        let shared = self.shared;
-        let tracker = TaskTracker::new();
-        if let Ok(addr) = listener.local_addr() {
-            info!(%addr, "listening");
-        }
-        let nodelay = if inherit_nodelay(&listener) {
-            Nodelay::Inherited
-        } else {
-            Nodelay::SetEach
-        };
-        if let Some(ends) = shared.grace.ends() {
-            info!(
-                grace_ms = shared.config.startup_grace.as_millis() as u64,
-                "startup grace: accepting and queueing, granting nothing yet"
-            );
-            let gate = Arc::clone(&shared);
-            tracker.spawn(async move {
-                tokio::select! {
-                    () = gate.shutdown.cancelled() => {}
-                    () = tokio::time::sleep_until(ends) => gate.grace.open(&gate.table),
-                }
-            });
-        }
-        let reclaimer = Arc::clone(&shared);
-        tracker.spawn(async move {
-            let mut every = tokio::time::interval(RECLAIM_INTERVAL);
-            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = reclaimer.shutdown.cancelled() => break,
-                    _ = every.tick() => {}
-                }
-                if reclaimer.claims.burst_ended() {
-                    reclaimer.table.shrink();
-                    crate::core::limits::trim_heap();
-                    debug!(
-                        claims = reclaimer.claims.get(),
-                        "a burst of claims ended: memory given back"
-                    );
-                }
-            }
-        });
-        let mut backoff = ACCEPT_BACKOFF_MIN;
-        loop {
-            let accepted = tokio::select! {
-                biased;
-                () = shared.shutdown.cancelled() => break,
-                accepted = listener.accept() => accepted,
-            };
-            match accepted {
-                Ok((tcp, remote_addr)) => {
-                    backoff = ACCEPT_BACKOFF_MIN;
-                    // Counted here, not in the task, so a burst of accepts
-                    // cannot overshoot the limit.
-                    if shared.connections.fetch_add(1, Ordering::AcqRel)
-                        >= shared.config.max_connections
-                    {
-                        shared.connections.fetch_sub(1, Ordering::AcqRel);
-                        shared.config.observer.observe(&Event::ConnectionRefused);
-                        debug!(%remote_addr, "over --max-connections: refused");
-                        shared.pending.refuse(tcp, OVER_LIMIT_REASON);
-                        continue;
-                    }
-                    shared.pending.register(remote_addr);
-                    // Two task types, so a plaintext task stays exactly as
-                    // small as it would be in a server without TLS. No
-                    // tracing span per connection: entering it on every poll
-                    // costs each heartbeat; debug events name the address.
-                    match &shared.config.tls {
-                        None => tracker.spawn(connection(
-                            tcp,
-                            remote_addr,
-                            nodelay,
-                            Arc::clone(&shared),
-                        )),
-                        Some(tls) => tracker.spawn(tls_connection(
-                            tcp,
-                            remote_addr,
-                            nodelay,
-                            tls.acceptor(),
-                            Arc::clone(&shared),
-                        )),
-                    };
-                }
-                Err(err) if is_per_connection(&err) => {
-                    debug!(error = %err, "accept: connection aborted before it was taken");
-                }
-                Err(err) => {
-                    shared.config.observer.observe(&Event::AcceptFailed(&err));
-                    if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                        match shared.shed_for_descriptors() {
-                            Shed::Pending(0) | Shed::Idle(0) => {}
-                            Shed::Pending(connections) => info!(
-                                connections,
-                                "out of descriptors: closing connections without a first frame"
-                            ),
-                            Shed::Idle(sessions) => {
-                                info!(sessions, "out of descriptors: closing idle v2 sessions")
-                            }
-                        }
-                    }
-                    warn!(error = %err, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
-                    tokio::select! {
-                        () = shared.shutdown.cancelled() => break,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                }
-            }
-        }
-        drop(listener);
-        info!(
-            connections = shared.connections.load(Ordering::Relaxed),
-            "stopped accepting; closing sessions"
-        );
-        tracker.close();
-        tracker.wait().await;
-        // Claims of sessions the server closed, released at once now.
-        shared.lease_holds.close();
-        shared.lease_holds.wait().await;
-        info!("all connections closed");
-        Ok(())
+        accept::run(self.shared, listener).await
     }
-}
-
-/// Errors that concern one connection only; the next `accept` can go at once.
-fn is_per_connection(err: &io::Error) -> bool {
-    matches!(
-        err.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-    )
-}
-
-/// Whether accepted sockets still need `TCP_NODELAY` set.
-#[derive(Clone, Copy)]
-enum Nodelay {
-    /// The listener has it, and the kernel copies it to accepted sockets.
-    Inherited,
-    /// Set on each accepted socket.
-    SetEach,
-}
-
-/// Sets `TCP_NODELAY` on the listening socket where the kernel copies it
-/// to every socket `accept` returns (Linux), which saves a `setsockopt` per
-/// connection; true when that is the case.
-fn inherit_nodelay(listener: &TcpListener) -> bool {
-    cfg!(target_os = "linux")
-        && socket2::SockRef::from(listener)
-            .set_tcp_nodelay(true)
-            .is_ok()
-}
-
-async fn connection(
-    tcp: TcpStream,
-    remote_addr: SocketAddr,
-    nodelay: Nodelay,
-    shared: Arc<Shared>,
-) {
-    let accepted_at = opened(&tcp, nodelay, &shared);
-    let identity = Arc::clone(&shared.no_identity);
-    session::serve(tcp, remote_addr, identity, accepted_at, Arc::clone(&shared)).await;
-    closed(&shared);
-}
-
-/// A TLS connection: the handshake completes before any protocol byte is
-/// read, within io-timeout of accept (the same budget then bounds the first
-/// ACQUIRE). A failed or late handshake is counted and closes this
-/// connection only.
-async fn tls_connection(
-    tcp: TcpStream,
-    remote_addr: SocketAddr,
-    nodelay: Nodelay,
-    acceptor: TlsAcceptor,
-    shared: Arc<Shared>,
-) {
-    let accepted_at = opened(&tcp, nodelay, &shared);
-    // Out of descriptors, a connection still in its handshake goes first,
-    // without a frame (there is no TLS session to carry one). Its place is
-    // taken again by the first frame's wait once the handshake is done.
-    let shed = shared
-        .pending
-        .take(remote_addr)
-        .map(|pending| pending.shed.clone());
-    let shed = async {
-        match shed {
-            Some(token) => token.cancelled_owned().await,
-            None => std::future::pending().await,
-        }
-    };
-    let deadline = deadline_after(accepted_at, shared.config.io_timeout);
-    let handshake = tokio::select! {
-        biased;
-        () = shared.shutdown.cancelled() => None,
-        () = shed => {
-            shared.config.observer.observe(&Event::ConnectionShed);
-            None
-        }
-        handshake = timeout_at(deadline, acceptor.accept(tcp)) => Some(handshake),
-    };
-    match handshake {
-        None => shared.pending.forget(remote_addr),
-        Some(Ok(Ok(stream))) => {
-            let identity = match stream.get_ref().1.peer_certificates() {
-                Some([leaf, ..]) => Arc::from(identity_of_certificate(leaf)),
-                _ => Arc::clone(&shared.no_identity),
-            };
-            debug!(%remote_addr, %identity, "TLS handshake complete");
-            session::serve(
-                stream,
-                remote_addr,
-                identity,
-                accepted_at,
-                Arc::clone(&shared),
-            )
-            .await;
-        }
-        Some(Ok(Err(err))) => {
-            shared.pending.forget(remote_addr);
-            shared.config.observer.observe(&Event::TlsHandshakeFailed);
-            debug!(%remote_addr, error = %err, "TLS handshake failed");
-        }
-        Some(Err(_)) => {
-            shared.pending.forget(remote_addr);
-            shared.config.observer.observe(&Event::TlsHandshakeFailed);
-            debug!(%remote_addr, "TLS handshake not complete within io-timeout");
-        }
-    }
-    closed(&shared);
-}
-
-/// Bookkeeping for a new connection; returns the accept instant.
-fn opened(tcp: &TcpStream, nodelay: Nodelay, shared: &Shared) -> Instant {
-    let accepted_at = Instant::now();
-    // Heartbeats are one byte: without NODELAY, Nagle would hold replies back.
-    if let Nodelay::SetEach = nodelay {
-        let _ = tcp.set_nodelay(true);
-    }
-    shared.config.observer.observe(&Event::Accepted);
-    accepted_at
-}
-
-fn closed(shared: &Shared) {
-    shared.connections.fetch_sub(1, Ordering::Relaxed);
-    shared.config.observer.observe(&Event::Closed);
 }
 
 /// An open protocol version 2 session as the admin API shows it.
@@ -338,6 +86,20 @@ pub struct V2SessionSnapshot {
     pub lease: monolock_proto::Lease,
     /// When its OPEN was read (wall clock).
     pub opened_at: std::time::SystemTime,
+    /// Set when the server ended the session on its own and keeps its held
+    /// claims until its lease's end; `None` while it is open.
+    pub ended: Option<SessionEnded>,
+}
+
+/// How a version 2 session the server ended is kept (see
+/// [`V2SessionSnapshot::ended`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionEnded {
+    /// Why the server ended it: the reason its kept claims' releases carry.
+    pub reason: ReleaseReason,
+    /// When its kept claims are released (its last frame plus its lease),
+    /// unless an administrator or a shutdown releases them first.
+    pub release_at: std::time::SystemTime,
 }
 
 /// Inspects and controls a running [`Server`]. Cheap to clone.
@@ -467,25 +229,52 @@ impl ServerHandle {
 
     /// Every open version 2 session, by id (its claims are in
     /// [`ServerHandle::locks`], each naming its session).
+    ///
+    /// A session the server ended on its own is listed too, with
+    /// [`V2SessionSnapshot::ended`] set, while its held claims are kept.
     pub fn v2_sessions(&self) -> Vec<V2SessionSnapshot> {
+        let snapshot = |link: &SessionLink, ended: Option<SessionEnded>| {
+            let info = &link.lease.info;
+            V2SessionSnapshot {
+                id: link.id,
+                remote_addr: info.remote_addr,
+                identity: Arc::clone(&info.identity),
+                lease: info.lease,
+                opened_at: info.queued_at,
+                ended,
+            }
+        };
+        let ended: Vec<V2SessionSnapshot> = self
+            .shared
+            .ended
+            .lock()
+            .values()
+            .map(|kept| {
+                let ended = SessionEnded {
+                    reason: kept.reason,
+                    release_at: kept.release_at,
+                };
+                snapshot(&kept.link, Some(ended))
+            })
+            .collect();
         let mut sessions: Vec<V2SessionSnapshot> = self
             .shared
             .sessions
             .lock()
             .values()
-            .map(|link| {
-                let info = &link.lease.info;
-                V2SessionSnapshot {
-                    id: link.id,
-                    remote_addr: info.remote_addr,
-                    identity: Arc::clone(&info.identity),
-                    lease: info.lease,
-                    opened_at: info.queued_at,
-                }
-            })
+            // A session ending now is in both maps for a moment.
+            .filter(|link| !ended.iter().any(|session| session.id == link.id))
+            .map(|link| snapshot(link, None))
             .collect();
+        sessions.extend(ended);
         sessions.sort_unstable_by_key(|session| session.id);
         sessions
+    }
+
+    /// Held claims of connections the server ended on its own, kept until
+    /// their lease's end (they count against `--max-claims` until then).
+    pub fn kept_claims(&self) -> usize {
+        self.shared.claims.kept()
     }
 
     /// Every lock with a holder whose name `filter` accepts, by name.
@@ -530,7 +319,7 @@ impl ServerHandle {
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let accepted_at = Instant::now();
-        session::serve(
+        dispatch::serve(
             stream,
             remote_addr,
             Arc::from(identity),
@@ -574,43 +363,4 @@ pub async fn run(
         () = shutdown => handle.shutdown(),
     }
     running.await
-}
-
-#[cfg(test)]
-mod tests {
-    /// Every held session is one task holding this future for its whole
-    /// life, so its size is most of the per-session memory the server adds
-    /// to the kernel's (BENCHMARKS.md, "Sessions at scale", has the figure).
-    /// Cold paths (handshake, ERROR and drain, blocked writes) are boxed to
-    /// keep it here.
-    #[tokio::test]
-    async fn a_plaintext_session_task_stays_small() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let server = super::Server::new(crate::ServerConfig::default());
-        let task = super::connection(stream, addr, super::Nodelay::SetEach, server.shared.clone());
-        let size = std::mem::size_of_val(&task);
-        assert!(size <= 960, "a session's future grew to {size} bytes");
-    }
-
-    /// The per-connection `setsockopt` is skipped only where accepted
-    /// sockets really come with `TCP_NODELAY` from the listener.
-    #[tokio::test]
-    async fn accepted_sockets_inherit_nodelay_from_the_listener() {
-        let listener = crate::bind("127.0.0.1:0".parse().expect("address")).expect("bind");
-        let inherited = super::inherit_nodelay(&listener);
-        assert_eq!(inherited, cfg!(target_os = "linux"));
-        let addr = listener.local_addr().expect("addr");
-        let _client = tokio::net::TcpStream::connect(addr).await.expect("connect");
-        let (accepted, _) = listener.accept().await.expect("accept");
-        if inherited {
-            assert!(
-                accepted.nodelay().expect("getsockopt"),
-                "NODELAY not inherited"
-            );
-        }
-    }
 }

@@ -9,6 +9,7 @@ use std::{
         Arc,
         atomic::{AtomicU64, AtomicUsize, Ordering},
     },
+    time::SystemTime,
 };
 
 use tokio::time::Instant;
@@ -16,8 +17,8 @@ use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::debug;
 
 use crate::{
-    ServerConfig,
     core::admission::{ClaimCount, ClaimPermit, PendingConnections},
+    core::config::ServerConfig,
     core::events::ReleaseReason,
     core::grace::StartupGrace,
     core::slot::{SessionLink, SessionSlot},
@@ -53,6 +54,20 @@ pub(crate) struct Shared {
     pub(crate) pending: Arc<PendingConnections>,
     /// Claims admitted, against `--max-claims`.
     pub(crate) claims: ClaimCount,
+    /// Version 2 sessions the server ended whose held claims it keeps
+    /// until their lease's end, by id: shown by the admin API until then.
+    pub(crate) ended: Arc<parking_lot::Mutex<HashMap<u64, EndedSession>>>,
+}
+
+/// A version 2 session the server ended, while its held claims are kept.
+#[derive(Clone)]
+pub(crate) struct EndedSession {
+    pub(crate) link: Arc<SessionLink>,
+    /// Why the server ended it (the kept claims' release reason).
+    pub(crate) reason: ReleaseReason,
+    /// When its kept claims are released (wall clock), unless an
+    /// administrator or a shutdown releases them first.
+    pub(crate) release_at: SystemTime,
 }
 
 impl Shared {
@@ -80,6 +95,7 @@ impl Shared {
             lease_holds: TaskTracker::new(),
             pending: Arc::default(),
             claims: ClaimCount::default(),
+            ended: Arc::default(),
         }
     }
 
@@ -89,15 +105,31 @@ impl Shared {
     /// shuts down first. Nothing of the connection is kept meanwhile: the
     /// task holds the claims' slots and a timer. An administrator may
     /// force-release a claim before; its release here is then a no-op.
+    ///
+    /// Until then the claims count against `--max-claims` and as kept,
+    /// and a version 2 `session` is listed as ended.
     pub(crate) fn release_when_lease_ends(
         &self,
         held: Vec<Arc<SessionSlot>>,
         at: Instant,
         reason: ReleaseReason,
+        session: Option<&Arc<SessionLink>>,
     ) {
         if held.is_empty() {
             return;
         }
+        let kept = self.claims.keep(held.len());
+        let ended_id = session.map(|link| {
+            let release_at = SystemTime::now() + at.saturating_duration_since(Instant::now());
+            let ended = EndedSession {
+                link: Arc::clone(link),
+                reason,
+                release_at,
+            };
+            self.ended.lock().insert(link.id, ended);
+            link.id
+        });
+        let ended = Arc::clone(&self.ended);
         let table = Arc::clone(&self.table);
         let shutdown = self.shutdown.clone();
         self.lease_holds.spawn(async move {
@@ -112,6 +144,10 @@ impl Shared {
                 "releasing the claims of a closed session"
             );
             table.end_claims(&held, reason);
+            if let Some(id) = ended_id {
+                ended.lock().remove(&id);
+            }
+            drop(kept);
         });
     }
 

@@ -172,7 +172,7 @@ fn strip_prefix_ignore_case<'a>(value: &'a [u8], prefix: &[u8]) -> Option<&'a [u
 
 fn read_token(path: &Path) -> Result<Arc<[u8]>, AdminTokenError> {
     let bytes =
-        crate::core::config_file::read_bounded(path).map_err(|source| AdminTokenError::Read {
+        crate::ops::config_file::read_bounded(path).map_err(|source| AdminTokenError::Read {
             path: path.to_owned(),
             source,
         })?;

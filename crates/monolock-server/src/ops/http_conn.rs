@@ -42,7 +42,7 @@ use tokio::{
 use tokio_util::{sync::CancellationToken, task::TaskTracker};
 use tracing::debug;
 
-use crate::{ServerTls, core::tls::identity_of_certificate};
+use crate::{ServerTls, ops::tls::identity_of_certificate};
 
 /// Default for `--http-header-timeout`.
 pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -154,42 +154,19 @@ impl Service {
             ops,
             admin,
         } = listeners;
-        let ops = match (ops, parts.metrics.clone()) {
-            (Some(listener), Some(metrics)) => Some((listener, metrics)),
-            (Some(_), None) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "an ops listener needs metrics (ServiceBuilder::with_metrics)",
-                ));
-            }
-            (None, _) => None,
-        };
-        let local = |listener: &TcpListener| listener.local_addr().map(|addr| addr.to_string());
+        let ops = ops_with_metrics(ops, parts.metrics.clone())?;
         let mut admin_config = std::mem::take(&mut parts.admin_config);
-        admin_config.listen = local(&protocol)?;
-        admin_config.ops_listen = ops.as_ref().map(|(l, _)| local(l)).transpose()?;
-        admin_config.admin_listen = admin.as_ref().map(local).transpose()?;
+        name_listeners(
+            &mut admin_config,
+            &protocol,
+            ops.as_ref().map(|(listener, _)| listener),
+            admin.as_ref(),
+        )?;
 
         let handle = server.handle();
         let admin_stop = CancellationToken::new();
         let admin_task = admin.map(|listener| {
-            let mut options = AdminOptions::new(handle.clone(), admin_config)
-                .with_http_limits(parts.http_limits)
-                .with_http_stats(parts.admin_http_stats.clone())
-                .with_commit(parts.commit.clone())
-                .with_allowed_hosts(parts.allowed_hosts.clone());
-            if let Some(events) = &parts.events {
-                options = options.with_events(events.clone());
-            }
-            if let Some(token) = &parts.admin_token {
-                options = options.with_token(token.clone());
-            }
-            if let Some(identities) = &parts.admin_identities {
-                options = options.with_admin_identities(identities.clone());
-            }
-            if let Some(tls) = &parts.admin_tls {
-                options = options.with_tls(tls.clone());
-            }
+            let options = parts.admin_options(handle.clone(), admin_config);
             admin::spawn(listener, options, admin_stop.clone().cancelled_owned())
         });
         let admin_task = admin_task.transpose()?;
@@ -197,13 +174,7 @@ impl Service {
         let ops_stop = CancellationToken::new();
         let ops_task = ops.map(|(listener, metrics)| {
             let stop = ops_stop.clone().cancelled_owned();
-            let mut options = OpsOptions::new(handle.clone(), metrics)
-                .with_http_limits(parts.http_limits)
-                .with_http_stats(parts.ops_http_stats.clone())
-                .with_allowed_hosts(parts.allowed_hosts.clone());
-            if let Some(tls) = &parts.ops_tls {
-                options = options.with_tls(tls.clone());
-            }
+            let options = parts.ops_options(handle.clone(), metrics);
             tokio::spawn(ops::serve_with(listener, options, stop))
         });
 
@@ -239,16 +210,93 @@ impl Service {
         }
         // 5.
         if let Some(ops_task) = ops_task {
-            info!(
-                grace_ms = u64::try_from(parts.ops_grace.as_millis()).unwrap_or(u64::MAX),
-                "protocol listener closed; ops endpoint stays up for the grace period"
-            );
-            tokio::time::sleep(parts.ops_grace).await;
-            ops_stop.cancel();
-            join_http("ops endpoint", Some(ops_task)).await;
+            stop_ops_after_grace(parts.ops_grace, &ops_stop, ops_task).await;
         }
         info!("shutdown complete");
         Ok(())
+    }
+}
+
+/// Step 5 of the shutdown: the ops endpoint answers for `grace` more (the
+/// last scrape sees the shutdown), then stops.
+async fn stop_ops_after_grace(
+    grace: Duration,
+    stop: &CancellationToken,
+    task: JoinHandle<io::Result<()>>,
+) {
+    info!(
+        grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
+        "protocol listener closed; ops endpoint stays up for the grace period"
+    );
+    tokio::time::sleep(grace).await;
+    stop.cancel();
+    join_http("ops endpoint", Some(task)).await;
+}
+
+/// The ops listener with the metrics it serves; an ops listener without
+/// metrics is a mistake of the caller.
+fn ops_with_metrics(
+    ops: Option<TcpListener>,
+    metrics: Option<Arc<Metrics>>,
+) -> io::Result<Option<(TcpListener, Arc<Metrics>)>> {
+    match (ops, metrics) {
+        (Some(listener), Some(metrics)) => Ok(Some((listener, metrics))),
+        (Some(_), None) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an ops listener needs metrics (ServiceBuilder::with_metrics)",
+        )),
+        (None, _) => Ok(None),
+    }
+}
+
+/// Writes the listeners' addresses into the configuration `/api/info`
+/// shows.
+fn name_listeners(
+    config: &mut EffectiveConfig,
+    protocol: &TcpListener,
+    ops: Option<&TcpListener>,
+    admin: Option<&TcpListener>,
+) -> io::Result<()> {
+    let local = |listener: &TcpListener| listener.local_addr().map(|addr| addr.to_string());
+    config.listen = local(protocol)?;
+    config.ops_listen = ops.map(local).transpose()?;
+    config.admin_listen = admin.map(local).transpose()?;
+    Ok(())
+}
+
+impl ServiceBuilder {
+    /// What the admin listener serves, from what the service was built with.
+    fn admin_options(&self, handle: ServerHandle, config: EffectiveConfig) -> AdminOptions {
+        let mut options = AdminOptions::new(handle, config)
+            .with_http_limits(self.http_limits)
+            .with_http_stats(self.admin_http_stats.clone())
+            .with_commit(self.commit.clone())
+            .with_allowed_hosts(self.allowed_hosts.clone());
+        if let Some(events) = &self.events {
+            options = options.with_events(events.clone());
+        }
+        if let Some(token) = &self.admin_token {
+            options = options.with_token(token.clone());
+        }
+        if let Some(identities) = &self.admin_identities {
+            options = options.with_admin_identities(identities.clone());
+        }
+        if let Some(tls) = &self.admin_tls {
+            options = options.with_tls(tls.clone());
+        }
+        options
+    }
+
+    /// What the ops listener serves, from what the service was built with.
+    fn ops_options(&self, handle: ServerHandle, metrics: Arc<Metrics>) -> OpsOptions {
+        let mut options = OpsOptions::new(handle, metrics)
+            .with_http_limits(self.http_limits)
+            .with_http_stats(self.ops_http_stats.clone())
+            .with_allowed_hosts(self.allowed_hosts.clone());
+        if let Some(tls) = &self.ops_tls {
+            options = options.with_tls(tls.clone());
+        }
+        options
     }
 }
 

@@ -52,7 +52,7 @@ use axum::{
 };
 use tracing::debug;
 
-use crate::ops::admin::ErrorBody;
+use crate::ops::admin::json::ErrorBody;
 
 /// The header every state-changing admin request must carry (any value):
 /// no web page can add it to a cross-site request without a preflight.

@@ -41,11 +41,12 @@ use tracing::debug;
 use crate::{
     core::admission::{ClaimPermit, claim_limit_reason},
     core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
-    core::session::{
-        Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, write_bounded,
-    },
     core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
     core::table::Acquired,
+    core::wire::connection::{
+        Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, report_server_ending,
+        write_bounded,
+    },
 };
 
 /// The session's read buffer: far more than the longest frame (262 bytes),
@@ -239,7 +240,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             && deadline_after(since, config.io_timeout) <= now
         {
             debug!(remote_addr = %self.remote_addr, session = self.link.id, "v2 frame not complete within io-timeout");
-            return Some(End::Quiet(ReleaseReason::IoTimeout));
+            return Some(End::FrameTimeout);
         }
         if let Some(since) = self.idle_since
             && deadline_after(since, config.idle_timeout) <= now
@@ -344,7 +345,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         v2::encode_claim_error(&mut self.out, v2::msg::REFUSED, claim, code, reason);
     }
 
-    fn acquire(&mut self, claim: u32, mode: Mode, name: &str) -> Option<End> {
+    /// Checks an ACQUIRE of `name` under `claim` before it reaches the
+    /// table, in the documented order (the id free, the session's bound,
+    /// the server's bound, the name, the ACL): the claim's permit and who
+    /// it is, or `Err` once it is refused (`None`: the REFUSED is written,
+    /// the session lives on) or the session ends.
+    fn admit(&mut self, claim: u32, name: &str) -> Result<(ClaimPermit, SessionInfo), Option<End>> {
         let shared = self.conn.shared;
         if let Some(existing) = self.claims.get(&claim) {
             match existing.slot.end_notice() {
@@ -352,14 +358,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     self.claims.remove(&claim);
                     self.revoked(claim, notice);
                 }
-                Some(notice) => return Some(end_for(notice)),
+                Some(notice) => return Err(Some(end_for(notice))),
                 None => {
                     self.refuse(
                         claim,
                         ErrorCode::CLAIM_IN_USE,
                         &format!("claim id {claim} is already in use: RELEASE it first"),
                     );
-                    return None;
+                    return Err(None);
                 }
             }
         }
@@ -370,17 +376,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 ErrorCode::TOO_MANY_CLAIMS,
                 &format!("too many claims on this session: the limit is {max}"),
             );
-            return None;
+            return Err(None);
         }
         let Some(permit) = shared.admit_claim() else {
             let reason = claim_limit_reason(shared.config.max_claims);
             self.refuse(claim, ErrorCode::SERVER_CLAIM_LIMIT, &reason);
-            return None;
+            return Err(None);
         };
         let Ok(lock) = LockName::new(name) else {
             // The decoder let through only 1..=255 bytes of UTF-8.
             self.refuse(claim, ErrorCode::CLAIM_EMPTY_NAME, "lock name is empty");
-            return None;
+            return Err(None);
         };
         let info = SessionInfo {
             lock,
@@ -397,11 +403,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             && !authorizer.allows(&info.identity, &info.lock)
         {
             shared.config.observer.observe(&Event::Denied(&info));
-            let reason = crate::core::acl::refusal(&info.identity, info.lock.as_str());
+            let reason = crate::core::config::refusal(&info.identity, info.lock.as_str());
             tracing::info!(lock = %info.lock, identity = %info.identity, remote_addr = %self.remote_addr, session = self.link.id, claim, "ACQUIRE denied by ACL: {reason}");
             self.refuse(claim, ErrorCode::CLAIM_NOT_AUTHORIZED, &reason);
-            return None;
+            return Err(None);
         }
+        Ok((permit, info))
+    }
+
+    fn acquire(&mut self, claim: u32, mode: Mode, name: &str) -> Option<End> {
+        let shared = self.conn.shared;
+        let (permit, info) = match self.admit(claim, name) {
+            Ok(admitted) => admitted,
+            Err(end) => return end,
+        };
         let slot = Arc::new(SessionSlot::new_claim(
             info,
             Instant::now(),
@@ -586,16 +601,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
     /// [`holds_until_lease_end`]).
     async fn finish(mut self, end: End) {
         let shared = self.conn.shared;
-        let reason = match &end {
-            End::Quiet(reason) | End::Error(reason, ..) => *reason,
-            End::Protocol(_) => ReleaseReason::ProtocolError,
-        };
+        let reason = end.reason();
         debug!(remote_addr = %self.remote_addr, session = self.link.id, claims = self.claims.len(), reason = reason.as_str(), "v2 session ended");
         #[cfg(feature = "mutations")]
         for slot in std::mem::take(&mut self.released_later) {
             shared.table.end(&slot, ReleaseReason::Graceful);
         }
-        let slots: Vec<Arc<SessionSlot>> = self.claims.drain().map(|(_, c)| c.slot).collect();
+        // The claims (with their permits) live to the end of this
+        // function, so that kept claims never stop counting against
+        // `--max-claims`, not even for an instant.
+        let claims: Vec<Claim> = self.claims.drain().map(|(_, claim)| claim).collect();
+        let slots: Vec<Arc<SessionSlot>> = claims.iter().map(|c| Arc::clone(&c.slot)).collect();
         for slot in &slots {
             shared.grace.leave(slot);
         }
@@ -608,15 +624,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             let held = shared
                 .table
                 .end_waiting_keep_held(&slots, reason, release_at);
-            shared.release_when_lease_ends(held, release_at, reason);
+            report_server_ending(shared, &end, held.len());
+            shared.release_when_lease_ends(held, release_at, reason, Some(&self.link));
             false
         } else {
+            report_server_ending(shared, &end, 0);
             shared.table.end_claims(&slots, reason)
         };
+        drop(claims);
         shared.table.forget_lease(&self.link.lease);
         self.link.idle.store(false, Ordering::Release);
         let (code, text): (ErrorCode, String) = match end {
-            End::Quiet(_) => {
+            End::Quiet(_) | End::FrameTimeout => {
                 if promoted {
                     tokio::task::yield_now().await;
                 }

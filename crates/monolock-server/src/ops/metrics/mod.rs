@@ -7,14 +7,9 @@
 //! `monolock_protocol_errors_total{code}` series exists from startup at 0, so
 //! `rate()` and alerts work before the first event.
 
-use std::{
-    collections::VecDeque,
-    fmt::Write as _,
-    sync::{
-        Arc, Mutex, PoisonError,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+use std::sync::{
+    Arc,
+    atomic::{AtomicU64, Ordering},
 };
 
 use monolock_proto::ErrorCode;
@@ -30,22 +25,26 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use crate::{AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerHandle, SessionInfo};
+use crate::{
+    AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerEnding, ServerHandle, SessionInfo,
+};
+use process::ProcessCollector;
+use summary::Summary;
+
+mod process;
+mod summary;
 
 /// The `Content-Type` of [`Metrics::render`]'s output.
 pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Quantiles every summary reports.
-pub const SUMMARY_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
-/// Summary quantiles cover observations no older than this (as the Go
-/// client's default `MaxAge`)...
-pub const SUMMARY_MAX_AGE: Duration = Duration::from_secs(10 * 60);
-/// ...and at most this many of the most recent ones, so memory is fixed.
-pub const SUMMARY_MAX_SAMPLES: usize = 4096;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabels {
+    cause: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -98,93 +97,81 @@ struct CodeLabels {
 /// ```
 pub struct Metrics {
     registry: Registry,
-    connections_active: Gauge,
-    locks_held: Gauge,
-    waiters: Gauge,
-    acquires: Counter,
-    acl_denials: Counter,
-    /// Indexed like [`ReleaseReason::ALL`].
-    releases: [Counter; ReleaseReason::ALL.len()],
-    protocol_errors: Family<CodeLabels, Counter>,
-    /// Indexed like [`ErrorCode::ALL`]; other codes go through the family.
-    known_protocol_errors: [Counter; ErrorCode::ALL.len()],
-    accepted: Counter,
-    accept_errors: Counter,
-    tls_handshake_errors: Counter,
-    heartbeats: Counter,
-    v2_sessions_active: Gauge,
-    v2_idle_sessions_closed: Counter,
-    connections_refused: Counter,
-    connections_shed: Counter,
-    claims_refused_server_limit: Counter,
-    /// By protocol, indexed like [`PROTOCOLS`].
-    grants_by_protocol: [Counter; 2],
-    /// By protocol, then indexed like [`ReleaseReason::ALL`].
-    releases_by_protocol: [[Counter; ReleaseReason::ALL.len()]; 2],
-    /// By protocol: version 1 sessions admitted (granted at once or
-    /// queued), version 2 sessions opened.
-    sessions_opened: [Counter; 2],
-    v2_claims_held: Gauge,
-    v2_claims_waiting: Gauge,
+    connections: ConnectionMetrics,
+    ownership: OwnershipMetrics,
+    sessions: SessionMetrics,
     wait: Summary,
     hold: Summary,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Protocol connections: accepted, refused, shed, ended by the server, and the ERROR frames and heartbeats they carried.
+struct ConnectionMetrics {
+    connections_active: Gauge,
+    accepted: Counter,
+    accept_errors: Counter,
+    tls_handshake_errors: Counter,
+    connections_refused: Counter,
+    connections_shed: Counter,
+    /// Indexed like [`ServerEnding::ALL`].
+    connections_ended_by_server: [Counter; ServerEnding::ALL.len()],
+    protocol_errors: Family<CodeLabels, Counter>,
+    /// Indexed like [`ErrorCode::ALL`]; other codes go through the family.
+    known_protocol_errors: [Counter; ErrorCode::ALL.len()],
 }
 
-impl Metrics {
-    /// Every metric registered, every labelled series present at 0.
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
+impl ConnectionMetrics {
+    fn register(registry: &mut Registry) -> Self {
         let connections_active = registered(
-            &mut registry,
+            registry,
             "monolock_connections_active",
             "Open protocol connections, with or without a session",
             Gauge::default(),
         );
-        let locks_held = registered(
-            &mut registry,
-            "monolock_locks_held",
-            "Locks that have a holder",
-            Gauge::default(),
-        );
-        let waiters = registered(
-            &mut registry,
-            "monolock_waiters",
-            "Sessions queued behind a holder",
-            Gauge::default(),
-        );
-        let acquires = registered(
-            &mut registry,
-            "monolock_acquires",
-            "Grants (fencing tokens issued)",
+        let accepted = registered(
+            registry,
+            "monolock_connections_accepted",
+            "Protocol connections accepted",
             Counter::default(),
         );
-        let acl_denials = registered(
-            &mut registry,
-            "monolock_acl_denials",
-            "ACQUIREs refused by the ACL (ERROR 0x18)",
+        let accept_errors = registered(
+            registry,
+            "monolock_accept_errors",
+            "Failed accept calls (e.g. out of file descriptors)",
             Counter::default(),
         );
-        let releases_family = registered(
-            &mut registry,
-            "monolock_releases",
-            "Ends of ownership, by reason",
-            Family::<ReasonLabels, Counter>::default(),
+        let tls_handshake_errors = registered(
+            registry,
+            "monolock_tls_handshake_errors",
+            "TLS handshakes that failed or did not complete within io-timeout",
+            Counter::default(),
         );
-        let releases = ReleaseReason::ALL.map(|reason| {
-            releases_family
-                .get_or_create(&ReasonLabels {
-                    reason: reason.as_str(),
+        let connections_refused = registered(
+            registry,
+            "monolock_connections_refused",
+            "Protocol connections refused at --max-connections (ERROR 0x04)",
+            Counter::default(),
+        );
+        let connections_shed = registered(
+            registry,
+            "monolock_connections_shed",
+            "Connections without a whole first frame closed when descriptors ran out",
+            Counter::default(),
+        );
+        let ended_by_server_family = registered(
+            registry,
+            "monolock_connections_ended_by_server",
+            "Connections the server ended on its own, keeping their held claims to the lease's end, by cause",
+            Family::<CauseLabels, Counter>::default(),
+        );
+        let connections_ended_by_server = ServerEnding::ALL.map(|cause| {
+            ended_by_server_family
+                .get_or_create(&CauseLabels {
+                    cause: cause.as_str(),
                 })
                 .clone()
         });
         let protocol_errors = registered(
-            &mut registry,
+            registry,
             "monolock_protocol_errors",
             "ERROR frames sent, by code",
             Family::<CodeLabels, Counter>::default(),
@@ -196,62 +183,75 @@ impl Metrics {
                 })
                 .clone()
         });
-        let accepted = registered(
-            &mut registry,
-            "monolock_connections_accepted",
-            "Protocol connections accepted",
-            Counter::default(),
-        );
-        let accept_errors = registered(
-            &mut registry,
-            "monolock_accept_errors",
-            "Failed accept calls (e.g. out of file descriptors)",
-            Counter::default(),
-        );
-        let tls_handshake_errors = registered(
-            &mut registry,
-            "monolock_tls_handshake_errors",
-            "TLS handshakes that failed or did not complete within io-timeout",
-            Counter::default(),
-        );
-        let heartbeats = registered(
-            &mut registry,
-            "monolock_heartbeats",
-            "HEARTBEAT frames received",
-            Counter::default(),
-        );
-        let v2_sessions_active = registered(
-            &mut registry,
-            "monolock_v2_sessions_active",
-            "Open protocol v2 sessions (their claims count in locks_held and waiters)",
+        Self {
+            connections_active,
+            accepted,
+            accept_errors,
+            tls_handshake_errors,
+            connections_refused,
+            connections_shed,
+            connections_ended_by_server,
+            protocol_errors,
+            known_protocol_errors,
+        }
+    }
+}
+
+/// Locks and their ownership: grants, releases, refusals, and the claims kept for connections the server ended.
+struct OwnershipMetrics {
+    locks_held: Gauge,
+    waiters: Gauge,
+    acquires: Counter,
+    acl_denials: Counter,
+    /// Indexed like [`ReleaseReason::ALL`].
+    releases: [Counter; ReleaseReason::ALL.len()],
+    /// By protocol, indexed like [`PROTOCOLS`].
+    grants_by_protocol: [Counter; 2],
+    /// By protocol, then indexed like [`ReleaseReason::ALL`].
+    releases_by_protocol: [[Counter; ReleaseReason::ALL.len()]; 2],
+}
+
+impl OwnershipMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let locks_held = registered(
+            registry,
+            "monolock_locks_held",
+            "Locks that have a holder",
             Gauge::default(),
         );
-        let v2_idle_sessions_closed = registered(
-            &mut registry,
-            "monolock_v2_idle_sessions_closed",
-            "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
+        let waiters = registered(
+            registry,
+            "monolock_waiters",
+            "Sessions queued behind a holder",
+            Gauge::default(),
+        );
+        let acquires = registered(
+            registry,
+            "monolock_acquires",
+            "Grants (fencing tokens issued)",
             Counter::default(),
         );
-        let connections_refused = registered(
-            &mut registry,
-            "monolock_connections_refused",
-            "Protocol connections refused at --max-connections (ERROR 0x04)",
+        let acl_denials = registered(
+            registry,
+            "monolock_acl_denials",
+            "ACQUIREs refused by the ACL (ERROR 0x18)",
             Counter::default(),
         );
-        let connections_shed = registered(
-            &mut registry,
-            "monolock_connections_shed",
-            "Connections without a whole first frame closed when descriptors ran out",
-            Counter::default(),
+        let releases_family = registered(
+            registry,
+            "monolock_releases",
+            "Ends of ownership, by reason",
+            Family::<ReasonLabels, Counter>::default(),
         );
-        let claims_refused_server_limit = registered(
-            &mut registry,
-            "monolock_claims_refused_server_limit",
-            "ACQUIREs refused because the server held --max-claims claims (code 0x0a)",
-            Counter::default(),
-        );
+        let releases = ReleaseReason::ALL.map(|reason| {
+            releases_family
+                .get_or_create(&ReasonLabels {
+                    reason: reason.as_str(),
+                })
+                .clone()
+        });
         let grants_family = registered(
-            &mut registry,
+            registry,
             "monolock_grants",
             "Grants (fencing tokens issued), by protocol version",
             Family::<ProtocolLabels, Counter>::default(),
@@ -262,7 +262,7 @@ impl Metrics {
                 .clone()
         });
         let releases_by_protocol_family = registered(
-            &mut registry,
+            registry,
             "monolock_releases_by_protocol",
             "Ends of ownership, by protocol version and reason",
             Family::<ProtocolReasonLabels, Counter>::default(),
@@ -277,8 +277,48 @@ impl Metrics {
                     .clone()
             })
         });
+        Self {
+            locks_held,
+            waiters,
+            acquires,
+            acl_denials,
+            releases,
+            grants_by_protocol,
+            releases_by_protocol,
+        }
+    }
+}
+
+/// Sessions of both protocol versions, and the claims of version 2 sessions.
+struct SessionMetrics {
+    v2_sessions_active: Gauge,
+    v2_idle_sessions_closed: Counter,
+    /// By protocol: version 1 sessions admitted (granted at once or
+    /// queued), version 2 sessions opened.
+    sessions_opened: [Counter; 2],
+    v2_claims_held: Gauge,
+    v2_claims_waiting: Gauge,
+    heartbeats: Counter,
+    claims_refused_server_limit: Counter,
+    kept_claims: Gauge,
+}
+
+impl SessionMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let v2_sessions_active = registered(
+            registry,
+            "monolock_v2_sessions_active",
+            "Open protocol v2 sessions (their claims count in locks_held and waiters)",
+            Gauge::default(),
+        );
+        let v2_idle_sessions_closed = registered(
+            registry,
+            "monolock_v2_idle_sessions_closed",
+            "Protocol v2 sessions closed for having no claim (idle timeout, or out of descriptors)",
+            Counter::default(),
+        );
         let sessions_family = registered(
-            &mut registry,
+            registry,
             "monolock_sessions_opened",
             "Sessions begun, by protocol version (v1: an ACQUIRE granted or queued; v2: an OPEN)",
             Family::<ProtocolLabels, Counter>::default(),
@@ -289,42 +329,67 @@ impl Metrics {
                 .clone()
         });
         let v2_claims_held = registered(
-            &mut registry,
+            registry,
             "monolock_v2_claims_held",
             "Protocol v2 claims holding a lock (they count in locks_held too)",
             Gauge::default(),
         );
         let v2_claims_waiting = registered(
-            &mut registry,
+            registry,
             "monolock_v2_claims_waiting",
             "Protocol v2 claims queued behind a holder (they count in waiters too)",
             Gauge::default(),
         );
-        registry.register_collector(Box::new(ProcessCollector::new()));
-        Self {
+        let heartbeats = registered(
             registry,
-            connections_active,
-            locks_held,
-            waiters,
-            acquires,
-            acl_denials,
-            releases,
-            protocol_errors,
-            known_protocol_errors,
-            accepted,
-            accept_errors,
-            tls_handshake_errors,
+            "monolock_heartbeats",
+            "HEARTBEAT frames received",
+            Counter::default(),
+        );
+        let claims_refused_server_limit = registered(
+            registry,
+            "monolock_claims_refused_server_limit",
+            "ACQUIREs refused because the server held --max-claims claims (code 0x0a)",
+            Counter::default(),
+        );
+        let kept_claims = registered(
+            registry,
+            "monolock_kept_claims",
+            "Held claims of connections the server ended, kept until their lease's end (they count in locks_held)",
+            Gauge::default(),
+        );
+        Self {
+            kept_claims,
+            claims_refused_server_limit,
             heartbeats,
             v2_sessions_active,
             v2_idle_sessions_closed,
-            connections_refused,
-            connections_shed,
-            claims_refused_server_limit,
-            grants_by_protocol,
-            releases_by_protocol,
             sessions_opened,
             v2_claims_held,
             v2_claims_waiting,
+        }
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Every metric registered, every labelled series present at 0.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let connections = ConnectionMetrics::register(&mut registry);
+        let ownership = OwnershipMetrics::register(&mut registry);
+        let sessions = SessionMetrics::register(&mut registry);
+        registry.register_collector(Box::new(ProcessCollector::new()));
+        Self {
+            registry,
+            connections,
+            ownership,
+            sessions,
             wait: Summary::default(),
             hold: Summary::default(),
         }
@@ -496,14 +561,21 @@ impl Metrics {
     /// The exposition: gauges read from `handle` now, then every metric.
     pub fn render(&self, handle: &ServerHandle) -> String {
         let counts = handle.counts();
-        self.connections_active
+        self.connections
+            .connections_active
             .set(i64::try_from(handle.connections()).unwrap_or(i64::MAX));
-        self.locks_held
+        self.ownership
+            .locks_held
             .set(i64::try_from(counts.locks).unwrap_or(i64::MAX));
-        self.waiters
+        self.ownership
+            .waiters
             .set(i64::try_from(counts.waiters).unwrap_or(i64::MAX));
-        self.v2_sessions_active
+        self.sessions
+            .v2_sessions_active
             .set(i64::try_from(handle.sessions_v2()).unwrap_or(i64::MAX));
+        self.sessions
+            .kept_claims
+            .set(i64::try_from(handle.kept_claims()).unwrap_or(i64::MAX));
         let mut out = String::with_capacity(8 * 1024);
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
@@ -522,8 +594,9 @@ impl Metrics {
 
     fn protocol_error(&self, code: ErrorCode) {
         match ErrorCode::ALL.iter().position(|known| *known == code) {
-            Some(index) => self.known_protocol_errors[index].inc(),
+            Some(index) => self.connections.known_protocol_errors[index].inc(),
             None => self
+                .connections
                 .protocol_errors
                 .get_or_create(&CodeLabels {
                     code: code.to_string(),
@@ -533,56 +606,29 @@ impl Metrics {
     }
 }
 
-impl Observer for Metrics {
-    /// Counts; a few atomic adds (and one short mutex for the summaries).
-    fn observe(&self, event: &Event<'_>) {
+impl Metrics {
+    /// A grant or a release: the ownership counters, the v2 claim gauges
+    /// and the summaries.
+    fn ownership_changed(&self, event: &Event<'_>) {
         match *event {
-            Event::Accepted => {
-                self.accepted.inc();
-            }
-            Event::AcceptFailed(_) => {
-                self.accept_errors.inc();
-            }
-            Event::TlsHandshakeFailed => {
-                self.tls_handshake_errors.inc();
-            }
-            Event::Heartbeats(n) => {
-                self.heartbeats.inc_by(n);
-            }
-            Event::IdleSessionClosed => {
-                self.v2_idle_sessions_closed.inc();
-            }
-            Event::ConnectionRefused => {
-                self.connections_refused.inc();
-            }
-            Event::ConnectionShed => {
-                self.connections_shed.inc();
-            }
-            Event::ClaimLimitRefused => {
-                self.claims_refused_server_limit.inc();
-            }
-            Event::ErrorSent(code) => self.protocol_error(code),
-            Event::Denied(_) => {
-                self.acl_denials.inc();
-            }
             Event::Granted {
                 session,
                 wait,
                 queued,
                 ..
             } => {
-                self.acquires.inc();
+                self.ownership.acquires.inc();
                 let protocol = protocol_index(session);
-                self.grants_by_protocol[protocol].inc();
+                self.ownership.grants_by_protocol[protocol].inc();
                 if protocol == V2 {
-                    self.v2_claims_held.inc();
+                    self.sessions.v2_claims_held.inc();
                     if queued {
-                        self.v2_claims_waiting.dec();
+                        self.sessions.v2_claims_waiting.dec();
                     }
                 } else if !queued {
                     // A v1 session granted at once (a queued one was
                     // counted when it joined the queue).
-                    self.sessions_opened[V1].inc();
+                    self.sessions.sessions_opened[V1].inc();
                 }
                 self.wait.observe(wait.as_secs_f64());
             }
@@ -596,26 +642,71 @@ impl Observer for Metrics {
                     .iter()
                     .position(|known| *known == reason)
                     .unwrap_or_default();
-                self.releases[index].inc();
+                self.ownership.releases[index].inc();
                 let protocol = protocol_index(session);
-                self.releases_by_protocol[protocol][index].inc();
+                self.ownership.releases_by_protocol[protocol][index].inc();
                 if protocol == V2 {
-                    self.v2_claims_held.dec();
+                    self.sessions.v2_claims_held.dec();
                 }
                 self.hold.observe(held.as_secs_f64());
             }
+            _ => {}
+        }
+    }
+}
+
+impl Observer for Metrics {
+    /// Counts; a few atomic adds (and one short mutex for the summaries).
+    fn observe(&self, event: &Event<'_>) {
+        match *event {
+            Event::Accepted => {
+                self.connections.accepted.inc();
+            }
+            Event::AcceptFailed(_) => {
+                self.connections.accept_errors.inc();
+            }
+            Event::TlsHandshakeFailed => {
+                self.connections.tls_handshake_errors.inc();
+            }
+            Event::Heartbeats(n) => {
+                self.sessions.heartbeats.inc_by(n);
+            }
+            Event::IdleSessionClosed => {
+                self.sessions.v2_idle_sessions_closed.inc();
+            }
+            Event::ConnectionRefused => {
+                self.connections.connections_refused.inc();
+            }
+            Event::ConnectionShed => {
+                self.connections.connections_shed.inc();
+            }
+            Event::ClaimLimitRefused => {
+                self.sessions.claims_refused_server_limit.inc();
+            }
+            Event::ErrorSent(code) => self.protocol_error(code),
+            Event::Denied(_) => {
+                self.ownership.acl_denials.inc();
+            }
+            Event::Granted { .. } | Event::Released { .. } => self.ownership_changed(event),
             Event::WaiterJoined(session) => {
                 if session.claim.is_some() {
-                    self.v2_claims_waiting.inc();
+                    self.sessions.v2_claims_waiting.inc();
                 } else {
-                    self.sessions_opened[V1].inc();
+                    self.sessions.sessions_opened[V1].inc();
                 }
             }
             Event::WaiterLeft(session) | Event::KickWaiter(session) if session.claim.is_some() => {
-                self.v2_claims_waiting.dec();
+                self.sessions.v2_claims_waiting.dec();
             }
             Event::SessionOpened => {
-                self.sessions_opened[V2].inc();
+                self.sessions.sessions_opened[V2].inc();
+            }
+            Event::ConnectionEndedByServer { cause, .. } => {
+                let index = ServerEnding::ALL
+                    .iter()
+                    .position(|known| *known == cause)
+                    .unwrap_or_default();
+                self.connections.connections_ended_by_server[index].inc();
             }
             _ => {}
         }
@@ -625,95 +716,6 @@ impl Observer for Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
-    }
-}
-
-/// A Prometheus summary: total count and sum, and quantiles over a sliding
-/// window (the last [`SUMMARY_MAX_AGE`], at most [`SUMMARY_MAX_SAMPLES`]
-/// observations).
-///
-/// prometheus-client 0.26 has no summary type, and its encoders cannot write
-/// one: their `MetricType` has no `Summary` variant, so neither a custom
-/// `EncodeMetric` nor a `Collector` can emit `# TYPE ... summary` (the nearest
-/// they allow is an `untyped` family plus a histogram's `_bucket` line). A
-/// histogram would change the series docs/operations.md promises ("Metrics
-/// and health"), so this type encodes its few lines of the text format
-/// itself, after the registry's output.
-#[derive(Default)]
-pub struct Summary {
-    state: Mutex<SummaryState>,
-}
-
-#[derive(Default)]
-struct SummaryState {
-    count: u64,
-    sum: f64,
-    window: VecDeque<(Instant, f64)>,
-}
-
-impl Summary {
-    /// Records one observation.
-    pub fn observe(&self, value: f64) {
-        let now = Instant::now();
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.count += 1;
-        state.sum += value;
-        if state.window.len() == SUMMARY_MAX_SAMPLES {
-            state.window.pop_front();
-        }
-        state.window.push_back((now, value));
-    }
-
-    /// Count, sum, and each of [`SUMMARY_QUANTILES`] (NaN with no recent
-    /// observation), by the nearest-rank method.
-    pub fn snapshot(&self) -> (u64, f64, [f64; SUMMARY_QUANTILES.len()]) {
-        let now = Instant::now();
-        let mut values: Vec<f64>;
-        let (count, sum) = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            while let Some(&(at, _)) = state.window.front() {
-                if now.saturating_duration_since(at) <= SUMMARY_MAX_AGE {
-                    break;
-                }
-                state.window.pop_front();
-            }
-            values = state.window.iter().map(|&(_, value)| value).collect();
-            (state.count, state.sum)
-        };
-        values.sort_by(f64::total_cmp);
-        let quantiles = SUMMARY_QUANTILES.map(|q| {
-            if values.is_empty() {
-                return f64::NAN;
-            }
-            // Nearest rank: the smallest value with at least q of all values
-            // at or below it.
-            let rank = (q * values.len() as f64).ceil() as usize;
-            values[rank.clamp(1, values.len()) - 1]
-        });
-        (count, sum, quantiles)
-    }
-
-    /// Appends the summary in the Prometheus text format.
-    fn encode_text(&self, out: &mut String, name: &str, help: &str) {
-        let (count, sum, quantiles) = self.snapshot();
-        let _ = writeln!(out, "# HELP {name} {help}.");
-        let _ = writeln!(out, "# TYPE {name} summary");
-        for (q, value) in SUMMARY_QUANTILES.iter().zip(quantiles) {
-            let _ = writeln!(out, "{name}{{quantile=\"{q}\"}} {}", float(value));
-        }
-        let _ = writeln!(out, "{name}_sum {}", float(sum));
-        let _ = writeln!(out, "{name}_count {count}");
-    }
-}
-
-/// A float as the text format writes it (`NaN`, `+Inf`, plain decimals).
-fn float(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".to_owned()
-    } else if value.is_infinite() {
-        if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
-    } else {
-        value.to_string()
     }
 }
 
@@ -745,8 +747,6 @@ impl Collector for ReadAtScrape {
     }
 }
 
-/// Process figures read from `/proc/self` at scrape time, under the names
-/// the Prometheus client libraries use.
 /// Registers `metric` and returns the handle that updates it (the registry
 /// keeps a clone that reads the same value).
 fn registered<M: prometheus_client::registry::Metric + Clone>(
@@ -757,146 +757,4 @@ fn registered<M: prometheus_client::registry::Metric + Clone>(
 ) -> M {
     registry.register(name, help, metric.clone());
     metric
-}
-
-#[derive(Debug)]
-struct ProcessCollector {
-    ticks_per_second: f64,
-    page_size: f64,
-    start_time_seconds: f64,
-}
-
-impl ProcessCollector {
-    fn new() -> Self {
-        Self {
-            ticks_per_second: sysconf(libc::_SC_CLK_TCK).unwrap_or(100.0),
-            page_size: sysconf(libc::_SC_PAGESIZE).unwrap_or(4096.0),
-            start_time_seconds: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-        }
-    }
-}
-
-#[allow(unsafe_code)]
-fn sysconf(name: libc::c_int) -> Option<f64> {
-    // SAFETY: sysconf takes an integer and returns an integer; it touches no
-    // memory of ours.
-    let value = unsafe { libc::sysconf(name) };
-    (value > 0).then_some(value as f64)
-}
-
-/// `utime + stime` (in ticks) and resident pages from `/proc/self/stat`.
-fn read_stat() -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) may contain spaces; fields after it are
-    // plain numbers. Counting from field 3 (state): utime is field 14,
-    // stime 15, rss 24.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    let rss: f64 = fields.get(21)?.parse().ok()?;
-    Some((utime + stime, rss))
-}
-
-fn open_fds() -> Option<usize> {
-    // The listing itself holds one descriptor while it runs; leave it out.
-    Some(
-        std::fs::read_dir("/proc/self/fd")
-            .ok()?
-            .count()
-            .saturating_sub(1),
-    )
-}
-
-fn max_fds() -> Option<f64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        if let Some((ticks, rss_pages)) = read_stat() {
-            let cpu = ConstCounter::new(ticks / self.ticks_per_second);
-            let metric = encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "Total user and system CPU time spent in seconds.",
-                None,
-                MetricType::Counter,
-            )?;
-            cpu.encode(metric)?;
-            let rss = ConstGauge::new(rss_pages * self.page_size);
-            let metric = encoder.encode_descriptor(
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                None,
-                MetricType::Gauge,
-            )?;
-            rss.encode(metric)?;
-        }
-        if let Some(fds) = open_fds() {
-            let fds = ConstGauge::new(i64::try_from(fds).unwrap_or(i64::MAX));
-            let metric = encoder.encode_descriptor(
-                "process_open_fds",
-                "Number of open file descriptors.",
-                None,
-                MetricType::Gauge,
-            )?;
-            fds.encode(metric)?;
-        }
-        if let Some(max) = max_fds() {
-            let metric = encoder.encode_descriptor(
-                "process_max_fds",
-                "Maximum number of open file descriptors (soft limit).",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(max).encode(metric)?;
-        }
-        let metric = encoder.encode_descriptor(
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(self.start_time_seconds).encode(metric)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn summary_quantiles_by_nearest_rank() {
-        let summary = Summary::default();
-        assert!(summary.snapshot().2.iter().all(|q| q.is_nan()));
-        for value in 1..=100 {
-            summary.observe(f64::from(value));
-        }
-        let (count, sum, quantiles) = summary.snapshot();
-        assert_eq!(count, 100);
-        assert_eq!(sum, 5050.0);
-        assert_eq!(quantiles, [50.0, 90.0, 99.0]);
-    }
-
-    #[test]
-    fn summary_window_is_bounded() {
-        let summary = Summary::default();
-        for _ in 0..SUMMARY_MAX_SAMPLES + 10 {
-            summary.observe(1.0);
-        }
-        let state = summary.state.lock().unwrap();
-        assert_eq!(state.window.len(), SUMMARY_MAX_SAMPLES);
-        assert_eq!(state.count, (SUMMARY_MAX_SAMPLES + 10) as u64);
-    }
-
-    #[test]
-    fn process_figures_are_read() {
-        assert!(read_stat().is_some());
-        assert!(open_fds().unwrap() >= 3);
-        assert!(max_fds().unwrap() >= 1.0);
-    }
 }

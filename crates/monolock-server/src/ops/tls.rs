@@ -102,6 +102,16 @@ pub struct ServerTls {
     current: RwLock<Arc<rustls::ServerConfig>>,
 }
 
+impl crate::core::config::ProtocolTls for ServerTls {
+    fn acceptor(&self) -> TlsAcceptor {
+        ServerTls::acceptor(self)
+    }
+
+    fn identity_of_certificate(&self, der: &[u8]) -> String {
+        identity_of_certificate(der)
+    }
+}
+
 impl ServerTls {
     /// Reads the files and builds the configuration.
     ///
@@ -202,7 +212,7 @@ fn client_verifier(
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    crate::core::config_file::read_bounded(path).map_err(|source| TlsError::Read {
+    crate::ops::config_file::read_bounded(path).map_err(|source| TlsError::Read {
         what,
         path: path.to_owned(),
         source,

@@ -129,7 +129,7 @@ impl Acl {
     /// identity or without lock patterns.
     pub fn load(path: &Path) -> Result<Self, AclError> {
         let text =
-            crate::core::config_file::read_bounded_text(path).map_err(|source| AclError::Read {
+            crate::ops::config_file::read_bounded_text(path).map_err(|source| AclError::Read {
                 path: path.to_owned(),
                 source,
             })?;
@@ -286,17 +286,6 @@ impl Authorizer for AclFileAuthorizer {
 impl Authorizer for Acl {
     fn allows(&self, identity: &str, lock: &LockName) -> bool {
         Acl::allows(self, identity, lock.as_str())
-    }
-}
-
-/// The reason of an ACL refusal, naming the lock and the identity (quoted
-/// and escaped, so a control character in either is shown, not sent raw).
-/// The lock comes first: a reason is cut at 255 bytes on the wire.
-pub(crate) fn refusal(identity: &str, lock: &str) -> String {
-    if identity.is_empty() {
-        format!("lock {lock:?} is not allowed without a client identity")
-    } else {
-        format!("lock {lock:?} is not allowed for identity {identity:?}")
     }
 }
 

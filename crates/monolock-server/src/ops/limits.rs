@@ -29,16 +29,3 @@ pub fn raise_fd_limit() -> io::Result<(u64, u64)> {
     }
     Ok((before, limit.rlim_cur))
 }
-
-/// Returns the allocator's free memory to the OS (glibc's `malloc_trim`:
-/// free pages at the top of each heap and, since glibc 2.8, the free
-/// pages inside them). Elsewhere a no-op.
-#[allow(unsafe_code)]
-pub(crate) fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes a size and touches only the allocator's own
-    // state, under its own locks.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
