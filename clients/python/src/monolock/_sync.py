@@ -69,12 +69,15 @@ class Lock(HeldLock):
 
     def release(self) -> None:
         """Releases the lock and returns once the server has confirmed it
-        (RELEASED read, within the client's `connect_timeout`; past it the
-        session is closed, which releases the lock too). Then the lock is
-        free, or already handed to the next waiter. Idempotent.
+        (v2: RELEASED read; v1: the server's EOF), within the client's
+        `connect_timeout`. Then the lock is free, or already handed to the
+        next waiter. Idempotent.
 
-        Raises LockLost when the lock had been lost before the release:
-        the guarded work may have run without the lock.
+        Raises LockLost when the lock had been lost before the release was
+        confirmed (the guarded work may have run without the lock), or,
+        reason `connection`, when no confirmation came in time: the
+        connection (v2: the session, and every lock on it) was closed then,
+        which releases the lock too, unconfirmed.
         """
         loss = self._handle.release(wait=True)
         if loss is not None:
@@ -167,7 +170,7 @@ class Client(Endpoints):
             assert isinstance(step, ClaimOn)
             return self._acquire_v2(step.session, request, start)
 
-        return drive(route(self), perform)
+        return drive(route(self, start), perform)
 
     def _acquire_v2(self, session: SyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the Lock, None (a try found it busy), or
