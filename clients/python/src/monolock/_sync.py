@@ -121,9 +121,8 @@ class Client(Endpoints):
     kept while it carries claims and for a few seconds after. A server that
     speaks only v1 (ERROR 0x10 to the OPEN) gets one connection per lock,
     remembered per address for 5 minutes or until a connect to it fails.
-    `force_v1=True`
-    always uses one connection per lock (see docs/client-python.md for when
-    to pick it). A Client can be shared by threads; `connect_timeout` also
+    `force_v1=True` always uses one connection per lock (see
+    docs/client-python.md for when to pick it). A Client can be shared by threads; `connect_timeout` also
     bounds the wait for a release's confirmation.
     """
 
