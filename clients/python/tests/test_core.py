@@ -13,7 +13,7 @@ from monolock._core.address import Address, parse
 from monolock._core.claim import Claim, Status
 from monolock._core.exchange import Event, Exchange, Standing
 from monolock._core.frames import Acquired, ServerError, Waiting
-from monolock._core.pool import V1Addresses
+from monolock._core.pool import V1Addresses, idle_over
 from monolock._core.schedule import Schedule
 from monolock._core.session import ClaimState, CStatus, SessionCore, SState
 
@@ -490,6 +490,18 @@ class SessionMachine(unittest.TestCase):
         http.receive(b"HTTP/1.1 400", T0 + 1 * MS)
         assert http.loss is not None and isinstance(http.loss.__cause__, ProtocolError)
         self.assertTrue(http.loss.__cause__.wrong_port)
+
+
+class PoolRules(unittest.TestCase):
+    def test_a_session_without_claims_is_closed_after_20_s(self) -> None:
+        core = open_session()
+        claim = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        core.receive(v2_token(0x31, claim.id, 1), T0 + 3 * MS)
+        self.assertFalse(idle_over(core, T0 + 60_000 * MS), "a session carrying a claim is kept")
+        core.release(claim, T0 + 4 * MS)
+        core.receive(v2(0x34, claim.id), T0 + 5 * MS)
+        self.assertFalse(idle_over(core, T0 + 5 * MS + 20_000 * MS - 1))
+        self.assertTrue(idle_over(core, T0 + 5 * MS + 20_000 * MS))
 
 
 class V1Memory(unittest.TestCase):

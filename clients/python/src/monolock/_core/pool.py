@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 else:
     S = TypeVar("S")
 
-#: How long a session without claims is kept open for the next claim.
-#: Read at each use (tests shorten it).
-KEEP_IDLE_NS = 10_000 * MS
+#: How long a session without claims is kept open for the next claim (20 s,
+#: as in every monolock client). Read at each use (tests shorten it).
+KEEP_IDLE_NS = 20_000 * MS
 #: The most sessions one process keeps open to one address.
 MAX_SESSIONS_PER_ADDRESS = 16
 #: How many sessions one claim may be tried on, per address: a claim the
