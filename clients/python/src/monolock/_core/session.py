@@ -36,7 +36,7 @@ from .frames2 import (
     REVOKED,
     WAITING,
 )
-from ..errors import LockLost, LossReason, ProtocolError
+from ..errors import LockLost, ProtocolError
 from .claim import Status
 from .schedule import MS, Schedule
 
