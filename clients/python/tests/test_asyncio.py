@@ -250,10 +250,10 @@ class AsyncServerFaults(Protocols, unittest.IsolatedAsyncioTestCase):
         # Every wait on a server that stopped answering (a new session's
         # OPEN, a claim's reply, a release's confirmation) is a wait of the
         # loop, never a block of it: asyncio's debug mode logs any callback
-        # that runs for a second, against waits of 1.5 s each. Only the
-        # client's calls are watched: starting, pausing and stopping the
-        # server block this test's own task (half a second or more on a
-        # loaded machine) and are no callback of the client's.
+        # that runs for a second, against waits of 1.5 s (connect_timeout).
+        # Only the client's calls are watched: starting, pausing and
+        # stopping the server block this test's own task (half a second or
+        # more on a loaded machine) and are no callback of the client's.
         loop = asyncio.get_running_loop()
         slow: List[str] = []
 
@@ -266,7 +266,10 @@ class AsyncServerFaults(Protocols, unittest.IsolatedAsyncioTestCase):
         logger = logging.getLogger("asyncio")
         with Server() as server:
             client = self.async_client(server.addr, connect_timeout=1.5)
-            held = await client.lock("a-loop-held", lease=1.5)
+            # A lease long enough for a loaded machine to take the lock
+            # before its deadline; the waits below are bounded by the
+            # connect_timeout (1.5 s) all the same.
+            held = await client.lock("a-loop-held", lease=5.0)
             server.pause()
             logger.addHandler(handler)
             loop.set_debug(True)
@@ -275,7 +278,7 @@ class AsyncServerFaults(Protocols, unittest.IsolatedAsyncioTestCase):
                 start = time.monotonic()
                 outcomes = await asyncio.wait_for(
                     asyncio.gather(
-                        client.try_lock("a-loop-same-lease", lease=1.5),
+                        client.try_lock("a-loop-same-lease", lease=5.0),
                         client.try_lock("a-loop-new-session", lease=2.5),
                         held.release(),
                         return_exceptions=True,

@@ -43,6 +43,14 @@ def sessions(server: Server) -> int:
     return int(info["connections"])
 
 
+def open_session(address: str, lease: float) -> None:
+    """Opens the process's session to `address` with this lease, with the
+    default bounds: a client with a short `connect_timeout` (meant for the
+    release) then finds it open, however long the machine takes to open
+    one (the lock taken here is released; the session stays, idle)."""
+    monolock.Client(address).lock("session/opener", lease=lease).release()
+
+
 class Sessions(SharedServer, unittest.TestCase):
     def test_locks_of_one_lease_share_one_session(self) -> None:
         client = monolock.Client(self.server.addr)
@@ -232,6 +240,7 @@ class SessionBounds(unittest.TestCase):
         with Server() as server, Proxy(server.addr) as proxy:
             # A long lease: the session's deadline is far; only the release's
             # bound (connect_timeout) can end the wait.
+            open_session(proxy.addr, 60.0)
             client = monolock.Client(proxy.addr, connect_timeout=0.3)
             released = client.lock("unconfirmed/released", lease=60.0)
             other = client.lock("unconfirmed/other", lease=60.0)
@@ -265,6 +274,10 @@ class SessionBounds(unittest.TestCase):
         with Server() as server, Proxy(server.addr) as proxy:
 
             async def use() -> None:
+                # The session is opened with the default bound (0.3 s is for
+                # the release only; a loaded machine may take longer to open).
+                opener = await monolock.AsyncClient(proxy.addr).lock("a-unconfirmed/open", lease=60.0)
+                await opener.release()
                 client = monolock.AsyncClient(proxy.addr, connect_timeout=0.3)
                 released = await client.lock("a-unconfirmed/released", lease=60.0)
                 other = await client.lock("a-unconfirmed/other", lease=60.0)
@@ -287,6 +300,7 @@ class SessionBounds(unittest.TestCase):
         # closes the session, and the other RELEASE, still unanswered, is
         # not confirmed by that close either (before, it read as released).
         with Server() as server, Proxy(server.addr) as proxy:
+            open_session(proxy.addr, 60.0)
             client = monolock.Client(proxy.addr, connect_timeout=0.3)
             locks = [client.lock(f"closed/{i}", lease=60.0) for i in range(2)]
             proxy.stall()
