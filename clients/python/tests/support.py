@@ -196,14 +196,17 @@ class Proxy:
     """A TCP proxy on a free loopback port in front of `upstream`.
 
     `stall()` stops it forwarding anything, both ways, as a network path
-    that goes silent does; with `v1_only` it plays a server that speaks
-    only v1: an OPEN is answered ERROR 0x10 (and counted in `opens`)."""
+    that goes silent does; `hold_requests()` stops only what the client
+    sends (the server's frames still arrive); with `v1_only` it plays a
+    server that speaks only v1: an OPEN is answered ERROR 0x10 (and
+    counted in `opens`)."""
 
     def __init__(self, upstream: str, *, v1_only: bool = False) -> None:
         self.upstream = upstream
         self.v1_only = v1_only
         self.opens = 0
         self.stalled = threading.Event()
+        self.requests_held = threading.Event()
         self._stop = threading.Event()
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
@@ -216,9 +219,13 @@ class Proxy:
     def stall(self) -> None:
         self.stalled.set()
 
+    def hold_requests(self) -> None:
+        self.requests_held.set()
+
     def close(self) -> None:
         self._stop.set()
         self.stalled.clear()
+        self.requests_held.clear()
         self._thread.join(PATIENCE)
         self._listener.close()
 
@@ -236,11 +243,13 @@ class Proxy:
                 continue
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, requests: bool) -> None:
         try:
             while True:
                 data = src.recv(65536)
-                while self.stalled.is_set() and not self._stop.is_set():
+                while (
+                    self.stalled.is_set() or (requests and self.requests_held.is_set())
+                ) and not self._stop.is_set():
                     self._stop.wait(0.01)  # the fault: nothing passes
                 if not data or self._stop.is_set():
                     break
@@ -270,9 +279,9 @@ class Proxy:
             host, port = self.upstream.rsplit(":", 1)
             with socket.create_connection((host, int(port))) as up:
                 up.sendall(head)
-                back = threading.Thread(target=self._pipe, args=(up, conn), daemon=True)
+                back = threading.Thread(target=self._pipe, args=(up, conn, False), daemon=True)
                 back.start()
-                self._pipe(conn, up)
+                self._pipe(conn, up, True)
                 back.join(PATIENCE)
 
 

@@ -13,6 +13,7 @@ from monolock._core.address import Address, parse
 from monolock._core.claim import Claim, Status
 from monolock._core.exchange import Event, Exchange, Standing
 from monolock._core.frames import Acquired, ServerError, Waiting
+from monolock._core.pool import V1Addresses, idle_over
 from monolock._core.schedule import Schedule
 from monolock._core.session import ClaimState, CStatus, SessionCore, SState
 
@@ -364,7 +365,7 @@ class SessionMachine(unittest.TestCase):
         core.receive(b"\x35", due + 1 * MS)
         self.assertEqual(core.deadline(), due + 1600 * MS)
 
-    def test_a_session_end_loses_every_claim_and_completes_releases(self) -> None:
+    def test_a_session_end_loses_every_claim_a_release_in_flight_included(self) -> None:
         core = open_session()
         held = core.acquire("a", b"a", 0, T0 + 2 * MS)
         waiting = core.acquire("b", b"b", 0, T0 + 2 * MS)
@@ -373,35 +374,37 @@ class SessionMachine(unittest.TestCase):
         core.release(releasing, T0 + 4 * MS)
         core.receive(b"\x13\x01\x00", T0 + 5 * MS)
         self.assertIs(core.state, SState.CLOSED)
-        for claim in (held, waiting):
+        for claim in (held, waiting, releasing):
             self.assertIs(claim.status, CStatus.LOST)
             assert claim.loss is not None
             self.assertIs(claim.loss.reason, LossReason.SHUTDOWN)
-        self.assertIs(releasing.status, CStatus.RELEASED)
         self.assertEqual(core.changed[-3:], [held, waiting, releasing])
 
-    def test_a_release_the_session_end_does_not_confirm_is_lost(self) -> None:
-        # A shutdown (ERROR 0x01) and the client's own close release every
-        # claim at the server at once; an EOF, another ERROR, a failure or
-        # the deadline leave a RELEASE in flight unconfirmed.
+    def test_no_session_end_confirms_a_release(self) -> None:
+        # Only RELEASED confirms a release: whatever ends the session (an
+        # EOF, an ERROR, a shutdown, a failure, the deadline, the client's
+        # own close), a RELEASE still in flight is lost for that reason,
+        # as the Rust client reports it.
         ends = {
-            "eof": (lambda core: core.closed(None), CStatus.LOST),
-            "error": (lambda core: core.receive(b"\x13\x04\x00", T0 + 5 * MS), CStatus.LOST),
-            "failure": (lambda core: core.closed(ConnectionResetError()), CStatus.LOST),
-            "deadline": (lambda core: core.check(core.deadline()), CStatus.LOST),
-            "shutdown": (lambda core: core.receive(b"\x13\x01\x00", T0 + 5 * MS), CStatus.RELEASED),
-            "closing": (lambda core: core.fail(LockLost.connection(), closing=True), CStatus.RELEASED),
+            "eof": (lambda core: core.closed(None), LossReason.CONNECTION),
+            "error": (lambda core: core.receive(b"\x13\x04\x00", T0 + 5 * MS), LossReason.SERVER_ERROR),
+            "failure": (lambda core: core.closed(ConnectionResetError()), LossReason.CONNECTION),
+            "deadline": (lambda core: core.check(core.deadline()), LossReason.EXPIRED),
+            "shutdown": (lambda core: core.receive(b"\x13\x01\x00", T0 + 5 * MS), LossReason.SHUTDOWN),
+            "closing": (lambda core: core.fail(LockLost.connection()), LossReason.CONNECTION),
         }
-        for what, (end, status) in ends.items():
+        for what, (end, reason) in ends.items():
             with self.subTest(end=what):
                 core = open_session()
                 releasing = core.acquire("c", b"c", 0, T0 + 2 * MS)
                 core.receive(v2_token(0x31, releasing.id, 2), T0 + 3 * MS)
                 core.release(releasing, T0 + 4 * MS)
                 end(core)
-                self.assertIs(releasing.status, status)
-                self.assertEqual(releasing.history, [CStatus.HELD, status])
-                self.assertEqual(releasing.loss is None, status is CStatus.RELEASED)
+                self.assertIs(releasing.status, CStatus.LOST)
+                self.assertEqual(releasing.history, [CStatus.HELD, CStatus.LOST])
+                assert releasing.loss is not None
+                self.assertIs(releasing.loss.reason, reason)
+                self.assertIn('lock "c" lost', str(releasing.loss))
 
     def test_a_release_may_cross_a_grant_and_a_revoke(self) -> None:
         core = open_session()
@@ -487,6 +490,34 @@ class SessionMachine(unittest.TestCase):
         http.receive(b"HTTP/1.1 400", T0 + 1 * MS)
         assert http.loss is not None and isinstance(http.loss.__cause__, ProtocolError)
         self.assertTrue(http.loss.__cause__.wrong_port)
+
+
+class PoolRules(unittest.TestCase):
+    def test_a_session_without_claims_is_closed_after_20_s(self) -> None:
+        core = open_session()
+        claim = core.acquire("a", b"a", 0, T0 + 2 * MS)
+        core.receive(v2_token(0x31, claim.id, 1), T0 + 3 * MS)
+        self.assertFalse(idle_over(core, T0 + 60_000 * MS), "a session carrying a claim is kept")
+        core.release(claim, T0 + 4 * MS)
+        core.receive(v2(0x34, claim.id), T0 + 5 * MS)
+        self.assertFalse(idle_over(core, T0 + 5 * MS + 20_000 * MS - 1))
+        self.assertTrue(idle_over(core, T0 + 5 * MS + 20_000 * MS))
+
+
+class V1Memory(unittest.TestCase):
+    def test_a_v1_only_address_is_remembered_for_five_minutes(self) -> None:
+        memory = V1Addresses()
+        key = ("127.0.0.1", 7070, None, None)
+        other = ("127.0.0.1", 7071, None, None)
+        memory.remember(key, T0)
+        self.assertTrue(memory.is_v1(key, T0))
+        self.assertFalse(memory.is_v1(other, T0))
+        self.assertTrue(memory.is_v1(key, T0 + 300_000 * MS - 1))
+        self.assertFalse(memory.is_v1(key, T0 + 300_000 * MS), "v2 is tried again after 5 minutes")
+        self.assertFalse(memory.is_v1(key, T0), "an ended memory is forgotten")
+        memory.remember(key, T0)
+        memory.forget(key)  # the address failed to connect
+        self.assertFalse(memory.is_v1(key, T0 + 1))
 
 
 if __name__ == "__main__":

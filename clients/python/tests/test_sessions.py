@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import warnings
@@ -19,7 +20,7 @@ from typing import List, Optional
 from unittest import mock
 
 import monolock
-from monolock import LossReason
+from monolock import LockLost, LossReason
 from monolock._core import pool as rules
 from support import PATIENCE, REPO, Proxy, Server, SharedServer, confirmed_after, eventually
 
@@ -40,6 +41,14 @@ def sessions(server: Server) -> int:
     info = server._request("GET", "/api/info")
     assert info is not None
     return int(info["connections"])
+
+
+def open_session(address: str, lease: float) -> None:
+    """Opens the process's session to `address` with this lease, with the
+    default bounds: a client with a short `connect_timeout` (meant for the
+    release) then finds it open, however long the machine takes to open
+    one (the lock taken here is released; the session stays, idle)."""
+    monolock.Client(address).lock("session/opener", lease=lease).release()
 
 
 class Sessions(SharedServer, unittest.TestCase):
@@ -223,40 +232,132 @@ class SessionBounds(unittest.TestCase):
             gc.collect()
             self.assertIsNone(loops[0](), "the pool kept its event loop alive")
 
-    def test_a_release_without_its_confirmation_closes_the_session(self) -> None:
+    def test_a_release_without_its_confirmation_is_reported_unconfirmed(self) -> None:
+        # Before, the release returned quietly once its bound ran out; the
+        # shared rule (and the Rust client) report it: the session is
+        # closed, which releases the lock, and the caller learns that the
+        # server never confirmed it.
         with Server() as server, Proxy(server.addr) as proxy:
             # A long lease: the session's deadline is far; only the release's
             # bound (connect_timeout) can end the wait.
+            open_session(proxy.addr, 60.0)
             client = monolock.Client(proxy.addr, connect_timeout=0.3)
             released = client.lock("unconfirmed/released", lease=60.0)
             other = client.lock("unconfirmed/other", lease=60.0)
             proxy.stall()
             start = time.monotonic()
-            released.release()  # returns: closing the session released the lock too
+            with self.assertRaises(LockLost) as raised:
+                released.release()
             self.assertGreaterEqual(time.monotonic() - start, 0.3)
+            unconfirmed = raised.exception
+            self.assertIs(unconfirmed.reason, LossReason.CONNECTION)
+            self.assertTrue(unconfirmed.is_temporary)
+            self.assertEqual(
+                str(unconfirmed),
+                'lock "unconfirmed/released" lost (connection): the connection failed: '
+                "RELEASE not confirmed within 0.3s; the session was closed",
+            )
+            self.assertIsInstance(unconfirmed.__cause__, TimeoutError)
+            with self.assertRaises(LockLost) as again:
+                released.release()  # the lock's end stays what it was
+            self.assertIs(again.exception.reason, LossReason.CONNECTION)
             loss = other.wait_lost(PATIENCE)
             assert loss is not None
-            self.assertIs(loss.reason, LossReason.CONNECTION_LOST)
-            self.assertIn("RELEASE", str(loss))
-            self.assertIsNone(released.loss)
+            self.assertIs(loss.reason, LossReason.CONNECTION)
+            self.assertIn('lock "unconfirmed/other" lost (connection)', str(loss))
+            self.assertIn("a RELEASE was not confirmed in time; the session was closed", str(loss))
             proxy.stalled.clear()
             eventually("the server to free both", lambda: server.lock("unconfirmed/other") is None)
+            self.assertIsNone(server.lock("unconfirmed/released"))
 
-    def test_async_release_without_its_confirmation_closes_the_session(self) -> None:
+    def test_async_release_without_its_confirmation_is_reported_unconfirmed(self) -> None:
         with Server() as server, Proxy(server.addr) as proxy:
 
             async def use() -> None:
+                # The session is opened with the default bound (0.3 s is for
+                # the release only; a loaded machine may take longer to open).
+                opener = await monolock.AsyncClient(proxy.addr).lock("a-unconfirmed/open", lease=60.0)
+                await opener.release()
                 client = monolock.AsyncClient(proxy.addr, connect_timeout=0.3)
                 released = await client.lock("a-unconfirmed/released", lease=60.0)
                 other = await client.lock("a-unconfirmed/other", lease=60.0)
                 proxy.stall()
                 start = time.monotonic()
-                await released.release()
+                with self.assertRaises(LockLost) as raised:
+                    await released.release()
                 self.assertGreaterEqual(time.monotonic() - start, 0.3)
+                self.assertIs(raised.exception.reason, LossReason.CONNECTION)
+                self.assertIn(
+                    "RELEASE not confirmed within 0.3s; the session was closed", str(raised.exception)
+                )
                 loss = await asyncio.wait_for(other.lost(), PATIENCE)
-                self.assertIs(loss.reason, LossReason.CONNECTION_LOST)
+                self.assertIs(loss.reason, LossReason.CONNECTION)
 
             asyncio.run(use())
+
+    def test_a_release_in_flight_when_the_client_closes_the_session_is_lost(self) -> None:
+        # Two releases on one silent session: the first to run out of time
+        # closes the session, and the other RELEASE, still unanswered, is
+        # not confirmed by that close either (before, it read as released).
+        with Server() as server, Proxy(server.addr) as proxy:
+            open_session(proxy.addr, 60.0)
+            client = monolock.Client(proxy.addr, connect_timeout=0.3)
+            locks = [client.lock(f"closed/{i}", lease=60.0) for i in range(2)]
+            proxy.stall()
+            outcomes: List[Optional[BaseException]] = [None, None]
+
+            def release(i: int) -> None:
+                try:
+                    locks[i].release()
+                except BaseException as err:  # noqa: B036 - recorded for the assertion
+                    outcomes[i] = err
+
+            threads = [threading.Thread(target=release, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(PATIENCE)
+                self.assertFalse(thread.is_alive())
+            for i, outcome in enumerate(outcomes):
+                assert isinstance(outcome, LockLost), repr(outcome)
+                self.assertIs(outcome.reason, LossReason.CONNECTION)
+                self.assertIn(f'lock "closed/{i}" lost (connection)', str(outcome))
+            proxy.stalled.clear()
+            for i in range(2):
+                eventually("the server to free both", lambda: server.lock(f"closed/{i}") is None)
+
+    def test_a_release_in_flight_when_the_server_shuts_down_is_lost(self) -> None:
+        # ERROR 0x01 ends the session before RELEASED: the release was never
+        # confirmed, so it is the claim's loss (shutdown), as in the Rust
+        # client (before, it read as released).
+        with Server() as server, Proxy(server.addr) as proxy:
+            client = monolock.Client(proxy.addr)
+            lock = client.lock("shutdown/releasing", lease=60.0)
+            other = client.lock("shutdown/other", lease=60.0)
+            proxy.hold_requests()
+            outcome: List[BaseException] = []
+
+            def release() -> None:
+                try:
+                    lock.release()
+                except BaseException as err:  # noqa: B036 - recorded for the assertion
+                    outcome.append(err)
+
+            thread = threading.Thread(target=release)
+            thread.start()
+            server.signal(signal.SIGTERM)
+            thread.join(PATIENCE)
+            self.assertFalse(thread.is_alive())
+            self.assertEqual(len(outcome), 1)
+            loss = outcome[0]
+            assert isinstance(loss, LockLost), repr(loss)
+            self.assertIs(loss.reason, LossReason.SHUTDOWN)
+            self.assertEqual(loss.code, 0x01)
+            self.assertIn('lock "shutdown/releasing" lost (shutdown)', str(loss))
+            other_loss = other.wait_lost(PATIENCE)
+            assert other_loss is not None
+            self.assertIs(other_loss.reason, LossReason.SHUTDOWN)
+            self.assertEqual(server.proc.wait(PATIENCE), 0)
 
 
 class Fork(SharedServer, unittest.TestCase):
@@ -317,7 +418,25 @@ class Fallback(SharedServer, unittest.TestCase):
         # The address fails to connect: it is tried anew with v2 next time.
         with self.assertRaises(monolock.ConnectError):
             monolock.Client(address).lock("old/gone", lease=5.0)
-        self.assertFalse(rules.V1_ADDRESSES.is_v1(rules.pool_key(client, client._addresses[0])))
+        self.assertFalse(
+            rules.V1_ADDRESSES.is_v1(rules.pool_key(client, client._addresses[0]), time.monotonic_ns())
+        )
+
+    def test_a_v1_server_is_asked_for_v2_again_once_its_memory_ends(self) -> None:
+        with Proxy(self.server.addr, v1_only=True) as proxy:
+            client = monolock.Client(proxy.addr)
+            # A memory that ends at once: every lock asks for v2 first (the
+            # default, 5 minutes, is pinned by test_core's V1Memory).
+            with mock.patch.object(rules, "V1_MEMORY_NS", 0):
+                for i in range(2):
+                    with client.lock(f"old/again/{i}", lease=5.0) as lock:
+                        self.assertTrue(lock.is_held())
+                self.assertEqual(proxy.opens, 2, "each lock tried v2 again")
+            with client.lock("old/again/remembered", lease=5.0):
+                pass
+            with client.lock("old/again/remembered", lease=5.0):
+                pass
+            self.assertEqual(proxy.opens, 3, "remembered again for its 5 minutes")
 
 
 #: Answers each "try" line with whether try_lock took the lock (and releases it).

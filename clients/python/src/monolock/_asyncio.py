@@ -67,9 +67,11 @@ class AsyncLock(HeldLock):
 
     async def release(self) -> None:
         """Releases the lock and returns once the server has confirmed it
-        (within the client's `connect_timeout`; past it the session is
-        closed, which releases the lock too). Raises LockLost when the lock
-        had been lost before the release."""
+        (within the client's `connect_timeout`; past it the connection is
+        closed, which releases the lock too, and the release is reported
+        unconfirmed). Raises LockLost when the lock had been lost before
+        the release was confirmed, or (reason `connection`) when the
+        confirmation did not come in time."""
         loss = await self._handle.release_confirmed()
         if loss is not None:
             raise loss.with_traceback(None)
@@ -150,7 +152,7 @@ class AsyncClient(Endpoints):
             assert isinstance(step, ClaimOn)
             return await self._acquire_v2(step.session, request, start)
 
-        return await drive_async(route(self), perform)
+        return await drive_async(route(self, start), perform)
 
     async def _acquire_v2(self, session: AsyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the lock, None (a try found it busy), or

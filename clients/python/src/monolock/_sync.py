@@ -69,12 +69,15 @@ class Lock(HeldLock):
 
     def release(self) -> None:
         """Releases the lock and returns once the server has confirmed it
-        (RELEASED read, within the client's `connect_timeout`; past it the
-        session is closed, which releases the lock too). Then the lock is
-        free, or already handed to the next waiter. Idempotent.
+        (v2: RELEASED read; v1: the server's EOF), within the client's
+        `connect_timeout`. Then the lock is free, or already handed to the
+        next waiter. Idempotent.
 
-        Raises LockLost when the lock had been lost before the release:
-        the guarded work may have run without the lock.
+        Raises LockLost when the lock had been lost before the release was
+        confirmed (the guarded work may have run without the lock), or,
+        reason `connection`, when no confirmation came in time: the
+        connection (v2: the session, and every lock on it) was closed then,
+        which releases the lock too, unconfirmed.
         """
         loss = self._handle.release(wait=True)
         if loss is not None:
@@ -117,9 +120,9 @@ class Client(Endpoints):
     session per server address and lease in use, opened on first use and
     kept while it carries claims and for a few seconds after. A server that
     speaks only v1 (ERROR 0x10 to the OPEN) gets one connection per lock,
-    remembered per address until a connect to it fails. `force_v1=True`
-    always uses one connection per lock (see docs/client-python.md for when
-    to pick it). A Client can be shared by threads; `connect_timeout` also
+    remembered per address for 5 minutes or until a connect to it fails.
+    `force_v1=True` always uses one connection per lock (see
+    docs/client-python.md for when to pick it). A Client can be shared by threads; `connect_timeout` also
     bounds the wait for a release's confirmation.
     """
 
@@ -167,7 +170,7 @@ class Client(Endpoints):
             assert isinstance(step, ClaimOn)
             return self._acquire_v2(step.session, request, start)
 
-        return drive(route(self), perform)
+        return drive(route(self, start), perform)
 
     def _acquire_v2(self, session: SyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the Lock, None (a try found it busy), or

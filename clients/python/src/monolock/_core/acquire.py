@@ -118,13 +118,14 @@ L = TypeVar("L")
 Route = Generator[Step, Any, Optional[L]]
 
 
-def route(endpoints: Endpoints) -> Route[Any]:
+def route(endpoints: Endpoints, now: int) -> Route[Any]:
     """The steps of one acquire over v2 sessions, address by address,
-    with the v1 fallback per address. Returns the lock or None."""
+    with the v1 fallback per address (remembered addresses judged at the
+    instant `now`, monotonic ns). Returns the lock or None."""
     failures = Failures(endpoints)  # cheap: filled only by failures
     for address in endpoints._addresses:
         key = pool_key(endpoints, address)
-        if V1_ADDRESSES.is_v1(key):
+        if V1_ADDRESSES.is_v1(key, now):
             try:
                 return (yield UseV1(address))
             except ConnectError as err:

@@ -146,5 +146,8 @@ def release_unconfirmed(io_timeout: float) -> LockLost:
     """The loss of a v1 release whose EOF did not come within `io_timeout`
     seconds (the connection is closed, which releases the claim too)."""
     return LockLost.connection(
-        TimeoutError(f"the server did not confirm the release within {io_timeout}s")
+        TimeoutError(
+            f"the server did not confirm the release within {io_timeout:g}s; "
+            "the connection was closed"
+        )
     )

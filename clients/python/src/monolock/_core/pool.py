@@ -8,7 +8,9 @@ decisions on their state (no socket, no thread, no clock of its own).
   per address; a full session (its `max_claims`, or REFUSED 0x09) sends
   the next claim to another one.
 - An address that answers the OPEN with ERROR 0x10 speaks v1 only: it
-  gets a connection per lock from then on, until a connect to it fails.
+  gets a connection per lock for `V1_MEMORY_NS` (5 minutes) from then on,
+  or until a connect to it fails; then v2 is tried again (the server
+  behind it may have been upgraded).
 
 Design and figures: docs/client-python.md, "Protocol v2 sessions".
 """
@@ -39,15 +41,19 @@ if TYPE_CHECKING:
 else:
     S = TypeVar("S")
 
-#: How long a session without claims is kept open for the next claim.
-#: Read at each use (tests shorten it).
-KEEP_IDLE_NS = 10_000 * MS
+#: How long a session without claims is kept open for the next claim (20 s,
+#: as in every monolock client). Read at each use (tests shorten it).
+KEEP_IDLE_NS = 20_000 * MS
 #: The most sessions one process keeps open to one address.
 MAX_SESSIONS_PER_ADDRESS = 16
 #: How many sessions one claim may be tried on, per address: a claim the
 #: server never saw (its session ended first, or was closed as idle) or
 #: refused for the session's claim bound goes again, on another session.
 TRIES_PER_ADDRESS = MAX_SESSIONS_PER_ADDRESS + 2
+
+#: How long an address that answered the OPEN with ERROR 0x10 is spoken
+#: to in v1 before v2 is tried again. Read at each use (tests shorten it).
+V1_MEMORY_NS = 300_000 * MS
 
 #: What makes two sessions interchangeable: the server and how it is reached.
 PoolKey = Tuple[str, int, Optional[ssl.SSLContext], Optional[str]]
@@ -67,24 +73,34 @@ class DialFailed(Exception):
 
 class V1Addresses:
     """The addresses that answered the OPEN with ERROR 0x10, for every
-    client of the process, sync and asyncio."""
+    client of the process, sync and asyncio, each until the instant
+    (monotonic ns) its memory ends."""
 
     def __init__(self) -> None:
-        self._keys: Dict[PoolKey, bool] = {}
+        self._until: Dict[PoolKey, int] = {}
 
-    def is_v1(self, key: PoolKey) -> bool:
-        return key in self._keys
+    def is_v1(self, key: PoolKey, now: int) -> bool:
+        """True while `key` is remembered as v1-only at the instant `now`;
+        a memory past its end is forgotten."""
+        until = self._until.get(key)
+        if until is None:
+            return False
+        if now < until:
+            return True
+        self._until.pop(key, None)
+        return False
 
-    def remember(self, key: PoolKey) -> None:
-        self._keys[key] = True
+    def remember(self, key: PoolKey, now: int) -> None:
+        """`key` answered the OPEN with ERROR 0x10 at the instant `now`."""
+        self._until[key] = now + V1_MEMORY_NS
 
     def forget(self, key: PoolKey) -> None:
         """The address failed to connect: the next attempt tries v2 anew
         (the server behind it may have been upgraded)."""
-        self._keys.pop(key, None)
+        self._until.pop(key, None)
 
     def clear(self) -> None:
-        self._keys.clear()
+        self._until.clear()
 
 
 #: The process's memory of v1-only addresses.

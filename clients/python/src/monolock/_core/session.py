@@ -36,7 +36,7 @@ from .frames2 import (
     REVOKED,
     WAITING,
 )
-from ..errors import LockLost, LossReason, ProtocolError
+from ..errors import LockLost, ProtocolError
 from .claim import Status
 from .schedule import MS, Schedule
 
@@ -263,28 +263,20 @@ class SessionCore:
         ping = None if self._pending else self._next_ping  # `next_ping`, on the hot path
         return deadline if ping is None else min(ping, deadline)
 
-    def fail(self, loss: LockLost, closing: bool = False) -> None:
+    def fail(self, loss: LockLost) -> None:
         """Ends the session: every claim in use ends with it, in this step,
-        lost. A claim being released is released when the session's end
-        releases it at the server: the server shuts down (ERROR 0x01), or
-        the client closes the session itself (`closing`; a server releases
-        at once every claim of a session its client closed). Any other end
-        (EOF, an ERROR, a failed connection, the deadline) leaves its
-        RELEASE unconfirmed (a server that closed the connection itself
-        keeps the locks until the lease runs out, docs/protocol.md, "End
-        of the session"): that claim is lost too."""
+        lost for `loss`. A claim whose RELEASE is on its way is lost too,
+        whatever ended the session (EOF, an ERROR, ERROR 0x01 included, a
+        failed connection, the deadline, the client's own close): only
+        RELEASED confirms a release, and without it the owner cannot know
+        when the server let go (the Rust client reports the same)."""
         if self.state is SState.CLOSED:
             return
         self.state = SState.CLOSED
         self.loss = loss
-        released_by_end = closing or loss.reason is LossReason.SHUTDOWN
         claims, self.claims = self.claims, {}
         for claim in claims.values():
-            if not claim.live:
-                continue  # revoked, its RELEASE's reply still due: ended already
-            if claim.status is CStatus.RELEASING and released_by_end:
-                self._end(claim, CStatus.RELEASED, None)
-            else:
+            if claim.live:  # not revoked with its RELEASE's reply still due
                 self._end(claim, CStatus.LOST, loss)
         self._pending.clear()
         self.outbox.clear()
@@ -483,7 +475,19 @@ def never_seen(claim: ClaimState) -> bool:
     return claim.unsent or (claim.loss is not None and claim.loss.code == IDLE_CLOSED)
 
 
-def release_unanswered(io_timeout: float) -> LockLost:
-    """The end of a session whose RELEASE got no reply within `io_timeout`
-    seconds (closing it releases every claim on it)."""
-    return LockLost.connection(TimeoutError(f"no reply to a RELEASE within {io_timeout}s"))
+def release_unconfirmed(io_timeout: float) -> LockLost:
+    """What `release` reports when the RELEASE got no reply within
+    `io_timeout` seconds: the client closed the session (which releases
+    every claim on it at the server), the release unconfirmed. The Rust
+    client's words."""
+    return LockLost.connection(
+        TimeoutError(f"RELEASE not confirmed within {io_timeout:g}s; the session was closed")
+    )
+
+
+def session_closed_unconfirmed() -> LockLost:
+    """The loss of every claim of a session the client closed because a
+    RELEASE was not confirmed in time."""
+    return LockLost.connection(
+        TimeoutError("a RELEASE was not confirmed in time; the session was closed")
+    )

@@ -27,7 +27,8 @@ from .._core.session import (
     SessionCore,
     SState,
     owner_view,
-    release_unanswered,
+    release_unconfirmed,
+    session_closed_unconfirmed,
 )
 from ..errors import ConnectError, LockLost
 from .aio_v1 import resolve as _resolve
@@ -117,10 +118,9 @@ class AsyncSession(asyncio.Protocol):
             if self.core.is_closed():
                 self.settle()
 
-    def fail(self, loss: LockLost, closing: bool = False) -> None:
-        """Ends the session for `loss`; `closing`: the client closes it
-        itself (see `SessionCore.fail`)."""
-        self.core.fail(loss, closing)
+    def fail(self, loss: LockLost) -> None:
+        """Ends the session for `loss` (see `SessionCore.fail`)."""
+        self.core.fail(loss)
         self.settle()
 
     def close(self) -> None:
@@ -133,7 +133,7 @@ class AsyncSession(asyncio.Protocol):
             return
         self.closed = True
         if self.core.state is not SState.CLOSED:
-            self.core.fail(LockLost.connection(), closing=True)
+            self.core.fail(LockLost.connection())
             self.settle()
         if self.transport is not None:
             self.transport.close()
@@ -261,16 +261,17 @@ class AsyncV2Claim:
 
     async def release_confirmed(self) -> Optional[LockLost]:
         """Sends RELEASE and returns once RELEASED is read (or the session
-        ended), within `io_timeout`; past it the session is closed."""
+        ended), within `io_timeout`; past it the session is closed and the
+        release reported unconfirmed (a loss, `connection`)."""
         loss = self.release()
         if loss is not None or current_pid() != self.session.pid:
             return loss
         until = time.monotonic_ns() + int(self.io_timeout * 1e9)
         while self.claim.live:
             if time.monotonic_ns() >= until:
-                # Closing the session releases the lock too.
-                self.session.fail(release_unanswered(self.io_timeout), closing=True)
-                break
+                # Closing the session releases the lock too, unconfirmed.
+                self.session.fail(session_closed_unconfirmed())
+                return release_unconfirmed(self.io_timeout).for_lock(self.claim.name)
             await self._changed(until)
         return self.claim.loss
 
@@ -391,7 +392,7 @@ class AsyncPool:
         if core.state is not SState.OPEN:
             session.close()
             if core.v1_only:
-                V1_ADDRESSES.remember(key)
+                V1_ADDRESSES.remember(key, time.monotonic_ns())
                 raise V1Only()
             raise core.loss or LockLost.connection()
         return session

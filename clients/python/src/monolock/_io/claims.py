@@ -10,7 +10,13 @@ import time
 from typing import Callable, Optional, Tuple
 
 from .._core.claim import Status
-from .._core.session import ClaimState, CStatus, owner_view, release_unanswered
+from .._core.session import (
+    ClaimState,
+    CStatus,
+    owner_view,
+    release_unconfirmed,
+    session_closed_unconfirmed,
+)
 from ..errors import LockLost
 from .reactor import current_pid
 from .sessions import ClaimWatch, SyncSession
@@ -88,8 +94,9 @@ class V2Claim(ClaimWatch):
     def release(self, wait: bool) -> Optional[LockLost]:
         """Sends RELEASE; with `wait`, returns once RELEASED is read (or the
         session has ended), within `io_timeout`: past it the session is
-        closed, which releases every claim on it. Returns the loss that
-        ended the claim first, if one did."""
+        closed, which releases every claim on it, and the release is
+        reported unconfirmed (a loss, `connection`). Returns the loss that
+        ended the claim before RELEASED, if one did."""
         session = self.session
         if current_pid() != session.pid:
             self.released = True  # the parent's claim: never touched here
@@ -124,8 +131,9 @@ class V2Claim(ClaimWatch):
             if reader:
                 session.give_reader()
         if timed_out:
-            # Closing the session releases the lock too.
-            session.fail(release_unanswered(self.io_timeout), closing=True)
+            # Closing the session releases the lock too, unconfirmed.
+            session.fail(session_closed_unconfirmed())
+            return release_unconfirmed(self.io_timeout).for_lock(self.claim.name)
         return self.claim.loss
 
     def release_from_gc(self) -> None:

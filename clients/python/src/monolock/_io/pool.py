@@ -94,7 +94,7 @@ class SessionPool:
         if core.state is not SState.OPEN:
             sock.close()
             if core.v1_only:
-                V1_ADDRESSES.remember(key)
+                V1_ADDRESSES.remember(key, time.monotonic_ns())
                 raise V1Only()
             loss = core.loss or LockLost.connection()
             raise loss

@@ -259,12 +259,12 @@ class SyncSession(Channel):
             while self.gen == gen and time.monotonic_ns() < until:
                 self.cond.wait(max(until - time.monotonic_ns(), 0) / 1e9)
 
-    def fail(self, loss: LockLost, closing: bool = False) -> None:
-        """Ends the session now: every claim on it is lost (or, being
-        released, released: see `SessionCore.fail`), each signalled; the
-        reactor closes the socket. `closing`: the client closes it itself."""
+    def fail(self, loss: LockLost) -> None:
+        """Ends the session now: every claim on it is lost (see
+        `SessionCore.fail`), each signalled unless its owner released it;
+        the reactor closes the socket."""
         with self.cond:
-            self.core.fail(loss, closing)
+            self.core.fail(loss)
             self.settle_locked()
         self.close()
 
@@ -324,7 +324,7 @@ class SyncSession(Channel):
             if rules.idle_over(core, now):
                 # Under the lock that every new claim takes: a claim queued
                 # from now on finds the session ended, and goes on another.
-                core.fail(LockLost.connection(), closing=True)
+                core.fail(LockLost.connection())
             pinged = core.ping_due(now)
             ended = self.settle_locked()
         reactor = self.reactor
@@ -352,7 +352,7 @@ class SyncSession(Channel):
             if self.core.state is not SState.CLOSED:
                 # Kept idle past its time, or an owner's doubt: no claim is lost
                 # that was not already reported.
-                self.core.fail(LockLost.connection(), closing=True)
+                self.core.fail(LockLost.connection())
             self.settle_locked()
         return True
 
