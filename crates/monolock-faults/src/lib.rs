@@ -21,6 +21,7 @@
 pub mod audit;
 pub mod belief;
 pub mod checker;
+pub mod checker_link;
 pub mod clock;
 pub mod messages;
 pub mod peers;

@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::model::{Params, Step};
+use crate::params::{Params, Step};
 
 /// A transition system the search explores: the protocol of version 1
 /// (`model::State`) or of version 2 (`sessions::State`).
@@ -94,17 +94,9 @@ impl Hasher for Identity {
     }
 }
 
-/// Explores every interleaving of `params` up to its horizon: the model of
-/// protocol version 1, or of version 2 when `params.protocol` is 2.
-pub fn check(params: &Params) -> Outcome {
-    if params.protocol == 2 {
-        search::<crate::sessions::State>(params)
-    } else {
-        search::<crate::model::State>(params)
-    }
-}
-
-fn search<M: Model>(params: &Params) -> Outcome {
+/// Explores every interleaving of model `M` under `params` up to its
+/// horizon.
+pub(crate) fn search<M: Model>(params: &Params) -> Outcome {
     let initial = M::initial(params);
     let mut seen: HashSet<u64, BuildHasherDefault<Identity>> = HashSet::default();
     // Each visited state's predecessor (index here) and the step from it,

@@ -34,11 +34,23 @@
 #![warn(missing_docs)]
 
 mod check;
+mod frames;
 mod model;
+mod params;
 mod sessions;
 mod vectors;
 
-pub use check::{Outcome, Stats, check};
-pub use model::{Params, Step, Variant};
-pub use sessions::{Answer, Frame};
+pub use check::{Outcome, Stats};
+pub use frames::{Answer, Frame};
+pub use params::{Params, Step, Variant};
 pub use vectors::export as export_vector;
+
+/// Explores every interleaving of `params` up to its horizon: the model of
+/// protocol version 1, or of version 2 when `params.protocol` is 2.
+pub fn check(params: &Params) -> Outcome {
+    if params.protocol == 2 {
+        check::search::<sessions::State>(params)
+    } else {
+        check::search::<model::State>(params)
+    }
+}

@@ -24,10 +24,10 @@
 use std::fmt::Write as _;
 
 use crate::{
-    Outcome, Params, Step, Variant,
-    check::{Model, check},
+    Outcome, Params, Step, Variant, check,
+    check::Model,
+    frames::{Answer, Frame},
     model::{Down, State as V1State},
-    sessions::{Answer, Frame},
 };
 
 /// One millisecond, in the nanoseconds the schedule is computed in.

@@ -16,18 +16,15 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
 use clap::Parser;
 use monolock_client::{Client, ErrorCode, LockGuard};
 use monolock_faults::{
+    checker_link::CheckerLink,
     clock::{instant_to_mono_ns, mono_ns},
-    messages::{WorkerMsg, WriteReply},
+    messages::WorkerMsg,
 };
 use tokio::{
-    io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
-    net::{TcpStream, tcp::OwnedWriteHalf},
-    signal::unix::{SignalKind, signal},
-    sync::{mpsc, watch},
+    sync::watch,
     time::{Instant, sleep},
 };
 
@@ -64,75 +61,11 @@ struct Args {
     max_runtime_s: u64,
 }
 
-/// The worker's connection to the checker.
-struct Report {
-    out: OwnedWriteHalf,
-    replies: mpsc::Receiver<WriteReply>,
-}
-
-impl Report {
-    async fn send(&mut self, msg: &WorkerMsg) -> anyhow::Result<()> {
-        let mut line = serde_json::to_string(msg)?;
-        line.push('\n');
-        self.out.write_all(line.as_bytes()).await?;
-        Ok(())
-    }
-
-    async fn write(&mut self, lock: &str, token: u64, seq: u64) -> anyhow::Result<bool> {
-        self.send(&WorkerMsg::Write {
-            lock: lock.to_owned(),
-            token,
-            seq,
-            sent_ns: mono_ns(),
-        })
-        .await?;
-        let reply = self.replies.recv().await.context("the checker hung up")?;
-        Ok(reply.accepted)
-    }
-}
-
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let (stop_tx, stop) = watch::channel(false);
-    let stream = TcpStream::connect(&args.checker)
-        .await
-        .context("connecting to the checker")?;
-    stream.set_nodelay(true)?;
-    let (read, out) = stream.into_split();
-    let (reply_tx, replies) = mpsc::channel(16);
-    // The checker's replies; its hanging up is the signal to finish.
-    let stop_on_hangup = stop_tx.clone();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(read).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if let Ok(reply) = serde_json::from_str::<WriteReply>(&line)
-                && reply_tx.send(reply).await.is_err()
-            {
-                break;
-            }
-        }
-        let _ = stop_on_hangup.send(true);
-    });
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let stop_on_term = stop_tx.clone();
-    tokio::spawn(async move {
-        sigterm.recv().await;
-        let _ = stop_on_term.send(true);
-    });
     let max_runtime = Duration::from_secs(args.max_runtime_s);
-    tokio::spawn(async move {
-        sleep(max_runtime).await;
-        let _ = stop_tx.send(true);
-    });
-
-    let mut report = Report { out, replies };
-    report
-        .send(&WorkerMsg::Hello {
-            worker: args.name.clone(),
-            pid: std::process::id(),
-        })
-        .await?;
+    let (mut report, stop) = CheckerLink::connect(&args.checker, &args.name, max_runtime).await?;
     run(&args, &mut report, stop).await
 }
 
@@ -159,7 +92,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 async fn run(
     args: &Args,
-    report: &mut Report,
+    report: &mut CheckerLink,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let client = Client::new(args.server.clone()).with_connect_timeout(Duration::from_secs(2));
@@ -253,7 +186,7 @@ fn loss_at(stamp: &AtomicU64) -> u64 {
 
 async fn hold(
     args: &Args,
-    report: &mut Report,
+    report: &mut CheckerLink,
     guard: &LockGuard,
     stop: &mut watch::Receiver<bool>,
     paused_once: &mut bool,

@@ -19,7 +19,7 @@ use std::{
 
 use subtle::ConstantTimeEq;
 
-use crate::AclFileAuthorizer;
+use crate::ops::acl::AclFileAuthorizer;
 
 /// The admin token file could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -20,7 +20,7 @@ use tokio::{
 use tokio_rustls::server::TlsStream;
 use tracing::debug;
 
-use crate::ServerTls;
+use crate::ops::tls::ServerTls;
 
 /// How long an HTTP client has to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
