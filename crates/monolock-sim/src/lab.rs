@@ -16,7 +16,7 @@ use std::{
 
 use tokio::{sync::mpsc, time::Instant};
 
-use crate::{checker::Checker, stream::Conn};
+use crate::{checker::Checker, conn::Conn};
 
 /// An order for the server's admin side, run inside the server host.
 #[derive(Clone, Debug)]

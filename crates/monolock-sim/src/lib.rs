@@ -44,6 +44,7 @@
 
 mod checker;
 mod client;
+mod conn;
 mod host_v2;
 mod lab;
 mod nemesis;

@@ -11,9 +11,10 @@ use std::{collections::BTreeMap, net::SocketAddr, time::Duration};
 use rand::{Rng, rngs::SmallRng};
 
 use crate::{
+    conn::{Conn, End},
     lab::{Admin, SharedLab},
     server::SERVER_HOST,
-    stream::{Conn, End, Gate},
+    stream::Gate,
 };
 
 /// How a fault ends.
