@@ -4,6 +4,8 @@
 //!
 //! - [`patience`]: the one bound on waiting for an event, `eventually`.
 //! - [`server`]: an in-process server on a free port and how to stop it.
+//! - [`peers`]: etcd and ZooKeeper as child processes on loopback, for
+//!   the bench and the fault suite (commands and readiness probes only).
 //! - [`peer`]: a raw-bytes protocol peer over TCP or an in-memory pipe.
 //! - [`sse`]: a Server-Sent Events reader for `/api/events`.
 //! - [`http`]: raw HTTP requests over a blocking socket.
@@ -22,6 +24,7 @@
 pub mod http;
 pub mod patience;
 pub mod peer;
+pub mod peers;
 pub mod pki;
 pub mod process;
 pub mod server;
