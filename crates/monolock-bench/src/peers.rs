@@ -53,7 +53,6 @@ use crate::{
     report::Metrics,
     resp::{self, RedisLock},
     servers::{Server, System},
-    sys,
 };
 
 /// Lease (monolock), TTL (Redis, etcd) or session timeout (ZooKeeper) of
@@ -610,12 +609,7 @@ pub async fn throughput(
             result.map(|()| count)
         });
     }
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    let c0 = sys::own_cpu_time();
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
-    let c1 = sys::own_cpu_time();
+    let cpu = win.measure_cpu(server).await?;
     let mut total = 0u64;
     while let Some(joined) = tasks.join_next().await {
         total += joined.context("client task panicked")??;
@@ -631,16 +625,16 @@ pub async fn throughput(
     m.put(&format!("{pre}.cycles_per_s"), total as f64 / secs);
     m.put(
         &format!("{pre}.server_cpu_us_per_cycle"),
-        (s1.cpu - s0.cpu).as_secs_f64() * 1e6 / total as f64,
+        cpu.server.as_secs_f64() * 1e6 / total as f64,
     );
     m.put(
         &format!("{pre}.server_cpu_cores"),
-        (s1.cpu - s0.cpu).as_secs_f64() / secs,
+        cpu.server.as_secs_f64() / secs,
     );
     // Near 1.0 the one-thread load generator, not the server, is the limit.
     m.put(
         &format!("{pre}.client_cpu_cores"),
-        (c1 - c0).as_secs_f64() / secs,
+        cpu.client.as_secs_f64() / secs,
     );
     Ok(())
 }
@@ -682,10 +676,7 @@ pub async fn contention(
             log
         });
     }
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
+    let cpu = win.measure_cpu(server).await?;
     let mut logs = Vec::with_capacity(clients);
     while let Some(joined) = tasks.join_next().await {
         logs.push(joined.context("client task panicked")??);
@@ -724,7 +715,7 @@ pub async fn contention(
     );
     m.put(
         &format!("{pre}.server_cpu_us_per_acq"),
-        (s1.cpu - s0.cpu).as_secs_f64() * 1e6 / a.acquisitions as f64,
+        cpu.server.as_secs_f64() * 1e6 / a.acquisitions as f64,
     );
     Ok(())
 }
