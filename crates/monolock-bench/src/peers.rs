@@ -42,6 +42,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use monolock_testkit::zk_lock;
 use rand::{SeedableRng, rngs::StdRng};
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 use zookeeper_client as zk;
@@ -206,64 +207,21 @@ pub async fn zk_connect(addr: SocketAddr, session_timeout: Duration) -> Result<z
 
 /// The node of lock `name` in ZooKeeper (one level under [`ZK_ROOT`]).
 fn zk_dir(name: &str) -> String {
-    let flat: String = name
-        .chars()
-        .map(|c| if c == '/' { '_' } else { c })
-        .collect();
-    format!("{ZK_ROOT}/{flat}")
-}
-
-/// Creates the persistent node `path` if it is not there.
-async fn zk_ensure(client: &zk::Client, path: &str) -> Result<()> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    match client.create(path, b"", &persistent).await {
-        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("create {path}")),
-    }
+    zk_lock::lock_dir(ZK_ROOT, name)
 }
 
 /// The ZooKeeper lock recipe's acquire: our node, then wait until no
 /// lower node is left. Returns our node's path.
 async fn zk_acquire(client: &zk::Client, dir: &str) -> Result<String> {
-    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let prefix = format!("{dir}/lock-");
-    let (_, sequence) = client
-        .create(&prefix, b"", &ephemeral)
-        .await
-        .with_context(|| format!("create {prefix}"))?;
-    let ours = format!("lock-{sequence}");
-    loop {
-        let mut children = client
-            .list_children(dir)
-            .await
-            .with_context(|| format!("list {dir}"))?;
-        children.retain(|c| c.starts_with("lock-"));
-        // Same width for every sequence number of one node: text order is
-        // numeric order.
-        children.sort_unstable();
-        let Some(at) = children.iter().position(|c| *c == ours) else {
-            bail!("our lock node {dir}/{ours} is gone (session expired?)");
-        };
-        if at == 0 {
-            return Ok(format!("{dir}/{ours}"));
-        }
-        let before = format!("{dir}/{}", children[at - 1]);
-        match client.get_and_watch_data(&before).await {
-            Ok((_, _, watcher)) => {
-                watcher.changed().await;
-            }
-            Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(e).with_context(|| format!("watch {before}")),
-        }
-    }
+    Ok(zk_lock::acquire(client, dir).await?.path)
 }
 
 /// Takes lock `name` through the ZooKeeper recipe (its node made if
 /// needed); returns our node's path.
 pub async fn zk_lock(client: &zk::Client, name: &str) -> Result<String> {
     let dir = zk_dir(name);
-    zk_ensure(client, ZK_ROOT).await?;
-    zk_ensure(client, &dir).await?;
+    zk_lock::ensure(client, ZK_ROOT).await?;
+    zk_lock::ensure(client, &dir).await?;
     zk_acquire(client, &dir).await
 }
 
@@ -400,8 +358,8 @@ impl Locker {
             Series::Zookeeper => {
                 let client = zk_connect(addr, lease).await?;
                 let dir = zk_dir(name);
-                zk_ensure(&client, ZK_ROOT).await?;
-                zk_ensure(&client, &dir).await?;
+                zk_lock::ensure(&client, ZK_ROOT).await?;
+                zk_lock::ensure(&client, &dir).await?;
                 Self::Zookeeper {
                     client,
                     dir,
@@ -858,7 +816,7 @@ pub async fn many_locks(
         }
         Series::Zookeeper => {
             let client = zk_connect(server.addr, ZK_LONG_SESSION).await?;
-            zk_ensure(&client, ZK_ROOT).await?;
+            zk_lock::ensure(&client, ZK_ROOT).await?;
             let mut tasks = tokio::task::JoinSet::new();
             for lane in 0..MANY_IN_FLIGHT {
                 let client = client.clone();
@@ -867,7 +825,7 @@ pub async fn many_locks(
                     for n in names {
                         let dir = zk_dir(&n);
                         timeout(OP_TIMEOUT, async {
-                            zk_ensure(&client, &dir).await?;
+                            zk_lock::ensure(&client, &dir).await?;
                             zk_acquire(&client, &dir).await
                         })
                         .await

@@ -19,6 +19,8 @@
 //! - [`sys`]: signals, child set-up between fork and exec, CPU pinning and
 //!   priorities, CPU time, the descriptor limit, and the `/proc` readers,
 //!   for the tests, the bench and the fault suite.
+//! - `zk_lock` (feature `zookeeper`): ZooKeeper's lock recipe, for the
+//!   bench and the fault suite.
 #![deny(unsafe_code)]
 
 pub mod http;
@@ -31,6 +33,8 @@ pub mod server;
 pub mod sse;
 pub mod sys;
 pub mod v2;
+#[cfg(feature = "zookeeper")]
+pub mod zk_lock;
 
 pub use patience::{PATIENCE, eventually, within};
 pub use peer::{Peer, acquire_bytes};

@@ -37,6 +37,7 @@ use monolock_faults::{
     clock::{mono_ns, nanos},
     messages::WorkerMsg,
 };
+use monolock_testkit::zk_lock;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::TcpStream,
@@ -411,14 +412,6 @@ async fn etcd_keep_alive(
 
 const ZK_ROOT: &str = "/fault-locks";
 
-async fn zk_ensure(client: &zk::Client, path: &str) -> anyhow::Result<()> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    match client.create(path, b"", &persistent).await {
-        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("create {path}")),
-    }
-}
-
 async fn zk_acquire(server: &str, lock: &str, session: Duration) -> anyhow::Result<Hold> {
     let client = zk::Client::connector()
         .with_session_timeout(session)
@@ -437,47 +430,12 @@ async fn zk_acquire(server: &str, lock: &str, session: Duration) -> anyhow::Resu
             }
         }
     });
-    let flat: String = lock
-        .chars()
-        .map(|c| if c == '/' { '_' } else { c })
-        .collect();
-    let dir = format!("{ZK_ROOT}/{flat}");
+    let dir = zk_lock::lock_dir(ZK_ROOT, lock);
     let acquired = async {
-        zk_ensure(&client, ZK_ROOT).await?;
-        zk_ensure(&client, &dir).await?;
-        let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let prefix = format!("{dir}/lock-");
-        let (stat, sequence) = client
-            .create(&prefix, b"", &ephemeral)
-            .await
-            .with_context(|| format!("create {prefix}"))?;
-        let ours = format!("lock-{sequence}");
-        loop {
-            let mut children = client
-                .list_children(&dir)
-                .await
-                .with_context(|| format!("list {dir}"))?;
-            children.retain(|c| c.starts_with("lock-"));
-            // One width for every sequence number: text order is numeric.
-            children.sort_unstable();
-            let Some(at) = children.iter().position(|c| *c == ours) else {
-                bail!("our lock node {dir}/{ours} is gone (session expired?)");
-            };
-            if at == 0 {
-                return Ok((
-                    u64::try_from(stat.czxid).unwrap_or_default(),
-                    format!("{dir}/{ours}"),
-                ));
-            }
-            let before = format!("{dir}/{}", children[at - 1]);
-            match client.get_and_watch_data(&before).await {
-                Ok((_, _, watcher)) => {
-                    watcher.changed().await;
-                }
-                Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(e).with_context(|| format!("watch {before}")),
-            }
-        }
+        zk_lock::ensure(&client, ZK_ROOT).await?;
+        zk_lock::ensure(&client, &dir).await?;
+        let node = zk_lock::acquire(&client, &dir).await?;
+        anyhow::Ok((u64::try_from(node.czxid).unwrap_or_default(), node.path))
     }
     .await;
     match acquired {
