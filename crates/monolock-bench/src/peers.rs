@@ -796,47 +796,29 @@ pub async fn many_locks(
                 .await
                 .context("etcd LeaseGrant")?
                 .id();
-            let mut tasks = tokio::task::JoinSet::new();
-            for lane in 0..MANY_IN_FLIGHT {
-                let mut client = client.clone();
-                let names: Vec<String> = (lane..locks).step_by(MANY_IN_FLIGHT).map(name).collect();
-                tasks.spawn(async move {
-                    for n in names {
-                        timeout(OP_TIMEOUT, etcd_lock(&mut client, &n, lease))
-                            .await
-                            .context("etcd lock timed out")??;
-                    }
-                    anyhow::Ok(())
-                });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                joined.context("lock task panicked")??;
-            }
+            lock_in_lanes(
+                &client,
+                locks,
+                name,
+                "etcd",
+                move |mut client, n| async move {
+                    etcd_lock(&mut client, &n, lease).await?;
+                    Ok(client)
+                },
+            )
+            .await?;
             keep.push(Box::new(client));
         }
         Series::Zookeeper => {
             let client = zk_connect(server.addr, ZK_LONG_SESSION).await?;
             zk_lock::ensure(&client, ZK_ROOT).await?;
-            let mut tasks = tokio::task::JoinSet::new();
-            for lane in 0..MANY_IN_FLIGHT {
-                let client = client.clone();
-                let names: Vec<String> = (lane..locks).step_by(MANY_IN_FLIGHT).map(name).collect();
-                tasks.spawn(async move {
-                    for n in names {
-                        let dir = zk_dir(&n);
-                        timeout(OP_TIMEOUT, async {
-                            zk_lock::ensure(&client, &dir).await?;
-                            zk_acquire(&client, &dir).await
-                        })
-                        .await
-                        .context("ZooKeeper lock timed out")??;
-                    }
-                    anyhow::Ok(())
-                });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                joined.context("lock task panicked")??;
-            }
+            lock_in_lanes(&client, locks, name, "ZooKeeper", |client, n| async move {
+                let dir = zk_dir(&n);
+                zk_lock::ensure(&client, &dir).await?;
+                zk_acquire(&client, &dir).await?;
+                Ok(client)
+            })
+            .await?;
             keep.push(Box::new(client));
         }
     }
@@ -847,6 +829,41 @@ pub async fn many_locks(
     m.put(&format!("{pre}.locks"), locks as f64);
     m.put(&format!("{pre}.rss_growth_mib"), growth / (1024.0 * 1024.0));
     m.put(&format!("{pre}.rss_bytes_per_lock"), growth / locks as f64);
+    Ok(())
+}
+
+/// Takes locks `0..locks` (named by `name`) over [`MANY_IN_FLIGHT`]
+/// lanes, each lane one lock at a time through `lock` on its own clone of
+/// `client`, each lock within [`OP_TIMEOUT`].
+async fn lock_in_lanes<C, F, Fut>(
+    client: &C,
+    locks: usize,
+    name: impl Fn(usize) -> String,
+    system: &'static str,
+    lock: F,
+) -> Result<()>
+where
+    C: Clone + Send + 'static,
+    F: Fn(C, String) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<C>> + Send,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for lane in 0..MANY_IN_FLIGHT {
+        let mut client = client.clone();
+        let lock = lock.clone();
+        let names: Vec<String> = (lane..locks).step_by(MANY_IN_FLIGHT).map(&name).collect();
+        tasks.spawn(async move {
+            for n in names {
+                client = timeout(OP_TIMEOUT, lock(client, n))
+                    .await
+                    .with_context(|| format!("{system} lock timed out"))??;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.context("lock task panicked")??;
+    }
     Ok(())
 }
 
