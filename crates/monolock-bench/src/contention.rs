@@ -30,7 +30,6 @@ use crate::{
     resp::{self, RedisLock},
     servers::{Server, System},
     stats::Samples,
-    sys,
 };
 
 /// Upper bound on lock attempts per client per window.
@@ -218,12 +217,7 @@ pub async fn run(
             }
         }
     }
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    let c0 = sys::own_cpu_time();
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
-    let c1 = sys::own_cpu_time();
+    let cpu = win.measure_cpu(server).await?;
 
     let mut logs = Vec::with_capacity(p.clients);
     while let Some(joined) = tasks.join_next().await {
@@ -273,11 +267,11 @@ pub async fn run(
     m.put(&format!("{pre}.lost_releases"), a.lost as f64);
     m.put(
         &format!("{pre}.server_cpu_cores"),
-        (s1.cpu - s0.cpu).as_secs_f64() / secs,
+        cpu.server.as_secs_f64() / secs,
     );
     m.put(
         &format!("{pre}.client_cpu_cores"),
-        (c1 - c0).as_secs_f64() / secs,
+        cpu.client.as_secs_f64() / secs,
     );
     if a.overlaps > 0 {
         bail!(

@@ -70,6 +70,30 @@ impl Window {
     pub fn secs(&self) -> f64 {
         (self.end - self.measure_from).as_secs_f64()
     }
+
+    /// Waits out the window: the CPU time `server` and this process (the
+    /// load generator) spent in its measured part.
+    pub async fn measure_cpu(&self, server: &Server) -> Result<WindowCpu> {
+        sleep_until(self.measure_from.into()).await;
+        let server_from = server.sample()?;
+        let client_from = sys::own_cpu_time();
+        sleep_until(self.end.into()).await;
+        let server_to = server.sample()?;
+        let client_to = sys::own_cpu_time();
+        Ok(WindowCpu {
+            server: server_to.cpu - server_from.cpu,
+            client: client_to - client_from,
+        })
+    }
+}
+
+/// CPU time spent in a window's measured part.
+#[derive(Clone, Copy, Debug)]
+pub struct WindowCpu {
+    /// By the server under test.
+    pub server: Duration,
+    /// By this process, the load generator.
+    pub client: Duration,
 }
 
 /// One client's lock cycles on its own name until `end`, on either system.
@@ -272,12 +296,7 @@ async fn record_throughput(
     queued_figure: bool,
     m: &mut Metrics,
 ) -> Result<()> {
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    let c0 = sys::own_cpu_time();
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
-    let c1 = sys::own_cpu_time();
+    let cpu = win.measure_cpu(server).await?;
     let (mut total, mut queued) = (0u64, 0u64);
     while let Some(joined) = tasks.join_next().await {
         let c = joined.context("client task panicked")??;
@@ -288,7 +307,7 @@ async fn record_throughput(
         bail!("{series}: no lock cycle completed with {clients} clients");
     }
     let secs = win.secs();
-    let server_cpu = (s1.cpu - s0.cpu).as_secs_f64();
+    let server_cpu = cpu.server.as_secs_f64();
     let pre = format!("throughput.c{clients}.{series}");
     m.put(&format!("{pre}.cycles_per_s"), total as f64 / secs);
     if queued_figure {
@@ -304,7 +323,7 @@ async fn record_throughput(
     m.put(&format!("{pre}.server_cpu_cores"), server_cpu / secs);
     m.put(
         &format!("{pre}.client_cpu_cores"),
-        (c1 - c0).as_secs_f64() / secs,
+        cpu.client.as_secs_f64() / secs,
     );
     Ok(())
 }

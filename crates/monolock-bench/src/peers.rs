@@ -42,6 +42,7 @@ use std::{
 };
 
 use anyhow::{Context, Result, bail};
+use monolock_testkit::zk_lock;
 use rand::{SeedableRng, rngs::StdRng};
 use tokio::time::{sleep, sleep_until, timeout, timeout_at};
 use zookeeper_client as zk;
@@ -53,7 +54,6 @@ use crate::{
     report::Metrics,
     resp::{self, RedisLock},
     servers::{Server, System},
-    sys,
 };
 
 /// Lease (monolock), TTL (Redis, etcd) or session timeout (ZooKeeper) of
@@ -207,64 +207,21 @@ pub async fn zk_connect(addr: SocketAddr, session_timeout: Duration) -> Result<z
 
 /// The node of lock `name` in ZooKeeper (one level under [`ZK_ROOT`]).
 fn zk_dir(name: &str) -> String {
-    let flat: String = name
-        .chars()
-        .map(|c| if c == '/' { '_' } else { c })
-        .collect();
-    format!("{ZK_ROOT}/{flat}")
-}
-
-/// Creates the persistent node `path` if it is not there.
-async fn zk_ensure(client: &zk::Client, path: &str) -> Result<()> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    match client.create(path, b"", &persistent).await {
-        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("create {path}")),
-    }
+    zk_lock::lock_dir(ZK_ROOT, name)
 }
 
 /// The ZooKeeper lock recipe's acquire: our node, then wait until no
 /// lower node is left. Returns our node's path.
 async fn zk_acquire(client: &zk::Client, dir: &str) -> Result<String> {
-    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let prefix = format!("{dir}/lock-");
-    let (_, sequence) = client
-        .create(&prefix, b"", &ephemeral)
-        .await
-        .with_context(|| format!("create {prefix}"))?;
-    let ours = format!("lock-{sequence}");
-    loop {
-        let mut children = client
-            .list_children(dir)
-            .await
-            .with_context(|| format!("list {dir}"))?;
-        children.retain(|c| c.starts_with("lock-"));
-        // Same width for every sequence number of one node: text order is
-        // numeric order.
-        children.sort_unstable();
-        let Some(at) = children.iter().position(|c| *c == ours) else {
-            bail!("our lock node {dir}/{ours} is gone (session expired?)");
-        };
-        if at == 0 {
-            return Ok(format!("{dir}/{ours}"));
-        }
-        let before = format!("{dir}/{}", children[at - 1]);
-        match client.get_and_watch_data(&before).await {
-            Ok((_, _, watcher)) => {
-                watcher.changed().await;
-            }
-            Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(e).with_context(|| format!("watch {before}")),
-        }
-    }
+    Ok(zk_lock::acquire(client, dir).await?.path)
 }
 
 /// Takes lock `name` through the ZooKeeper recipe (its node made if
 /// needed); returns our node's path.
 pub async fn zk_lock(client: &zk::Client, name: &str) -> Result<String> {
     let dir = zk_dir(name);
-    zk_ensure(client, ZK_ROOT).await?;
-    zk_ensure(client, &dir).await?;
+    zk_lock::ensure(client, ZK_ROOT).await?;
+    zk_lock::ensure(client, &dir).await?;
     zk_acquire(client, &dir).await
 }
 
@@ -401,8 +358,8 @@ impl Locker {
             Series::Zookeeper => {
                 let client = zk_connect(addr, lease).await?;
                 let dir = zk_dir(name);
-                zk_ensure(&client, ZK_ROOT).await?;
-                zk_ensure(&client, &dir).await?;
+                zk_lock::ensure(&client, ZK_ROOT).await?;
+                zk_lock::ensure(&client, &dir).await?;
                 Self::Zookeeper {
                     client,
                     dir,
@@ -610,12 +567,7 @@ pub async fn throughput(
             result.map(|()| count)
         });
     }
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    let c0 = sys::own_cpu_time();
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
-    let c1 = sys::own_cpu_time();
+    let cpu = win.measure_cpu(server).await?;
     let mut total = 0u64;
     while let Some(joined) = tasks.join_next().await {
         total += joined.context("client task panicked")??;
@@ -631,16 +583,16 @@ pub async fn throughput(
     m.put(&format!("{pre}.cycles_per_s"), total as f64 / secs);
     m.put(
         &format!("{pre}.server_cpu_us_per_cycle"),
-        (s1.cpu - s0.cpu).as_secs_f64() * 1e6 / total as f64,
+        cpu.server.as_secs_f64() * 1e6 / total as f64,
     );
     m.put(
         &format!("{pre}.server_cpu_cores"),
-        (s1.cpu - s0.cpu).as_secs_f64() / secs,
+        cpu.server.as_secs_f64() / secs,
     );
     // Near 1.0 the one-thread load generator, not the server, is the limit.
     m.put(
         &format!("{pre}.client_cpu_cores"),
-        (c1 - c0).as_secs_f64() / secs,
+        cpu.client.as_secs_f64() / secs,
     );
     Ok(())
 }
@@ -682,10 +634,7 @@ pub async fn contention(
             log
         });
     }
-    sleep_until(win.measure_from.into()).await;
-    let s0 = server.sample()?;
-    sleep_until(win.end.into()).await;
-    let s1 = server.sample()?;
+    let cpu = win.measure_cpu(server).await?;
     let mut logs = Vec::with_capacity(clients);
     while let Some(joined) = tasks.join_next().await {
         logs.push(joined.context("client task panicked")??);
@@ -724,7 +673,7 @@ pub async fn contention(
     );
     m.put(
         &format!("{pre}.server_cpu_us_per_acq"),
-        (s1.cpu - s0.cpu).as_secs_f64() * 1e6 / a.acquisitions as f64,
+        cpu.server.as_secs_f64() * 1e6 / a.acquisitions as f64,
     );
     Ok(())
 }
@@ -847,47 +796,29 @@ pub async fn many_locks(
                 .await
                 .context("etcd LeaseGrant")?
                 .id();
-            let mut tasks = tokio::task::JoinSet::new();
-            for lane in 0..MANY_IN_FLIGHT {
-                let mut client = client.clone();
-                let names: Vec<String> = (lane..locks).step_by(MANY_IN_FLIGHT).map(name).collect();
-                tasks.spawn(async move {
-                    for n in names {
-                        timeout(OP_TIMEOUT, etcd_lock(&mut client, &n, lease))
-                            .await
-                            .context("etcd lock timed out")??;
-                    }
-                    anyhow::Ok(())
-                });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                joined.context("lock task panicked")??;
-            }
+            lock_in_lanes(
+                &client,
+                locks,
+                name,
+                "etcd",
+                move |mut client, n| async move {
+                    etcd_lock(&mut client, &n, lease).await?;
+                    Ok(client)
+                },
+            )
+            .await?;
             keep.push(Box::new(client));
         }
         Series::Zookeeper => {
             let client = zk_connect(server.addr, ZK_LONG_SESSION).await?;
-            zk_ensure(&client, ZK_ROOT).await?;
-            let mut tasks = tokio::task::JoinSet::new();
-            for lane in 0..MANY_IN_FLIGHT {
-                let client = client.clone();
-                let names: Vec<String> = (lane..locks).step_by(MANY_IN_FLIGHT).map(name).collect();
-                tasks.spawn(async move {
-                    for n in names {
-                        let dir = zk_dir(&n);
-                        timeout(OP_TIMEOUT, async {
-                            zk_ensure(&client, &dir).await?;
-                            zk_acquire(&client, &dir).await
-                        })
-                        .await
-                        .context("ZooKeeper lock timed out")??;
-                    }
-                    anyhow::Ok(())
-                });
-            }
-            while let Some(joined) = tasks.join_next().await {
-                joined.context("lock task panicked")??;
-            }
+            zk_lock::ensure(&client, ZK_ROOT).await?;
+            lock_in_lanes(&client, locks, name, "ZooKeeper", |client, n| async move {
+                let dir = zk_dir(&n);
+                zk_lock::ensure(&client, &dir).await?;
+                zk_acquire(&client, &dir).await?;
+                Ok(client)
+            })
+            .await?;
             keep.push(Box::new(client));
         }
     }
@@ -898,6 +829,41 @@ pub async fn many_locks(
     m.put(&format!("{pre}.locks"), locks as f64);
     m.put(&format!("{pre}.rss_growth_mib"), growth / (1024.0 * 1024.0));
     m.put(&format!("{pre}.rss_bytes_per_lock"), growth / locks as f64);
+    Ok(())
+}
+
+/// Takes locks `0..locks` (named by `name`) over [`MANY_IN_FLIGHT`]
+/// lanes, each lane one lock at a time through `lock` on its own clone of
+/// `client`, each lock within [`OP_TIMEOUT`].
+async fn lock_in_lanes<C, F, Fut>(
+    client: &C,
+    locks: usize,
+    name: impl Fn(usize) -> String,
+    system: &'static str,
+    lock: F,
+) -> Result<()>
+where
+    C: Clone + Send + 'static,
+    F: Fn(C, String) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Result<C>> + Send,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for lane in 0..MANY_IN_FLIGHT {
+        let mut client = client.clone();
+        let lock = lock.clone();
+        let names: Vec<String> = (lane..locks).step_by(MANY_IN_FLIGHT).map(&name).collect();
+        tasks.spawn(async move {
+            for n in names {
+                client = timeout(OP_TIMEOUT, lock(client, n))
+                    .await
+                    .with_context(|| format!("{system} lock timed out"))??;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.context("lock task panicked")??;
+    }
     Ok(())
 }
 

@@ -301,18 +301,14 @@ impl Bench {
                     )
                     .await;
             }
-            let pre = format!("throughput.c{clients}");
-            let cpu = |series: &str| m.get(&format!("{pre}.{series}.server_cpu_ms_per_1k"));
-            let ratios: Vec<(System, f64)> = match cpu("floor").filter(|f| *f > 0.0) {
-                Some(floor) => order
-                    .into_iter()
-                    .filter_map(|sys| cpu(sys.key()).map(|c| (sys, c / floor)))
-                    .collect(),
-                None => Vec::new(),
-            };
-            for (sys, ratio) in ratios {
-                m.put(&format!("{pre}.{}.server_cpu_vs_floor", sys.key()), ratio);
-            }
+            put_vs_floor(
+                m,
+                &format!("throughput.c{clients}"),
+                "server_cpu_ms_per_1k",
+                "floor",
+                order.map(System::key),
+                "server_cpu_vs_floor",
+            );
             self.revive_monolock().await?;
         }
         Ok(())
@@ -578,17 +574,14 @@ impl Bench {
                     )
                     .await;
             }
-            let pre = format!("peers.tp.c{clients}");
-            let cpu = |se: Series| m.get(&format!("{pre}.{}.server_cpu_us_per_cycle", se.key()));
-            if let Some(floor) = cpu(Series::Floor).filter(|f| *f > 0.0) {
-                let ratios: Vec<(Series, f64)> = series
-                    .iter()
-                    .filter_map(|&se| cpu(se).map(|c| (se, c / floor)))
-                    .collect();
-                for (se, ratio) in ratios {
-                    m.put(&format!("{pre}.{}.cpu_vs_floor", se.key()), ratio);
-                }
-            }
+            put_vs_floor(
+                m,
+                &format!("peers.tp.c{clients}"),
+                "server_cpu_us_per_cycle",
+                Series::Floor.key(),
+                series.iter().map(|se| se.key()),
+                "cpu_vs_floor",
+            );
         }
         for &clients in &plan.peer_contention_clients {
             for &se in series.iter().filter(|se| se.contends()) {
@@ -918,6 +911,30 @@ enum ContentionRun<'a> {
     V1(&'a Server),
     /// Protocol v2 sessions on this server.
     V2(&'a Server),
+}
+
+/// Records each series' `figure` under `pre` as a multiple of the floor
+/// series' as `{pre}.{series}.{ratio}`; nothing where the floor has no
+/// positive figure.
+fn put_vs_floor<'k>(
+    m: &mut Metrics,
+    pre: &str,
+    figure: &str,
+    floor: &str,
+    series: impl IntoIterator<Item = &'k str>,
+    ratio: &str,
+) {
+    let of = |key: &str| m.get(&format!("{pre}.{key}.{figure}"));
+    let Some(floor) = of(floor).filter(|f| *f > 0.0) else {
+        return;
+    };
+    let ratios: Vec<(&str, f64)> = series
+        .into_iter()
+        .filter_map(|key| of(key).map(|v| (key, v / floor)))
+        .collect();
+    for (key, value) in ratios {
+        m.put(&format!("{pre}.{key}.{ratio}"), value);
+    }
 }
 
 /// Each round's paired ratios, recorded beside its figures: for every

@@ -4,13 +4,18 @@
 
 use std::{
     fs::File,
-    net::{SocketAddr, TcpListener},
+    net::SocketAddr,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result, bail};
+use monolock_testkit::peers::{
+    PEER_READY_TIMEOUT, etcd_answers, etcd_command, scratch_dir, zookeeper_answers,
+    zookeeper_command,
+};
+pub use monolock_testkit::peers::{ZOOKEEPER_JAR, find_on_path, free_port};
 use tokio::net::TcpStream;
 
 use crate::{
@@ -20,8 +25,8 @@ use crate::{
 
 /// How long a server may take to accept connections after it was started.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// The same for etcd and ZooKeeper.
-const PEER_READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// The first part of the peers' data directories' names.
+const SCRATCH_OWNER: &str = "monolock-bench";
 /// Pause between readiness probes.
 const READY_POLL: Duration = Duration::from_millis(20);
 
@@ -160,20 +165,9 @@ impl Server {
         let port = free_port()?;
         let peer_port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let data = tmpfs_dir("etcd", port)?;
-        let client_url = format!("http://{addr}");
-        let peer_url = format!("http://127.0.0.1:{peer_port}");
-        let mut cmd = Command::new(bin);
-        cmd.args(["--name", "bench"])
-            .arg("--data-dir")
-            .arg(&data)
-            .args(["--listen-client-urls", &client_url])
-            .args(["--advertise-client-urls", &client_url])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("bench={peer_url}")])
-            .args(["--logger", "zap", "--log-outputs", "stderr"])
-            .args(["--log-level", "warn"]);
+        let data = scratch_dir(SCRATCH_OWNER, "etcd", port)?;
+        let mut cmd = etcd_command(bin, "bench", &data, addr, peer_port);
+        cmd.args(["--logger", "zap", "--log-outputs", "stderr"]);
         Self::spawn_with_data(System::Etcd, "etcd", cmd, addr, cpu, log_dir, data).await
     }
 
@@ -191,26 +185,24 @@ impl Server {
     ) -> Result<Self> {
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let data = tmpfs_dir("zookeeper", port)?;
-        let cfg = data.join("zoo.cfg");
-        std::fs::write(
-            &cfg,
-            format!(
-                "tickTime=200\nmaxSessionTimeout=60000\ndataDir={}\nclientPort={port}\n\
-                 clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n\
-                 4lw.commands.whitelist=ruok\n",
-                data.join("data").display()
-            ),
-        )
-        .with_context(|| format!("write {}", cfg.display()))?;
-        let mut cmd = Command::new(java);
-        // A fixed heap, as ZooKeeper's administrator's guide asks, far
-        // above what 10,000 locks need.
-        cmd.args(["-Xms256m", "-Xmx1g"])
-            .arg("-cp")
-            .arg(jar)
-            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-            .arg(&cfg);
+        let data = scratch_dir(SCRATCH_OWNER, "zookeeper", port)?;
+        let cmd = zookeeper_command(
+            java,
+            jar,
+            &data,
+            port,
+            "tickTime=200\nmaxSessionTimeout=60000\nmaxClientCnxns=0\n",
+            // A fixed heap, as ZooKeeper's administrator's guide asks, far
+            // above what 10,000 locks need.
+            &["-Xms256m", "-Xmx1g"],
+        );
+        let cmd = match cmd {
+            Ok(cmd) => cmd,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&data);
+                return Err(e.into());
+            }
+        };
         Self::spawn_with_data(
             System::Zookeeper,
             "zookeeper",
@@ -295,15 +287,8 @@ impl Server {
                     Ok(mut c) => matches!(c.cmd(&[b"PING"]).await, Ok(Reply::Simple(_))),
                     Err(_) => false,
                 },
-                System::Etcd => {
-                    ask(
-                        self.addr,
-                        b"GET /health HTTP/1.0\r\n\r\n",
-                        b"\"health\":\"true\"",
-                    )
-                    .await
-                }
-                System::Zookeeper => ask(self.addr, b"ruok", b"imok").await,
+                System::Etcd => etcd_answers(self.addr).await,
+                System::Zookeeper => zookeeper_answers(self.addr).await,
             };
             if ready {
                 return Ok(());
@@ -354,58 +339,6 @@ impl Drop for Server {
         }
     }
 }
-
-/// Sends `request` on a fresh connection and reads to EOF: whether the
-/// answer contains `expect`. Any failure is "not ready yet".
-async fn ask(addr: SocketAddr, request: &[u8], expect: &[u8]) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.write_all(request).await?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await?;
-        std::io::Result::Ok(answer)
-    };
-    match tokio::time::timeout(READY_POLL * 25, exchange).await {
-        Ok(Ok(answer)) => answer.windows(expect.len()).any(|w| w == expect),
-        _ => false,
-    }
-}
-
-/// A fresh data directory for a peer on tmpfs (`/dev/shm`), falling back
-/// to the temporary directory where there is no `/dev/shm`.
-fn tmpfs_dir(series: &str, port: u16) -> Result<PathBuf> {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    let dir = base.join(format!(
-        "monolock-bench-{series}-{}-{port}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-    Ok(dir)
-}
-
-/// A port that was free a moment ago: bind 127.0.0.1:0, read it, release it.
-pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("bind 127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
-}
-
-/// `name` found on PATH, if any.
-pub fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-/// The ZooKeeper server jar of Debian's `zookeeper` package.
-pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// The first line of `bin ARG`, for the report.
 pub fn first_line(bin: &Path, arg: &str) -> Option<String> {

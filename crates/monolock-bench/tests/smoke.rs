@@ -4,42 +4,43 @@
 //! side-by-side scenario (etcd and ZooKeeper beside monolock and Redis) has
 //! a test of its own.
 
-use std::{path::PathBuf, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-#[test]
-fn smoke_mode_runs_every_scenario() {
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_monolock-bench"));
-    let monolock = bench.with_file_name("monolock");
-    if !monolock.is_file() {
-        // `cargo test --workspace` builds it; `cargo test -p monolock-bench`
-        // alone does not. CI runs the workspace, so there it must exist.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but there is no monolock binary at {}",
-            monolock.display()
-        );
-        eprintln!(
-            "skipped: no monolock binary at {} (build it with `cargo build -p monolock`)",
-            monolock.display()
-        );
-        return;
+/// The bench binary under test.
+fn bench() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_monolock-bench"))
+}
+
+/// Whether the `monolock` binary the bench starts is built next to it.
+/// `cargo test --workspace` builds it; `cargo test -p monolock-bench` alone
+/// does not. CI runs the workspace, so there it must exist.
+fn monolock_built() -> bool {
+    let monolock = bench().with_file_name("monolock");
+    if monolock.is_file() {
+        return true;
     }
-    let dir = std::env::temp_dir().join(format!("monolock-bench-smoke-{}", std::process::id()));
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set but there is no monolock binary at {}",
+        monolock.display()
+    );
+    eprintln!(
+        "skipped: no monolock binary at {} (build it with `cargo build -p monolock`)",
+        monolock.display()
+    );
+    false
+}
+
+/// Runs `monolock-bench --smoke ARGS` writing into `dir`, which must exit 0
+/// with no step failed: results.json's text and its JSON.
+fn run_smoke(dir: &Path, args: &[&str]) -> (String, serde_json::Value) {
     let out = dir.join("out");
-    let run = Command::new(&bench)
+    let run = Command::new(bench())
         .arg("--smoke")
-        // Every scenario but the side-by-side one, which
-        // `side_by_side_smoke_runs_every_system` below runs.
-        .args([
-            "--only",
-            "latency",
-            "--only",
-            "throughput",
-            "--only",
-            "contention",
-        ])
-        .args(["--only", "many-locks", "--only", "tls", "--only", "dead"])
-        .args(["--only", "sessions"])
+        .args(args)
         .arg("--out")
         .arg(&out)
         .arg("--logs")
@@ -48,18 +49,50 @@ fn smoke_mode_runs_every_scenario() {
         .expect("run monolock-bench");
     assert!(
         run.status.success(),
-        "monolock-bench --smoke failed ({}):\n{}\n{}",
+        "monolock-bench --smoke {} failed ({}):\n{}\n{}",
+        args.join(" "),
         run.status,
         String::from_utf8_lossy(&run.stderr),
         String::from_utf8_lossy(&run.stdout)
     );
     let results = std::fs::read_to_string(out.join("results.json")).expect("results.json");
     let json: serde_json::Value = serde_json::from_str(&results).expect("valid JSON");
-    assert_eq!(json["errors"], serde_json::json!([]));
+    assert_eq!(json["errors"], serde_json::json!([]), "{results}");
+    (results, json)
+}
+
+#[test]
+fn smoke_mode_runs_every_scenario() {
+    if !monolock_built() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("monolock-bench-smoke-{}", std::process::id()));
+    let out = dir.join("out");
+    // Every scenario but the side-by-side one, which
+    // `side_by_side_smoke_runs_every_system` below runs.
+    let (results, json) = run_smoke(
+        &dir,
+        &[
+            "--only",
+            "latency",
+            "--only",
+            "throughput",
+            "--only",
+            "contention",
+            "--only",
+            "many-locks",
+            "--only",
+            "tls",
+            "--only",
+            "dead",
+            "--only",
+            "sessions",
+        ],
+    );
     assert!(json["summary"]["contention.w0.monolock.acq_per_s"]["median"].as_f64() > Some(0.0));
     // The Redis half runs wherever redis-server is installed, and CI
     // installs it (.ci/setup.d/redis.sh): its figures must be there too.
-    if redis_installed() || std::env::var_os("CI").is_some() {
+    if installed("redis-server", "--version") || std::env::var_os("CI").is_some() {
         let redis = json["summary"]
             .as_object()
             .into_iter()
@@ -90,21 +123,10 @@ const SIDE_BY_SIDE: [&str; 6] = [
 
 #[test]
 fn side_by_side_smoke_runs_every_system() {
-    let bench = PathBuf::from(env!("CARGO_BIN_EXE_monolock-bench"));
-    let monolock = bench.with_file_name("monolock");
-    let ci = std::env::var_os("CI").is_some();
-    if !monolock.is_file() {
-        assert!(
-            !ci,
-            "CI is set but there is no monolock binary at {}",
-            monolock.display()
-        );
-        eprintln!(
-            "skipped: no monolock binary at {} (build it with `cargo build -p monolock`)",
-            monolock.display()
-        );
+    if !monolock_built() {
         return;
     }
+    let ci = std::env::var_os("CI").is_some();
     let peers = installed("redis-server", "--version")
         && installed("etcd", "--version")
         && installed("java", "-version")
@@ -120,24 +142,7 @@ fn side_by_side_smoke_runs_every_system() {
     }
     let dir = std::env::temp_dir().join(format!("monolock-bench-peers-{}", std::process::id()));
     let out = dir.join("out");
-    let run = Command::new(&bench)
-        .args(["--smoke", "--only", "peers"])
-        .arg("--out")
-        .arg(&out)
-        .arg("--logs")
-        .arg(dir.join("logs"))
-        .output()
-        .expect("run monolock-bench");
-    assert!(
-        run.status.success(),
-        "monolock-bench --smoke --only peers failed ({}):\n{}\n{}",
-        run.status,
-        String::from_utf8_lossy(&run.stderr),
-        String::from_utf8_lossy(&run.stdout)
-    );
-    let results = std::fs::read_to_string(out.join("results.json")).expect("results.json");
-    let json: serde_json::Value = serde_json::from_str(&results).expect("valid JSON");
-    assert_eq!(json["errors"], serde_json::json!([]), "{results}");
+    let (results, json) = run_smoke(&dir, &["--only", "peers"]);
     let summary = &json["summary"];
     let positive = |key: &str| summary[key]["median"].as_f64().is_some_and(|v| v > 0.0);
     for series in SIDE_BY_SIDE {
@@ -181,13 +186,6 @@ fn side_by_side_smoke_runs_every_system() {
 fn installed(bin: &str, version_flag: &str) -> bool {
     Command::new(bin)
         .arg(version_flag)
-        .output()
-        .is_ok_and(|out| out.status.success())
-}
-
-fn redis_installed() -> bool {
-    Command::new("redis-server")
-        .arg("--version")
         .output()
         .is_ok_and(|out| out.status.success())
 }

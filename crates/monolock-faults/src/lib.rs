@@ -13,6 +13,7 @@
 //! - [`process`]: the `monolock` server and the workers as child processes;
 //! - [`probe`]: raw-protocol clients (heartbeat probes and hostile peers);
 //! - [`scenarios`]: the fault scenarios and their reports;
+//! - [`cli`]: the runners' seed, runtime and exit status;
 //! - [`peers`]: the same faults against etcd, ZooKeeper and Redis beside
 //!   monolock.
 #![deny(unsafe_code)]
@@ -22,6 +23,7 @@ pub mod audit;
 pub mod belief;
 pub mod checker;
 pub mod checker_link;
+pub mod cli;
 pub mod clock;
 pub mod messages;
 pub mod peers;

@@ -8,10 +8,10 @@ use std::{path::PathBuf, process::ExitCode};
 use anyhow::Context as _;
 use clap::{Parser, builder::PossibleValuesParser};
 use monolock_faults::{
+    cli::{exit_status, seeded_runtime},
     peers::{Fault, Holders, Installs, System, run_system},
     process::locate_binary,
 };
-use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// The fault scenarios side by side with etcd, ZooKeeper and Redis.
 #[derive(Debug, Parser)]
@@ -44,14 +44,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(err) => {
-            eprintln!("monolock-peer-faults: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    exit_status("monolock-peer-faults", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<bool> {
@@ -76,13 +69,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
         peer: locate_binary("monolock-peer-holder", "MONOLOCK_PEER_HOLDER_BIN")?,
     };
     let installs = Installs::find();
-    let seed = args.seed.unwrap_or_else(|| rand::rng().random());
-    println!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let (seed, mut rng, runtime) = seeded_runtime(args.seed)?;
     let mut cells = Vec::new();
     for system in systems {
         println!("{}: {}", system.name(), system.settings());

@@ -33,10 +33,11 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 use monolock_faults::{
-    checker_link::CheckerLink,
+    checker_link::{CheckerLink, HolderArgs, stopped},
     clock::{mono_ns, nanos},
     messages::WorkerMsg,
 };
+use monolock_testkit::zk_lock;
 use tokio::{
     io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader},
     net::TcpStream,
@@ -60,31 +61,11 @@ struct Args {
     /// The lock service.
     #[arg(long, value_enum)]
     system: System,
-    /// Name in reports.
-    #[arg(long)]
-    name: String,
-    /// The server (or a proxy in front of it).
-    #[arg(long)]
-    server: String,
-    /// The checker (journal and fenced resource).
-    #[arg(long)]
-    checker: String,
-    /// The lock.
-    #[arg(long)]
-    lock: String,
+    #[command(flatten)]
+    holder: HolderArgs,
     /// Lease TTL (etcd, Redis) or session timeout (ZooKeeper), ms.
     #[arg(long)]
     ttl_ms: u64,
-    /// Pause between writes.
-    #[arg(long, default_value_t = 20)]
-    write_every_ms: u64,
-    /// Stop itself once with SIGSTOP between a belief check and the write
-    /// it allowed (an in-flight write under an old token).
-    #[arg(long)]
-    pause_once: bool,
-    /// Exit after this long whatever happens.
-    #[arg(long, default_value_t = 600)]
-    max_runtime_s: u64,
 }
 
 /// What the client library has said about one hold so far.
@@ -208,13 +189,8 @@ impl Hold {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let max_runtime = Duration::from_secs(args.max_runtime_s);
-    let (mut report, stop) = CheckerLink::connect(&args.checker, &args.name, max_runtime).await?;
+    let (mut report, stop) = CheckerLink::connect_holder(&args.holder).await?;
     run(&args, &mut report, stop).await
-}
-
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 async fn run(
@@ -222,6 +198,7 @@ async fn run(
     report: &mut CheckerLink,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    let lock = &args.holder.lock;
     let ttl = Duration::from_millis(args.ttl_ms);
     let mut paused_once = false;
     let mut seq = 0u64;
@@ -235,7 +212,7 @@ async fn run(
             Err(err) => {
                 report
                     .send(&WorkerMsg::AcquireFailed {
-                        lock: args.lock.clone(),
+                        lock: lock.clone(),
                         error: format!("{err:#}"),
                     })
                     .await?;
@@ -252,7 +229,7 @@ async fn run(
         let from_ns = mono_ns();
         report
             .send(&WorkerMsg::Held {
-                lock: args.lock.clone(),
+                lock: lock.clone(),
                 token: hold.token,
                 from_ns,
             })
@@ -276,14 +253,7 @@ async fn run(
         let token = hold.token;
         hold.release().await;
         report
-            .send(&WorkerMsg::Lost {
-                lock: args.lock.clone(),
-                token,
-                until_ns: detected_ns.min(deadline_ns),
-                detected_ns,
-                deadline_ns,
-                reason,
-            })
+            .lost(lock, token, detected_ns, deadline_ns, reason)
             .await?;
     }
     Ok(())
@@ -303,7 +273,8 @@ async fn work(
     paused_once: &mut bool,
     seq: &mut u64,
 ) -> anyhow::Result<Ended> {
-    let write_every = Duration::from_millis(args.write_every_ms);
+    let lock = &args.holder.lock;
+    let write_every = Duration::from_millis(args.holder.write_every_ms);
     let mut writes = 0u32;
     loop {
         if *stop.borrow() {
@@ -315,31 +286,17 @@ async fn work(
         // The belief check passed: the write below is allowed by it.
         *seq += 1;
         writes += 1;
-        if args.pause_once && !*paused_once && writes >= 3 {
+        if args.holder.pause_once && !*paused_once && writes >= 3 {
             *paused_once = true;
-            report
-                .send(&WorkerMsg::Pausing {
-                    lock: args.lock.clone(),
-                    token: hold.token,
-                })
-                .await?;
-            stop_self();
-            let held_after_resume = hold.belief.holds();
-            let write_accepted = report.write(&args.lock, hold.token, *seq).await?;
-            report
-                .send(&WorkerMsg::Resumed {
-                    lock: args.lock.clone(),
-                    token: hold.token,
-                    held_after_resume,
-                    write_accepted,
-                })
+            let write_accepted = report
+                .pause_before_write(lock, hold.token, *seq, || hold.belief.holds())
                 .await?;
             if !write_accepted {
                 return Ok(Ended::Fenced);
             }
             continue;
         }
-        if !report.write(&args.lock, hold.token, *seq).await? {
+        if !report.write(lock, hold.token, *seq).await? {
             return Ok(Ended::Fenced);
         }
         tokio::select! {
@@ -350,10 +307,13 @@ async fn work(
 }
 
 async fn acquire(args: &Args, ttl: Duration) -> anyhow::Result<Hold> {
+    let HolderArgs {
+        server, lock, name, ..
+    } = &args.holder;
     match args.system {
-        System::Etcd => etcd_acquire(&args.server, &args.lock, ttl).await,
-        System::Zookeeper => zk_acquire(&args.server, &args.lock, ttl).await,
-        System::Redis => redis_acquire(&args.server, &args.lock, &args.name, ttl).await,
+        System::Etcd => etcd_acquire(server, lock, ttl).await,
+        System::Zookeeper => zk_acquire(server, lock, ttl).await,
+        System::Redis => redis_acquire(server, lock, name, ttl).await,
     }
 }
 
@@ -452,14 +412,6 @@ async fn etcd_keep_alive(
 
 const ZK_ROOT: &str = "/fault-locks";
 
-async fn zk_ensure(client: &zk::Client, path: &str) -> anyhow::Result<()> {
-    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-    match client.create(path, b"", &persistent).await {
-        Ok(_) | Err(zk::Error::NodeExists) => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("create {path}")),
-    }
-}
-
 async fn zk_acquire(server: &str, lock: &str, session: Duration) -> anyhow::Result<Hold> {
     let client = zk::Client::connector()
         .with_session_timeout(session)
@@ -478,47 +430,12 @@ async fn zk_acquire(server: &str, lock: &str, session: Duration) -> anyhow::Resu
             }
         }
     });
-    let flat: String = lock
-        .chars()
-        .map(|c| if c == '/' { '_' } else { c })
-        .collect();
-    let dir = format!("{ZK_ROOT}/{flat}");
+    let dir = zk_lock::lock_dir(ZK_ROOT, lock);
     let acquired = async {
-        zk_ensure(&client, ZK_ROOT).await?;
-        zk_ensure(&client, &dir).await?;
-        let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let prefix = format!("{dir}/lock-");
-        let (stat, sequence) = client
-            .create(&prefix, b"", &ephemeral)
-            .await
-            .with_context(|| format!("create {prefix}"))?;
-        let ours = format!("lock-{sequence}");
-        loop {
-            let mut children = client
-                .list_children(&dir)
-                .await
-                .with_context(|| format!("list {dir}"))?;
-            children.retain(|c| c.starts_with("lock-"));
-            // One width for every sequence number: text order is numeric.
-            children.sort_unstable();
-            let Some(at) = children.iter().position(|c| *c == ours) else {
-                bail!("our lock node {dir}/{ours} is gone (session expired?)");
-            };
-            if at == 0 {
-                return Ok((
-                    u64::try_from(stat.czxid).unwrap_or_default(),
-                    format!("{dir}/{ours}"),
-                ));
-            }
-            let before = format!("{dir}/{}", children[at - 1]);
-            match client.get_and_watch_data(&before).await {
-                Ok((_, _, watcher)) => {
-                    watcher.changed().await;
-                }
-                Err(zk::Error::NoNode) => {}
-                Err(e) => return Err(e).with_context(|| format!("watch {before}")),
-            }
-        }
+        zk_lock::ensure(&client, ZK_ROOT).await?;
+        zk_lock::ensure(&client, &dir).await?;
+        let node = zk_lock::acquire(&client, &dir).await?;
+        anyhow::Ok((u64::try_from(node.czxid).unwrap_or_default(), node.path))
     }
     .await;
     match acquired {
@@ -680,14 +597,5 @@ async fn redis_watchdog(
             // deadline.
             Err(_) => return,
         }
-    }
-}
-
-/// SIGSTOP to this very process; returns once SIGCONT arrives.
-#[allow(unsafe_code)]
-fn stop_self() {
-    // SAFETY: raise(3) takes a plain integer and touches no memory of ours.
-    unsafe {
-        libc::raise(libc::SIGSTOP);
     }
 }

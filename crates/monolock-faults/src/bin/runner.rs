@@ -8,10 +8,11 @@ use std::{collections::BTreeMap, path::PathBuf, process::ExitCode, time::Duratio
 use anyhow::Context as _;
 use clap::{Parser, builder::PossibleValuesParser};
 use monolock_faults::{
+    cli::{exit_status, seeded_runtime},
     process::locate_binary,
     scenarios::{ALL, Env, Scenario, Totals, ci_rounds},
 };
-use rand::{Rng, SeedableRng, rngs::StdRng};
+use rand::Rng;
 
 /// Fault injection against monolock: crashes, pauses, partitions,
 /// restarts, failover, hostile clients, descriptor exhaustion.
@@ -41,14 +42,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(err) => {
-            eprintln!("monolock-faults: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    exit_status("monolock-faults", run(Args::parse()))
 }
 
 fn run(args: Args) -> anyhow::Result<bool> {
@@ -73,13 +67,7 @@ fn run(args: Args) -> anyhow::Result<bool> {
         worker_bin,
         server_bin,
     };
-    let seed = args.seed.unwrap_or_else(|| rand::rng().random());
-    println!("seed {seed}");
-    let mut rng = StdRng::seed_from_u64(seed);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let (seed, mut rng, runtime) = seeded_runtime(args.seed)?;
     let mut totals: BTreeMap<Scenario, Totals> = BTreeMap::new();
     let started = std::time::Instant::now();
     let mut plan: Vec<Scenario> = selected.clone();

@@ -19,7 +19,7 @@ use std::{
 use clap::Parser;
 use monolock_client::{Client, ErrorCode, LockGuard};
 use monolock_faults::{
-    checker_link::CheckerLink,
+    checker_link::{CheckerLink, HolderArgs, stopped},
     clock::{instant_to_mono_ns, mono_ns},
     messages::WorkerMsg,
 };
@@ -31,41 +31,20 @@ use tokio::{
 /// A lock holder for fault scenarios.
 #[derive(Debug, Parser)]
 struct Args {
-    /// Name in reports.
-    #[arg(long)]
-    name: String,
-    /// The lock server (or a proxy in front of it).
-    #[arg(long)]
-    server: String,
-    /// The checker (journal and fenced resource).
-    #[arg(long)]
-    checker: String,
-    /// The lock.
-    #[arg(long)]
-    lock: String,
+    #[command(flatten)]
+    holder: HolderArgs,
     /// The lease in milliseconds.
     #[arg(long)]
     lease_ms: u64,
     /// Release after holding this long (0: hold until lost).
     #[arg(long, default_value_t = 0)]
     hold_ms: u64,
-    /// Pause between writes.
-    #[arg(long, default_value_t = 20)]
-    write_every_ms: u64,
-    /// Stop itself once with SIGSTOP between an `is_held()` check and the
-    /// write it allowed (an in-flight write under an old token).
-    #[arg(long)]
-    pause_once: bool,
-    /// Exit after this long whatever happens.
-    #[arg(long, default_value_t = 600)]
-    max_runtime_s: u64,
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let max_runtime = Duration::from_secs(args.max_runtime_s);
-    let (mut report, stop) = CheckerLink::connect(&args.checker, &args.name, max_runtime).await?;
+    let (mut report, stop) = CheckerLink::connect_holder(&args.holder).await?;
     run(&args, &mut report, stop).await
 }
 
@@ -86,30 +65,28 @@ fn with_causes(err: &dyn std::error::Error) -> String {
     text
 }
 
-async fn stopped(stop: &mut watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 async fn run(
     args: &Args,
     report: &mut CheckerLink,
     mut stop: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
-    let client = Client::new(args.server.clone()).with_connect_timeout(Duration::from_secs(2));
+    let lock = &args.holder.lock;
+    let client =
+        Client::new(args.holder.server.clone()).with_connect_timeout(Duration::from_secs(2));
     let lease = Duration::from_millis(args.lease_ms);
     let mut paused_once = false;
     let mut seq = 0u64;
     while !*stop.borrow() {
         let acquired = tokio::select! {
             () = stopped(&mut stop) => break,
-            acquired = client.acquire(&args.lock, lease) => acquired,
+            acquired = client.acquire(lock, lease) => acquired,
         };
         let guard = match acquired {
             Ok(guard) => guard,
             Err(err) => {
                 report
                     .send(&WorkerMsg::AcquireFailed {
-                        lock: args.lock.clone(),
+                        lock: lock.clone(),
                         error: with_causes(&err),
                     })
                     .await?;
@@ -130,7 +107,7 @@ async fn run(
         let token = guard.token();
         report
             .send(&WorkerMsg::Held {
-                lock: args.lock.clone(),
+                lock: lock.clone(),
                 token,
                 from_ns,
             })
@@ -144,14 +121,7 @@ async fn run(
         let deadline_ns = instant_to_mono_ns(guard.deadline());
         drop(guard);
         report
-            .send(&WorkerMsg::Lost {
-                lock: args.lock.clone(),
-                token,
-                until_ns: detected_ns.min(deadline_ns),
-                detected_ns,
-                deadline_ns,
-                reason,
-            })
+            .lost(lock, token, detected_ns, deadline_ns, reason)
             .await?;
     }
     Ok(())
@@ -195,7 +165,8 @@ async fn hold(
     let stamp = watch_loss(guard);
     let release_at =
         (args.hold_ms > 0).then(|| Instant::now() + Duration::from_millis(args.hold_ms));
-    let write_every = Duration::from_millis(args.write_every_ms);
+    let lock = &args.holder.lock;
+    let write_every = Duration::from_millis(args.holder.write_every_ms);
     let token = guard.token();
     loop {
         if *stop.borrow() {
@@ -209,28 +180,14 @@ async fn hold(
         }
         // `is_held()` was true: the write below is allowed by it.
         *seq += 1;
-        if args.pause_once && !*paused_once {
+        if args.holder.pause_once && !*paused_once {
             *paused_once = true;
             report
-                .send(&WorkerMsg::Pausing {
-                    lock: args.lock.clone(),
-                    token,
-                })
-                .await?;
-            stop_self();
-            let held_after_resume = guard.is_held();
-            let write_accepted = report.write(&args.lock, token, *seq).await?;
-            report
-                .send(&WorkerMsg::Resumed {
-                    lock: args.lock.clone(),
-                    token,
-                    held_after_resume,
-                    write_accepted,
-                })
+                .pause_before_write(lock, token, *seq, || guard.is_held())
                 .await?;
             continue;
         }
-        if !report.write(&args.lock, token, *seq).await? {
+        if !report.write(lock, token, *seq).await? {
             // The resource saw a newer token: someone else holds the lock.
             return Ok(Ended::Lost(mono_ns(), "fenced by the resource".into()));
         }
@@ -242,14 +199,5 @@ async fn hold(
             _ = guard.lost() => {}
             () = stopped(stop) => {}
         }
-    }
-}
-
-/// SIGSTOP to this very process; returns once SIGCONT arrives.
-#[allow(unsafe_code)]
-fn stop_self() {
-    // SAFETY: raise(3) takes a plain integer and touches no memory of ours.
-    unsafe {
-        libc::raise(libc::SIGSTOP);
     }
 }

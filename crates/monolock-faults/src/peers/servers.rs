@@ -3,25 +3,20 @@
 //! ZooKeeper, each on loopback with its documented defaults except where
 //! [`super::System::settings`] says otherwise.
 
-use std::{
-    net::{SocketAddr, TcpListener},
-    path::{Path, PathBuf},
-    process::Stdio,
-    time::Duration,
-};
+use std::{net::SocketAddr, path::PathBuf, process::Stdio, time::Duration};
 
+pub use monolock_testkit::peers::ZOOKEEPER_JAR;
+use monolock_testkit::peers::{
+    PEER_READY_TIMEOUT, ask, etcd_answers, etcd_command, find_on_path, free_port, scratch_dir,
+    zookeeper_answers, zookeeper_command,
+};
 use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpStream,
     process::{Child, Command},
-    time::{Instant, sleep, timeout},
+    time::{Instant, sleep},
 };
 
 use super::System;
 use crate::process::{ServerProcess, ServerSpec};
-
-/// The ZooKeeper server jar of Debian's `zookeeper` package.
-pub const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// Where each server's binary is (`None`: not installed here).
 #[derive(Clone, Debug, Default)]
@@ -43,9 +38,9 @@ impl Installs {
         let jar = PathBuf::from(ZOOKEEPER_JAR);
         Self {
             monolock: crate::process::locate_binary("monolock", "MONOLOCK_BIN").ok(),
-            redis: on_path("redis-server"),
-            etcd: on_path("etcd"),
-            zookeeper: on_path("java")
+            redis: find_on_path("redis-server"),
+            etcd: find_on_path("etcd"),
+            zookeeper: find_on_path("java")
                 .filter(|_| jar.is_file())
                 .map(|java| (java, jar)),
         }
@@ -68,14 +63,6 @@ impl Installs {
             ),
         })
     }
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
 }
 
 /// A running server, killed (and its data directory removed) when dropped.
@@ -108,10 +95,6 @@ impl Drop for Running {
     }
 }
 
-/// How long a JVM or an etcd member electing itself may take on a loaded
-/// machine.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
-
 impl PeerServer {
     /// Starts `system`'s server and waits until it answers.
     ///
@@ -123,7 +106,7 @@ impl PeerServer {
         }
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let data = scratch_dir(system.name(), port)?;
+        let data = scratch_dir("monolock-peer-faults", system.name(), port)?;
         let mut command = match system {
             System::Monolock => {
                 let binary = installs.monolock.clone().unwrap_or_default();
@@ -153,40 +136,28 @@ impl PeerServer {
                 c
             }
             System::Etcd => {
-                let peer_url = format!("http://127.0.0.1:{}", free_port()?);
-                let client_url = format!("http://{addr}");
-                let mut c = Command::new(installs.etcd.clone().unwrap_or_default());
-                c.args(["--name", "faults"])
-                    .arg("--data-dir")
-                    .arg(data.join("etcd"))
-                    .args(["--listen-client-urls", &client_url])
-                    .args(["--advertise-client-urls", &client_url])
-                    .args(["--listen-peer-urls", &peer_url])
-                    .args(["--initial-advertise-peer-urls", &peer_url])
-                    .args(["--initial-cluster", &format!("faults={peer_url}")])
-                    .args(["--log-level", "warn"]);
-                c
+                let etcd = installs.etcd.clone().unwrap_or_default();
+                let peer_port = free_port()?;
+                Command::from(etcd_command(
+                    &etcd,
+                    "faults",
+                    &data.join("etcd"),
+                    addr,
+                    peer_port,
+                ))
             }
             System::Zookeeper => {
                 let (java, jar) = installs.zookeeper.clone().unwrap_or_default();
                 // Debian's zoo.cfg defaults (tickTime 2000 ms: sessions of
                 // 4-40 s), on loopback, the admin HTTP server off.
-                let cfg = data.join("zoo.cfg");
-                std::fs::write(
-                    &cfg,
-                    format!(
-                        "tickTime=2000\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={port}\n\
-                         clientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
-                         4lw.commands.whitelist=ruok\n",
-                        data.join("data").display()
-                    ),
-                )?;
-                let mut c = Command::new(java);
-                c.args(["-Xms128m", "-Xmx512m", "-cp"])
-                    .arg(jar)
-                    .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-                    .arg(&cfg);
-                c
+                Command::from(zookeeper_command(
+                    &java,
+                    &jar,
+                    &data,
+                    port,
+                    "tickTime=2000\ninitLimit=10\nsyncLimit=5\n",
+                    &["-Xms128m", "-Xmx512m"],
+                )?)
             }
         };
         command
@@ -208,28 +179,20 @@ impl PeerServer {
     }
 
     async fn wait_ready(&self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + READY_TIMEOUT;
+        let deadline = Instant::now() + PEER_READY_TIMEOUT;
         loop {
             let ready = match self.system {
                 System::Monolock => true,
                 System::Redis => ask(self.addr, b"PING\r\n", b"+PONG", false).await,
-                System::Etcd => {
-                    ask(
-                        self.addr,
-                        b"GET /health HTTP/1.0\r\n\r\n",
-                        b"\"health\":\"true\"",
-                        true,
-                    )
-                    .await
-                }
-                System::Zookeeper => ask(self.addr, b"ruok", b"imok", true).await,
+                System::Etcd => etcd_answers(self.addr).await,
+                System::Zookeeper => zookeeper_answers(self.addr).await,
             };
             if ready {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 anyhow::bail!(
-                    "{} did not answer on {} within {READY_TIMEOUT:?}",
+                    "{} did not answer on {} within {PEER_READY_TIMEOUT:?}",
                     self.system.name(),
                     self.addr
                 );
@@ -238,49 +201,6 @@ impl PeerServer {
             sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-/// Sends `request` on a fresh connection: whether the answer (to EOF, or
-/// the first read) contains `expect`.
-async fn ask(addr: SocketAddr, request: &[u8], expect: &[u8], to_eof: bool) -> bool {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.write_all(request).await?;
-        let mut answer = Vec::new();
-        if to_eof {
-            stream.read_to_end(&mut answer).await?;
-        } else {
-            let mut buf = [0u8; 64];
-            let n = stream.read(&mut buf).await?;
-            answer.extend_from_slice(&buf[..n]);
-        }
-        std::io::Result::Ok(answer)
-    };
-    match timeout(Duration::from_secs(1), exchange).await {
-        Ok(Ok(answer)) => answer.windows(expect.len()).any(|w| w == expect),
-        _ => false,
-    }
-}
-
-fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// A fresh data directory on tmpfs (`/dev/shm`) where there is one.
-fn scratch_dir(system: &str, port: u16) -> std::io::Result<PathBuf> {
-    let shm = Path::new("/dev/shm");
-    let base = if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    };
-    let dir = base.join(format!(
-        "monolock-peer-faults-{system}-{}-{port}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 /// Has the kernel SIGKILL the child if this process dies first.
