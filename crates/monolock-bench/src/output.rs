@@ -48,7 +48,11 @@ pub(crate) fn summary_markdown(
     let _ = writeln!(
         md,
         "### Protocol v2 against v1 and Redis\n\n{}",
-        report::v2_table(summary, &plan.throughput_clients)
+        report::v2_table(
+            summary,
+            &plan.throughput_clients,
+            crate::tls_claims::MANY_CLIENTS,
+        )
     );
     if let Some(floor) = summary.get("floor.server_cpu_us_per_rtt") {
         let _ = writeln!(

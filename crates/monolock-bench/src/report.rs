@@ -426,7 +426,8 @@ fn row_specs(s: &Summary, ctx: &TargetContext<'_>, throughput_clients: &[usize])
 /// counterpart (markdown): medians with [min–max] over rounds. v2 / v1 is
 /// the median [min–max] of each round's own ratio where both ran in every
 /// round (see `paired_ratios` in `run.rs`), else the ratio of the medians.
-pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
+/// `mtls_clients`: how many clients the mTLS rows with several clients ran.
+pub fn v2_table(s: &Summary, throughput_clients: &[usize], mtls_clients: usize) -> String {
     let mut t = String::from(
         "| figure | v1 | v2 | Redis | v2 / v1 | v2 / Redis |\n|---|---|---|---|---|---|\n",
     );
@@ -475,7 +476,7 @@ pub fn v2_table(s: &Summary, throughput_clients: &[usize]) -> String {
             None,
         ));
     }
-    let many = format!("mtls_c{}", crate::tls_claims::MANY_CLIENTS);
+    let many = format!("mtls_c{mtls_clients}");
     for mode in ["plain", "tls", "mtls", many.as_str()] {
         let who = match mode.strip_prefix("mtls_c") {
             Some(n) => format!("{n} clients claiming in sequence each, mtls"),
@@ -707,7 +708,7 @@ mod tests {
             ("contention.w0.monolock_base.acq_per_s", 90.0),
             ("contention.w0.over_base.acq_per_s", 1.05),
         ]);
-        let v2 = v2_table(&s, &[]);
+        let v2 = v2_table(&s, &[], crate::tls_claims::MANY_CLIENTS);
         assert!(
             v2.contains("| contention, one lock, no work: acq_per_s | 100 | 130 | — | 1.20 | — |"),
             "{v2}"
