@@ -119,8 +119,8 @@ struct Args {
     /// vector into this directory (clients/conformance/vectors).
     #[arg(long, value_name = "DIR", requires = "mistake")]
     export_vector: Option<std::path::PathBuf>,
-    /// The lease of an exported vector, in milliseconds (a multiple of 20
-    /// x the model's lease).
+    /// The lease of an exported vector, in milliseconds (100 ms to 1 h, a
+    /// multiple of 20 and of the model's lease).
     #[arg(long, default_value_t = 2000)]
     vector_lease_ms: u32,
     /// Check the protocol as shipped only (no mistakes, no margins).

@@ -42,10 +42,16 @@ const MS: u64 = 1_000_000;
 pub fn export(params: &Params, lease_ms: u32) -> Result<(String, String), String> {
     let mistake = Mistake::of(params.variant)
         .ok_or_else(|| format!("{:?} is not a client's mistake", params.variant))?;
-    if params.lease == 0 || !lease_ms.is_multiple_of(params.lease) || !lease_ms.is_multiple_of(20) {
+    // Leases are 100 ms to 1 h (docs/protocol.md); a vector outside them
+    // would pin behaviour no client may show.
+    if !(100..=3_600_000).contains(&lease_ms)
+        || params.lease == 0
+        || !lease_ms.is_multiple_of(params.lease)
+        || !lease_ms.is_multiple_of(20)
+    {
         return Err(format!(
-            "the vector's lease ({lease_ms} ms) must be a multiple of 20 and of the model's \
-             ({} ticks)",
+            "the vector's lease ({lease_ms} ms) must be 100 ms to 1 h, and a multiple of 20 \
+             and of the model's ({} ticks)",
             params.lease
         ));
     }

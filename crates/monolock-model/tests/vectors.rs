@@ -61,3 +61,15 @@ fn a_server_mistake_is_not_exported() {
     .expect_err("not a client's mistake");
     assert!(err.contains("not a client's mistake"), "{err}");
 }
+
+#[test]
+fn a_vector_lease_outside_the_protocols_bounds_is_refused() {
+    let params = Params {
+        variant: Variant::GrantedConfirmsPing,
+        ..Params::sessions()
+    };
+    for lease_ms in [0, 40, 3_600_020] {
+        let err = export_vector(&params, lease_ms).expect_err("refused");
+        assert!(err.contains("must be 100 ms to 1 h"), "{lease_ms}: {err}");
+    }
+}
