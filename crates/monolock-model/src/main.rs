@@ -105,6 +105,14 @@ struct Args {
     /// io-timeout, in ticks [default: 1].
     #[arg(long)]
     io_timeout: Option<u32>,
+    /// v2: observers of lock A (0 or 1), each a session with one watch
+    /// [default: 0; the observer runs use 1].
+    #[arg(long)]
+    observers: Option<u8>,
+    /// v2: STATE pushes the server keeps queued for an observer before it
+    /// coalesces [default: 1].
+    #[arg(long)]
+    outbox: Option<u8>,
     /// Abandon fraction, in thousandths of the lease [default: 800].
     #[arg(long)]
     fraction: Option<u32>,
@@ -157,6 +165,8 @@ impl Args {
             closes: self.closes.unwrap_or(preset.closes),
             read_stalls: self.read_stalls.unwrap_or(preset.read_stalls),
             io_timeout: self.io_timeout.unwrap_or(preset.io_timeout),
+            observers: self.observers.unwrap_or(preset.observers),
+            outbox: self.outbox.unwrap_or(preset.outbox),
             fraction: self.fraction.unwrap_or(preset.fraction),
             drift: self.drift.unwrap_or(preset.drift),
             ..preset
@@ -237,7 +247,7 @@ fn main() -> ExitCode {
             format!(
                 "; protocol 2: {} claims in use and {} ACQUIREs per session, {} lock(s), \
                  {} revoke(s), {} close(s), {} stall(s), {} reader stall(s) \
-                 (io-timeout {} ticks), {} pause(s) each",
+                 (io-timeout {} ticks), {} pause(s) each, {} observer(s) (outbox {})",
                 base.claims,
                 base.acquires,
                 base.locks,
@@ -246,7 +256,9 @@ fn main() -> ExitCode {
                 base.stalls,
                 base.read_stalls,
                 base.io_timeout,
-                base.pauses
+                base.pauses,
+                base.observers,
+                base.outbox
             )
         } else {
             String::new()
@@ -266,6 +278,8 @@ fn main() -> ExitCode {
         };
         let (label, bounds) = if variant.needs_reader_stall() && base.read_stalls == 0 {
             (format!("{variant:?} (a reader stalls)"), reader_stall)
+        } else if variant.needs_observer() && base.observers == 0 {
+            (format!("{variant:?} (an observer)"), base.with_observer())
         } else {
             (format!("{variant:?}"), base)
         };
@@ -293,7 +307,13 @@ fn main() -> ExitCode {
             "protocol, a reader stalls (no revoke, close or uplink stall)",
             &reader_stall,
         );
-    let shipped = shipped && stalled_shipped;
+    let observed_shipped = base.protocol != 2
+        || base.observers > 0
+        || run(
+            "protocol, an observer of A (no revoke, close or uplink stall)",
+            &base.with_observer(),
+        );
+    let shipped = shipped && stalled_shipped && observed_shipped;
     if args.only_shipped {
         return if shipped {
             ExitCode::SUCCESS
@@ -308,6 +328,14 @@ fn main() -> ExitCode {
                 &Params {
                     variant,
                     ..reader_stall
+                },
+            );
+        } else if variant.needs_observer() && base.observers == 0 {
+            run(
+                &format!("{variant:?} (an observer)"),
+                &Params {
+                    variant,
+                    ..base.with_observer()
                 },
             );
         } else {

@@ -35,6 +35,11 @@ pub enum Variant {
     /// held locks on at once, not at its last frame plus its lease (both
     /// protocol versions).
     HandOnAtIoTimeout,
+    /// Version 2, with an observer: a watch whose changes were dropped (its
+    /// outbox was full) is pushed, once its queue is taken, the state as of
+    /// when it was marked, while the changes queued since go out first:
+    /// an older holder after a newer one.
+    CoalescedPushGoesBack,
 }
 
 impl Variant {
@@ -47,18 +52,25 @@ impl Variant {
     ];
 
     /// The known mistakes of the version 2 model.
-    pub const SESSIONS: [Self; 5] = [
+    pub const SESSIONS: [Self; 6] = [
         Self::ReleasedBeforeHandOn,
         Self::ClaimOutlivesSession,
         Self::GrantedConfirmsPing,
         Self::GrantedAfterRelease,
         Self::HandOnAtIoTimeout,
+        Self::CoalescedPushGoesBack,
     ];
 
     /// Whether the mistake shows only when a client's reader may stall (see
     /// [`Params::with_reader_stall`]).
     pub fn needs_reader_stall(self) -> bool {
         self == Self::HandOnAtIoTimeout
+    }
+
+    /// Whether the mistake shows only with an observer (see
+    /// [`Params::with_observer`]).
+    pub fn needs_observer(self) -> bool {
+        self == Self::CoalescedPushGoesBack
     }
 
     /// The known mistakes of the model of protocol version `protocol`.
@@ -120,6 +132,15 @@ pub struct Params {
     /// Ticks a frame for a client whose reader stalled may wait unread
     /// before the server may end its session (io-timeout).
     pub io_timeout: u32,
+    /// Version 2: observers of lock `A` (0 or 1), a session of their own
+    /// with one watch, reading (and its connection taking the server's
+    /// pushes) at any pace, however slow.
+    pub observers: u8,
+    /// Version 2: STATE pushes the server keeps queued for a session and
+    /// not yet taken by its connection (the protocol's 256, scaled down);
+    /// a change past it marks the watch, which is later told the state
+    /// then, coalesced.
+    pub outbox: u8,
 }
 
 impl Params {
@@ -148,6 +169,8 @@ impl Params {
             closes: 1,
             read_stalls: 0,
             io_timeout: 1,
+            observers: 0,
+            outbox: 1,
         }
     }
 
@@ -178,6 +201,20 @@ impl Params {
     pub const fn with_reader_stall(self) -> Self {
         Self {
             read_stalls: 1,
+            revokes: 0,
+            closes: 0,
+            stalls: 0,
+            ..self
+        }
+    }
+
+    /// These bounds with an observer of lock `A` whose outbox holds one
+    /// push, and without the administrator's acts, closes and uplink
+    /// stalls (the observer's own steps multiply the states).
+    pub const fn with_observer(self) -> Self {
+        Self {
+            observers: 1,
+            outbox: 1,
             revokes: 0,
             closes: 0,
             stalls: 0,
@@ -267,6 +304,18 @@ pub enum Step {
     /// Version 2, the mistake `ReleasedBeforeHandOn` only: the table
     /// releases a claim whose RELEASED was already written.
     HandOn,
+    /// Version 2: the observer's connection took what the server queued
+    /// for its watch (and the coalesced state, if it was marked).
+    ObserverTakes,
+    /// Version 2: the observer read its next STATE.
+    ObserverReads {
+        /// Held (GRANTED, HELD) or not (RELEASED, FREE).
+        held: bool,
+        /// Its token.
+        token: u32,
+        /// Flagged COALESCED.
+        coalesced: bool,
+    },
 }
 
 impl fmt::Display for Step {
@@ -289,6 +338,17 @@ impl fmt::Display for Step {
                 write!(f, "administrator revokes c{client}'s claim {claim}")
             }
             Self::HandOn => write!(f, "server's table releases and hands on"),
+            Self::ObserverTakes => write!(f, "the observer's connection takes its pushes"),
+            Self::ObserverReads {
+                held,
+                token,
+                coalesced,
+            } => write!(
+                f,
+                "the observer reads STATE {} token={token}{}",
+                if *held { "HELD" } else { "FREE" },
+                if *coalesced { " COALESCED" } else { "" }
+            ),
         }
     }
 }

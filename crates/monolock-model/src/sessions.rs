@@ -139,6 +139,32 @@ impl Server {
     }
 }
 
+/// A lock's state or change as a watch is told (GRANTED and HELD alike,
+/// RELEASED and FREE alike: the rule reads the token only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Push {
+    held: bool,
+    token: u32,
+    coalesced: bool,
+}
+
+/// An observer of lock `A`: its watch as the server queues for it, and
+/// the pushes its connection took, in order, until it reads them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct Observer {
+    /// Pushed by the table, not yet taken by the connection.
+    queued: Vec<Push>,
+    /// Changes were dropped: the watch is marked. The state the first
+    /// dropped change left (read only by `CoalescedPushGoesBack`).
+    marked: Option<Push>,
+    /// Taken by the connection, not yet read.
+    taken: Vec<Push>,
+    /// The token of the last STATE read.
+    last_read: u32,
+    /// The token of `A`'s last release (what FREE names).
+    last_freed: u32,
+}
+
 /// One state of the whole system, version 2.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct State {
@@ -152,6 +178,8 @@ pub(crate) struct State {
     read_stalls_left: u8,
     /// A broken rule seen on the way here.
     broken: Option<&'static str>,
+    /// The observer of lock `A`, with `Params::observers`.
+    observer: Option<Observer>,
 }
 
 impl Model for State {
@@ -186,6 +214,8 @@ impl Model for State {
             closes_left: p.closes,
             read_stalls_left: p.read_stalls,
             broken: None,
+            // Registered before any grant: its INITIAL state, FREE, read.
+            observer: (p.observers > 0).then(Observer::default),
         };
         // Every session writes its OPEN at tick 0: a session opened later
         // is the same up to a shift of time (no rule reads the absolute
@@ -284,6 +314,7 @@ impl Model for State {
             self.clients[old].hash(&mut h);
             server.sessions[old].hash(&mut h);
         }
+        self.observer.hash(&mut h);
         h.finish()
     }
 
@@ -378,6 +409,25 @@ impl Model for State {
             let key = next.server.deferred.remove(0);
             next.end_claim(p, key);
             out.push((Step::HandOn, next));
+        }
+        if let Some(observer) = &self.observer {
+            if !observer.queued.is_empty() || observer.marked.is_some() {
+                let mut next = self.clone();
+                next.observer_takes(p);
+                out.push((Step::ObserverTakes, next));
+            }
+            if let Some(&push) = observer.taken.first() {
+                let mut next = self.clone();
+                next.observer_reads();
+                out.push((
+                    Step::ObserverReads {
+                        held: push.held,
+                        token: push.token,
+                        coalesced: push.coalesced,
+                    },
+                    next,
+                ));
+            }
         }
         if self.may_tick(p) {
             let mut next = self.clone();
@@ -701,7 +751,81 @@ impl State {
         self.max_token = token;
         self.server.last_token = token;
         self.server.holders[lock] = Some((key, token));
+        self.tell_observer(p, lock, true, token);
         token
+    }
+
+    /// The table changed `lock` (a grant of `token`, or its release): the
+    /// change is pushed to the observer's watch of `A`, in the table's
+    /// order, unless its outbox is full (the watch is then marked).
+    fn tell_observer(&mut self, p: &Params, lock: usize, held: bool, token: u32) {
+        let Some(observer) = self.observer.as_mut().filter(|_| lock == 0) else {
+            return;
+        };
+        if !held {
+            observer.last_freed = token;
+        }
+        let change = Push {
+            held,
+            token,
+            coalesced: false,
+        };
+        let full = observer.queued.len() >= usize::from(p.outbox);
+        let planted = p.variant == Variant::CoalescedPushGoesBack;
+        if full || (observer.marked.is_some() && !planted) {
+            if observer.marked.is_none() {
+                observer.marked = Some(Push {
+                    coalesced: true,
+                    ..change
+                });
+            }
+        } else {
+            observer.queued.push(change);
+        }
+    }
+
+    /// The observer's connection takes its outbox: what was queued, in
+    /// order, then for a marked watch the state of `A` now, coalesced
+    /// (read in the same step, so every later push is newer).
+    fn observer_takes(&mut self, p: &Params) {
+        let now = match self.server.holders[0] {
+            Some((_, token)) => (true, token),
+            None => (false, self.observer.as_ref().map_or(0, |o| o.last_freed)),
+        };
+        let Some(observer) = self.observer.as_mut() else {
+            return;
+        };
+        if p.variant == Variant::CoalescedPushGoesBack {
+            // The queue alone while it has pushes; the mark, with the state
+            // as of the marking, once it is empty.
+            if observer.queued.is_empty() {
+                observer.taken.extend(observer.marked.take());
+            } else {
+                observer.taken.append(&mut observer.queued);
+            }
+            return;
+        }
+        observer.taken.append(&mut observer.queued);
+        if observer.marked.take().is_some() {
+            observer.taken.push(Push {
+                held: now.0,
+                token: now.1,
+                coalesced: true,
+            });
+        }
+    }
+
+    /// The observer reads its next STATE: its token must not be below the
+    /// last one of its watch.
+    fn observer_reads(&mut self) {
+        let Some(observer) = self.observer.as_mut() else {
+            return;
+        };
+        let push = observer.taken.remove(0);
+        if push.token < observer.last_read {
+            self.broken = Some("a STATE's token below the last one of its watch");
+        }
+        observer.last_read = observer.last_read.max(push.token);
     }
 
     /// Takes `key` out of the table: out of its queue if it waits; if it
@@ -719,7 +843,9 @@ impl State {
     }
 
     fn hand_on(&mut self, p: &Params, lock: usize) {
-        self.server.holders[lock] = None;
+        if let Some((_, token)) = self.server.holders[lock].take() {
+            self.tell_observer(p, lock, false, token);
+        }
         while !self.server.queues[lock].is_empty() {
             let (w, claim) = self.server.queues[lock].remove(0);
             let silent = matches!(

@@ -128,3 +128,35 @@ fn handing_on_at_io_timeout_is_caught() {
         outcome => panic!("HandOnAtIoTimeout not found: {outcome:?}"),
     }
 }
+
+/// An observer of lock `A` (a session of its own with one watch) whose
+/// outbox holds one push, read at any pace: every grant and release of
+/// `A` is pushed in the table's order, a change that finds the outbox full
+/// marks the watch, and the connection takes the state then, coalesced.
+fn observed() -> Params {
+    small().with_observer()
+}
+
+#[test]
+fn an_observer_is_never_told_an_older_holder_after_a_newer_one_at_small_bounds() {
+    let outcome = check(&observed());
+    assert!(outcome.holds(), "{outcome:?}");
+}
+
+#[test]
+fn a_coalesced_push_that_goes_back_is_caught() {
+    // The release of the first holder finds the outbox full and marks the
+    // watch; the grant to the next holder is queued and taken first, and
+    // the coalesced state as of the marking (free, the first token) is
+    // read after it.
+    match check(&Params {
+        variant: Variant::CoalescedPushGoesBack,
+        ..observed()
+    }) {
+        Outcome::Broken { what, path, .. } => {
+            assert!(!path.is_empty());
+            assert!(what.contains("below the last one of its watch"), "{what}");
+        }
+        outcome => panic!("CoalescedPushGoesBack not found: {outcome:?}"),
+    }
+}
