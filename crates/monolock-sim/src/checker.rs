@@ -27,12 +27,21 @@
 //! holds the claim's token), and claims die with
 //! their session (no grant to a connection once the server has read its
 //! end).
+//!
+//! Observers (`observers.rs`) add the rules of watches: per observation,
+//! tokens never go back and no state is told before the server made it;
+//! once the faults stop and the table is empty, every observer's last
+//! state is the table's; and an observation never ends because the server
+//! broke the protocol (the shipped client ends a session whose STATE goes
+//! back).
 
 use std::{
     collections::{BTreeMap, BTreeSet, VecDeque},
     net::SocketAddr,
     time::Duration,
 };
+
+use crate::observers::{ClaimId, Observers, Seen};
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,6 +100,13 @@ pub struct Tally {
     pub excused_overlaps: u64,
     /// Server processes started.
     pub server_processes: u32,
+    /// States observers read.
+    pub states_read: u64,
+    /// Of which flagged coalesced.
+    pub coalesced_read: u64,
+    /// Observers' last states compared with the lock table once the run
+    /// was quiet.
+    pub final_views: u64,
 }
 
 pub(crate) struct Checker {
@@ -116,6 +132,16 @@ pub(crate) struct Checker {
     counting: BTreeMap<usize, (String, u64, Duration)>,
     violation: Option<Violation>,
     tally: Tally,
+    /// Token -> the lock it was granted for.
+    lock_of: BTreeMap<u64, String>,
+    /// The last token the current server process granted for each lock.
+    last_granted: BTreeMap<String, u64>,
+    /// The observer rules.
+    observers: Observers,
+    /// Observer hosts still running.
+    observing: BTreeSet<usize>,
+    /// Since when every client has finished and the table has been empty.
+    quiet_since: Option<Duration>,
 }
 
 impl Checker {
@@ -134,6 +160,11 @@ impl Checker {
             counting: BTreeMap::new(),
             violation: None,
             tally: Tally::default(),
+            lock_of: BTreeMap::new(),
+            last_granted: BTreeMap::new(),
+            observers: Observers::default(),
+            observing: BTreeSet::new(),
+            quiet_since: None,
         }
     }
 
@@ -254,6 +285,7 @@ impl Checker {
         self.held_by.clear();
         self.queues.clear();
         self.ended.clear();
+        self.last_granted.clear();
         self.tally.server_processes += 1;
     }
 
@@ -276,6 +308,8 @@ impl Checker {
         }
         self.last_token = self.last_token.max(token);
         self.issued_by.insert(token, self.incarnation);
+        self.lock_of.insert(token, lock.clone());
+        self.last_granted.insert(lock.clone(), token);
         self.held_by.insert((peer, token), (lock.clone(), lease));
         if let Some(holder) = self.holders.insert(lock.clone(), token) {
             let what = format!("{lock} granted (token {token}) while token {holder} holds it");
@@ -378,6 +412,9 @@ impl Checker {
         lock: &str,
         token: u64,
     ) {
+        if let Some(what) = self.observers.known_end(token, "released") {
+            self.fail(at, what);
+        }
         if self.holders.get(lock) == Some(&token) {
             let what = format!(
                 "c{client} claim {claim} read RELEASED while the server still holds {lock} under its token {token}"
@@ -394,6 +431,157 @@ impl Checker {
             Some(held) => self.counting.insert(client, held),
             None => self.counting.remove(&client),
         };
+    }
+
+    /// An administrator force-released `token`: its holder may keep
+    /// believing until it reads the ERROR, and its observers must be told
+    /// it was forced.
+    pub(crate) fn force_released(&mut self, at: Duration, token: u64) {
+        self.excuse(token);
+        if let Some(what) = self.observers.known_end(token, "forced") {
+            self.fail(at, what);
+        }
+    }
+
+    /// The server's table released `token` for `reason` (the wire's name
+    /// of it, as its watches must be told).
+    pub(crate) fn released_for(&mut self, at: Duration, token: u64, reason: &'static str) {
+        if let Some(what) = self.observers.table_released(token, reason) {
+            self.fail(at, what);
+        }
+    }
+
+    /// Host `client` writes `value` for `claim` (host, slot, ask), replaced
+    /// `n` times before.
+    pub(crate) fn value_written(&mut self, value: String, claim: ClaimId, n: u32) {
+        self.observers.written(value, claim, n);
+    }
+
+    /// The claim `claim` learned it holds under `token`.
+    pub(crate) fn holder_learned(&mut self, at: Duration, token: u64, claim: ClaimId) {
+        if let Some(what) = self.observers.holder_learned(token, claim) {
+            self.fail(at, what);
+        }
+    }
+
+    /// An observer host starts: the run is not over until it is done.
+    pub(crate) fn observer_started(&mut self, client: usize) {
+        self.observing.insert(client);
+    }
+
+    /// An observer host has compared its last states and stops.
+    pub(crate) fn observer_done(&mut self, client: usize) {
+        self.observing.remove(&client);
+    }
+
+    /// Observer hosts still running.
+    pub(crate) fn observing(&self) -> Vec<usize> {
+        self.observing.iter().copied().collect()
+    }
+
+    /// Observer `client` read `seen` on its watch `watch` of `lock`.
+    pub(crate) fn observed(
+        &mut self,
+        at: Duration,
+        client: usize,
+        watch: u64,
+        lock: &str,
+        seen: &Seen,
+    ) {
+        self.tally.states_read += 1;
+        if seen.coalesced {
+            self.tally.coalesced_read += 1;
+        }
+        let lock_of = &self.lock_of;
+        let holder = self.holders.get(lock).copied();
+        let broken = self.observers.read(
+            client,
+            watch,
+            lock,
+            seen,
+            |token| lock_of.get(&token).cloned(),
+            holder,
+        );
+        if let Some(what) = broken {
+            self.fail(at, what);
+        }
+    }
+
+    /// Observer `client`'s watch `watch` of `lock` ended with `error`;
+    /// `protocol`: the client ended its session because the server broke
+    /// the protocol (a STATE going back, for one).
+    pub(crate) fn observation_ended(
+        &mut self,
+        at: Duration,
+        client: usize,
+        watch: u64,
+        lock: &str,
+        protocol: bool,
+        error: &str,
+    ) {
+        self.observers.ended(client, watch);
+        if protocol {
+            let what = format!(
+                "c{client}'s watch {watch} of {lock} ended: the server broke the protocol: {error}"
+            );
+            self.fail(at, what);
+        }
+    }
+
+    /// Since when every client has finished and the lock table has held
+    /// and queued nothing (`None`: not yet).
+    pub(crate) fn quiet_since(&self) -> Option<Duration> {
+        self.quiet_since
+    }
+
+    /// Notes the first instant at which every client has finished and the
+    /// table is empty.
+    pub(crate) fn note_quiet(&mut self, now: Duration) {
+        if self.quiet_since.is_some() {
+            return;
+        }
+        let done = self.reported.iter().all(|r| *r == Duration::MAX);
+        let empty = self.holders.is_empty() && self.queues.values().all(VecDeque::is_empty);
+        if done && empty {
+            self.quiet_since = Some(now);
+        }
+    }
+
+    /// Observer `client`'s last state of `lock` once the run is quiet: it
+    /// must be the table's (free, or held by that token).
+    pub(crate) fn final_view(&mut self, at: Duration, client: usize, lock: &str, last: Option<&Seen>) {
+        self.tally.final_views += 1;
+        let Some(last) = last else {
+            let what = format!("c{client} has no state of {lock} once the run is quiet");
+            self.fail(at, what);
+            return;
+        };
+        let what = match self.holders.get(lock) {
+            Some(&token) if !last.held || last.token != token => Some(format!(
+                "c{client}'s last state of {lock} is {last}, but token {token} holds it"
+            )),
+            Some(_) => None,
+            None if last.held => Some(format!(
+                "c{client}'s last state of {lock} is {last}, but it is free"
+            )),
+            None => match self.last_granted.get(lock) {
+                Some(&token) if last.token != 0 && last.token != token => Some(format!(
+                    "c{client}'s last state of {lock} is {last}, but its last holder was token {token}"
+                )),
+                None if last.token != 0 => Some(format!(
+                    "c{client}'s last state of {lock} is {last}, but this server process never granted it"
+                )),
+                _ => None,
+            },
+        };
+        if let Some(what) = what {
+            self.fail(at, what);
+        }
+    }
+
+    /// States read by observers, by event.
+    pub(crate) fn states_read(&self) -> BTreeMap<&'static str, u64> {
+        self.observers.counts.clone()
     }
 
     /// The holder of `token` may keep believing for a documented reason.

@@ -48,6 +48,7 @@ mod conn;
 mod host_v2;
 mod lab;
 mod nemesis;
+mod observers;
 mod server;
 mod stalled;
 mod stream;

@@ -94,8 +94,9 @@ impl Observer for SimObserver {
                 }
                 lab.checker
                     .released(session.lock.as_str(), session.remote_addr, *token);
+                lab.checker.released_for(at, *token, told_as(reason.as_str()));
             }
-            Event::ForceRelease { token, .. } => self.lab.lock().checker.excuse(*token),
+            Event::ForceRelease { token, .. } => self.lab.lock().checker.force_released(at, *token),
             Event::WaiterJoined(session) => {
                 let mut lab = self.lab.lock();
                 lab.push_trace(
@@ -123,6 +124,17 @@ impl Observer for SimObserver {
             }
             _ => {}
         }
+    }
+}
+
+/// How watches are told of a release for the server's `reason`
+/// (docs/protocol.md, "The state": `reason`).
+fn told_as(reason: &str) -> &'static str {
+    match reason {
+        "graceful" => "released",
+        "expired" => "expired",
+        "force" => "forced",
+        _ => "ended_by_server",
     }
 }
 
