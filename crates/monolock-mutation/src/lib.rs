@@ -50,11 +50,10 @@ pub enum Mutation {
     /// A version 2 client believes a claim until RELEASED arrives, not
     /// only until its RELEASE is written.
     V2BeliefUntilReleased = 256,
-    /// The server's coalesced STATE for a slow observer carries the state
-    /// as of when its watch was marked (the change that found the outbox
-    /// full), not the state when the push is taken, while later changes
-    /// are still queued before it: the watch is told of an older holder
-    /// after a newer one.
+    /// The server's coalesced STATE (a slow observer's changes were
+    /// dropped) carries the lock's state as of when the watch was marked,
+    /// not the state now, and is written after changes pushed since: the
+    /// observer is told an older holder after a newer one.
     CoalescedPushGoesBack = 512,
 }
 

@@ -54,4 +54,5 @@ pub(crate) mod slot;
 pub(crate) mod table;
 pub(crate) mod token;
 pub(crate) mod token_floor;
+pub(crate) mod watch;
 pub(crate) mod wire;

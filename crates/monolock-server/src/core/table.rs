@@ -31,8 +31,9 @@ use crate::{
     core::clock::WallClock,
     core::events::{ClaimRef, Event, Observer, ReleaseReason},
     core::leases::LeaseWheel,
-    core::slot::{EndNotice, Epoch, SessionSlot},
+    core::slot::{EndNotice, Epoch, SessionLink, SessionSlot},
     core::token::TokenIssuer,
+    core::watch::{EndedBy, LockState, StateEvent, StatePush, Watch, unix_ms},
 };
 
 /// What an ACQUIRE led to.
@@ -63,8 +64,20 @@ struct LockEntry {
     waiters: BTreeMap<u64, Arc<SessionSlot>>,
 }
 
+/// The watches of one lock name, held or free.
+struct Watched {
+    /// In registration order, keyed by each watch's `seq`.
+    watches: BTreeMap<u64, Arc<Watch>>,
+    /// The token of the last release pushed to them (0: none yet), and
+    /// when (ms since the Unix epoch): what a FREE state names.
+    last_token: u64,
+    freed_ms: u64,
+}
+
 struct TableState {
     locks: HashMap<LockName, LockEntry>,
+    /// Watches by lock name; a name without watches has no entry.
+    watched: HashMap<LockName, Watched>,
     tokens: TokenIssuer,
     waiters: usize,
     /// The next waiter's `queue_seq` (increasing, so FIFO).
@@ -107,6 +120,8 @@ pub struct HolderSnapshot {
     pub token: u64,
     /// Its session and claim, for a version 2 claim.
     pub claim: Option<ClaimRef>,
+    /// The value it announced (empty: none).
+    pub value: Arc<str>,
 }
 
 /// A waiter as the admin API shows it.
@@ -122,6 +137,8 @@ pub struct WaiterSnapshot {
     pub lease: Lease,
     /// Its session and claim, for a version 2 claim.
     pub claim: Option<ClaimRef>,
+    /// The value its grant will show (empty: none).
+    pub value: Arc<str>,
 }
 
 /// One lock with its holder and its queue in FIFO order.
@@ -217,6 +234,7 @@ impl LockTable {
         Self {
             state: Mutex::new(TableState {
                 locks: HashMap::new(),
+                watched: HashMap::new(),
                 tokens,
                 waiters: 0,
                 next_seq: 0,
@@ -284,6 +302,7 @@ impl LockTable {
         }
         let holder = self.grant(&mut state.tokens, slot, Instant::now(), false);
         let token = holder.token;
+        tell_watches(&state.watched, &slot.info.lock, || granted_state(&holder));
         state.locks.insert(
             slot.info.lock.clone(),
             LockEntry {
@@ -305,11 +324,13 @@ impl LockTable {
     ) -> Holder {
         let token = tokens.issue(&*self.clock);
         slot.set_token(token);
+        let value = slot.value();
         self.observer.observe(&Event::Granted {
             session: &slot.info,
             token,
             wait: now.saturating_duration_since(slot.queued_at),
             queued,
+            value: value.as_deref().unwrap_or(""),
         });
         Holder {
             slot: Arc::clone(slot),
@@ -437,6 +458,7 @@ impl LockTable {
         if Arc::ptr_eq(&entry.holder.slot, slot) {
             let now = Instant::now();
             self.released(&entry.holder, now, reason);
+            released_to_watches(&mut state.watched, &entry.holder, reason);
             return self.promote(state, slot.info.lock.clone(), now);
         }
         let seq = slot.queue_seq.load(Ordering::Relaxed);
@@ -486,6 +508,7 @@ impl LockTable {
                 continue;
             }
             entry.holder = self.grant(&mut state.tokens, &next, now, true);
+            tell_watches(&state.watched, &name, || granted_state(&entry.holder));
             next.wake();
             return true;
         }
@@ -522,6 +545,7 @@ impl LockTable {
         }
         let now = Instant::now();
         self.released(&entry.holder, now, ReleaseReason::Force);
+        released_to_watches(&mut state.watched, &entry.holder, ReleaseReason::Force);
         self.observer.observe(&Event::ForceRelease {
             session: &entry.holder.slot.info,
             token: entry.holder.token,
@@ -619,6 +643,134 @@ impl LockTable {
             .map(|entry| lock_snapshot(&entry.holder.slot.info.lock, entry))
     }
 
+    /// Replaces the value of `slot`'s claim (PROCLAIM): a waiting claim's
+    /// grant will carry it; a holder's watches are told VALUE, in the
+    /// table's order with its other changes. False when the claim is no
+    /// longer in the table (released, expired, revoked).
+    pub(crate) fn proclaim(&self, slot: &Arc<SessionSlot>, value: Option<Arc<str>>) -> bool {
+        let mut state = self.lock_state();
+        let state = &mut *state;
+        let Some(entry) = state.locks.get(&slot.info.lock) else {
+            return false;
+        };
+        if Arc::ptr_eq(&entry.holder.slot, slot) {
+            slot.set_value(value);
+            let value = slot.value();
+            self.observer.observe(&Event::ValueReplaced {
+                session: &slot.info,
+                token: entry.holder.token,
+                value: value.as_deref().unwrap_or(""),
+            });
+            tell_watches(&state.watched, &slot.info.lock, || LockState {
+                event: StateEvent::Value,
+                ..granted_state(&entry.holder)
+            });
+            return true;
+        }
+        let seq = slot.queue_seq.load(Ordering::Relaxed);
+        let waiting = entry
+            .waiters
+            .get(&seq)
+            .is_some_and(|waiter| Arc::ptr_eq(waiter, slot));
+        if waiting {
+            slot.set_value(value);
+        }
+        waiting
+    }
+
+    /// Registers `watch` on its lock, last among the lock's watches, and
+    /// returns the lock's state now: its first push (INITIAL). Every change
+    /// after this one is pushed to it.
+    pub(crate) fn observe(&self, watch: &Arc<Watch>) -> LockState {
+        let mut state = self.lock_state();
+        let state = &mut *state;
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        watch.seq.store(seq, Ordering::Relaxed);
+        let watched = state
+            .watched
+            .entry(watch.name.clone())
+            .or_insert_with(|| Watched {
+                watches: BTreeMap::new(),
+                last_token: 0,
+                freed_ms: 0,
+            });
+        watched.watches.insert(seq, Arc::clone(watch));
+        state_of(state.locks.get(&watch.name), Some(watched))
+    }
+
+    /// Unregisters `watches`: nothing more is pushed to them once this
+    /// returns. A watch not registered is skipped.
+    pub(crate) fn unobserve<'w>(&self, watches: impl IntoIterator<Item = &'w Arc<Watch>>) {
+        let mut state = self.lock_state();
+        for watch in watches {
+            let Some(watched) = state.watched.get_mut(&watch.name) else {
+                continue;
+            };
+            let seq = watch.seq.load(Ordering::Relaxed);
+            if watched
+                .watches
+                .get(&seq)
+                .is_some_and(|filed| Arc::ptr_eq(filed, watch))
+            {
+                watched.watches.remove(&seq);
+                watch.retire();
+                if watched.watches.is_empty() {
+                    state.watched.remove(&watch.name);
+                }
+            }
+        }
+    }
+
+    /// The state of `name` now (LOOKUP): FREE or HELD.
+    pub(crate) fn lookup(&self, name: &LockName) -> LockState {
+        let state = self.lock_state();
+        state_of(state.locks.get(name), state.watched.get(name))
+    }
+
+    /// Moves what the table queued for `link`'s watches into `into`, in
+    /// order, then, for each watch marked since the last look, its lock's
+    /// state now, flagged coalesced. Taken under the table's lock when
+    /// there are marks, so no change can fall between the queue and the
+    /// state read: every push after these is newer.
+    pub(crate) fn take_pushes(&self, link: &SessionLink, into: &mut Vec<StatePush>) {
+        {
+            let mut outbox = link.outbox.lock();
+            if outbox.marked.is_empty() {
+                into.append(&mut outbox.states);
+                return;
+            }
+            if crate::core::watch::planted_coalesced_push_goes_back() {
+                take_pushes_planted(&mut outbox, into);
+                if !outbox.marked.is_empty() {
+                    link.lease.notify.notify_one();
+                }
+                return;
+            }
+        }
+        let state = self.lock_state();
+        let mut outbox = link.outbox.lock();
+        into.append(&mut outbox.states);
+        for mark in outbox.take_marks() {
+            if !mark.watch.is_live() {
+                continue;
+            }
+            let name = &mark.watch.name;
+            into.push(StatePush {
+                watch: mark.watch.id,
+                state: state_of(state.locks.get(name), state.watched.get(name)),
+                coalesced: true,
+            });
+        }
+    }
+
+    /// Watches registered now (for tests).
+    #[cfg(test)]
+    pub(crate) fn watches(&self) -> usize {
+        let state = self.lock_state();
+        state.watched.values().map(|w| w.watches.len()).sum()
+    }
+
     pub(crate) fn counts(&self) -> TableCounts {
         let state = self.lock_state();
         TableCounts {
@@ -637,6 +789,7 @@ fn holder_snapshot(holder: &Holder) -> HolderSnapshot {
         lease: info.lease,
         token: holder.token,
         claim: info.claim,
+        value: holder.slot.value().unwrap_or_else(empty_value),
     }
 }
 
@@ -648,6 +801,81 @@ fn waiter_snapshot(slot: &SessionSlot) -> WaiterSnapshot {
         queued_at: info.queued_at,
         lease: info.lease,
         claim: info.claim,
+        value: slot.value().unwrap_or_else(empty_value),
+    }
+}
+
+/// The empty value of a snapshot (one allocation per process, not per
+/// holder).
+fn empty_value() -> Arc<str> {
+    static EMPTY: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(|| Arc::from("")))
+}
+
+/// The GRANTED change of `holder`.
+fn granted_state(holder: &Holder) -> LockState {
+    LockState {
+        event: StateEvent::Granted,
+        token: holder.token,
+        since_ms: unix_ms(holder.since_wall),
+        ended_by: None,
+        value: holder.slot.value(),
+    }
+}
+
+/// The state of a lock with this entry (HELD) or none (FREE, naming the
+/// last release its watches were told of, if any).
+fn state_of(entry: Option<&LockEntry>, watched: Option<&Watched>) -> LockState {
+    match entry {
+        Some(entry) => LockState {
+            event: StateEvent::Held,
+            ..granted_state(&entry.holder)
+        },
+        None => watched.map_or_else(
+            || LockState::free(0, 0),
+            |w| LockState::free(w.last_token, w.freed_ms),
+        ),
+    }
+}
+
+/// Pushes the change `change()` builds to every watch of `name`, in their
+/// order (built only when the name has watches).
+fn tell_watches(
+    watched: &HashMap<LockName, Watched>,
+    name: &LockName,
+    change: impl FnOnce() -> LockState,
+) {
+    let Some(w) = watched.get(name) else {
+        return;
+    };
+    let change = change();
+    for watch in w.watches.values() {
+        watch.push(&change);
+    }
+}
+
+/// Pushes the release of `holder` to the watches of its lock and records
+/// it as the lock's last known holder.
+fn released_to_watches(
+    watched: &mut HashMap<LockName, Watched>,
+    holder: &Holder,
+    reason: ReleaseReason,
+) {
+    let Some(w) = watched.get_mut(&holder.slot.info.lock) else {
+        return;
+    };
+    let freed_ms = unix_ms(SystemTime::now());
+    w.last_token = holder.token;
+    w.freed_ms = freed_ms;
+    let change = LockState {
+        event: StateEvent::Released,
+        token: holder.token,
+        since_ms: freed_ms,
+        ended_by: Some(EndedBy::of(reason)),
+        value: None,
+    };
+    for watch in w.watches.values() {
+        watch.push(&change);
     }
 }
 
@@ -658,6 +886,31 @@ fn lock_snapshot(name: &LockName, entry: &LockEntry) -> LockSnapshot {
         waiters: entry.waiters.values().map(|w| waiter_snapshot(w)).collect(),
     }
 }
+
+/// The simulation's planted mistake `coalesced-push-goes-back`: the queue
+/// goes first, alone, while the watch goes on being pushed changes once
+/// there is room; the marks are taken at a later look, once the queue is
+/// empty, each carrying the state as of when its watch was marked, which
+/// by then may be older than changes already pushed.
+#[cfg(feature = "mutations")]
+fn take_pushes_planted(outbox: &mut crate::core::watch::Outbox, into: &mut Vec<StatePush>) {
+    if !outbox.states.is_empty() {
+        into.append(&mut outbox.states);
+        return;
+    }
+    for mark in outbox.take_marks() {
+        if mark.watch.is_live() {
+            into.push(StatePush {
+                watch: mark.watch.id,
+                state: mark.at_mark,
+                coalesced: true,
+            });
+        }
+    }
+}
+
+#[cfg(not(feature = "mutations"))]
+fn take_pushes_planted(_: &mut crate::core::watch::Outbox, _: &mut Vec<StatePush>) {}
 
 /// Whether the simulation planted "promote a waiter whose lease ran out" on
 /// this thread (`monolock-mutation`); always false outside the simulation.
@@ -1093,13 +1346,9 @@ mod tests {
     /// A protocol v2 session's link, its lease running an hour from now.
     fn v2_link(table: &LockTable) -> Arc<crate::core::slot::SessionLink> {
         let lease = session(table, "(v2 session)", 9);
-        Arc::new(crate::core::slot::SessionLink {
-            id: 1,
-            lease,
-            changed: parking_lot::Mutex::new(Vec::new()),
-            idle: std::sync::atomic::AtomicBool::new(false),
-            shed: std::sync::atomic::AtomicBool::new(false),
-        })
+        let link = crate::core::slot::SessionLink::new(1, lease);
+        link.idle.store(false, Ordering::Relaxed);
+        Arc::new(link)
     }
 
     /// A claim `id` of `link`'s session on `lock`, from port `port`.

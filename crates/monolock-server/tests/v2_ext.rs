@@ -1,0 +1,451 @@
+//! The version 2 extension, values and observers, over real sockets:
+//! asking for it (HELLO / FEATURES), values on claims (ACQUIRE_VALUE,
+//! PROCLAIM), watches (OBSERVE, every change in token order, each release
+//! reason), LOOKUP, the bounds and the ACL (docs/protocol.md, "Version 2
+//! extension: values and observers").
+
+mod common;
+#[path = "common/ext.rs"]
+mod ext_client;
+
+use std::{sync::Arc, time::Duration};
+
+use common::{TestServer, eventually, within};
+use ext_client::RawExt;
+use monolock_proto::{
+    ErrorCode, LockName,
+    ext::{
+        self, ClientFrame as ExtFrame, LockState, Response, ServerFrame as ExtServer, StateEvent,
+    },
+    v2::{self, ClientFrame, Mode, ServerFrame},
+};
+use monolock_server::{Authorizer, ServerConfig};
+
+const LEASE: u32 = 30_000;
+
+fn refused(id: u32, code: ErrorCode) -> impl Fn(&Response) -> bool {
+    move |frame| {
+        matches!(frame, Response::Base(ServerFrame::Refused { claim, code: got, .. })
+            if *claim == id && *got == code)
+    }
+}
+
+#[track_caller]
+fn assert_refused(frame: &Response, id: u32, code: ErrorCode) {
+    assert!(
+        refused(id, code)(frame),
+        "expected REFUSED {id} {code:?}, got {frame:?}"
+    );
+}
+
+#[track_caller]
+fn assert_change(state: &LockState, event: StateEvent, token: u64, value: &str) {
+    assert_eq!(
+        (state.event, state.token, state.value.as_str(), state.flags),
+        (event, token, value, 0),
+        "{state:?}"
+    );
+}
+
+/// OPEN and HELLO in one write: OPENED, then FEATURES granting bit 0 and
+/// the session's watch bound, byte for byte as docs/protocol.md shows.
+#[tokio::test]
+async fn hello_is_answered_with_features() {
+    let server =
+        TestServer::start_with(ServerConfig::default().with_max_watches_per_session(7)).await;
+    let mut client = RawExt::connect(server.addr).await;
+    client
+        .send_raw(&[
+            0x01, 0x02, 0x00, 0x00, 0x07, 0xd0, 0x24, 0x00, 0x00, 0x00, 0x01,
+        ])
+        .await;
+    let mut replies = [0u8; 13 + 9];
+    within("OPENED and FEATURES", async {
+        use tokio::io::AsyncReadExt;
+        client.stream.read_exact(&mut replies).await.expect("read");
+    })
+    .await;
+    assert_eq!(replies[0], v2::msg::OPENED);
+    assert_eq!(replies[13..], [0x39, 0, 0, 0, 1, 0, 0, 0, 7]);
+    // Bits it does not know are not granted; the session is an ordinary
+    // one in every other respect.
+    let mut other = RawExt::connect(server.addr).await;
+    let mut bytes = ClientFrame::Open {
+        lease: monolock_proto::Lease::from_millis(LEASE).expect("lease"),
+    }
+    .to_bytes();
+    ExtFrame::Hello {
+        features: 0xffff_fffe,
+    }
+    .encode(&mut bytes);
+    other.send_raw(&bytes).await;
+    other.recv().await;
+    assert_eq!(
+        other.recv().await,
+        Response::Ext(ExtServer::Features {
+            features: 0,
+            max_watches: 7
+        })
+    );
+    // Not granted: the extension's frames are unknown, as on an older
+    // server.
+    other
+        .send(&ExtFrame::Lookup {
+            name: LockName::new("l").expect("name"),
+        })
+        .await;
+    assert_eq!(
+        other.expect_error().await.0,
+        ErrorCode::UNKNOWN_MESSAGE_TYPE
+    );
+    server.stop().await;
+}
+
+/// HELLO after any other frame, or a second HELLO, is ERROR 0x19.
+#[tokio::test]
+async fn hello_anywhere_but_first_is_out_of_state() {
+    let server = TestServer::start().await;
+    let mut late = RawExt::connect(server.addr).await;
+    late.send_base(&ClientFrame::Open {
+        lease: monolock_proto::Lease::from_millis(LEASE).expect("lease"),
+    })
+    .await;
+    late.recv().await;
+    assert_eq!(late.ping().await, Response::Base(ServerFrame::Pong));
+    late.send(&ExtFrame::Hello { features: 1 }).await;
+    assert_eq!(late.expect_error().await.0, ErrorCode::OUT_OF_STATE);
+
+    let (mut twice, _) = RawExt::open(server.addr, LEASE).await;
+    twice.send(&ExtFrame::Hello { features: 1 }).await;
+    assert_eq!(twice.expect_error().await.0, ErrorCode::OUT_OF_STATE);
+    server.stop().await;
+}
+
+/// Without HELLO, every frame of the extension is answered exactly as a
+/// server without the extension answers it: ERROR 0x13 with the same
+/// reason, byte for byte, and the close.
+#[tokio::test]
+async fn extension_frames_without_hello_are_unknown_types_byte_for_byte() {
+    let server = TestServer::start().await;
+    let name = LockName::new("deploy").expect("name");
+    let frames = [
+        ExtFrame::AcquireValue {
+            claim: 1,
+            mode: Mode::Wait,
+            name: name.clone(),
+            value: "10.0.0.7:9000".to_owned(),
+        },
+        ExtFrame::Proclaim {
+            claim: 1,
+            value: "x".to_owned(),
+        },
+        ExtFrame::Observe {
+            watch: 7,
+            name: name.clone(),
+        },
+        ExtFrame::Unobserve { watch: 7 },
+        ExtFrame::Lookup { name },
+    ];
+    for frame in frames {
+        let bytes = frame.to_bytes();
+        // What a server before the extension answers: its decoder's error.
+        let Err(before) = v2::decode_request(&bytes) else {
+            panic!("the base decoder knows {frame}");
+        };
+        let expected = ServerFrame::Error {
+            code: before.code,
+            reason: before.reason,
+        }
+        .to_bytes();
+        let mut client = RawExt::connect(server.addr).await;
+        client
+            .send_base(&ClientFrame::Open {
+                lease: monolock_proto::Lease::from_millis(LEASE).expect("lease"),
+            })
+            .await;
+        client.recv().await;
+        client.send_raw(&bytes).await;
+        let mut got = Vec::new();
+        within("the ERROR and the close", async {
+            use tokio::io::AsyncReadExt;
+            client.stream.read_to_end(&mut got).await.expect("read");
+        })
+        .await;
+        assert_eq!(got, expected, "{frame}");
+        assert_eq!(got[1], ErrorCode::UNKNOWN_MESSAGE_TYPE.0);
+    }
+    server.stop().await;
+}
+
+/// A value rides with its claim: LOOKUP and the admin snapshot show it,
+/// PROCLAIM replaces it for a holder and for a waiter (whose grant then
+/// carries it), and it is gone with the claim.
+#[tokio::test]
+async fn values_are_shown_replaced_and_cleared() {
+    let server = TestServer::start().await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    let (mut b, _) = RawExt::open(server.addr, LEASE).await;
+    let token = a.hold(1, "deploy", "10.0.0.7:9000").await;
+    let held = server.lock("deploy").expect("held");
+    assert_eq!(&*held.holder.value, "10.0.0.7:9000");
+    match b.lookup("deploy").await {
+        Response::Ext(ExtServer::LockState(state)) => {
+            assert_eq!(
+                (state.event, state.token, state.value.as_str(), state.flags),
+                (StateEvent::Held, token, "10.0.0.7:9000", 0)
+            );
+            assert!(state.since_ms > 0);
+        }
+        other => panic!("expected LOCK_STATE, got {other:?}"),
+    }
+    a.send(&ExtFrame::Proclaim {
+        claim: 1,
+        value: "10.0.0.7:9001".to_owned(),
+    })
+    .await;
+    assert_eq!(
+        a.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 1 })
+    );
+    assert_eq!(
+        &*server.lock("deploy").expect("held").holder.value,
+        "10.0.0.7:9001"
+    );
+    // A waiter's value: replaced while it waits, carried by its grant.
+    assert_eq!(
+        b.acquire_value(4, Mode::Wait, "deploy", "first").await,
+        Response::Base(ServerFrame::Waiting { claim: 4 })
+    );
+    assert_eq!(
+        &*server.lock("deploy").expect("held").waiters[0].value,
+        "first"
+    );
+    b.send(&ExtFrame::Proclaim {
+        claim: 4,
+        value: "10.0.0.8:9000".to_owned(),
+    })
+    .await;
+    assert_eq!(
+        b.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 4 })
+    );
+    assert_eq!(
+        a.release(1).await,
+        Response::Base(ServerFrame::Released { claim: 1 })
+    );
+    assert!(matches!(
+        b.recv().await,
+        Response::Base(ServerFrame::Granted { claim: 4, .. })
+    ));
+    assert_eq!(
+        &*server.lock("deploy").expect("held").holder.value,
+        "10.0.0.8:9000"
+    );
+    // An empty PROCLAIM clears it; a plain ACQUIRE has none.
+    b.send(&ExtFrame::Proclaim {
+        claim: 4,
+        value: String::new(),
+    })
+    .await;
+    assert_eq!(
+        b.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 4 })
+    );
+    assert_eq!(&*server.lock("deploy").expect("held").holder.value, "");
+    assert_eq!(
+        b.release(4).await,
+        Response::Base(ServerFrame::Released { claim: 4 })
+    );
+    match b.lookup("deploy").await {
+        Response::Ext(ExtServer::LockState(state)) => {
+            assert_eq!((state.event, state.value.as_str()), (StateEvent::Free, ""));
+        }
+        other => panic!("expected LOCK_STATE, got {other:?}"),
+    }
+    server.stop().await;
+}
+
+/// The documented validation order and codes of ACQUIRE_VALUE and
+/// PROCLAIM; the session lives on after each.
+#[tokio::test]
+async fn bad_values_are_refused_in_order() {
+    let server = TestServer::start().await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    let long = "v".repeat(ext::MAX_VALUE_LEN + 1);
+    let acquire_raw = |claim: u32, mode: u8, name: &[u8], value: &[u8]| {
+        let mut bytes = vec![ext::msg::ACQUIRE_VALUE];
+        bytes.extend_from_slice(&claim.to_be_bytes());
+        bytes.push(mode);
+        bytes.push(u8::try_from(name.len()).expect("short name"));
+        bytes.extend_from_slice(name);
+        bytes.extend_from_slice(&u16::try_from(value.len()).expect("value").to_be_bytes());
+        bytes.extend_from_slice(value);
+        bytes
+    };
+    for (bytes, code) in [
+        (
+            acquire_raw(1, 9, b"", long.as_bytes()),
+            ErrorCode::UNKNOWN_MODE,
+        ),
+        (
+            acquire_raw(1, 0, b"", long.as_bytes()),
+            ErrorCode::CLAIM_EMPTY_NAME,
+        ),
+        (
+            acquire_raw(1, 0, b"\xff", b"\xff"),
+            ErrorCode::CLAIM_NAME_NOT_UTF8,
+        ),
+        (
+            acquire_raw(1, 0, b"l", long.as_bytes()),
+            ErrorCode::VALUE_TOO_LONG,
+        ),
+        (acquire_raw(1, 0, b"l", b"\xff"), ErrorCode::VALUE_NOT_UTF8),
+    ] {
+        a.send_raw(&bytes).await;
+        assert_refused(&a.recv().await, 1, code);
+    }
+    // The full 1,024 bytes are a value.
+    let full = "v".repeat(ext::MAX_VALUE_LEN);
+    a.hold(1, "l", &full).await;
+    assert_eq!(server.lock("l").expect("held").holder.value.len(), 1024);
+    // Then as an ACQUIRE: the claim id in use.
+    assert_refused(
+        &a.acquire_value(1, Mode::Wait, "m", "x").await,
+        1,
+        ErrorCode::CLAIM_IN_USE,
+    );
+    // PROCLAIM: the value first, then the claim id.
+    let mut proclaim = vec![ext::msg::PROCLAIM, 0, 0, 0, 9];
+    proclaim.extend_from_slice(&[0, 1, 0xff]);
+    a.send_raw(&proclaim).await;
+    assert_refused(&a.recv().await, 9, ErrorCode::VALUE_NOT_UTF8);
+    a.send(&ExtFrame::Proclaim {
+        claim: 9,
+        value: long.clone(),
+    })
+    .await;
+    assert_refused(&a.recv().await, 9, ErrorCode::VALUE_TOO_LONG);
+    a.send(&ExtFrame::Proclaim {
+        claim: 9,
+        value: "x".to_owned(),
+    })
+    .await;
+    assert_refused(&a.recv().await, 9, ErrorCode::UNKNOWN_CLAIM);
+    assert_eq!(a.ping().await, Response::Base(ServerFrame::Pong));
+    server.stop().await;
+}
+
+/// A watch: OBSERVING and the INITIAL state, then every grant, value
+/// replacement and release in the table's order; a hand-on is RELEASED
+/// (the old token) then GRANTED (the new one); FREE names the last token
+/// known; tokens never go back.
+#[tokio::test]
+async fn a_watch_sees_every_change_in_token_order() {
+    let server = TestServer::start().await;
+    let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
+    let initial = observer.observe(7, "deploy").await;
+    assert_eq!(
+        (
+            initial.event,
+            initial.token,
+            initial.flags,
+            initial.value.as_str()
+        ),
+        (StateEvent::Free, 0, ext::FLAG_INITIAL, "")
+    );
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    let (mut c, _) = RawExt::open(server.addr, LEASE).await;
+    let first = a.hold(1, "deploy", "10.0.0.7:9000").await;
+    let granted = observer.state(7).await;
+    assert_change(&granted, StateEvent::Granted, first, "10.0.0.7:9000");
+    assert!(granted.since_ms > 0);
+    a.send(&ExtFrame::Proclaim {
+        claim: 1,
+        value: "10.0.0.7:9001".to_owned(),
+    })
+    .await;
+    assert_eq!(
+        a.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 1 })
+    );
+    assert_change(
+        &observer.state(7).await,
+        StateEvent::Value,
+        first,
+        "10.0.0.7:9001",
+    );
+    assert_eq!(
+        c.acquire_value(1, Mode::Wait, "deploy", "10.0.0.8:9000")
+            .await,
+        Response::Base(ServerFrame::Waiting { claim: 1 })
+    );
+    assert_eq!(
+        a.release(1).await,
+        Response::Base(ServerFrame::Released { claim: 1 })
+    );
+    let Response::Base(ServerFrame::Granted { token: second, .. }) = c.recv().await else {
+        panic!("c not granted");
+    };
+    assert!(second > first);
+    let released = observer.state(7).await;
+    assert_change(&released, StateEvent::Released, first, "");
+    assert_eq!(released.reason, Some(ext::ReleaseReason::Released));
+    assert_change(
+        &observer.state(7).await,
+        StateEvent::Granted,
+        second,
+        "10.0.0.8:9000",
+    );
+    // A second watch now starts from HELD; a plain ACQUIRE's value is
+    // empty.
+    let now = observer.observe(8, "deploy").await;
+    assert_eq!(
+        (now.event, now.token, now.value.as_str()),
+        (StateEvent::Held, second, "10.0.0.8:9000")
+    );
+    assert_eq!(
+        c.release(1).await,
+        Response::Base(ServerFrame::Released { claim: 1 })
+    );
+    for watch in [7, 8] {
+        let released = observer.state(watch).await;
+        assert_change(&released, StateEvent::Released, second, "");
+    }
+    let (v1, _) = server.acquire("deploy", LEASE).await;
+    let third = match observer.state(7).await {
+        state if state.event == StateEvent::Granted => state.token,
+        other => panic!("expected GRANTED, got {other:?}"),
+    };
+    assert!(third > second);
+    assert_change(&observer.state(8).await, StateEvent::Granted, third, "");
+    drop(v1);
+    for watch in [7, 8] {
+        let released = observer.state(watch).await;
+        assert_change(&released, StateEvent::Released, third, "");
+        assert_eq!(released.reason, Some(ext::ReleaseReason::Released));
+    }
+    // A new watch of the free lock names the last holder it knows.
+    let free = observer.observe(9, "deploy").await;
+    assert_eq!((free.event, free.token), (StateEvent::Free, third));
+    observer.send(&ExtFrame::Unobserve { watch: 7 }).await;
+    // The RELEASED of watch 8 may come before UNOBSERVED; none after.
+    let mut frames = Vec::new();
+    loop {
+        let frame = observer.recv().await;
+        let done = frame == Response::Ext(ExtServer::Unobserved { watch: 7 });
+        frames.push(frame);
+        if done {
+            break;
+        }
+    }
+    assert!(frames.len() <= 2, "{frames:?}");
+    assert_refused(
+        &{
+            observer.send(&ExtFrame::Unobserve { watch: 7 }).await;
+            observer.recv().await
+        },
+        7,
+        ErrorCode::UNKNOWN_CLAIM,
+    );
+    server.stop().await;
+}
