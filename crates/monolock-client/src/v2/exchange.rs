@@ -153,10 +153,10 @@ pub(crate) enum Event {
         /// The server's detail.
         reason: String,
     },
-    /// FEATURES: the extension is granted (`granted`) or not.
+    /// FEATURES: the extension is granted (bit 0 of `features`) or not.
     Features {
-        /// Whether values and observers were granted.
-        granted: bool,
+        /// The feature bits granted.
+        features: u32,
         /// The most watches the session may have at once.
         max_watches: u32,
     },
@@ -298,13 +298,9 @@ impl Exchange {
     }
 
     /// Claim ids in use or asked for.
+    #[cfg(test)]
     pub(crate) fn claims(&self) -> usize {
         self.claims.len()
-    }
-
-    /// Watch ids in use or asked for.
-    pub(crate) fn watches(&self) -> usize {
-        self.watches.len()
     }
 
     /// Whether nothing keeps the session in use: no claim, no watch, no
@@ -374,6 +370,7 @@ impl Exchange {
     }
 
     /// Watch ids in use, asked for or on their way out, ascending.
+    #[cfg(any(test, feature = "mutations"))]
     pub(crate) fn watch_ids(&self) -> Vec<u32> {
         let mut ids: Vec<u32> = self.watches.keys().copied().collect();
         ids.sort_unstable();
@@ -439,14 +436,13 @@ impl Exchange {
                     max_watches,
                 },
             ) => {
-                let granted = features & FEATURE_VALUES_AND_OBSERVERS != 0;
-                self.extension = if granted {
+                self.extension = if features & FEATURE_VALUES_AND_OBSERVERS != 0 {
                     Extension::Granted
                 } else {
                     Extension::Refused
                 };
                 Some(Event::Features {
-                    granted,
+                    features,
                     max_watches,
                 })
             }

@@ -923,11 +923,8 @@ impl<S: Transport> Driver<S> {
                 reason,
             }),
             Event::Ended { code, reason } => return Err(LossReason::Server { code, reason }),
-            Event::Features {
-                granted,
-                max_watches,
-            } => {
-                let status = if granted {
+            Event::Features { max_watches, .. } => {
+                let status = if exchange.extended() {
                     ExtensionStatus::Granted
                 } else {
                     ExtensionStatus::Absent
