@@ -628,6 +628,64 @@ impl<C: Connector> Client<C> {
         Err(too_many_claims())
     }
 
+    /// Campaigns for leadership of `name` in the background, in the shape
+    /// of client-go's `leaderelection`: waits in the lock's FIFO queue with
+    /// `value` (this candidate's address, say), holds the lock while it
+    /// leads, campaigns again after a loss, and observes the lock to name
+    /// every new leader. See [`Election`](crate::Election) and
+    /// [`ElectionEvent`](crate::ElectionEvent).
+    ///
+    /// ```no_run
+    /// # async fn serve_as_leader(_token: u64) {}
+    /// # async fn demo() -> Result<(), monolock_client::Error> {
+    /// use std::time::Duration;
+    /// use monolock_client::{Client, ElectionEvent};
+    ///
+    /// let client = Client::new("127.0.0.1:7070");
+    /// let mut election = client.elect("service/leader", Duration::from_secs(2), "10.0.0.7:9000")?;
+    /// while let Some(event) = election.next().await {
+    ///     match event? {
+    ///         ElectionEvent::StartedLeading(term) => {
+    ///             tokio::select! {
+    ///                 () = serve_as_leader(term.token()) => {}
+    ///                 () = term.ended() => {} // lost: StoppedLeading follows
+    ///             }
+    ///         }
+    ///         ElectionEvent::StoppedLeading => println!("no longer leading"),
+    ///         ElectionEvent::NewLeader(leader) => println!("forward writes to {}", leader.value),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::InvalidLease`],
+    /// [`Error::InvalidValue`] and [`Error::InvalidAddress`] at once;
+    /// later failures come through the election's stream.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the election runs on a task of its own).
+    pub fn elect(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl Into<String>,
+    ) -> Result<crate::Election, Error> {
+        let name = LockName::new(name.as_ref())?;
+        let lease = self.lease(lease);
+        check_lease(lease)?;
+        let value = value.into();
+        checked_value(&value)?;
+        self.check_addrs()?;
+        Ok(crate::election::start(
+            self.clone(),
+            name.as_str().to_owned(),
+            lease,
+            value,
+        ))
+    }
+
     /// Who holds the lock `name` now, asked once (no watch is left
     /// behind): a state with event `Free` or `Held`, the holder's token
     /// and value. Advisory, as [`observe`](Self::observe)'s states.

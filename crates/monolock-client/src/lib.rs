@@ -174,6 +174,7 @@
 pub mod blocking;
 mod client;
 mod connector;
+mod election;
 mod error;
 mod exchange;
 mod guard;
@@ -196,6 +197,7 @@ pub mod vectors;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
+pub use election::{Election, ElectionEvent, Leadership};
 pub use error::{
     Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ObservationEnded, ProtocolViolation,
     Unsupported, WrongPeer,

@@ -562,31 +562,38 @@ impl<S> Drop for Driver<S> {
     /// claim is lost before the server can see the close and hand a lock
     /// on; a claim never sent is placed elsewhere.
     fn drop(&mut self) {
-        self.end_all(&LossReason::ConnectionClosed, None);
+        self.end_all(&LossReason::ConnectionClosed, None, Some(&Retry::Elsewhere));
     }
 }
 
 impl<S> Driver<S> {
-    /// The session is over: what was never written is placed elsewhere
-    /// (with `retry`, else anywhere), every claim and watch still known
-    /// ends for `reason`, and every request in flight fails with it.
-    /// Leaves everything empty, so a second call does nothing.
-    fn end_all(&mut self, reason: &LossReason, retry: Option<&Retry>) {
+    /// The session is over: every claim and watch still known ends for
+    /// `reason` (a claim still unanswered is placed again with `retry`,
+    /// if given), and every request in flight fails with it. What was
+    /// never written is placed again with `unsent`, if given, else fails
+    /// for `reason` too. Leaves everything empty, so a second call does
+    /// nothing.
+    fn end_all(&mut self, reason: &LossReason, retry: Option<&Retry>, unsent: Option<&Retry>) {
         self.rx.close();
         let unsupported = self.unsupported_error();
         while let Ok(command) = self.rx.try_recv() {
             match command {
-                Command::Acquire { shared, .. } => {
-                    shared.advance(Status::Retry(retry.cloned().unwrap_or(Retry::Elsewhere)));
+                Command::Acquire { shared, .. } => match unsent {
+                    Some(retry) => shared.advance(Status::Retry(retry.clone())),
+                    None => shared.lose(reason.clone()),
+                },
+                Command::Observe { mailbox, .. } => {
+                    mailbox.end(match (&unsupported, unsent) {
+                        (Some(unsupported), _) => WatchEnd::Unsupported(unsupported.clone()),
+                        (None, Some(_)) => WatchEnd::Retry,
+                        (None, None) => WatchEnd::Lost(reason.clone()),
+                    });
                 }
-                Command::Observe { mailbox, .. } => mailbox.end(match &unsupported {
-                    Some(unsupported) => WatchEnd::Unsupported(unsupported.clone()),
-                    None => WatchEnd::Retry,
-                }),
                 Command::Lookup { answer, .. } => {
-                    let _ = answer.send(Err(match &unsupported {
-                        Some(unsupported) => RequestFailed::Unsupported(unsupported.clone()),
-                        None => RequestFailed::Retry,
+                    let _ = answer.send(Err(match (&unsupported, unsent) {
+                        (Some(unsupported), _) => RequestFailed::Unsupported(unsupported.clone()),
+                        (None, Some(_)) => RequestFailed::Retry,
+                        (None, None) => RequestFailed::Lost(reason.clone()),
                     }));
                 }
                 Command::Proclaim { answer, .. } => {
@@ -630,6 +637,7 @@ impl<S: Transport> Driver<S> {
         let opened_at = Instant::now();
         let mut exchange = Exchange::new(self.lease.as_duration(), opened_at);
         let end = self.drive(&mut exchange, opened_at).await;
+        let closed = matches!(end, End::Closed);
         let reason = match end {
             End::Closed => LossReason::ConnectionClosed,
             End::Lost(reason) => reason,
@@ -647,7 +655,11 @@ impl<S: Transport> Driver<S> {
             }
             _ => None,
         };
-        self.end_all(&reason, retry.as_ref());
+        // Closed by the client (idle): what raced with the close goes to
+        // another session. Lost: it is lost with the session, unless the
+        // server's answer says where it goes instead.
+        let unsent = retry.clone().or(closed.then_some(Retry::Elsewhere));
+        self.end_all(&reason, retry.as_ref(), unsent.as_ref());
     }
 
     async fn drive(&mut self, exchange: &mut Exchange, opened_at: Instant) -> End {
