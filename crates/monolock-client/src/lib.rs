@@ -174,13 +174,16 @@
 pub mod blocking;
 mod client;
 mod connector;
+mod election;
 mod error;
 mod exchange;
 mod guard;
+mod observe;
 mod retry;
 mod schedule;
 mod scoped;
 mod session;
+mod state;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -194,17 +197,23 @@ pub mod vectors;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
-pub use error::{Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ProtocolViolation, WrongPeer};
+pub use election::{Election, ElectionEvent, Leadership};
+pub use error::{
+    Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ObservationEnded, ProtocolViolation,
+    Unsupported, WrongPeer,
+};
 #[cfg(feature = "mutations")]
 #[doc(hidden)]
 pub use guard::BeliefProbe;
 pub use guard::{Enqueued, LockGuard, Waiter};
 pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
+pub use observe::Observation;
 pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_FOR, RetryPolicy};
 /// The rustls this crate was built with, for [`TlsConnector::from_config`]
 /// and the certificate types of the builder.
 #[cfg(feature = "tls")]
 pub use rustls;
 pub use scoped::{LockContext, Outcome};
+pub use state::{LockState, MAX_VALUE_LEN, ReleaseReason, StateEvent};
 #[cfg(feature = "tls")]
 pub use tls::{TlsConnector, TlsConnectorBuilder, TlsError};

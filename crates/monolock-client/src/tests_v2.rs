@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use monolock_proto::{
     ClientFrame as V1Frame, ErrorCode, Phase, ServerFrame as V1Reply, decode_request as decode_v1,
+    ext,
     v2::{self, Mode, ServerFrame},
 };
 use tokio::{
@@ -39,6 +40,8 @@ struct Peer {
     stream: DuplexStream,
     buf: Vec<u8>,
     opened: bool,
+    /// The client asked for the extension with its OPEN.
+    hello: bool,
     /// How many bytes each read returned: one write of the client arrives
     /// in one read here.
     reads: Vec<usize>,
@@ -50,15 +53,20 @@ impl Peer {
             stream,
             buf: Vec::new(),
             opened: false,
+            hello: false,
             reads: Vec::new(),
         }
     }
 
     fn decode(&mut self) -> Option<Req> {
         if !self.opened {
+            // OPEN and the HELLO written with it: one request here.
             let (lease, used) = v2::decode_open(&self.buf).expect("an OPEN")?;
-            self.buf.drain(..used);
+            let hello = self.buf.get(used..used + ext::HELLO_LEN)?;
+            assert_eq!(hello, [0x24, 0, 0, 0, 1], "HELLO follows the OPEN");
+            self.buf.drain(..used + ext::HELLO_LEN);
             self.opened = true;
+            self.hello = true;
             return Some(Req::Open(lease.as_millis()));
         }
         let (request, used) = v2::decode_request(&self.buf).expect("a v2 frame")?;
@@ -115,12 +123,19 @@ impl Peer {
             .expect("client reads");
     }
 
+    /// OPENED, and FEATURES granting the extension when it was asked for.
     async fn opened(&mut self, max_claims: u32) {
         self.send(ServerFrame::Opened {
             session: 1,
             max_claims,
         })
         .await;
+        if self.hello {
+            self.stream
+                .write_all(&ext::features_frame(1, 1024))
+                .await
+                .expect("client reads");
+        }
     }
 }
 
@@ -142,17 +157,21 @@ async fn holding(
     });
     let mut peer = Peer::new(server.accept_stream().await);
     peer.expect(Req::Open(2000)).await;
-    let claim = peer.acquire(name, Mode::Wait).await;
     peer.opened(1024).await;
+    let claim = peer.acquire(name, Mode::Wait).await;
     peer.send(ServerFrame::Acquired { claim, token: 7 }).await;
     let guard = acquiring.await.unwrap().expect("granted");
     (client, server, peer, guard)
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_open_and_the_first_acquire_go_out_in_one_write_and_claims_share_it() {
+async fn the_open_and_hello_go_out_in_one_write_and_claims_share_the_session() {
     let (client, server, mut peer, first) = holding("a").await;
-    assert_eq!(peer.reads, [6 + 7 + 1], "OPEN and ACQUIRE in one write");
+    assert_eq!(
+        peer.reads,
+        [6 + 5, 7 + 1],
+        "OPEN and HELLO in one write, the ACQUIRE once FEATURES is read"
+    );
     assert_eq!(first.token(), 7);
     let second = tokio::spawn({
         let client = client.clone();
@@ -355,8 +374,8 @@ async fn too_many_claims_moves_the_claim_to_another_session() {
     .await;
     let mut other = Peer::new(server.accept_stream().await);
     other.expect(Req::Open(2000)).await;
-    let claim = other.acquire("b", Mode::Wait).await;
     other.opened(1024).await;
+    let claim = other.acquire("b", Mode::Wait).await;
     other.send(ServerFrame::Acquired { claim, token: 8 }).await;
     assert_eq!(second.await.unwrap().expect("granted").token(), 8);
     assert_eq!(server.connects(), 2);
@@ -433,7 +452,7 @@ async fn a_release_and_the_next_acquire_go_out_in_one_write() {
     peer.expect(Req::Release(0)).await;
     let claim = peer.acquire("a", Mode::Wait).await;
     assert_eq!(
-        peer.reads[1..],
+        peer.reads[2..],
         [5 + 7 + 1],
         "RELEASE and ACQUIRE in one write"
     );
