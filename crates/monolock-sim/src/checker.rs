@@ -519,10 +519,11 @@ impl Checker {
         protocol: bool,
         error: &str,
     ) {
-        self.observers.ended(client, watch);
+        let last = self.observers.ended(client, watch);
         if protocol {
             let what = format!(
-                "c{client}'s watch {watch} of {lock} ended: the server broke the protocol: {error}"
+                "c{client}'s watch {watch} of {lock} ended: the server broke the protocol \
+                 (the last token read was {last}): {error}"
             );
             self.fail(at, what);
         }
@@ -549,7 +550,13 @@ impl Checker {
 
     /// Observer `client`'s last state of `lock` once the run is quiet: it
     /// must be the table's (free, or held by that token).
-    pub(crate) fn final_view(&mut self, at: Duration, client: usize, lock: &str, last: Option<&Seen>) {
+    pub(crate) fn final_view(
+        &mut self,
+        at: Duration,
+        client: usize,
+        lock: &str,
+        last: Option<&Seen>,
+    ) {
         self.tally.final_views += 1;
         let Some(last) = last else {
             let what = format!("c{client} has no state of {lock} once the run is quiet");

@@ -48,6 +48,7 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
         .with_connector(SimConnector {
             gate,
             lab: lab.clone(),
+            window: None,
         })
         .with_connect_timeout(Duration::from_millis(500))
         // These hosts are the version 1 clients; v2 hosts are `host_v2.rs`.

@@ -12,6 +12,8 @@
 
 use std::{cell::RefCell, rc::Rc, time::Duration};
 
+use crate::observers::{ClaimId, value_of};
+use crate::observing::{self, Views};
 use monolock_client::{BeliefProbe, Client, ErrorCode, LockGuard, LossReason};
 use rand::{Rng, SeedableRng, rngs::SmallRng};
 
@@ -34,6 +36,9 @@ pub(crate) struct Plan {
     pub(crate) max_hold: Duration,
     /// Let a claim name a lock another claim of the host uses.
     pub(crate) same_lock_claims: bool,
+    /// Observe every lock, and give every claim a value (replaced now and
+    /// then while held).
+    pub(crate) observers: bool,
 }
 
 /// Per claim slot: the lock it uses (asked, queued or held) and, while it
@@ -60,6 +65,7 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
         .with_connector(SimConnector {
             gate,
             lab: lab.clone(),
+            window: None,
         })
         .with_connect_timeout(Duration::from_millis(500))
         .with_default_lease(lease);
@@ -75,6 +81,23 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
         "c{} v2 host: {claims} claims, lease {lease:?}",
         plan.id
     ));
+    let views = Views::default();
+    let mut watching = tokio::task::JoinSet::new();
+    if plan.observers {
+        lab.lock().checker.observer_started(plan.id);
+        let stride = plan.locks.len() as u64;
+        for (l, lock) in plan.locks.iter().enumerate() {
+            watching.spawn_local(observing::observe_lock(
+                plan.id,
+                lock.clone(),
+                l as u64,
+                stride,
+                client.clone(),
+                lab.clone(),
+                views.clone(),
+            ));
+        }
+    }
     let mut tasks = tokio::task::JoinSet::new();
     for slot in 0..claims {
         let seed = rng.random();
@@ -95,6 +118,11 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
     while tasks.join_next().await.is_some() {}
     probe.abort();
     lab.lock().checker.client_done(plan.id);
+    if plan.observers {
+        observing::final_views(plan.id, &plan.locks, &views, &lab).await;
+        watching.abort_all();
+        while watching.join_next().await.is_some() {}
+    }
     lab.trace(format_args!("c{} done", plan.id));
     Ok(())
 }
@@ -113,6 +141,7 @@ async fn claim_loop(
     let id = plan.id;
     // Spread the first asks out.
     tokio::time::sleep(Duration::from_millis(rng.random_range(0..50))).await;
+    let mut ask = 0u64;
     loop {
         let healed = now() >= plan.heal_at;
         let lock = {
@@ -144,8 +173,19 @@ async fn claim_loop(
             "c{id} claim {slot} asks for {lock}{}",
             if try_only { " (try)" } else { "" }
         ));
+        ask += 1;
+        let claim: ClaimId = (id, slot as u32, ask);
+        // With observers, every claim carries a value naming it; without,
+        // none (the plain ACQUIRE of the runs before values).
+        let value = if plan.observers {
+            let value = value_of(id, slot as u32, ask, 0);
+            lab.lock().checker.value_written(value.clone(), claim, 0);
+            value
+        } else {
+            String::new()
+        };
         let result = if try_only {
-            match client.try_acquire(&lock, lease).await {
+            match client.try_acquire_with_value(&lock, lease, &value).await {
                 Ok(Some(guard)) => Some(Ok(guard)),
                 Ok(None) => {
                     lab.trace(format_args!("c{id} claim {slot}: {lock} busy"));
@@ -155,7 +195,7 @@ async fn claim_loop(
                 Err(err) => Some(Err(err)),
             }
         } else {
-            let acquire = client.acquire(&lock, lease);
+            let acquire = client.acquire_with_value(&lock, lease, &value);
             match patience {
                 Some(patience) => match tokio::time::timeout(patience, acquire).await {
                     Ok(result) => Some(result),
@@ -176,7 +216,12 @@ async fn claim_loop(
                     "c{id} claim {slot} holds {lock} token {}",
                     guard.token()
                 ));
-                hold(&plan, slot, &slots, &lab, guard, lease, &mut rng).await;
+                if plan.observers {
+                    lab.lock()
+                        .checker
+                        .holder_learned(now(), guard.token(), claim);
+                }
+                hold(&plan, (slot, claim), &slots, &lab, guard, lease, &mut rng).await;
                 done = healed;
             }
             Some(Err(err)) => {
@@ -200,7 +245,7 @@ async fn claim_loop(
 /// waiting for RELEASED, or drops it.
 async fn hold(
     plan: &Plan,
-    slot: usize,
+    (slot, claim): (usize, ClaimId),
     slots: &Slots,
     lab: &SharedLab,
     guard: LockGuard,
@@ -218,10 +263,39 @@ async fn hold(
     } else {
         Duration::from_millis(rng.random_range(0..=plan.max_hold.as_millis() as u64))
     };
-    let lost = tokio::select! {
-        () = tokio::time::sleep(hold_for) => None,
-        reason = guard.lost() => Some(reason),
+    let until = tokio::time::Instant::now() + hold_for;
+    // With observers, the value is replaced up to twice while held (a
+    // PROCLAIM halfway through what is left of the hold).
+    let proclaims = if plan.observers {
+        rng.random_range(0..=2u32)
+    } else {
+        0
     };
+    let lost = async {
+        for n in 1..=proclaims {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            tokio::select! {
+                () = tokio::time::sleep(left / 2) => {}
+                reason = guard.lost() => return Some(reason),
+            }
+            let value = value_of(id, slot as u32, claim.2, n);
+            lab.lock().checker.value_written(value.clone(), claim, n);
+            tokio::select! {
+                replaced = guard.set_value(&value) => {
+                    lab.trace(format_args!("c{id} claim {slot} replaces its value: {replaced:?}"));
+                    if replaced.is_ok() {
+                        lab.lock().count_v2("PROCLAIMED read");
+                    }
+                }
+                reason = guard.lost() => return Some(reason),
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => None,
+            reason = guard.lost() => Some(reason),
+        }
+    }
+    .await;
     if let Some(reason) = lost {
         lab.trace(format_args!(
             "c{id} claim {slot} lost {}: {reason}",

@@ -49,6 +49,7 @@ mod host_v2;
 mod lab;
 mod nemesis;
 mod observers;
+mod observing;
 mod server;
 mod stalled;
 mod stream;
@@ -111,6 +112,12 @@ pub struct Options {
     /// writes block and io-timeout ends their connections. Off: the run of
     /// the seed without them, unchanged.
     pub read_stalls: bool,
+    /// With `v2`: every version 2 host observes every lock and gives its
+    /// claims values (replaced now and then while held), and one slow
+    /// observer host whose reader stalls watches every lock many times
+    /// over, so that the server coalesces its pushes (`observing.rs`).
+    /// Off: the run of the seed without them, unchanged.
+    pub observers: bool,
 }
 
 impl Default for Options {
@@ -124,6 +131,7 @@ impl Default for Options {
             v2: false,
             same_lock_claims: true,
             read_stalls: false,
+            observers: false,
         }
     }
 }
@@ -184,6 +192,9 @@ fn replay_command(seed: u64, options: &Options) -> String {
         if !options.same_lock_claims {
             command.push_str(" --no-same-lock-claims");
         }
+        if options.observers {
+            command.push_str(" --observers");
+        }
     }
     if options.read_stalls {
         command.push_str(" --read-stalls");
@@ -235,13 +246,17 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
     // Drawn apart too, for the same reason.
     let mut stall_rng = SmallRng::seed_from_u64(seed ^ 0x5354_414c_4c45_4452);
     let stalled_hosts = if options.read_stalls { 2 } else { 0 };
+    let observers = options.v2 && options.observers;
+    // Drawn apart too.
+    let observer_seed = SmallRng::seed_from_u64(seed ^ 0x4f42_5345_5256_4552).random();
+    let slow_observers = usize::from(observers);
     // Below the shortest lease but one, so that a blocked write reaches
     // io-timeout before the holder's lease runs out.
     let io_timeout = options
         .read_stalls
         .then(|| Duration::from_millis(stall_rng.random_range(100..=600)));
 
-    let lab = SharedLab::new(clients + v2_hosts + stalled_hosts);
+    let lab = SharedLab::new(clients + v2_hosts + stalled_hosts + slow_observers);
     if options.read_stalls {
         lab.set_window(Some(SEND_WINDOW));
     }
@@ -291,6 +306,7 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             heal_at,
             max_hold,
             same_lock_claims: options.same_lock_claims,
+            observers,
         };
         sim.client(
             host.as_str(),
@@ -319,6 +335,20 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         );
         hosts.push(host);
         gates.push(gate);
+    }
+    // The slow observer is left out of the nemesis's hosts: its reader's
+    // own stalls are its fault, and the seed's other faults stay as drawn.
+    for id in (clients + v2_hosts + stalled_hosts..).take(slow_observers) {
+        let plan = observing::Plan {
+            id,
+            seed: observer_seed,
+            locks: locks.clone(),
+            heal_at,
+        };
+        sim.client(
+            format!("c{id}").as_str(),
+            observing::slow_process(plan, lab.clone(), Gate::default(), SEND_WINDOW),
+        );
     }
     let mut nemesis = Nemesis::new(
         &sim,
@@ -355,6 +385,9 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         };
         let mut lab = lab.lock();
         lab.checker.settle();
+        if observers && healed {
+            lab.checker.note_quiet(now);
+        }
         if let Some(violation) = lab.checker.violation() {
             break Some(violation.clone());
         }
@@ -365,9 +398,11 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
             break Some(Violation {
                 at: now,
                 what: format!(
-                    "liveness: {:?} after the faults stopped, clients {:?} were never granted again",
+                    "liveness: {:?} after the faults stopped, clients {:?} were never granted again \
+                     (observers not done: {:?})",
                     options.quiet_limit,
-                    lab.checker.unfinished()
+                    lab.checker.unfinished(),
+                    lab.checker.observing()
                 ),
             });
         }
@@ -380,11 +415,25 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         simulated,
         tally: lab.checker.tally(),
         faults: nemesis.counts().clone(),
-        clients: clients + v2_hosts + stalled_hosts,
+        clients: clients + v2_hosts + stalled_hosts + slow_observers,
         v2_hosts,
         stalled_hosts,
         io_timeout,
-        v2_events: lab.v2_events(),
+        v2_events: {
+            let mut events = lab.v2_events();
+            for (event, count) in lab.checker.states_read() {
+                let name = match event {
+                    "free" => "STATE FREE read",
+                    "held" => "STATE HELD read",
+                    "granted" => "STATE GRANTED read",
+                    "value" => "STATE VALUE read",
+                    "released" => "STATE RELEASED read",
+                    _ => "STATE COALESCED read",
+                };
+                *events.entry(name).or_default() += count;
+            }
+            events
+        },
         locks: locks.len(),
         trace: lab.take_trace(),
         replay: replay_command(seed, options),

@@ -8,6 +8,7 @@
 //! monolock-sim --seeds 50 --v2 --mutation v2-belief-until-released
 //! monolock-sim --seeds 50 --v2 --mutation v2-released-before-table
 //! monolock-sim --seeds 50 --read-stalls --mutation hand-on-at-io-timeout
+//! monolock-sim --seeds 50 --v2 --observers --mutation coalesced-push-goes-back
 //! ```
 //!
 //! Exits 0 when every seed passed, 1 when one failed (its seed and the
@@ -41,7 +42,8 @@ struct Args {
     /// hand-on-at-io-timeout; with --v2 also the
     /// server's v2-released-before-table, v2-promote-ending-session and
     /// the client's v2-granted-confirms-session, v2-belief-past-deadline,
-    /// v2-belief-until-released (repeatable).
+    /// v2-belief-until-released; with --v2 --observers the server's
+    /// coalesced-push-goes-back (repeatable).
     #[arg(long, value_parser = parse_mutation)]
     mutation: Vec<Mutation>,
     /// Run 2 or 3 protocol version 2 hosts (several claims per session)
@@ -52,6 +54,12 @@ struct Args {
     /// uses.
     #[arg(long)]
     no_same_lock_claims: bool,
+    /// With --v2: the v2 hosts observe every lock and give their claims
+    /// values (replaced now and then), and a slow observer whose reader
+    /// stalls watches every lock 48 times over (off by default: the
+    /// published v2 seeds and figures are runs without them).
+    #[arg(long)]
+    observers: bool,
     /// Run two hosts whose reader stalls while their writer goes on (one
     /// version 1, one version 2), with a bounded send window and a short
     /// io-timeout on the server.
@@ -115,6 +123,16 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(64);
     }
+    if args.observers && !args.v2 {
+        eprintln!("monolock-sim: --observers are version 2 hosts' watches; add --v2");
+        return ExitCode::from(64);
+    }
+    if mutations.contains(&Mutation::CoalescedPushGoesBack) && !args.observers {
+        eprintln!(
+            "monolock-sim: coalesced-push-goes-back needs a slow observer; add --v2 --observers"
+        );
+        return ExitCode::from(64);
+    }
     if mutations.contains(&Mutation::HandOnAtIoTimeout) && !args.read_stalls {
         eprintln!(
             "monolock-sim: hand-on-at-io-timeout needs a reader that stalls; add --read-stalls"
@@ -127,6 +145,7 @@ fn main() -> ExitCode {
         v2: args.v2,
         same_lock_claims: !args.no_same_lock_claims,
         read_stalls: args.read_stalls,
+        observers: args.observers,
         faults: args.faults.as_ref().map(|names| {
             names
                 .iter()

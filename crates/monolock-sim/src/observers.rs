@@ -192,7 +192,9 @@ impl Observers {
                 }
                 None => return Some(format!("{who} was told {seen}, a token no server issued")),
                 Some(granted) if granted != lock => {
-                    return Some(format!("{who} was told {seen}, a token granted for {granted}"));
+                    return Some(format!(
+                        "{who} was told {seen}, a token granted for {granted}"
+                    ));
                 }
                 Some(_) => {}
             }
@@ -206,7 +208,7 @@ impl Observers {
                     "{who} was told {seen} while the server's table still holds it"
                 ));
             }
-            if seen.held != !seen.value.is_empty() && !seen.value.is_empty() {
+            if !seen.value.is_empty() {
                 return Some(format!("{who} was told {seen}: a value on a free lock"));
             }
             if let Some(reason) = seen.reason {
@@ -253,9 +255,12 @@ impl Observers {
         None
     }
 
-    /// An observation ended (its stream, its session).
-    pub(crate) fn ended(&mut self, client: usize, watch: u64) {
-        self.observations.remove(&(client, watch));
+    /// An observation ended (its stream, its session): the highest token
+    /// it was told of.
+    pub(crate) fn ended(&mut self, client: usize, watch: u64) -> u64 {
+        self.observations
+            .remove(&(client, watch))
+            .map_or(0, |observation| observation.last_token)
     }
 }
 
@@ -282,16 +287,28 @@ mod tests {
     #[test]
     fn a_token_going_back_or_a_held_state_after_its_release_is_found() {
         let mut o = Observers::default();
-        assert_eq!(o.read(0, 1, "a", &state("granted", 11, ""), issued, Some(11)), None);
-        assert_eq!(o.read(0, 1, "a", &state("released", 11, ""), issued, None), None);
+        assert_eq!(
+            o.read(0, 1, "a", &state("granted", 11, ""), issued, Some(11)),
+            None
+        );
+        assert_eq!(
+            o.read(0, 1, "a", &state("released", 11, ""), issued, None),
+            None
+        );
         let back = o.read(0, 1, "a", &state("held", 11, ""), issued, None);
         assert!(back.is_some_and(|w| w.contains("after it was told that claim ended")));
         let mut o = Observers::default();
-        assert_eq!(o.read(0, 1, "a", &state("granted", 12, ""), issued, Some(12)), None);
+        assert_eq!(
+            o.read(0, 1, "a", &state("granted", 12, ""), issued, Some(12)),
+            None
+        );
         let back = o.read(0, 1, "a", &state("held", 11, ""), issued, None);
         assert!(back.is_some_and(|w| w.contains("a token went back")));
         // Another watch is followed on its own.
-        assert_eq!(o.read(0, 2, "a", &state("held", 11, ""), issued, None), None);
+        assert_eq!(
+            o.read(0, 2, "a", &state("held", 11, ""), issued, None),
+            None
+        );
     }
 
     #[test]
@@ -312,13 +329,26 @@ mod tests {
         o.written(v0.clone(), (3, 1, 4), 0);
         o.written(v1.clone(), (3, 1, 4), 1);
         o.written(value_of(2, 0, 1, 0), (2, 0, 1), 0);
-        assert_eq!(o.read(0, 1, "a", &state("granted", 7, &v0), issued, Some(7)), None);
-        assert_eq!(o.read(0, 1, "a", &state("value", 7, &v1), issued, Some(7)), None);
+        assert_eq!(
+            o.read(0, 1, "a", &state("granted", 7, &v0), issued, Some(7)),
+            None
+        );
+        assert_eq!(
+            o.read(0, 1, "a", &state("value", 7, &v1), issued, Some(7)),
+            None
+        );
         let back = o.read(0, 1, "a", &state("held", 7, &v0), issued, Some(7));
         assert!(back.is_some_and(|w| w.contains("a value went back")));
         let stranger = o.read(0, 2, "a", &state("held", 7, "nobody"), issued, Some(7));
         assert!(stranger.is_some_and(|w| w.contains("no host wrote")));
-        let other = o.read(0, 3, "a", &state("held", 7, &value_of(2, 0, 1, 0)), issued, None);
+        let other = o.read(
+            0,
+            3,
+            "a",
+            &state("held", 7, &value_of(2, 0, 1, 0)),
+            issued,
+            None,
+        );
         assert!(other.is_some_and(|w| w.contains("another claim")));
         assert!(o.holder_learned(7, (2, 0, 1)).is_some());
         assert_eq!(o.holder_learned(7, (3, 1, 4)), None);
@@ -329,7 +359,10 @@ mod tests {
     #[test]
     fn a_release_reason_must_match_the_table_and_what_the_checker_knows() {
         let mut o = Observers::default();
-        assert_eq!(o.read(0, 1, "a", &state("released", 7, ""), issued, None), None);
+        assert_eq!(
+            o.read(0, 1, "a", &state("released", 7, ""), issued, None),
+            None
+        );
         assert_eq!(o.table_released(7, "released"), None);
         let forced = o.known_end(7, "forced");
         assert!(forced.is_some_and(|w| w.contains("the checker says forced")));

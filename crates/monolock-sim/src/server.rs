@@ -94,7 +94,8 @@ impl Observer for SimObserver {
                 }
                 lab.checker
                     .released(session.lock.as_str(), session.remote_addr, *token);
-                lab.checker.released_for(at, *token, told_as(reason.as_str()));
+                lab.checker
+                    .released_for(at, *token, told_as(reason.as_str()));
             }
             Event::ForceRelease { token, .. } => self.lab.lock().checker.force_released(at, *token),
             Event::WaiterJoined(session) => {

@@ -111,7 +111,7 @@ async fn cycle(
         .map_err(|_| "connect timed out".to_owned())?
         .map_err(|err| format!("connect: {err}"))?;
     let local = stream.local_addr().map_err(|err| err.to_string())?;
-    let mut stream = SimStream::client(stream, local, gate.clone(), lab.clone());
+    let mut stream = SimStream::client(stream, local, gate.clone(), lab.clone(), None);
     // Every answer it waits for comes within a lease, or never.
     let patience = lease;
     let (sent, token) = match plan.version {

@@ -33,6 +33,9 @@ struct GateState {
     /// Streams dropped while paused: a stopped process sends no FIN, so
     /// they are closed when it resumes.
     graveyard: Vec<turmoil::net::TcpStream>,
+    /// The process reads nothing while it writes on (a slow observer).
+    reads_stalled: bool,
+    read_wakers: Vec<Waker>,
 }
 
 /// A client process's I/O: while paused, none of its connections reads,
@@ -57,6 +60,24 @@ impl Gate {
         };
         drop(graveyard);
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Stops (or lets go) the process's reads; its writes go on.
+    pub(crate) fn stall_reads(&self, stalled: bool) {
+        let wakers = {
+            let mut state = locked(&self.0);
+            state.reads_stalled = stalled;
+            std::mem::take(&mut state.read_wakers)
+        };
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn reads_open(&self, cx: &Context<'_>) -> bool {
+        let mut state = locked(&self.0);
+        if state.reads_stalled {
+            state.read_wakers.push(cx.waker().clone());
+        }
+        !state.reads_stalled
     }
 
     fn is_open(&self, cx: &Context<'_>) -> bool {
@@ -96,14 +117,20 @@ pub(crate) struct SimStream {
 }
 
 impl SimStream {
-    /// The client end of a connection just opened from `local`.
+    /// The client end of a connection just opened from `local`; `window`
+    /// bounds what the server may write ahead of its reads (else the
+    /// lab's bound, if any).
     pub(crate) fn client(
         stream: turmoil::net::TcpStream,
         local: SocketAddr,
         gate: Gate,
         lab: SharedLab,
+        window: Option<usize>,
     ) -> Self {
         let conn = lab.conn(local);
+        if window.is_some() {
+            conn.set_window(window);
+        }
         conn.set_open(End::Client, true);
         Self {
             inner: Some(stream),
@@ -185,6 +212,11 @@ impl AsyncRead for SimStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if let Some(gate) = &this.gate
+            && !gate.reads_open(cx)
+        {
+            return Poll::Pending;
+        }
         let before = buf.filled().len();
         let room = buf.remaining() > 0;
         let polled = match this.ready(cx) {
@@ -258,6 +290,8 @@ impl AsyncWrite for SimStream {
 pub(crate) struct SimConnector {
     pub(crate) gate: Gate,
     pub(crate) lab: SharedLab,
+    /// Bounds what the server may write ahead of this client's reads.
+    pub(crate) window: Option<usize>,
 }
 
 impl monolock_client::Connector for SimConnector {
@@ -271,6 +305,7 @@ impl monolock_client::Connector for SimConnector {
             local,
             self.gate.clone(),
             self.lab.clone(),
+            self.window,
         )))
     }
 }
