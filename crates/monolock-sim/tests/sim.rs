@@ -315,9 +315,11 @@ fn v2_claims_believed_past_the_session_deadline_are_found() {
 
 #[test]
 fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
+    // Seed 55 until the client wrote HELLO with every OPEN (values and
+    // observers), which moved every v2 run.
     found_v2(
-        55,
-        Duration::from_secs(15),
+        79,
+        Duration::from_secs(9),
         Mutation::V2GrantedConfirmsSession,
         "two holders",
     );
@@ -415,4 +417,76 @@ fn a_lock_handed_on_when_io_timeout_ends_its_holders_connection_is_found() {
         let mistake = Mutation::HandOnAtIoTimeout.as_str();
         caught(seed, &planted, &shipped, mistake, "counts on its token");
     }
+}
+
+/// The seeds of the CI sweep with observers.
+const OBSERVER_CI_SEEDS: std::ops::Range<u64> = 10..12;
+
+/// Version 2 hosts that observe every lock and give their claims values
+/// (replaced now and then), and a slow observer whose reader stalls, every
+/// fault on the menu: every observer's states keep token order, no grant
+/// is told before the server made it, values are their holders', and once
+/// the run is quiet every observer's last state is the lock table's.
+#[test]
+fn observers_keep_token_order_and_end_on_the_tables_state_over_the_ci_seeds() {
+    let options = Options {
+        faulty: Duration::from_secs(10),
+        v2: true,
+        observers: true,
+        ..Options::default()
+    };
+    let mut events = std::collections::BTreeMap::new();
+    let mut final_views = 0;
+    for seed in OBSERVER_CI_SEEDS {
+        let outcome = run(seed, &options);
+        assert!(outcome.violation.is_none(), "{}", explain(&outcome));
+        assert!(outcome.tally.states_read > 0, "seed {seed} read no state");
+        final_views += outcome.tally.final_views;
+        for (event, count) in &outcome.v2_events {
+            *events.entry(*event).or_insert(0) += count;
+        }
+    }
+    eprintln!("observer seeds {OBSERVER_CI_SEEDS:?}: {final_views} final views, {events:?}");
+    assert!(final_views > 0, "no observer compared its last state");
+    for event in [
+        "STATE COALESCED read",
+        "STATE GRANTED read",
+        "STATE RELEASED read",
+        "STATE VALUE read",
+        "PROCLAIMED read",
+        "observer's reader stalled",
+        "observation ended with its session",
+    ] {
+        assert!(
+            events.get(event).is_some_and(|n| *n > 0),
+            "no {event:?} in {events:?}"
+        );
+    }
+}
+
+#[test]
+fn a_coalesced_push_that_goes_back_is_found() {
+    // The slow observer's reader stalls with 48 watches of each lock; the
+    // server's outbox for it fills, and the planted coalesced STATE, the
+    // state as of the marking, comes after a newer grant: the shipped
+    // client ends the session (protocol).
+    let shipped = Options {
+        faulty: Duration::from_secs(15),
+        until: Some(Duration::from_secs(1)),
+        v2: true,
+        observers: true,
+        ..Options::default()
+    };
+    let planted = Options {
+        mutations: vec![Mutation::CoalescedPushGoesBack],
+        ..shipped.clone()
+    };
+    let mistake = Mutation::CoalescedPushGoesBack.as_str();
+    caught(
+        10,
+        &planted,
+        &shipped,
+        mistake,
+        "the server broke the protocol",
+    );
 }
