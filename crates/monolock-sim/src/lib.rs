@@ -184,6 +184,12 @@ fn replay_command(seed: u64, options: &Options) -> String {
     if options.faulty != Options::default().faulty {
         command.push_str(&format!(" --faulty-seconds {}", options.faulty.as_secs()));
     }
+    if options.quiet_limit != Options::default().quiet_limit {
+        command.push_str(&format!(
+            " --quiet-seconds {}",
+            options.quiet_limit.as_secs()
+        ));
+    }
     if let Some(faults) = &options.faults {
         command.push_str(&format!(" --faults {}", faults.join(",")));
     }
@@ -394,14 +400,20 @@ pub fn run(seed: u64, options: &Options) -> Outcome {
         if finished || options.until.is_some_and(|until| now >= until) {
             break None;
         }
-        if now >= heal_at + options.quiet_limit {
+        let unfinished = lab.checker.unfinished();
+        // Observers compare their last states only once every client has
+        // finished and the run has been quiet for `SETTLE`: they get that
+        // long again, and a little more, beyond the clients' limit.
+        let observers_limit = options.quiet_limit + observing::SETTLE + Duration::from_secs(5);
+        if (!unfinished.is_empty() && now >= heal_at + options.quiet_limit)
+            || now >= heal_at + observers_limit
+        {
             break Some(Violation {
                 at: now,
                 what: format!(
-                    "liveness: {:?} after the faults stopped, clients {:?} were never granted again \
-                     (observers not done: {:?})",
+                    "liveness: {:?} after the faults stopped, clients {unfinished:?} were never \
+                     granted again (observers not done: {:?})",
                     options.quiet_limit,
-                    lab.checker.unfinished(),
                     lab.checker.observing()
                 ),
             });

@@ -37,6 +37,10 @@ struct Args {
     /// Simulated seconds of faults per seed.
     #[arg(long, default_value_t = 20)]
     faulty_seconds: u64,
+    /// Simulated seconds after the faults stop within which every client
+    /// must be granted again and finish (liveness).
+    #[arg(long, default_value_t = 60)]
+    quiet_seconds: u64,
     /// Switch a known mistake on: push-confirms-heartbeat,
     /// deadline-from-receive, promote-expired-waiter; with --read-stalls
     /// hand-on-at-io-timeout; with --v2 also the
@@ -141,6 +145,7 @@ fn main() -> ExitCode {
     }
     let options = Options {
         faulty: Duration::from_secs(args.faulty_seconds),
+        quiet_limit: Duration::from_secs(args.quiet_seconds),
         mutations,
         v2: args.v2,
         same_lock_claims: !args.no_same_lock_claims,
