@@ -281,6 +281,7 @@ async fn a_dispatcher_that_falls_behind_cuts_everyone_off_rather_than_grow() {
             token,
             wait: Duration::ZERO,
             queued: false,
+            value: "",
         });
     }
     for subscriber in [&mut first, &mut second] {
@@ -333,6 +334,7 @@ async fn every_event_keeps_its_own_lock_name_and_identity() {
             token,
             wait: Duration::ZERO,
             queued: false,
+            value: "",
         });
         lab.hub.observe(&Event::WaiterJoined(session));
     }
