@@ -645,13 +645,19 @@ impl LockTable {
 
     /// Replaces the value of `slot`'s claim (PROCLAIM): a waiting claim's
     /// grant will carry it; a holder's watches are told VALUE, in the
-    /// table's order with its other changes. False when the claim is no
-    /// longer in the table (released, expired, revoked).
+    /// table's order with its other changes. False when the claim was
+    /// ended from outside (expired, revoked, shut down).
     pub(crate) fn proclaim(&self, slot: &Arc<SessionSlot>, value: Option<Arc<str>>) -> bool {
         let mut state = self.lock_state();
         let state = &mut *state;
-        let Some(entry) = state.locks.get(&slot.info.lock) else {
+        if slot.is_ending() {
             return false;
+        }
+        let Some(entry) = state.locks.get(&slot.info.lock) else {
+            // Not in the table yet (held at the startup grace's gate): its
+            // grant, made under this lock, will carry the value.
+            slot.set_value(value);
+            return true;
         };
         if Arc::ptr_eq(&entry.holder.slot, slot) {
             slot.set_value(value);
@@ -667,15 +673,9 @@ impl LockTable {
             });
             return true;
         }
-        let seq = slot.queue_seq.load(Ordering::Relaxed);
-        let waiting = entry
-            .waiters
-            .get(&seq)
-            .is_some_and(|waiter| Arc::ptr_eq(waiter, slot));
-        if waiting {
-            slot.set_value(value);
-        }
-        waiting
+        // Waiting in the queue, or at the startup grace's gate.
+        slot.set_value(value);
+        true
     }
 
     /// Registers `watch` on its lock, last among the lock's watches, and

@@ -235,3 +235,20 @@ pub(crate) fn planted_coalesced_push_goes_back() -> bool {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures docs/operations.md ("Values and observers") gives for
+    /// what a value's cell in every claim, a queued push and a watch cost
+    /// (on a 64-bit target; the watch's name and a value's bytes are
+    /// allocations of their own).
+    #[test]
+    fn what_values_pushes_and_watches_cost() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<parking_lot::Mutex<Option<Arc<str>>>>(), 24);
+        assert_eq!(size_of::<StatePush>(), 48);
+        assert!(size_of::<Watch>() <= 40, "{}", size_of::<Watch>());
+    }
+}
