@@ -765,3 +765,39 @@ async fn a_slow_observer_is_told_the_latest_state_coalesced() {
     assert_eq!(observer.ping().await, Response::Base(ServerFrame::Pong));
     server.stop_and_drop((other, changer)).await;
 }
+
+/// A claim held at the startup grace's gate is waiting like any other:
+/// PROCLAIM replaces its value, and the grant at the grace's end carries
+/// the new one.
+#[tokio::test]
+async fn a_value_proclaimed_during_the_startup_grace_is_the_grants() {
+    let config = ServerConfig::default().with_startup_grace(Duration::from_millis(300));
+    let server = TestServer::start_with(config).await;
+    let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
+    observer.observe(1, "g").await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    assert_eq!(
+        a.acquire_value(1, Mode::Wait, "g", "first").await,
+        Response::Base(ServerFrame::Waiting { claim: 1 })
+    );
+    a.send(&ExtFrame::Proclaim {
+        claim: 1,
+        value: "second".to_owned(),
+    })
+    .await;
+    assert_eq!(
+        a.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 1 })
+    );
+    let Response::Base(ServerFrame::Granted { token, .. }) = a.recv().await else {
+        panic!("not granted at the grace's end");
+    };
+    assert_change(
+        &observer.state(1).await,
+        StateEvent::Granted,
+        token,
+        "second",
+    );
+    assert_eq!(&*server.lock("g").expect("held").holder.value, "second");
+    server.stop().await;
+}
