@@ -28,6 +28,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use futures_util::FutureExt;
 use monolock_proto::{
     ErrorCode, Lease, LockName, RequestError, ext,
     v2::{self, Mode, Request},
@@ -203,6 +204,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     notified.set(link.lease.notify.notified());
                     if let Some(end) = self.sync() {
                         return end;
+                    }
+                    // A watched lock that changes at every turn keeps this
+                    // branch ready at every turn: take in what the client
+                    // sent meanwhile too, so its PINGs are never left
+                    // unread behind the pushes (a read is cancel-safe).
+                    if !self.watches.is_empty() && filled < read.len() {
+                        match self.conn.stream.read(&mut read[filled..]).now_or_never() {
+                            Some(Ok(0) | Err(_)) => return End::Quiet(ReleaseReason::Graceful),
+                            Some(Ok(n)) => filled += n,
+                            None => {}
+                        }
                     }
                 }
                 got = self.conn.stream.read(&mut read[filled..]) => match got {
