@@ -10,7 +10,7 @@ mod ext_client;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{TestServer, eventually, within};
+use common::{TestServer, within};
 use ext_client::RawExt;
 use monolock_proto::{
     ErrorCode, LockName,
@@ -447,5 +447,357 @@ async fn a_watch_sees_every_change_in_token_order() {
         7,
         ErrorCode::UNKNOWN_CLAIM,
     );
+    server.stop().await;
+}
+
+/// LOOKUP answers the state now, FREE or HELD, with flags 0; a lock held
+/// by a version 1 session has the empty value.
+#[tokio::test]
+async fn lookup_answers_the_state_now() {
+    let server = TestServer::start().await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    match a.lookup("never").await {
+        Response::Ext(ExtServer::LockState(state)) => assert_eq!(
+            state,
+            LockState {
+                event: StateEvent::Free,
+                flags: 0,
+                token: 0,
+                since_ms: 0,
+                reason: None,
+                value: String::new(),
+            }
+        ),
+        other => panic!("expected LOCK_STATE, got {other:?}"),
+    }
+    let (_v1, token) = server.hold("plain", LEASE).await;
+    match a.lookup("plain").await {
+        Response::Ext(ExtServer::LockState(state)) => {
+            assert_eq!(
+                (state.event, state.token, state.value.as_str(), state.flags),
+                (StateEvent::Held, token, "", 0)
+            );
+        }
+        other => panic!("expected LOCK_STATE, got {other:?}"),
+    }
+    // A bad name is refused for the frame alone, naming id 0.
+    a.send_raw(&[ext::msg::LOOKUP, 0]).await;
+    assert_refused(&a.recv().await, 0, ErrorCode::CLAIM_EMPTY_NAME);
+    assert_eq!(a.ping().await, Response::Base(ServerFrame::Pong));
+    server.stop().await;
+}
+
+/// The release reasons a watch is told: `expired` for a holder silent
+/// past its lease, `forced` for an administrator's force-release.
+#[tokio::test]
+async fn a_watch_is_told_expired_and_forced() {
+    let server = TestServer::start().await;
+    let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
+    observer.observe(1, "silent").await;
+    observer.observe(2, "forced").await;
+    // A holder that never speaks again after its grant: its lease of
+    // 300 ms runs out.
+    let (mut silent, _) = RawExt::open(server.addr, 300).await;
+    let token = silent.hold(1, "silent", "me").await;
+    assert_change(&observer.state(1).await, StateEvent::Granted, token, "me");
+    let released = observer.state(1).await;
+    assert_change(&released, StateEvent::Released, token, "");
+    assert_eq!(released.reason, Some(ext::ReleaseReason::Expired));
+
+    let (mut held, _) = RawExt::open(server.addr, LEASE).await;
+    let token = held.hold(3, "forced", "").await;
+    assert_change(&observer.state(2).await, StateEvent::Granted, token, "");
+    server.handle.force_release("forced").expect("forced");
+    let released = observer.state(2).await;
+    assert_change(&released, StateEvent::Released, token, "");
+    assert_eq!(released.reason, Some(ext::ReleaseReason::Forced));
+    assert!(matches!(
+        held.recv().await,
+        Response::Base(ServerFrame::Revoked { claim: 3, .. })
+    ));
+    server.stop_and_drop((silent, held)).await;
+}
+
+/// A holder that stops reading: its writes block past io-timeout and the
+/// server ends its session, keeping the held claim to its last frame plus
+/// its lease; the watch is told RELEASED `ended_by_server` then, and
+/// GRANTED to the next in line after it.
+#[tokio::test]
+async fn a_watch_is_told_ended_by_server_at_the_kept_claims_end() {
+    let config = ServerConfig::default().with_io_timeout(Duration::from_millis(400));
+    let server = TestServer::start_with(config).await;
+    let (mut observer, _) = RawExt::open(server.addr, 60_000).await;
+    observer.observe(1, "io-X").await;
+    let (mut holder, _) = RawExt::open(server.addr, 2_000).await;
+    let token = holder.hold(1, "io-X", "stalled").await;
+    assert_change(
+        &observer.state(1).await,
+        StateEvent::Granted,
+        token,
+        "stalled",
+    );
+    let (mut waiter, _) = RawExt::open(server.addr, 60_000).await;
+    assert_eq!(
+        waiter.acquire_value(1, Mode::Wait, "io-X", "next").await,
+        Response::Base(ServerFrame::Waiting { claim: 1 })
+    );
+    socket2::SockRef::from(&holder.stream)
+        .set_recv_buffer_size(4096)
+        .expect("rcvbuf");
+    // LOOKUPs of the held lock: each answer is about 40 times its frame,
+    // so the holder's buffers fill and the server's writes block.
+    let lookup = ExtFrame::Lookup {
+        name: LockName::new("io-X").expect("name"),
+    }
+    .to_bytes()
+    .repeat(500);
+    let writer = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        for _ in 0..20_000 {
+            if holder.stream.write_all(&lookup).await.is_err() {
+                break;
+            }
+        }
+        holder
+    });
+    let released = observer.state(1).await;
+    assert_change(&released, StateEvent::Released, token, "");
+    assert_eq!(released.reason, Some(ext::ReleaseReason::EndedByServer));
+    let Response::Base(ServerFrame::Granted { token: next, .. }) = waiter.recv().await else {
+        panic!("the waiter was not granted");
+    };
+    assert_change(&observer.state(1).await, StateEvent::Granted, next, "next");
+    let holder = within("the holder's writes fail", writer)
+        .await
+        .expect("writer");
+    server.stop_and_drop((holder, waiter)).await;
+}
+
+/// The bounds: `max_watches` per session (REFUSED 0x0b) and in the whole
+/// server (REFUSED 0x0c); the session lives on, the id is free again, and
+/// an UNOBSERVE gives the watch back.
+#[tokio::test]
+async fn watches_are_bounded_per_session_and_per_server() {
+    let config = ServerConfig::default()
+        .with_max_watches_per_session(2)
+        .with_max_watches(3);
+    let server = TestServer::start_with(config).await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    let (mut b, _) = RawExt::open(server.addr, LEASE).await;
+    a.observe(1, "x").await;
+    a.observe(2, "x").await;
+    a.send(&ExtFrame::Observe {
+        watch: 3,
+        name: LockName::new("y").expect("name"),
+    })
+    .await;
+    assert_refused(&a.recv().await, 3, ErrorCode::TOO_MANY_WATCHES);
+    // The id in use comes before the bound.
+    a.send(&ExtFrame::Observe {
+        watch: 2,
+        name: LockName::new("y").expect("name"),
+    })
+    .await;
+    assert_refused(&a.recv().await, 2, ErrorCode::CLAIM_IN_USE);
+    b.observe(1, "y").await;
+    b.send(&ExtFrame::Observe {
+        watch: 2,
+        name: LockName::new("y").expect("name"),
+    })
+    .await;
+    assert_refused(&b.recv().await, 2, ErrorCode::SERVER_WATCH_LIMIT);
+    a.send(&ExtFrame::Unobserve { watch: 1 }).await;
+    assert_eq!(
+        a.recv().await,
+        Response::Ext(ExtServer::Unobserved { watch: 1 })
+    );
+    b.observe(2, "y").await;
+    // A session's end gives its watches back.
+    drop(a);
+    let mut c = within("the ended session's watches given back", async {
+        loop {
+            let (mut c, _) = RawExt::open(server.addr, LEASE).await;
+            c.send(&ExtFrame::Observe {
+                watch: 9,
+                name: LockName::new("z").expect("name"),
+            })
+            .await;
+            match c.recv().await {
+                Response::Ext(ExtServer::Observing { watch: 9 }) => break c,
+                refusal if refused(9, ErrorCode::SERVER_WATCH_LIMIT)(&refusal) => {
+                    // The ended session's watches are not given back yet.
+                    tokio::task::yield_now().await;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    })
+    .await;
+    c.state(9).await;
+    server.stop_and_drop((b, c)).await;
+}
+
+/// Observing and looking up need the permission of acquiring: the ACL
+/// refuses both (REFUSED 0x24) and the session lives on.
+#[tokio::test]
+async fn observe_and_lookup_need_the_acquire_permission() {
+    struct OnlyPublic;
+    impl Authorizer for OnlyPublic {
+        fn allows(&self, _identity: &str, lock: &LockName) -> bool {
+            lock.as_str().starts_with("public/")
+        }
+    }
+    let config = ServerConfig::default().with_authorizer(Arc::new(OnlyPublic));
+    let server = TestServer::start_with(config).await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    a.send(&ExtFrame::Observe {
+        watch: 4,
+        name: LockName::new("secret/leader").expect("name"),
+    })
+    .await;
+    assert_refused(&a.recv().await, 4, ErrorCode::CLAIM_NOT_AUTHORIZED);
+    assert_refused(
+        &a.lookup("secret/leader").await,
+        0,
+        ErrorCode::CLAIM_NOT_AUTHORIZED,
+    );
+    assert_refused(
+        &a.acquire_value(1, Mode::Wait, "secret/leader", "x").await,
+        1,
+        ErrorCode::CLAIM_NOT_AUTHORIZED,
+    );
+    a.observe(4, "public/leader").await;
+    assert!(matches!(
+        a.lookup("public/leader").await,
+        Response::Ext(ExtServer::LockState(_))
+    ));
+    server.stop().await;
+}
+
+/// A session whose only business is a watch is not idle: the idle timeout
+/// closes a session without claims or watches (ERROR 0x03) and leaves the
+/// observing one open.
+#[tokio::test]
+async fn a_watch_keeps_its_session_from_being_idle() {
+    let config = ServerConfig::default().with_idle_timeout(Duration::from_millis(200));
+    let server = TestServer::start_with(config).await;
+    let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
+    observer.observe(1, "l").await;
+    let (mut idle, _) = RawExt::open(server.addr, LEASE).await;
+    assert_eq!(idle.expect_error().await.0, ErrorCode::IDLE_SESSION);
+    // Opened before the idle one, so its idle timeout has run out too.
+    assert_eq!(observer.ping().await, Response::Base(ServerFrame::Pong));
+    observer.send(&ExtFrame::Unobserve { watch: 1 }).await;
+    assert_eq!(
+        observer.recv().await,
+        Response::Ext(ExtServer::Unobserved { watch: 1 })
+    );
+    assert_eq!(observer.expect_error().await.0, ErrorCode::IDLE_SESSION);
+    server.stop().await;
+}
+
+/// The slow reader: an observer that does not read while the lock changes
+/// thousands of times. The lock's other sessions are not held up (every
+/// ACQUIRE and RELEASE is answered, another session's PING too); once the
+/// observer reads, it finds its pushes in token order, at least one
+/// COALESCED, and ends on the lock's state now.
+#[tokio::test]
+async fn a_slow_observer_is_told_the_latest_state_coalesced() {
+    let config = ServerConfig::default().with_io_timeout(Duration::from_secs(60));
+    let server = TestServer::start_with(config).await;
+    let mut observer = {
+        // A small receive buffer, set before the connection exists, so
+        // the window it announces stays small.
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(4096).expect("rcvbuf");
+        let stream = socket.connect(server.addr).await.expect("connect");
+        RawExt::over(stream)
+    };
+    observer.open_session(LEASE).await;
+    observer.observe(1, "hot").await;
+    let (mut other, _) = RawExt::open(server.addr, LEASE).await;
+    let (mut changer, _) = RawExt::open(server.addr, LEASE).await;
+    // Enough changes of about 1 KiB each to fill the observer's and the
+    // server's socket buffers (at most tcp_wmem's 4 MiB here) many times
+    // over, and the outbox's 256 after them.
+    let value = "v".repeat(ext::MAX_VALUE_LEN);
+    let mut last = 0;
+    for _ in 0..4_000 {
+        last = changer.hold(1, "hot", &value).await;
+        assert_eq!(
+            changer.release(1).await,
+            Response::Base(ServerFrame::Released { claim: 1 })
+        );
+    }
+    // The lock's other users were never held up by the observer.
+    assert_eq!(other.ping().await, Response::Base(ServerFrame::Pong));
+    let current = changer.hold(1, "hot", "final").await;
+    // Now the observer reads: token order, a COALESCED push, and the end
+    // on the state now.
+    let mut seen_token = 0;
+    let mut coalesced = 0;
+    let mut pushes = 0;
+    let end = loop {
+        let state = observer.state(1).await;
+        pushes += 1;
+        assert!(
+            state.token >= seen_token,
+            "went back: {state:?} after {seen_token}"
+        );
+        seen_token = state.token;
+        if state.coalesced() {
+            coalesced += 1;
+            assert!(
+                matches!(state.event, StateEvent::Free | StateEvent::Held),
+                "a coalesced push is a state: {state:?}"
+            );
+        }
+        if state.token == current && state.held() {
+            break state;
+        }
+        assert!(pushes <= 8_001, "more pushes than changes");
+    };
+    assert!(coalesced >= 1, "no COALESCED push in {pushes}");
+    assert!(pushes < 8_001, "nothing was dropped");
+    assert_eq!(end.value, "final");
+    assert!(last < current);
+    // Nothing more is pending: the next frame is the PING's answer.
+    assert_eq!(observer.ping().await, Response::Base(ServerFrame::Pong));
+    server.stop_and_drop((other, changer)).await;
+}
+
+/// A claim held at the startup grace's gate is waiting like any other:
+/// PROCLAIM replaces its value, and the grant at the grace's end carries
+/// the new one.
+#[tokio::test]
+async fn a_value_proclaimed_during_the_startup_grace_is_the_grants() {
+    let config = ServerConfig::default().with_startup_grace(Duration::from_millis(300));
+    let server = TestServer::start_with(config).await;
+    let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
+    observer.observe(1, "g").await;
+    let (mut a, _) = RawExt::open(server.addr, LEASE).await;
+    assert_eq!(
+        a.acquire_value(1, Mode::Wait, "g", "first").await,
+        Response::Base(ServerFrame::Waiting { claim: 1 })
+    );
+    a.send(&ExtFrame::Proclaim {
+        claim: 1,
+        value: "second".to_owned(),
+    })
+    .await;
+    assert_eq!(
+        a.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 1 })
+    );
+    let Response::Base(ServerFrame::Granted { token, .. }) = a.recv().await else {
+        panic!("not granted at the grace's end");
+    };
+    assert_change(
+        &observer.state(1).await,
+        StateEvent::Granted,
+        token,
+        "second",
+    );
+    assert_eq!(&*server.lock("g").expect("held").holder.value, "second");
     server.stop().await;
 }

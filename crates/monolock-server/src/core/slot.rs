@@ -138,6 +138,8 @@ pub(crate) struct SessionLink {
     pub(crate) shed: AtomicBool,
     /// STATE pushes the table queued for the session's watches.
     pub(crate) outbox: parking_lot::Mutex<Outbox>,
+    /// How many watches the session has (for the admin API).
+    pub(crate) watches: std::sync::atomic::AtomicUsize,
 }
 
 impl SessionLink {
@@ -151,6 +153,7 @@ impl SessionLink {
             idle: AtomicBool::new(true),
             shed: AtomicBool::new(false),
             outbox: parking_lot::Mutex::new(Outbox::default()),
+            watches: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 }

@@ -23,7 +23,7 @@ use std::{
     time::SystemTime,
 };
 
-use monolock_proto::{Lease, LockName};
+use monolock_proto::{Lease, LockName, ext::StateEvent};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
@@ -33,7 +33,7 @@ use crate::{
     core::leases::LeaseWheel,
     core::slot::{EndNotice, Epoch, SessionLink, SessionSlot},
     core::token::TokenIssuer,
-    core::watch::{EndedBy, LockState, StateEvent, StatePush, Watch, unix_ms},
+    core::watch::{LockState, StatePush, Watch, ended_by, unix_ms},
 };
 
 /// What an ACQUIRE led to.
@@ -645,13 +645,19 @@ impl LockTable {
 
     /// Replaces the value of `slot`'s claim (PROCLAIM): a waiting claim's
     /// grant will carry it; a holder's watches are told VALUE, in the
-    /// table's order with its other changes. False when the claim is no
-    /// longer in the table (released, expired, revoked).
+    /// table's order with its other changes. False when the claim was
+    /// ended from outside (expired, revoked, shut down).
     pub(crate) fn proclaim(&self, slot: &Arc<SessionSlot>, value: Option<Arc<str>>) -> bool {
         let mut state = self.lock_state();
         let state = &mut *state;
-        let Some(entry) = state.locks.get(&slot.info.lock) else {
+        if slot.is_ending() {
             return false;
+        }
+        let Some(entry) = state.locks.get(&slot.info.lock) else {
+            // Not in the table yet (held at the startup grace's gate): its
+            // grant, made under this lock, will carry the value.
+            slot.set_value(value);
+            return true;
         };
         if Arc::ptr_eq(&entry.holder.slot, slot) {
             slot.set_value(value);
@@ -667,15 +673,9 @@ impl LockTable {
             });
             return true;
         }
-        let seq = slot.queue_seq.load(Ordering::Relaxed);
-        let waiting = entry
-            .waiters
-            .get(&seq)
-            .is_some_and(|waiter| Arc::ptr_eq(waiter, slot));
-        if waiting {
-            slot.set_value(value);
-        }
-        waiting
+        // Waiting in the queue, or at the startup grace's gate.
+        slot.set_value(value);
+        true
     }
 
     /// Registers `watch` on its lock, last among the lock's watches, and
@@ -871,7 +871,7 @@ fn released_to_watches(
         event: StateEvent::Released,
         token: holder.token,
         since_ms: freed_ms,
-        ended_by: Some(EndedBy::of(reason)),
+        ended_by: Some(ended_by(reason)),
         value: None,
     };
     for watch in w.watches.values() {
@@ -935,6 +935,8 @@ mod tests {
     use std::{net::SocketAddr, sync::Mutex, time::Duration};
 
     use monolock_proto::{Lease, LockName};
+
+    use monolock_proto::ext::ReleaseReason as EndedBy;
 
     use super::*;
     use crate::{core::clock::SystemWallClock, core::events::SessionInfo};
@@ -1481,6 +1483,147 @@ mod tests {
                 "held first: {held_first}"
             );
         }
+    }
+
+    /// A watch of `link`'s session on `lock`, registered; its INITIAL
+    /// state.
+    fn watch(
+        table: &LockTable,
+        link: &Arc<crate::core::slot::SessionLink>,
+        id: u32,
+        lock: &str,
+    ) -> (Arc<Watch>, LockState) {
+        let name = LockName::new(lock).expect("valid name");
+        let watch = Arc::new(Watch::new(Arc::clone(link), id, name));
+        let initial = table.observe(&watch);
+        (watch, initial)
+    }
+
+    fn take(table: &LockTable, link: &crate::core::slot::SessionLink) -> Vec<StatePush> {
+        let mut pushes = Vec::new();
+        table.take_pushes(link, &mut pushes);
+        pushes
+    }
+
+    /// Every grant, value and release reaches the watch in the table's
+    /// order; a hand-on is RELEASED then GRANTED; a new watch of a free
+    /// lock names the last token it knows; UNOBSERVE stops the pushes.
+    #[test]
+    fn watches_are_told_every_change_in_order() {
+        let (table, _events) = table();
+        let link = v2_link(&table);
+        let (first_watch, initial) = watch(&table, &link, 1, "l");
+        assert_eq!(initial, LockState::free(0, 0));
+        let a = session(&table, "l", 1);
+        let b = session(&table, "l", 2);
+        a.set_value(Some(Arc::from("10.0.0.7:9000")));
+        let Acquired::Granted(first) = table.acquire(&a) else {
+            panic!("granted")
+        };
+        assert_eq!(table.acquire(&b), Acquired::Queued);
+        assert!(table.proclaim(&b, Some(Arc::from("10.0.0.8:9000"))));
+        assert!(table.proclaim(&a, Some(Arc::from("10.0.0.7:9001"))));
+        assert!(table.end(&a, ReleaseReason::Expired));
+        let second = b.granted_token().expect("b granted");
+        let seen: Vec<(StateEvent, u64, String, Option<EndedBy>)> = take(&table, &link)
+            .into_iter()
+            .map(|push| {
+                assert!(!push.coalesced);
+                assert_eq!(push.watch, 1);
+                let value = push.state.value_str().to_owned();
+                (
+                    push.state.event,
+                    push.state.token,
+                    value,
+                    push.state.ended_by,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (StateEvent::Granted, first, "10.0.0.7:9000".to_owned(), None),
+                (StateEvent::Value, first, "10.0.0.7:9001".to_owned(), None),
+                (
+                    StateEvent::Released,
+                    first,
+                    String::new(),
+                    Some(EndedBy::Expired)
+                ),
+                (
+                    StateEvent::Granted,
+                    second,
+                    "10.0.0.8:9000".to_owned(),
+                    None
+                ),
+            ]
+        );
+        assert_eq!(
+            table.lookup(&LockName::new("l").expect("name")).token,
+            second
+        );
+        table.force_release("l", None).expect("forced");
+        let released = take(&table, &link);
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].state.ended_by, Some(EndedBy::Forced));
+        let (_second_watch, initial) = watch(&table, &link, 2, "l");
+        assert_eq!((initial.event, initial.token), (StateEvent::Free, second));
+        table.unobserve([&first_watch]);
+        assert!(!first_watch.is_live());
+        assert_eq!(table.watches(), 1);
+        let c = session(&table, "l", 3);
+        assert!(matches!(table.acquire(&c), Acquired::Granted(_)));
+        let pushes = take(&table, &link);
+        assert_eq!(pushes.iter().map(|p| p.watch).collect::<Vec<_>>(), [2]);
+    }
+
+    /// An outbox holds at most `MAX_QUEUED_STATES` pushes: a change that
+    /// finds it full is dropped and its watch marked; the next look takes
+    /// the queue, then the lock's state now, COALESCED, and nothing goes
+    /// back after it.
+    #[test]
+    fn a_full_outbox_coalesces_to_the_state_now() {
+        let (table, _events) = table();
+        let link = v2_link(&table);
+        let (_watch, _) = watch(&table, &link, 7, "hot");
+        let mut last = 0;
+        let mut holder = session(&table, "hot", 0);
+        for port in 0..200 {
+            holder = session(&table, "hot", port);
+            let Acquired::Granted(token) = table.acquire(&holder) else {
+                panic!("granted")
+            };
+            last = token;
+            if port < 199 {
+                table.end(&holder, ReleaseReason::Graceful);
+            }
+        }
+        {
+            let outbox = link.outbox.lock();
+            assert_eq!(outbox.states.len(), crate::core::watch::MAX_QUEUED_STATES);
+            assert_eq!(outbox.marked.len(), 1);
+        }
+        let pushes = take(&table, &link);
+        assert_eq!(pushes.len(), crate::core::watch::MAX_QUEUED_STATES + 1);
+        let tokens: Vec<u64> = pushes.iter().map(|p| p.state.token).collect();
+        assert!(tokens.is_sorted(), "{tokens:?}");
+        let coalesced = pushes.last().expect("pushes");
+        assert!(coalesced.coalesced);
+        assert_eq!(
+            (coalesced.state.event, coalesced.state.token),
+            (StateEvent::Held, last)
+        );
+        assert!(pushes[..pushes.len() - 1].iter().all(|p| !p.coalesced));
+        // The mark is gone: the next change is queued again, newer.
+        assert!(take(&table, &link).is_empty());
+        table.end(&holder, ReleaseReason::Graceful);
+        let next = take(&table, &link);
+        assert_eq!(next.len(), 1);
+        assert!(!next[0].coalesced);
+        assert_eq!(
+            (next[0].state.event, next[0].state.token),
+            (StateEvent::Released, last)
+        );
     }
 
     #[test]

@@ -27,7 +27,10 @@ use std::{
     time::SystemTime,
 };
 
-use monolock_proto::LockName;
+use monolock_proto::{
+    LockName,
+    ext::{ReleaseReason as EndedBy, StateEvent},
+};
 
 use crate::core::{events::ReleaseReason, slot::SessionLink};
 
@@ -35,47 +38,15 @@ use crate::core::{events::ReleaseReason, slot::SessionLink};
 /// taken by its connection (docs/protocol.md, "Watches").
 pub(crate) const MAX_QUEUED_STATES: usize = 256;
 
-/// What a state says happened, as the wire's `event` byte.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum StateEvent {
-    /// Nobody holds the lock (a state).
-    Free = 0,
-    /// Held (a state).
-    Held = 1,
-    /// Change: granted.
-    Granted = 2,
-    /// Change: the holder replaced its value.
-    Value = 3,
-    /// Change: the holder's claim ended.
-    Released = 4,
-}
-
-/// Why a holder's claim ended, as a watch is told (the wire's `reason`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum EndedBy {
-    /// Its holder: RELEASE, or its connection closed.
-    Released = 1,
-    /// A lease of silence.
-    Expired = 2,
-    /// An administrator's force-release.
-    Forced = 3,
-    /// The server ended the session (or shut down); a kept claim was
-    /// released at its lease's end.
-    EndedByServer = 4,
-}
-
-impl EndedBy {
-    /// How a release for `reason` is told to watches.
-    pub(crate) fn of(reason: ReleaseReason) -> Self {
-        match reason {
-            ReleaseReason::Graceful => Self::Released,
-            ReleaseReason::Expired => Self::Expired,
-            ReleaseReason::Force => Self::Forced,
-            ReleaseReason::IoTimeout | ReleaseReason::ProtocolError | ReleaseReason::Shutdown => {
-                Self::EndedByServer
-            }
+/// How a release for `reason` is told to watches.
+pub(crate) fn ended_by(reason: ReleaseReason) -> EndedBy {
+    match reason {
+        ReleaseReason::Graceful => EndedBy::Released,
+        ReleaseReason::Expired => EndedBy::Expired,
+        ReleaseReason::Force => EndedBy::Forced,
+        // A shutdown is the server ending every session.
+        ReleaseReason::IoTimeout | ReleaseReason::ProtocolError | ReleaseReason::Shutdown => {
+            EndedBy::EndedByServer
         }
     }
 }
@@ -262,5 +233,22 @@ pub(crate) fn planted_coalesced_push_goes_back() -> bool {
     #[cfg(not(feature = "mutations"))]
     {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The figures docs/operations.md ("Values and observers") gives for
+    /// what a value's cell in every claim, a queued push and a watch cost
+    /// (on a 64-bit target; the watch's name and a value's bytes are
+    /// allocations of their own).
+    #[test]
+    fn what_values_pushes_and_watches_cost() {
+        use std::mem::size_of;
+        assert_eq!(size_of::<parking_lot::Mutex<Option<Arc<str>>>>(), 24);
+        assert_eq!(size_of::<StatePush>(), 48);
+        assert!(size_of::<Watch>() <= 40, "{}", size_of::<Watch>());
     }
 }

@@ -33,10 +33,26 @@ impl RawExt {
         }
     }
 
+    /// A client over a connected stream.
+    pub fn over(stream: TcpStream) -> Self {
+        stream.set_nodelay(true).expect("nodelay");
+        Self {
+            stream,
+            buf: Vec::with_capacity(512),
+        }
+    }
+
     /// Connects and writes OPEN with `lease_ms` and HELLO (features 1) in
     /// one write; reads OPENED and FEATURES. Returns the session id.
     pub async fn open(addr: SocketAddr, lease_ms: u32) -> (Self, u64) {
         let mut client = Self::connect(addr).await;
+        let session = client.open_session(lease_ms).await;
+        (client, session)
+    }
+
+    /// Writes OPEN and HELLO in one write; reads OPENED and FEATURES.
+    pub async fn open_session(&mut self, lease_ms: u32) -> u64 {
+        let client = self;
         let mut bytes = ClientFrame::Open {
             lease: Lease::from_millis(lease_ms).expect("lease"),
         }
@@ -56,7 +72,7 @@ impl RawExt {
             }
             other => panic!("expected FEATURES, got {other:?}"),
         }
-        (client, session)
+        session
     }
 
     /// Writes `bytes` in one write.

@@ -28,6 +28,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use futures_util::FutureExt;
 use monolock_proto::{
     ErrorCode, Lease, LockName, RequestError, ext,
     v2::{self, Mode, Request},
@@ -203,6 +204,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     notified.set(link.lease.notify.notified());
                     if let Some(end) = self.sync() {
                         return end;
+                    }
+                    // A watched lock that changes at every turn keeps this
+                    // branch ready at every turn: take in what the client
+                    // sent meanwhile too, so its PINGs are never left
+                    // unread behind the pushes (a read is cancel-safe).
+                    if !self.watches.is_empty() && filled < read.len() {
+                        match self.conn.stream.read(&mut read[filled..]).now_or_never() {
+                            Some(Ok(0) | Err(_)) => return End::Quiet(ReleaseReason::Graceful),
+                            Some(Ok(n)) => filled += n,
+                            None => {}
+                        }
                     }
                 }
                 got = self.conn.stream.read(&mut read[filled..]) => match got {
@@ -662,6 +674,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         let registered = Arc::new(Watch::new(Arc::clone(&self.link), watch, lock));
         let initial = shared.table.observe(&registered);
         self.watches.insert(watch, registered);
+        self.link
+            .watches
+            .store(self.watches.len(), Ordering::Relaxed);
         self.set_idle(false);
         self.out
             .extend_from_slice(&claim_frame(ext::msg::OBSERVING, watch));
@@ -695,6 +710,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         // Still listed, so that what was queued for it is taken now.
         self.take_pushes();
         self.watches.remove(&watch);
+        self.link
+            .watches
+            .store(self.watches.len(), Ordering::Relaxed);
         self.out
             .extend_from_slice(&claim_frame(ext::msg::UNOBSERVED, watch));
         self.update_idle();
@@ -870,6 +888,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         let watches: Vec<Arc<Watch>> = self.watches.drain().map(|(_, watch)| watch).collect();
         shared.table.unobserve(&watches);
         shared.watches_ended(watches.len());
+        self.link.watches.store(0, Ordering::Relaxed);
         drop(watches);
         let _ = self.link.outbox.lock().take_all();
         let claims: Vec<Claim> = self.claims.drain().map(|(_, claim)| claim).collect();
@@ -925,11 +944,11 @@ fn claim_frame(kind: u8, id: u32) -> [u8; 5] {
 fn encode_state(out: &mut Vec<u8>, state: &crate::core::watch::LockState, flags: u8) {
     ext::encode_state(
         out,
-        wire_event(state.event),
+        state.event,
         flags,
         state.token,
         state.since_ms,
-        state.ended_by.map(wire_reason),
+        state.ended_by,
         state.value_str().as_bytes(),
     );
 }
@@ -939,27 +958,6 @@ fn encode_push(out: &mut Vec<u8>, push: &StatePush, flags: u8) {
     out.push(ext::msg::STATE);
     out.extend_from_slice(&push.watch.to_be_bytes());
     encode_state(out, &push.state, flags);
-}
-
-fn wire_event(event: crate::core::watch::StateEvent) -> ext::StateEvent {
-    use crate::core::watch::StateEvent as E;
-    match event {
-        E::Free => ext::StateEvent::Free,
-        E::Held => ext::StateEvent::Held,
-        E::Granted => ext::StateEvent::Granted,
-        E::Value => ext::StateEvent::Value,
-        E::Released => ext::StateEvent::Released,
-    }
-}
-
-fn wire_reason(reason: crate::core::watch::EndedBy) -> ext::ReleaseReason {
-    use crate::core::watch::EndedBy as R;
-    match reason {
-        R::Released => ext::ReleaseReason::Released,
-        R::Expired => ext::ReleaseReason::Expired,
-        R::Forced => ext::ReleaseReason::Forced,
-        R::EndedByServer => ext::ReleaseReason::EndedByServer,
-    }
 }
 
 /// How the session ends for an end notice on itself or one of its claims.
