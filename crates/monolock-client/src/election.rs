@@ -132,14 +132,14 @@ impl Election {
     }
 
     /// Stops the election: the lock is released if this candidate leads
-    /// (after which `StoppedLeading` is the stream's last event), and the
-    /// observation ends. Returns once that is done.
-    pub async fn resign(mut self) {
+    /// (`StoppedLeading` is then the stream's last event), and the
+    /// observation ends. Returns once that is done; the stream yields what
+    /// was left and then ends.
+    pub async fn resign(&mut self) {
         let (ack, done) = oneshot::channel();
         if self.control.send(Control::Resign(ack)).is_ok() {
             let _ = done.await;
         }
-        self.events.close();
     }
 }
 
