@@ -249,11 +249,9 @@ async fn the_election_hands_leadership_on_and_every_candidate_names_the_new_lead
     let mut following = second
         .elect("election", LEASE, "10.0.0.2:80")
         .expect("elect");
-    let leader = loop {
-        match within("the leader named", following.next()).await {
-            Some(Ok(ElectionEvent::NewLeader(leader))) => break leader,
-            other => panic!("unexpected {other:?}"),
-        }
+    let leader = match within("the leader named", following.next()).await {
+        Some(Ok(ElectionEvent::NewLeader(leader))) => leader,
+        other => panic!("unexpected {other:?}"),
     };
     assert_eq!(
         (leader.token, leader.value.as_str()),
@@ -278,11 +276,9 @@ async fn the_election_hands_leadership_on_and_every_candidate_names_the_new_lead
     assert!(new_term.token() > term.token());
     let named = match events.pop() {
         Some(leader) => leader,
-        None => loop {
-            match within("itself named", following.next()).await {
-                Some(Ok(ElectionEvent::NewLeader(leader))) => break leader,
-                other => panic!("unexpected {other:?}"),
-            }
+        None => match within("itself named", following.next()).await {
+            Some(Ok(ElectionEvent::NewLeader(leader))) => leader,
+            other => panic!("unexpected {other:?}"),
         },
     };
     assert_eq!(
