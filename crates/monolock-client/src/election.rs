@@ -92,7 +92,9 @@ enum Control {
     Resign(oneshot::Sender<()>),
 }
 
-/// A running election; see the [module](self) documentation.
+/// A running election ([`Client::elect`](crate::Client::elect)): one
+/// background task campaigns with the candidate's value, holds the lock
+/// while it leads, campaigns again after a loss, and observes the lock.
 ///
 /// A `futures_core::Stream` of `Result<ElectionEvent, Error>`;
 /// [`next`](Self::next) reads it without an extension trait. An error (a
