@@ -391,3 +391,40 @@ async fn a_new_client_learns_the_fallback_on_its_first_plain_lock() {
         "the refused HELLO is no loss"
     );
 }
+
+#[test]
+fn the_blocking_client_has_values_observations_lookups_and_elections() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime to start the server");
+    let server = runtime.block_on(Server::start());
+    let addr = server.serving.addr.to_string();
+    let client = monolock_client::blocking::Client::new(addr.clone()).expect("client");
+    let mut observation = client.observe("blocking").expect("observe");
+    let mut next = || observation.next().expect("a state").expect("no error");
+    assert_eq!(next().event, StateEvent::Free);
+    let lock = client
+        .acquire_with_value("blocking", LEASE, "h:1")
+        .expect("acquire");
+    let granted = next();
+    assert_eq!((granted.event, granted.value.as_str()), (StateEvent::Granted, "h:1"));
+    lock.set_value("h:2").expect("set_value");
+    let replaced = next();
+    assert_eq!((replaced.event, replaced.value.as_str()), (StateEvent::Value, "h:2"));
+    assert_eq!(client.holder("blocking").expect("holder").value, "h:2");
+    drop(lock);
+    assert_eq!(next().event, StateEvent::Released);
+
+    let candidate = monolock_client::blocking::Client::new(addr).expect("client");
+    let mut election = candidate.elect("blocking", LEASE, "h:3").expect("elect");
+    let term = loop {
+        match election.next() {
+            Some(Ok(ElectionEvent::StartedLeading(term))) => break term,
+            Some(Ok(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let granted = next();
+    assert_eq!((granted.token, granted.value.as_str()), (term.token(), "h:3"));
+    election.resign().expect("resign");
+    assert!(term.is_ended());
+    assert_eq!(next().event, StateEvent::Released);
+}
