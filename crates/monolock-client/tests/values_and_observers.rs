@@ -405,10 +405,16 @@ fn the_blocking_client_has_values_observations_lookups_and_elections() {
         .acquire_with_value("blocking", LEASE, "h:1")
         .expect("acquire");
     let granted = next();
-    assert_eq!((granted.event, granted.value.as_str()), (StateEvent::Granted, "h:1"));
+    assert_eq!(
+        (granted.event, granted.value.as_str()),
+        (StateEvent::Granted, "h:1")
+    );
     lock.set_value("h:2").expect("set_value");
     let replaced = next();
-    assert_eq!((replaced.event, replaced.value.as_str()), (StateEvent::Value, "h:2"));
+    assert_eq!(
+        (replaced.event, replaced.value.as_str()),
+        (StateEvent::Value, "h:2")
+    );
     assert_eq!(client.holder("blocking").expect("holder").value, "h:2");
     drop(lock);
     assert_eq!(next().event, StateEvent::Released);
@@ -423,8 +429,70 @@ fn the_blocking_client_has_values_observations_lookups_and_elections() {
         }
     };
     let granted = next();
-    assert_eq!((granted.token, granted.value.as_str()), (term.token(), "h:3"));
+    assert_eq!(
+        (granted.token, granted.value.as_str()),
+        (term.token(), "h:3")
+    );
     election.resign().expect("resign");
     assert!(term.is_ended());
     assert_eq!(next().event, StateEvent::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_stops_leading_before_the_next_one_starts() {
+    let server = Server::start().await;
+    let proxy = common::Proxy::start(server.serving.addr).await;
+    let mut cut_off = proxy
+        .client()
+        .elect("cut", LEASE, "10.0.0.1:80")
+        .expect("elect");
+    let term = loop {
+        match within("the first term", cut_off.next()).await {
+            Some(Ok(ElectionEvent::StartedLeading(term))) => break term,
+            Some(Ok(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let mut next = server
+        .client()
+        .elect("cut", LEASE, "10.0.0.2:80")
+        .expect("elect");
+    match within("the leader named", next.next()).await {
+        Some(Ok(ElectionEvent::NewLeader(leader))) => assert_eq!(leader.token, term.token()),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A partition: the leader's heartbeats no longer reach the server.
+    proxy.go_silent();
+    let silent_at = Instant::now();
+    let mut order = Vec::new();
+    let mut stopped = false;
+    let new_term = loop {
+        tokio::select! {
+            event = cut_off.next(), if !stopped => match event {
+                Some(Ok(ElectionEvent::StoppedLeading)) => {
+                    stopped = true;
+                    order.push(("stopped", silent_at.elapsed()));
+                }
+                Some(Ok(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            },
+            event = next.next() => match event {
+                Some(Ok(ElectionEvent::StartedLeading(term))) => {
+                    order.push(("started", silent_at.elapsed()));
+                    break term;
+                }
+                Some(Ok(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            },
+            () = tokio::time::sleep(PATIENCE) => panic!("nothing happened: {order:?}"),
+        }
+    };
+    println!("after the partition (lease {LEASE:?}): {order:?}");
+    assert!(term.is_ended());
+    assert!(new_term.token() > term.token());
+    assert_eq!(
+        order.iter().map(|(what, _)| *what).collect::<Vec<_>>(),
+        ["stopped", "started"],
+        "the cut-off leader knows it lost before the next one leads"
+    );
 }
