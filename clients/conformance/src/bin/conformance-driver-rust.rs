@@ -259,11 +259,13 @@ impl Driver {
             }
             "elect" => self.elect(cmd),
             "next_election_event" => self.next_election_event(cmd).await,
+            // The handle stays: the events queued before the resignation
+            // (stopped_leading) can still be read; then it is forgotten.
             "resign" => {
                 let handle = str_field(cmd, "handle")?;
-                let mut election = self
+                let election = self
                     .elections
-                    .remove(handle)
+                    .get_mut(handle)
                     .ok_or_else(|| unknown_handle(handle))?;
                 election.resign().await;
                 Ok(Fields::new())
@@ -420,9 +422,10 @@ impl Driver {
         let event = match tokio::time::timeout(timeout, election.next()).await {
             Err(_) => return Ok(timed_out()),
             Ok(None) => {
+                self.elections.remove(handle);
                 return Err(Failure::new(
-                    "other",
-                    format!("the election {handle:?} has stopped"),
+                    "unknown_handle",
+                    format!("the election {handle:?} has stopped; its handle is gone"),
                 ));
             }
             Ok(Some(event)) => event?,
