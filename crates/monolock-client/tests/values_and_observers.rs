@@ -46,11 +46,20 @@ struct Server {
 
 impl Server {
     async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    async fn start_with(extra: &[&str]) -> Self {
         let mut command = Command::new(monolock_bin());
         command
             .stdout(std::process::Stdio::null())
             .kill_on_drop(true);
-        let serving = serve_async(command, &["--log-format", "json"], PATIENCE)
+        let args: Vec<&str> = ["--log-format", "json"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let serving = serve_async(command, &args, PATIENCE)
             .await
             .unwrap_or_else(|err| panic!("{err}"));
         Self { serving }
@@ -494,5 +503,38 @@ async fn a_leader_cut_off_stops_leading_before_the_next_one_starts() {
         order.iter().map(|(what, _)| *what).collect::<Vec<_>>(),
         ["stopped", "started"],
         "the cut-off leader knows it lost before the next one leads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_past_the_bounds_is_refused_and_the_others_go_on() {
+    let server =
+        Server::start_with(&["--max-watches-per-session", "2", "--max-watches", "2"]).await;
+    let client = server.client();
+    let mut first = client.observe("a").await.expect("first");
+    let _second = client.observe("b").await.expect("second");
+    let err = client.observe("c").await.expect_err("past both bounds");
+    // The session's bound moves the watch to a new session, where the
+    // server's bound refuses it.
+    assert_eq!(
+        err.server_code(),
+        Some(monolock_client::ErrorCode::SERVER_WATCH_LIMIT),
+        "{err:?}"
+    );
+    assert_eq!(
+        client.session_loads().len(),
+        2,
+        "a second session was tried"
+    );
+    next_state(&mut first).await;
+    let lock = server
+        .client()
+        .acquire_with_value("a", LEASE, "x")
+        .await
+        .expect("acquire");
+    let granted = next_state(&mut first).await;
+    assert_eq!(
+        (granted.event, granted.token),
+        (StateEvent::Granted, lock.token())
     );
 }

@@ -55,6 +55,19 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// A failed `observe` or `holder`: a REFUSED from the server (a
+    /// watch bound, the ACL) is the server's refusal, never a loss.
+    fn refused(err: Error) -> Self {
+        let mut failure = Self::from(err);
+        if failure.kind == "lost" && failure.reason == Some("server_error") {
+            failure.kind = "server";
+            failure.reason = None;
+        }
+        failure
+    }
+}
+
 impl From<LockLost> for Failure {
     fn from(lost: LockLost) -> Self {
         Error::from(lost).into()
@@ -254,7 +267,9 @@ impl Driver {
             }
             "holder" => {
                 let name = str_field(cmd, "name")?;
-                let state = with_client!(self.client()?, client => client.holder(name).await?);
+                let state = with_client!(self.client()?, client => {
+                    client.holder(name).await.map_err(Failure::refused)?
+                });
                 Ok(state_fields(&state))
             }
             "elect" => self.elect(cmd),
@@ -376,7 +391,9 @@ impl Driver {
     async fn observe(&mut self, cmd: &Value) -> Result<Fields, Failure> {
         let handle = str_field(cmd, "handle")?.to_owned();
         let name = str_field(cmd, "name")?;
-        let mut observation = with_client!(self.client()?, client => client.observe(name).await?);
+        let mut observation = with_client!(self.client()?, client => {
+            client.observe(name).await.map_err(Failure::refused)?
+        });
         let initial = observation.next().await.ok_or_else(|| {
             Failure::new("other", "the observation ended before its first state")
         })??;

@@ -1001,7 +1001,15 @@ impl<S: Transport> Driver<S> {
                 reason,
             } => {
                 if let Some(mailbox) = self.free_watch(watch) {
-                    mailbox.end(WatchEnd::Refused { code, reason });
+                    if code == ErrorCode::TOO_MANY_WATCHES {
+                        // The session's bound: no new watch here until one
+                        // ends; the watch goes to another session.
+                        let load = self.counts.watch_load.load(Ordering::Acquire);
+                        self.counts.max_watches.store(load, Ordering::Release);
+                        mailbox.end(WatchEnd::Retry);
+                    } else {
+                        mailbox.end(WatchEnd::Refused { code, reason });
+                    }
                 }
             }
             Event::State { watch, state } => {
