@@ -187,6 +187,26 @@ impl<C: Connector> Client<C> {
         })
     }
 
+    /// Campaigns for leadership of `name` in the background; see
+    /// [`crate::Client::elect`]. The events are an iterator.
+    ///
+    /// # Errors
+    /// As for [`crate::Client::elect`].
+    pub fn elect(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl Into<String>,
+    ) -> Result<Election, Error> {
+        // The election's task runs on this client's runtime.
+        let _entered = self.runtime.enter();
+        let inner = self.inner.elect(name, lease, value)?;
+        Ok(Election {
+            inner,
+            runtime: self.runtime.clone(),
+        })
+    }
+
     /// Who holds `name` now; see [`crate::Client::holder`].
     ///
     /// # Errors
@@ -374,6 +394,59 @@ impl Iterator for Observation {
             return Some(Err(Error::BlockingInAsyncContext));
         }
         self.runtime.block_on(self.inner.next())
+    }
+}
+
+/// A running election; see [`crate::Election`]. Each `next` blocks until
+/// the next event; dropping it stops the election.
+#[must_use = "dropping an election stops it"]
+pub struct Election {
+    // Dropped first: its task is aborted on the runtime.
+    inner: crate::Election,
+    runtime: Arc<Runtime>,
+}
+
+impl Election {
+    /// Replaces the candidate's value; see [`crate::Election::set_value`].
+    ///
+    /// # Errors
+    /// As for [`crate::Election::set_value`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn set_value(&self, value: impl Into<String>) -> Result<(), Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        self.runtime.block_on(self.inner.set_value(value))
+    }
+
+    /// Stops the election; see [`crate::Election::resign`].
+    ///
+    /// # Errors
+    /// [`Error::BlockingInAsyncContext`] (the election stops anyway once
+    /// dropped).
+    pub fn resign(&mut self) -> Result<(), Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        self.runtime.block_on(self.inner.resign());
+        Ok(())
+    }
+}
+
+impl Iterator for Election {
+    type Item = Result<crate::ElectionEvent, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if Handle::try_current().is_ok() {
+            return Some(Err(Error::BlockingInAsyncContext));
+        }
+        self.runtime.block_on(self.inner.next())
+    }
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
     }
 }
 

@@ -476,8 +476,8 @@ impl<C: Connector> Client<C> {
     ) -> Result<Option<Enqueued>, Error> {
         let lease_ms = check_lease(lease)?;
         self.check_addrs()?;
-        if value.is_some() && self.protocol == Protocol::V1 {
-            return Err(Unsupported::ProtocolV1.into());
+        if value.is_some() {
+            self.check_extension()?;
         }
         for _ in 0..MAX_PLACEMENTS {
             let (session, id, starter) = match self.place(lease_ms, value.is_some()).await? {
@@ -552,6 +552,22 @@ impl<C: Connector> Client<C> {
             }
         }
         Err(too_many_claims())
+    }
+
+    /// Refuses, before dialing, what needs values and observers when the
+    /// client speaks version 1, or when every address is known to lack
+    /// them.
+    fn check_extension(&self) -> Result<(), Error> {
+        if self.protocol == Protocol::V1 {
+            return Err(Unsupported::ProtocolV1.into());
+        }
+        let mut addrs = self.addrs().peekable();
+        let first = addrs.peek().map(|addr| (*addr).to_owned());
+        let lacking = addrs.all(|addr| self.pool.is_plain_only(addr) || self.pool.is_v1_only(addr));
+        match first {
+            Some(addr) if lacking => Err(Unsupported::Server { addr }.into()),
+            _ => Ok(()),
+        }
     }
 
     /// Refuses an address written with a scheme, before dialing.
@@ -661,8 +677,10 @@ impl<C: Connector> Client<C> {
     ///
     /// # Errors
     /// [`Error::InvalidName`], [`Error::InvalidLease`],
-    /// [`Error::InvalidValue`] and [`Error::InvalidAddress`] at once;
-    /// later failures come through the election's stream.
+    /// [`Error::InvalidValue`] and [`Error::InvalidAddress`] at once, and
+    /// [`Error::Unsupported`] when the client speaks version 1 (or the
+    /// address is known to lack observers); later failures come through
+    /// the election's stream.
     ///
     /// # Panics
     /// Outside a tokio runtime (the election runs on a task of its own).
@@ -678,6 +696,8 @@ impl<C: Connector> Client<C> {
         let value = value.into();
         checked_value(&value)?;
         self.check_addrs()?;
+        // An election observes its lock: nothing to start without that.
+        self.check_extension()?;
         Ok(crate::election::start(
             self.clone(),
             name.as_str().to_owned(),
@@ -722,9 +742,7 @@ impl<C: Connector> Client<C> {
         watch: bool,
     ) -> Result<(Arc<SessionHandle>, Option<u32>, Option<Starter<C::Stream>>), Error> {
         self.check_addrs()?;
-        if self.protocol == Protocol::V1 {
-            return Err(Unsupported::ProtocolV1.into());
-        }
+        self.check_extension()?;
         let lease = check_lease(self.default_lease)?;
         if let Some((session, id)) = self.pool.pick_extended(watch) {
             return Ok((session, id, None));

@@ -92,7 +92,9 @@ enum Control {
     Resign(oneshot::Sender<()>),
 }
 
-/// A running election; see the [module](self) documentation.
+/// A running election ([`Client::elect`](crate::Client::elect)): one
+/// background task campaigns with the candidate's value, holds the lock
+/// while it leads, campaigns again after a loss, and observes the lock.
 ///
 /// A `futures_core::Stream` of `Result<ElectionEvent, Error>`;
 /// [`next`](Self::next) reads it without an extension trait. An error (a
@@ -132,14 +134,14 @@ impl Election {
     }
 
     /// Stops the election: the lock is released if this candidate leads
-    /// (after which `StoppedLeading` is the stream's last event), and the
-    /// observation ends. Returns once that is done.
-    pub async fn resign(mut self) {
+    /// (`StoppedLeading` is then the stream's last event), and the
+    /// observation ends. Returns once that is done; the stream yields what
+    /// was left and then ends.
+    pub async fn resign(&mut self) {
         let (ack, done) = oneshot::channel();
         if self.control.send(Control::Resign(ack)).is_ok() {
             let _ = done.await;
         }
-        self.events.close();
     }
 }
 

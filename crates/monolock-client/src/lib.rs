@@ -111,6 +111,25 @@
 //! ([`Client::with_default_lease`]). The address may list standbys:
 //! `"a:7070,b:7070"` is tried in order on each new connection.
 //!
+//! # Values, observers and leader election
+//!
+//! With a server that has the version 2 extension (the client asks on
+//! every session, and falls back per address against an older one):
+//!
+//! - [`Client::acquire_with_value`] (and `try_`/`enqueue_` forms): the
+//!   claim carries a short value (its holder's `host:port`, say), replaced
+//!   with [`LockGuard::set_value`].
+//! - [`Client::observe`]: an [`Observation`], a `futures_core::Stream` of
+//!   [`LockState`]s: the lock's state, then every change, in token order.
+//! - [`Client::holder`]: who holds a lock now, asked once.
+//! - [`Client::elect`]: leader election in the shape of client-go's
+//!   `leaderelection`, as an [`Election`] stream of [`ElectionEvent`]s.
+//!
+//! What an observer is told is advisory (the holder may already have lost
+//! the lock): find the holder with it, fence writes with the token. An
+//! older server makes these fail with [`Error::Unsupported`], never a
+//! loss; plain locks work there as before.
+//!
 //! # Cancel safety
 //!
 //! Every future in this crate may be dropped at any point. Dropping a
@@ -163,6 +182,9 @@
 //! handshake in plain text (a monolock port without TLS) is an
 //! [`Error::WrongPeer`] (`does not speak TLS`), permanent too. Unusable TLS settings are `Error::Tls`, invalid input. Dropping
 //! a guard still shuts the TCP socket down inside `Drop`.
+//!
+//! Dropping an [`Observation`] ends its watch, without blocking; an
+//! [`Election`] dropped stops at once, releasing the lock if it leads.
 //!
 //! # Feature flags
 //!

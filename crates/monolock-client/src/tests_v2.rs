@@ -33,6 +33,11 @@ enum Req {
     },
     Release(u32),
     Ping,
+    Observe {
+        watch: u32,
+        name: String,
+    },
+    Unobserve(u32),
 }
 
 /// One session, server side.
@@ -69,15 +74,20 @@ impl Peer {
             self.hello = true;
             return Some(Req::Open(lease.as_millis()));
         }
-        let (request, used) = v2::decode_request(&self.buf).expect("a v2 frame")?;
+        let (request, used) = ext::decode_request(&self.buf).expect("a v2 frame")?;
         let req = match request {
-            v2::Request::Acquire { claim, mode, name } => Req::Acquire {
+            ext::Request::Base(v2::Request::Acquire { claim, mode, name }) => Req::Acquire {
                 claim,
                 mode,
                 name: name.to_owned(),
             },
-            v2::Request::Release { claim } => Req::Release(claim),
-            v2::Request::Ping => Req::Ping,
+            ext::Request::Base(v2::Request::Release { claim }) => Req::Release(claim),
+            ext::Request::Base(v2::Request::Ping) => Req::Ping,
+            ext::Request::Observe { watch, name } => Req::Observe {
+                watch,
+                name: name.to_owned(),
+            },
+            ext::Request::Unobserve { watch } => Req::Unobserve(watch),
             other => panic!("unexpected {other:?}"),
         };
         self.buf.drain(..used);
@@ -459,4 +469,77 @@ async fn a_release_and_the_next_acquire_go_out_in_one_write() {
     peer.send(ServerFrame::Released { claim: 0 }).await;
     peer.send(ServerFrame::Acquired { claim, token: 8 }).await;
     assert_eq!(next.await.unwrap().expect("granted").token(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_keeps_its_session_open_and_it_closes_idle_once_unobserved() {
+    let (client, mut server) = FakeServer::speaking(Protocol::V2);
+    let observing = tokio::spawn({
+        let client = client.clone();
+        async move { client.observe("a").await }
+    });
+    let mut peer = Peer::new(server.accept_stream().await);
+    peer.expect(Req::Open(2000)).await;
+    peer.opened(1024).await;
+    let Some(Req::Observe { watch, name }) = peer.next().await else {
+        panic!("an OBSERVE");
+    };
+    assert_eq!(name, "a");
+    let initial = ext::ServerFrame::State {
+        watch,
+        state: ext::LockState {
+            event: ext::StateEvent::Free,
+            flags: ext::FLAG_INITIAL,
+            token: 0,
+            since_ms: 0,
+            reason: None,
+            value: String::new(),
+        },
+    };
+    let mut bytes = ext::ServerFrame::Observing { watch }.to_bytes();
+    bytes.extend_from_slice(&initial.to_bytes());
+    peer.stream.write_all(&bytes).await.expect("client reads");
+    let mut observation = observing.await.unwrap().expect("observing");
+    let first = observation
+        .next()
+        .await
+        .expect("a state")
+        .expect("no error");
+    assert!(first.initial && !first.held);
+    // The server answers every PING; a minute passes with the watch alone.
+    let (unobserved_tx, unobserved) = tokio::sync::oneshot::channel();
+    let answering = tokio::spawn(async move {
+        let mut unobserved_tx = Some(unobserved_tx);
+        while let Some(req) = peer.next().await {
+            match req {
+                // The idle close may cross the last PONG: not an error.
+                Req::Ping => {
+                    let _ = peer.stream.write_all(&ServerFrame::Pong.to_bytes()).await;
+                }
+                Req::Unobserve(id) => {
+                    let reply = ext::ServerFrame::Unobserved { watch: id }.to_bytes();
+                    peer.stream.write_all(&reply).await.expect("client reads");
+                    if let Some(tx) = unobserved_tx.take() {
+                        let _ = tx.send(id);
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    });
+    sleep(ms(60_000)).await;
+    assert_eq!(
+        client.session_loads(),
+        [0],
+        "a watch keeps the session open"
+    );
+    drop(observation);
+    assert_eq!(unobserved.await.expect("UNOBSERVE written"), watch);
+    sleep(ms(21_000)).await;
+    assert!(
+        client.session_loads().is_empty(),
+        "closed once idle for 20 s"
+    );
+    answering.await.expect("the server saw the close");
+    assert_eq!(server.connects(), 1);
 }

@@ -46,11 +46,20 @@ struct Server {
 
 impl Server {
     async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    async fn start_with(extra: &[&str]) -> Self {
         let mut command = Command::new(monolock_bin());
         command
             .stdout(std::process::Stdio::null())
             .kill_on_drop(true);
-        let serving = serve_async(command, &["--log-format", "json"], PATIENCE)
+        let args: Vec<&str> = ["--log-format", "json"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let serving = serve_async(command, &args, PATIENCE)
             .await
             .unwrap_or_else(|err| panic!("{err}"));
         Self { serving }
@@ -249,11 +258,9 @@ async fn the_election_hands_leadership_on_and_every_candidate_names_the_new_lead
     let mut following = second
         .elect("election", LEASE, "10.0.0.2:80")
         .expect("elect");
-    let leader = loop {
-        match within("the leader named", following.next()).await {
-            Some(Ok(ElectionEvent::NewLeader(leader))) => break leader,
-            other => panic!("unexpected {other:?}"),
-        }
+    let leader = match within("the leader named", following.next()).await {
+        Some(Ok(ElectionEvent::NewLeader(leader))) => leader,
+        other => panic!("unexpected {other:?}"),
     };
     assert_eq!(
         (leader.token, leader.value.as_str()),
@@ -278,11 +285,9 @@ async fn the_election_hands_leadership_on_and_every_candidate_names_the_new_lead
     assert!(new_term.token() > term.token());
     let named = match events.pop() {
         Some(leader) => leader,
-        None => loop {
-            match within("itself named", following.next()).await {
-                Some(Ok(ElectionEvent::NewLeader(leader))) => break leader,
-                other => panic!("unexpected {other:?}"),
-            }
+        None => match within("itself named", following.next()).await {
+            Some(Ok(ElectionEvent::NewLeader(leader))) => leader,
+            other => panic!("unexpected {other:?}"),
         },
     };
     assert_eq!(
@@ -393,5 +398,143 @@ async fn a_new_client_learns_the_fallback_on_its_first_plain_lock() {
     assert!(
         !matches!(lock.loss(), Some(LossReason::Server { .. })),
         "the refused HELLO is no loss"
+    );
+}
+
+#[test]
+fn the_blocking_client_has_values_observations_lookups_and_elections() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime to start the server");
+    let server = runtime.block_on(Server::start());
+    let addr = server.serving.addr.to_string();
+    let client = monolock_client::blocking::Client::new(addr.clone()).expect("client");
+    let mut observation = client.observe("blocking").expect("observe");
+    let mut next = || observation.next().expect("a state").expect("no error");
+    assert_eq!(next().event, StateEvent::Free);
+    let lock = client
+        .acquire_with_value("blocking", LEASE, "h:1")
+        .expect("acquire");
+    let granted = next();
+    assert_eq!(
+        (granted.event, granted.value.as_str()),
+        (StateEvent::Granted, "h:1")
+    );
+    lock.set_value("h:2").expect("set_value");
+    let replaced = next();
+    assert_eq!(
+        (replaced.event, replaced.value.as_str()),
+        (StateEvent::Value, "h:2")
+    );
+    assert_eq!(client.holder("blocking").expect("holder").value, "h:2");
+    drop(lock);
+    assert_eq!(next().event, StateEvent::Released);
+
+    let candidate = monolock_client::blocking::Client::new(addr).expect("client");
+    let mut election = candidate.elect("blocking", LEASE, "h:3").expect("elect");
+    let term = loop {
+        match election.next() {
+            Some(Ok(ElectionEvent::StartedLeading(term))) => break term,
+            Some(Ok(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let granted = next();
+    assert_eq!(
+        (granted.token, granted.value.as_str()),
+        (term.token(), "h:3")
+    );
+    election.resign().expect("resign");
+    assert!(term.is_ended());
+    assert_eq!(next().event, StateEvent::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_stops_leading_before_the_next_one_starts() {
+    let server = Server::start().await;
+    let proxy = common::Proxy::start(server.serving.addr).await;
+    let mut cut_off = proxy
+        .client()
+        .elect("cut", LEASE, "10.0.0.1:80")
+        .expect("elect");
+    let term = loop {
+        match within("the first term", cut_off.next()).await {
+            Some(Ok(ElectionEvent::StartedLeading(term))) => break term,
+            Some(Ok(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let mut next = server
+        .client()
+        .elect("cut", LEASE, "10.0.0.2:80")
+        .expect("elect");
+    match within("the leader named", next.next()).await {
+        Some(Ok(ElectionEvent::NewLeader(leader))) => assert_eq!(leader.token, term.token()),
+        other => panic!("unexpected {other:?}"),
+    }
+    // A partition: the leader's heartbeats no longer reach the server.
+    proxy.go_silent();
+    let silent_at = Instant::now();
+    let mut order = Vec::new();
+    let mut stopped = false;
+    let new_term = loop {
+        tokio::select! {
+            event = cut_off.next(), if !stopped => match event {
+                Some(Ok(ElectionEvent::StoppedLeading)) => {
+                    stopped = true;
+                    order.push(("stopped", silent_at.elapsed()));
+                }
+                Some(Ok(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            },
+            event = next.next() => match event {
+                Some(Ok(ElectionEvent::StartedLeading(term))) => {
+                    order.push(("started", silent_at.elapsed()));
+                    break term;
+                }
+                Some(Ok(_)) => {}
+                other => panic!("unexpected {other:?}"),
+            },
+            () = tokio::time::sleep(PATIENCE) => panic!("nothing happened: {order:?}"),
+        }
+    };
+    println!("after the partition (lease {LEASE:?}): {order:?}");
+    assert!(term.is_ended());
+    assert!(new_term.token() > term.token());
+    assert_eq!(
+        order.iter().map(|(what, _)| *what).collect::<Vec<_>>(),
+        ["stopped", "started"],
+        "the cut-off leader knows it lost before the next one leads"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_past_the_bounds_is_refused_and_the_others_go_on() {
+    let server =
+        Server::start_with(&["--max-watches-per-session", "2", "--max-watches", "2"]).await;
+    let client = server.client();
+    let mut first = client.observe("a").await.expect("first");
+    let _second = client.observe("b").await.expect("second");
+    let err = client.observe("c").await.expect_err("past both bounds");
+    // The session's bound moves the watch to a new session, where the
+    // server's bound refuses it.
+    assert_eq!(
+        err.server_code(),
+        Some(monolock_client::ErrorCode::SERVER_WATCH_LIMIT),
+        "{err:?}"
+    );
+    assert_eq!(
+        client.session_loads().len(),
+        2,
+        "a second session was tried"
+    );
+    next_state(&mut first).await;
+    let lock = server
+        .client()
+        .acquire_with_value("a", LEASE, "x")
+        .await
+        .expect("acquire");
+    let granted = next_state(&mut first).await;
+    assert_eq!(
+        (granted.event, granted.token),
+        (StateEvent::Granted, lock.token())
     );
 }

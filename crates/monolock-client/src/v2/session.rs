@@ -228,7 +228,13 @@ impl SessionHandle {
             counts,
             addr,
         });
-        (handle, Starter { driver, span })
+        (
+            handle,
+            Starter {
+                driver: Box::new(driver),
+                span,
+            },
+        )
     }
 
     /// The address the session is connected to.
@@ -325,11 +331,10 @@ impl SessionHandle {
         name: LockName,
     ) -> oneshot::Receiver<Result<LockState, RequestFailed>> {
         let (answer, rx) = oneshot::channel();
-        if let Err(mpsc::error::SendError(command)) = self.tx.send(Command::Lookup { name, answer })
+        if let Err(mpsc::error::SendError(Command::Lookup { answer, .. })) =
+            self.tx.send(Command::Lookup { name, answer })
         {
-            if let Command::Lookup { answer, .. } = command {
-                let _ = answer.send(Err(RequestFailed::Retry));
-            }
+            let _ = answer.send(Err(RequestFailed::Retry));
         }
         rx
     }
@@ -345,7 +350,9 @@ impl SessionHandle {
 
 /// A session's task, ready to run.
 pub(crate) struct Starter<S> {
-    driver: Driver<S>,
+    /// Boxed: a session's state is large, and a starter travels in
+    /// `Placement` next to small variants.
+    driver: Box<Driver<S>>,
     span: tracing::Span,
 }
 
@@ -633,7 +640,7 @@ impl<S> Driver<S> {
 }
 
 impl<S: Transport> Driver<S> {
-    async fn run(mut self) {
+    async fn run(mut self: Box<Self>) {
         let opened_at = Instant::now();
         let mut exchange = Exchange::new(self.lease.as_duration(), opened_at);
         let end = self.drive(&mut exchange, opened_at).await;
@@ -994,7 +1001,15 @@ impl<S: Transport> Driver<S> {
                 reason,
             } => {
                 if let Some(mailbox) = self.free_watch(watch) {
-                    mailbox.end(WatchEnd::Refused { code, reason });
+                    if code == ErrorCode::TOO_MANY_WATCHES {
+                        // The session's bound: no new watch here until one
+                        // ends; the watch goes to another session.
+                        let load = self.counts.watch_load.load(Ordering::Acquire);
+                        self.counts.max_watches.store(load, Ordering::Release);
+                        mailbox.end(WatchEnd::Retry);
+                    } else {
+                        mailbox.end(WatchEnd::Refused { code, reason });
+                    }
                 }
             }
             Event::State { watch, state } => {
