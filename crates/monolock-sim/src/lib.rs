@@ -32,6 +32,16 @@
 //! connection; the lock must stay held until the holder's deadline, and
 //! [`Mutation::HandOnAtIoTimeout`] is found.
 //!
+//! With [`Options::observers`] (and `v2`), the version 2 hosts observe
+//! every lock through the client's `observe` and give their claims values
+//! they replace now and then, and a slow observer whose reader stalls
+//! watches every lock many times over, so that the server coalesces its
+//! pushes (`observing.rs`). The checker follows every observation
+//! (`observers.rs`): token order, no grant told before the server made it,
+//! release reasons, values that are their holders', and once the run is
+//! quiet, every observer's last state equal to the table's;
+//! [`Mutation::CoalescedPushGoesBack`] is found.
+//!
 //! The same seed gives the same run, byte for byte: [`Outcome::trace`] is
 //! the evidence, and a failing seed is reproduced with
 //! `monolock-sim --seed N`. With v2 hosts, every host's acts and beliefs
