@@ -92,6 +92,8 @@ pub(crate) async fn process(plan: Plan, lab: SharedLab, gate: Gate) -> turmoil::
                 lock.clone(),
                 l as u64,
                 stride,
+                plan.seed,
+                plan.heal_at,
                 client.clone(),
                 lab.clone(),
                 views.clone(),

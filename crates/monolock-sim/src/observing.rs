@@ -77,21 +77,36 @@ fn broken_protocol(err: &Error) -> bool {
 }
 
 /// Observes `lock` as watch `watch`, again and again (a new watch number
-/// each time) while its observations end, until dropped.
+/// each time) while its observations end, until dropped. Until the faults
+/// stop, an observation is also given up (dropped: an UNOBSERVE) after a
+/// number of states drawn from `seed`, and another placed.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn observe_lock(
     id: usize,
     lock: String,
     first_watch: u64,
     stride: u64,
+    seed: u64,
+    heal_at: Duration,
     client: Client<SimConnector>,
     lab: SharedLab,
     views: Views,
 ) {
+    let mut rng = SmallRng::seed_from_u64(seed ^ first_watch);
     let mut watch = first_watch;
     loop {
         views.borrow_mut().insert(watch, (lock.clone(), None));
+        let mut patience = rng.random_range(10..400u32);
         match client.observe(&lock).await {
             Ok(mut observation) => loop {
+                if patience == 0 && now() < heal_at {
+                    let mut lab = lab.lock();
+                    lab.count_v2("observation given up (UNOBSERVE)");
+                    lab.checker
+                        .observation_ended(now(), id, watch, &lock, false, "given up");
+                    break;
+                }
+                patience = patience.saturating_sub(1);
                 match observation.next().await {
                     Some(Ok(state)) => {
                         let seen = seen(&state);
@@ -197,6 +212,8 @@ pub(crate) async fn slow_process(
                 lock.clone(),
                 first,
                 stride,
+                plan.seed,
+                plan.heal_at,
                 client.clone(),
                 lab.clone(),
                 views.clone(),
