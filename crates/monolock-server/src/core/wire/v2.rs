@@ -55,6 +55,9 @@ use crate::{
 /// so one read takes in a whole pipelined batch.
 const READ_BUF_LEN: usize = 4096;
 
+/// The most of its write buffer a session keeps between wakeups.
+const OUT_KEPT_CAPACITY: usize = 16 * 1024;
+
 /// The name a session's own lease slot carries. That slot is filed in the
 /// lease wheel only and never enters the lock table, so the name is never
 /// looked up; it shows in nothing a user reads.
@@ -866,6 +869,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         )
         .await;
         self.out.clear();
+        // A burst of pushes (up to the outbox's 256 states of up to a
+        // kilobyte each) must not stay allocated for the session's life.
+        if self.out.capacity() > OUT_KEPT_CAPACITY {
+            self.out.shrink_to(OUT_KEPT_CAPACITY);
+        }
         written
     }
 
