@@ -102,6 +102,8 @@ struct Session<'c, 'a, S> {
     watches: HashMap<u32, Arc<Watch>>,
     /// STATE pushes taken from the outbox (kept to reuse its capacity).
     pushes: Vec<StatePush>,
+    /// Whether a coalesced push was written yet (logged once at info).
+    coalesced_before: bool,
     /// The simulation's planted mistake `V2ReleasedBeforeTable`: claims
     /// whose RELEASED went out before the table released them.
     #[cfg(feature = "mutations")]
@@ -164,6 +166,7 @@ pub(crate) async fn serve<S>(
         opened_only: true,
         watches: HashMap::new(),
         pushes: Vec::new(),
+        coalesced_before: false,
         #[cfg(feature = "mutations")]
         released_later: Vec::new(),
     };
@@ -667,6 +670,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 "server watch limit reached: the server has --max-watches ({}) watches",
                 shared.config.max_watches
             );
+            debug!(remote_addr = %self.remote_addr, session = self.link.id, watch, "over --max-watches: OBSERVE refused");
             self.refuse(watch, ErrorCode::SERVER_WATCH_LIMIT, &reason);
             return None;
         }
@@ -764,6 +768,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             encode_push(&mut self.out, &push, flags);
         }
         self.pushes = pushes;
+        if coalesced > 0 {
+            // The outbox's bound was hit: said once at info, then at debug.
+            if std::mem::replace(&mut self.coalesced_before, true) {
+                debug!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: watches told the state now");
+            } else {
+                tracing::info!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: its connection did not take its STATE pushes, so changes were dropped and its watches told the state now (COALESCED)");
+            }
+        }
         if pushed > 0 {
             shared
                 .config
