@@ -10,7 +10,7 @@ mod ext_client;
 
 use std::{sync::Arc, time::Duration};
 
-use common::{TestServer, within};
+use common::{TestServer, eventually, within};
 use ext_client::RawExt;
 use monolock_proto::{
     ErrorCode, LockName,
@@ -528,7 +528,8 @@ async fn a_watch_is_told_ended_by_server_at_the_kept_claims_end() {
     let server = TestServer::start_with(config).await;
     let (mut observer, _) = RawExt::open(server.addr, 60_000).await;
     observer.observe(1, "io-X").await;
-    let (mut holder, _) = RawExt::open(server.addr, 2_000).await;
+    // A lease long next to io-timeout: the claim stays kept for seconds.
+    let (mut holder, _) = RawExt::open(server.addr, 5_000).await;
     let token = holder.hold(1, "io-X", "stalled").await;
     assert_change(
         &observer.state(1).await,
@@ -560,6 +561,18 @@ async fn a_watch_is_told_ended_by_server_at_the_kept_claims_end() {
         }
         holder
     });
+    // Ended by the server, its claim kept: LOOKUP still names it.
+    eventually("the holder's session ended, its claim kept", || {
+        server.handle.kept_claims() == 1
+    })
+    .await;
+    match observer.lookup("io-X").await {
+        Response::Ext(ExtServer::LockState(state)) => assert_eq!(
+            (state.event, state.token, state.value.as_str()),
+            (StateEvent::Held, token, "stalled")
+        ),
+        other => panic!("expected LOCK_STATE, got {other:?}"),
+    }
     let released = observer.state(1).await;
     assert_change(&released, StateEvent::Released, token, "");
     assert_eq!(released.reason, Some(ext::ReleaseReason::EndedByServer));
