@@ -55,6 +55,9 @@ use crate::{
 /// so one read takes in a whole pipelined batch.
 const READ_BUF_LEN: usize = 4096;
 
+/// The most of its write buffer a session keeps between wakeups.
+const OUT_KEPT_CAPACITY: usize = 16 * 1024;
+
 /// The name a session's own lease slot carries. That slot is filed in the
 /// lease wheel only and never enters the lock table, so the name is never
 /// looked up; it shows in nothing a user reads.
@@ -99,6 +102,8 @@ struct Session<'c, 'a, S> {
     watches: HashMap<u32, Arc<Watch>>,
     /// STATE pushes taken from the outbox (kept to reuse its capacity).
     pushes: Vec<StatePush>,
+    /// Whether a coalesced push was written yet (logged once at info).
+    coalesced_before: bool,
     /// The simulation's planted mistake `V2ReleasedBeforeTable`: claims
     /// whose RELEASED went out before the table released them.
     #[cfg(feature = "mutations")]
@@ -161,6 +166,7 @@ pub(crate) async fn serve<S>(
         opened_only: true,
         watches: HashMap::new(),
         pushes: Vec::new(),
+        coalesced_before: false,
         #[cfg(feature = "mutations")]
         released_later: Vec::new(),
     };
@@ -664,6 +670,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 "server watch limit reached: the server has --max-watches ({}) watches",
                 shared.config.max_watches
             );
+            debug!(remote_addr = %self.remote_addr, session = self.link.id, watch, "over --max-watches: OBSERVE refused");
             self.refuse(watch, ErrorCode::SERVER_WATCH_LIMIT, &reason);
             return None;
         }
@@ -761,6 +768,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             encode_push(&mut self.out, &push, flags);
         }
         self.pushes = pushes;
+        if coalesced > 0 {
+            // The outbox's bound was hit: said once at info, then at debug.
+            if std::mem::replace(&mut self.coalesced_before, true) {
+                debug!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: watches told the state now");
+            } else {
+                tracing::info!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: its connection did not take its STATE pushes, so changes were dropped and its watches told the state now (COALESCED)");
+            }
+        }
         if pushed > 0 {
             shared
                 .config
@@ -866,6 +881,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         )
         .await;
         self.out.clear();
+        // A burst of pushes (up to the outbox's 256 states of up to a
+        // kilobyte each) must not stay allocated for the session's life.
+        if self.out.capacity() > OUT_KEPT_CAPACITY {
+            self.out.shrink_to(OUT_KEPT_CAPACITY);
+        }
         written
     }
 
