@@ -357,8 +357,9 @@ pub(crate) struct Starter<S> {
 }
 
 impl<S: Transport> Starter<S> {
-    /// Spawns the task: it writes the OPEN and every claim placed so far
-    /// in one write.
+    /// Spawns the task: it writes the OPEN with its HELLO in one write
+    /// (a plain session: with every claim placed so far), and the claims
+    /// once FEATURES is read.
     pub(crate) fn start(self) {
         tokio::spawn(self.driver.run().instrument(self.span));
     }
