@@ -484,3 +484,23 @@ async fn a_watch_past_the_bounds_is_refused_and_the_others_go_on() {
         (StateEvent::Granted, lock.token())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_election_ends_its_term_and_releases_the_lock() {
+    let server = Server::start().await;
+    let client = server.client();
+    let mut election = client.elect("dropped", LEASE, "a").expect("elect");
+    let term = loop {
+        match within("the term", election.next()).await {
+            Some(Ok(ElectionEvent::StartedLeading(term))) => break term,
+            Some(Ok(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    drop(election);
+    within("the term ends with the election", term.ended()).await;
+    let next = within("the lock is free again", client.acquire("dropped", LEASE))
+        .await
+        .expect("acquire");
+    assert!(next.token() > term.token());
+}
