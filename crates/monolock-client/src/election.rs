@@ -70,8 +70,7 @@ impl Leadership {
     }
 
     /// Resolves when the term ends (the lock lost, resigned, or the
-    /// election dropped): stop
-    /// acting as leader then.
+    /// election dropped): stop acting as leader then.
     pub fn ended(&self) -> WaitForCancellationFuture<'_> {
         self.ended.cancelled()
     }
