@@ -24,7 +24,7 @@ use tokio::{
     time::sleep,
 };
 use tokio_util::{
-    sync::{CancellationToken, WaitForCancellationFuture},
+    sync::{CancellationToken, DropGuard, WaitForCancellationFuture},
     task::AbortOnDropHandle,
 };
 use tracing::debug;
@@ -69,8 +69,8 @@ impl Leadership {
         self.token
     }
 
-    /// Resolves when the term ends (the lock lost or resigned): stop
-    /// acting as leader then.
+    /// Resolves when the term ends (the lock lost, resigned, or the
+    /// election dropped): stop acting as leader then.
     pub fn ended(&self) -> WaitForCancellationFuture<'_> {
         self.ended.cancelled()
     }
@@ -232,7 +232,10 @@ impl<C: Connector> Campaign<C> {
         let mut campaign = Some(self.acquire(Duration::ZERO));
         let mut observing = Some(self.observe(Duration::ZERO));
         let mut observation: Option<Observation> = None;
-        let mut leading: Option<(LockGuard, CancellationToken)> = None;
+        // The term's token is cancelled when its guard here is dropped: at
+        // the end of the term, and if this task is aborted (the election
+        // dropped).
+        let mut leading: Option<(LockGuard, DropGuard)> = None;
         let mut last_leader: Option<u64> = None;
         let (mut campaign_failures, mut observe_failures) = (0u32, 0u32);
         loop {
@@ -270,7 +273,7 @@ impl<C: Connector> Campaign<C> {
                                 token: guard.token(),
                                 ended: ended.clone(),
                             }));
-                            leading = Some((guard, ended));
+                            leading = Some((guard, ended.drop_guard()));
                         }
                         Some(Err(err)) if err.is_temporary() => {
                             debug!(error = %err, "campaign failed; trying again");
@@ -331,11 +334,11 @@ impl<C: Connector> Campaign<C> {
 
     /// Ends a term, if there is one: releases the lock (a loss was
     /// already final) and reports it.
-    async fn stop(&self, leading: Option<(LockGuard, CancellationToken)>) {
+    async fn stop(&self, leading: Option<(LockGuard, DropGuard)>) {
         let Some((guard, ended)) = leading else {
             return;
         };
-        ended.cancel();
+        drop(ended); // cancels the term's token
         if guard.loss().is_none()
             && let Err(err) = guard.release().await
         {
