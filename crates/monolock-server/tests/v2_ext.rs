@@ -692,7 +692,7 @@ async fn observe_and_lookup_need_the_acquire_permission() {
 /// observing one open.
 #[tokio::test]
 async fn a_watch_keeps_its_session_from_being_idle() {
-    let config = ServerConfig::default().with_idle_timeout(Duration::from_millis(200));
+    let config = ServerConfig::default().with_idle_timeout(Duration::from_secs(1));
     let server = TestServer::start_with(config).await;
     let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
     observer.observe(1, "l").await;
