@@ -495,9 +495,9 @@ async fn a_watch_is_told_expired_and_forced() {
     let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
     observer.observe(1, "silent").await;
     observer.observe(2, "forced").await;
-    // A holder that never speaks again after its grant: its lease of
-    // 300 ms runs out.
-    let (mut silent, _) = RawExt::open(server.addr, 300).await;
+    // A holder that never speaks again after its grant: its lease of a
+    // second runs out.
+    let (mut silent, _) = RawExt::open(server.addr, 1_000).await;
     let token = silent.hold(1, "silent", "me").await;
     assert_change(&observer.state(1).await, StateEvent::Granted, token, "me");
     let released = observer.state(1).await;
