@@ -789,7 +789,7 @@ async fn a_slow_observer_is_told_the_latest_state_coalesced() {
 /// the new one.
 #[tokio::test]
 async fn a_value_proclaimed_during_the_startup_grace_is_the_grants() {
-    let config = ServerConfig::default().with_startup_grace(Duration::from_millis(300));
+    let config = ServerConfig::default().with_startup_grace(Duration::from_secs(2));
     let server = TestServer::start_with(config).await;
     let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
     observer.observe(1, "g").await;
