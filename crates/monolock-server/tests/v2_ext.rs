@@ -495,9 +495,9 @@ async fn a_watch_is_told_expired_and_forced() {
     let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
     observer.observe(1, "silent").await;
     observer.observe(2, "forced").await;
-    // A holder that never speaks again after its grant: its lease of
-    // 300 ms runs out.
-    let (mut silent, _) = RawExt::open(server.addr, 300).await;
+    // A holder that never speaks again after its grant: its lease of a
+    // second runs out.
+    let (mut silent, _) = RawExt::open(server.addr, 1_000).await;
     let token = silent.hold(1, "silent", "me").await;
     assert_change(&observer.state(1).await, StateEvent::Granted, token, "me");
     let released = observer.state(1).await;
@@ -692,7 +692,7 @@ async fn observe_and_lookup_need_the_acquire_permission() {
 /// observing one open.
 #[tokio::test]
 async fn a_watch_keeps_its_session_from_being_idle() {
-    let config = ServerConfig::default().with_idle_timeout(Duration::from_millis(200));
+    let config = ServerConfig::default().with_idle_timeout(Duration::from_secs(1));
     let server = TestServer::start_with(config).await;
     let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
     observer.observe(1, "l").await;
@@ -726,9 +726,11 @@ async fn a_slow_observer_is_told_the_latest_state_coalesced() {
         let stream = socket.connect(server.addr).await.expect("connect");
         RawExt::over(stream)
     };
-    observer.open_session(LEASE).await;
+    // Leases long next to the changes' minutes at worst on a loaded
+    // machine: the observer and the other session stay silent meanwhile.
+    observer.open_session(300_000).await;
     observer.observe(1, "hot").await;
-    let (mut other, _) = RawExt::open(server.addr, LEASE).await;
+    let (mut other, _) = RawExt::open(server.addr, 300_000).await;
     let (mut changer, _) = RawExt::open(server.addr, LEASE).await;
     // Enough changes of about 1 KiB each (two pushes a cycle) to fill the
     // server's socket buffer (at most tcp_wmem's largest) and the
@@ -789,7 +791,7 @@ async fn a_slow_observer_is_told_the_latest_state_coalesced() {
 /// the new one.
 #[tokio::test]
 async fn a_value_proclaimed_during_the_startup_grace_is_the_grants() {
-    let config = ServerConfig::default().with_startup_grace(Duration::from_millis(300));
+    let config = ServerConfig::default().with_startup_grace(Duration::from_secs(2));
     let server = TestServer::start_with(config).await;
     let (mut observer, _) = RawExt::open(server.addr, LEASE).await;
     observer.observe(1, "g").await;
