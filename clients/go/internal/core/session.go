@@ -181,6 +181,9 @@ func NewSession(lease, openSent time.Duration) *Session {
 	}
 }
 
+// Lease is the session's lease.
+func (s *Session) Lease() time.Duration { return s.schedule.lease }
+
 // Opened is whether OPENED has been read.
 func (s *Session) Opened() bool { return s.opened }
 
