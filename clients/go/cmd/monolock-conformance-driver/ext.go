@@ -116,7 +116,11 @@ func nextState(obs *monolock.Observation, timeout time.Duration) (reply, error) 
 			return reply{"state": stateObject(st)}, nil
 		}
 		if err := obs.Err(); err != nil {
-			return nil, err
+			// The end of the session ended the observation: a loss,
+			// whatever the session's reason.
+			f := classify(err)
+			f.kind = "lost"
+			return nil, f
 		}
 		return nil, fail("other", "the observation of %q was stopped", obs.Name())
 	case <-timer.C:
