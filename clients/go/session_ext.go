@@ -88,7 +88,9 @@ func (c *Client) sessionFor(ctx context.Context, ep endpoint, leaseMS uint32, na
 			granted := s.core.HasValues()
 			s.mu.Unlock()
 			if !granted {
-				// FEATURES without the bit: the server declines it.
+				// FEATURES without the bit: the server declines it, as
+				// one without the extension does.
+				c.pool.rememberNoValues(ep.addr)
 				s.unreserveAs(u)
 				return nil, unsupportedAt(ep.addr)
 			}
