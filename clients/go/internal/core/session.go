@@ -118,6 +118,9 @@ type ClaimEvent struct {
 	// UNOBSERVE for it now.
 	Watch     uint32
 	Unobserve bool
+	// Gone: an EventProclaimRefused whose claim had already ended (a
+	// REVOKED crossed the PROCLAIM): nothing new for its owner.
+	Gone bool
 	// State of EventState and EventLockState.
 	State wire.State
 	// Features and MaxWatches of EventFeatures.

@@ -518,10 +518,10 @@ func (r *replayer) sendUnobserve(id uint32) {
 func number(n uint64) json.Number { return json.Number(fmt.Sprint(n)) }
 
 // stateFields is a state as the vectors write it in "state" and
-// "lock_state" events (the state's own event under "state", as "event"
-// names the event kind).
+// "lock_state" events (the state's own event under "state_event", as
+// "event" names the event kind).
 func stateFields(st wire.State) output {
-	return output{"state": st.Event.String(), "token": number(st.Token), "since_ms": number(st.SinceMS), "value": st.Value}
+	return output{"state_event": st.Event.String(), "token": number(st.Token), "since_ms": number(st.SinceMS), "value": st.Value}
 }
 
 func (r *replayer) sendRelease(id uint32) {
@@ -553,6 +553,9 @@ func (r *replayer) claimEvent(ev ClaimEvent) {
 	case EventProclaimed:
 		r.event(output{"event": "proclaimed", "claim": claim})
 	case EventProclaimRefused:
+		if ev.Gone {
+			return // the REVOKED before it told the owner
+		}
 		r.event(output{"event": "refused", "claim": claim, "code": number(uint64(ev.Code))})
 	case EventObserving:
 		r.event(output{"event": "observing", "watch": number(uint64(ev.Watch))})

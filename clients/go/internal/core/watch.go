@@ -134,12 +134,14 @@ func (s *Session) WatchStatus(watch uint32) (WatchStatus, bool) {
 	return w.status, true
 }
 
-// LiveWatches is every watch id asked for or in use, in ascending order:
-// the watches the end of the session ends.
+// LiveWatches is every watch id in use (OBSERVING read, UNOBSERVED not
+// yet), in ascending order: the watches the end of the session ends.
 func (s *Session) LiveWatches() []uint32 {
 	ids := make([]uint32, 0, len(s.watches))
-	for id := range s.watches {
-		ids = append(ids, id)
+	for id, w := range s.watches {
+		if w.status != WatchAsking {
+			ids = append(ids, id)
+		}
 	}
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	return ids
@@ -179,7 +181,10 @@ func (s *Session) onExtReply(sent sentFrame, frame wire.Frame2, now time.Duratio
 	case sent.kind == sentProclaim && frame.Kind == wire.Proclaimed && frame.Claim == sent.claim:
 		return ClaimEvent{Kind: EventProclaimed, Claim: frame.Claim}, true, nil
 	case sent.kind == sentProclaim && frame.Kind == wire.Refused && frame.Claim == sent.claim:
-		return ClaimEvent{Kind: EventProclaimRefused, Claim: frame.Claim, Code: frame.Code, Reason: frame.Reason}, true, nil
+		// REFUSED 0x20 after a REVOKED crossed the PROCLAIM: the claim
+		// was already gone, and its owner told so (Gone).
+		gone := frame.Code == wire.CodeUnknownClaim && !s.Knows(frame.Claim)
+		return ClaimEvent{Kind: EventProclaimRefused, Claim: frame.Claim, Code: frame.Code, Reason: frame.Reason, Gone: gone}, true, nil
 	case sent.kind == sentObserve && frame.Kind == wire.Observing && frame.Watch == sent.watch &&
 		w != nil && w.status == WatchAsking:
 		w.status = WatchActive
