@@ -293,7 +293,9 @@ func (o *Observation) stopped() {
 // for a bad name (before connecting); ErrUnsupported under WithProtocolV1
 // or from a server without the extension; *ConnectError as for Lock; a
 // *LostError (Observation true, ReasonServerError) when the server
-// refused the watch (its ACL: observing needs the permission to acquire).
+// refused the watch: its ACL (observing needs the permission to acquire,
+// code 0x24), or its bound on watches per session (0x0b, the server's
+// --max-watches-per-session, 1,024 by default) or in all (0x0c).
 func (c *Client) Observe(ctx context.Context, name string) (*Observation, error) {
 	return c.observe(ctx, name, DefaultObserveLease)
 }
@@ -386,12 +388,12 @@ func (c *Client) observeAt(ctx context.Context, ep endpoint, name string, leaseM
 			return nil, &notAcquired{name: name, cause: ctx.Err()}
 		}
 		s.mu.Lock()
-		refused, full, seen := w.refusedErr, w.refusedFull, w.seen
+		refused, seen := w.refusedErr, w.seen
 		idleClosed := !seen && s.dead && s.core.Loss().Code == wire.CodeIdleClosed
 		endErr := w.endErr
 		s.mu.Unlock()
 		switch {
-		case (full || idleClosed) && round < 8:
+		case idleClosed && round < 8:
 			continue
 		case refused != nil:
 			return nil, refused

@@ -26,10 +26,9 @@ type v2Watch struct {
 	obs  *Observation
 
 	// Guarded by the session's mu.
-	seen        bool  // OBSERVING was read
-	refusedErr  error // the OBSERVE was refused
-	refusedFull bool  // refused with 0x0b: try another session
-	endErr      error // the session ended before OBSERVING
+	seen       bool  // OBSERVING was read
+	refusedErr error // the OBSERVE was refused
+	endErr     error // the session ended before OBSERVING
 	answered    chan struct{}
 	isAnswered  bool
 }
@@ -219,14 +218,11 @@ func (s *v2Session) dispatchExtLocked(ev core.ClaimEvent) (unobserve bool) {
 		delete(s.watches, ev.Watch)
 		s.watchLoad--
 		if ev.Kind == core.EventWatchRefused && !w.seen {
-			if ev.Code == wire.CodeTooManyWatches {
-				s.watchFull, w.refusedFull = true, true
-			} else {
-				w.refusedErr = &LostError{Name: w.name, Reason: ReasonServerError, Code: ev.Code,
-					Detail: ev.Reason, Lease: s.core.Lease(), Observation: true}
-			}
-		} else {
-			s.watchFull = false
+			// The ACL, or a bound on watches (0x0b for the session,
+			// 0x0c for the server): reported, not moved to another
+			// session, so that the bound the operator set holds.
+			w.refusedErr = &LostError{Name: w.name, Reason: ReasonServerError, Code: ev.Code,
+				Detail: ev.Reason, Lease: s.core.Lease(), Observation: true}
 		}
 		w.answerLocked()
 		w.obs.end(nil)

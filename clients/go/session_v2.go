@@ -193,9 +193,8 @@ type v2Session struct {
 	watchLoad int
 	lookups   int
 	// full: the server refused a claim with 0x09; no new claim until one
-	// ends. watchFull: the same for a watch refused with 0x0b.
+	// ends.
 	full      bool
-	watchFull bool
 	dead      bool
 	openErr   error // why it never opened
 	// abandoned: its opener's ctx ended before it opened.
@@ -230,10 +229,6 @@ func (s *v2Session) tryReserve(u use) bool {
 	switch u {
 	case useClaim, useValueClaim:
 		if s.full || (ready && s.load >= int(s.core.MaxClaims())) {
-			return false
-		}
-	case useWatch:
-		if s.watchFull || (ready && s.watchLoad >= int(s.core.MaxWatches())) {
 			return false
 		}
 	}

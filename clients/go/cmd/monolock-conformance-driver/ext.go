@@ -67,7 +67,7 @@ func (d *driver) runExt(cmd command) (reply, error) {
 		if !ok {
 			return nil, fail("unknown_handle", "no election handle %q", cmd.Handle)
 		}
-		delete(d.elections, cmd.Handle)
+		// The handle stays: the events queued before stay readable.
 		return nil, e.resign()
 	}
 	return nil, fail("other", "unknown command %q", cmd.Cmd)
@@ -214,7 +214,8 @@ func (e *election) next(timeout time.Duration) (reply, error) {
 			if e.err != nil {
 				return nil, e.err
 			}
-			return nil, fail("other", "the election was stopped")
+			// Resigned: no event will come.
+			return reply{"timeout": true}, nil
 		case <-timer.C:
 			return reply{"timeout": true}, nil
 		}

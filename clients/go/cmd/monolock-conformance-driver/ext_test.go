@@ -48,6 +48,11 @@ func TestTheDriverSpeaksValuesAndObservers(t *testing.T) {
 		t.Fatalf("election events %v", kinds)
 	}
 	expect(t, do(t, d, `{"cmd":"resign","handle":"e"}`), map[string]interface{}{"ok": true})
+	event, _ := do(t, d, `{"cmd":"next_election_event","handle":"e","timeout_ms":20000}`)["event"].(map[string]interface{})
+	if event["kind"] != "stopped_leading" {
+		t.Fatalf("after resign: %v", event)
+	}
+	expect(t, do(t, d, `{"cmd":"next_election_event","handle":"e","timeout_ms":20000}`), map[string]interface{}{"ok": true, "timeout": true})
 	expect(t, state(do(t, d, `{"cmd":"holder","name":"leader"}`)), map[string]interface{}{"held": false, "event": "free"})
 
 	long := strings.Repeat("x", 1025)
