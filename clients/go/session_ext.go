@@ -29,8 +29,8 @@ type v2Watch struct {
 	seen       bool  // OBSERVING was read
 	refusedErr error // the OBSERVE was refused
 	endErr     error // the session ended before OBSERVING
-	answered    chan struct{}
-	isAnswered  bool
+	answered   chan struct{}
+	isAnswered bool
 }
 
 func (w *v2Watch) answerLocked() {

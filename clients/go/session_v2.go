@@ -194,9 +194,9 @@ type v2Session struct {
 	lookups   int
 	// full: the server refused a claim with 0x09; no new claim until one
 	// ends.
-	full      bool
-	dead      bool
-	openErr   error // why it never opened
+	full    bool
+	dead    bool
+	openErr error // why it never opened
 	// abandoned: its opener's ctx ended before it opened.
 	abandoned bool
 	// hello: the session asks for values and observers when it opens.
