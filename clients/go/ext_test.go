@@ -484,3 +484,46 @@ func TestAValueOverTheBoundIsRefusedBeforeConnecting(t *testing.T) {
 		t.Fatalf("%d connections", n)
 	}
 }
+
+func TestTheLeaderReplacesItsValueWhileLeading(t *testing.T) {
+	srv := shared(t)
+	const name = "go/ext/elect-value"
+	client := v2Client(t, srv.addr)
+	started := make(chan uint64, 1)
+	elector := must(monolock.NewLeaderElector(client, monolock.LeaderElectionConfig{
+		Name: name, Lease: 2 * time.Second, Value: "a:1",
+		Callbacks: monolock.LeaderCallbacks{OnStartedLeading: func(ctx context.Context, token uint64) {
+			started <- token
+			<-ctx.Done()
+		}},
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- elector.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var token uint64
+	select {
+	case token = <-started:
+	case <-time.After(patience):
+		t.Fatal("the only candidate did not lead")
+	}
+	if !elector.IsLeader() {
+		t.Fatal("leading, but IsLeader is false")
+	}
+	watching, stopWatching := context.WithCancel(context.Background())
+	defer stopWatching()
+	obs := must(v2Client(t, srv.addr).Observe(watching, name))
+	expectState(t, nextState(t, obs), monolock.StateHeld, token, "a:1")
+	noErr(t, elector.SetValue(ctx, "a:2"))
+	expectState(t, nextState(t, obs), monolock.StateValue, token, "a:2")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	done <- nil
+	// Stopping released the lock.
+	expectState(t, nextState(t, obs), monolock.StateReleased, token, "")
+	if elector.IsLeader() {
+		t.Fatal("IsLeader after the election stopped")
+	}
+}
