@@ -207,6 +207,11 @@ func (e *LeaderElector) follow(ctx context.Context, obs *Observation) error {
 		if obs != nil {
 			for st := range obs.States() {
 				pause.reset()
+				if ctx.Err() != nil {
+					// Stopped: the candidate's own release, or a
+					// successor, is no news for it any more.
+					continue
+				}
 				if st.Held && (!seen || st.Token != last) {
 					last, seen = st.Token, true
 					if on := e.config.Callbacks.OnNewLeader; on != nil {
