@@ -58,9 +58,6 @@ func (s *Session) Ready() bool {
 	return s.opened && (!s.ext.asked || s.ext.answered) && !s.ended
 }
 
-// Features is the feature bits the server granted (0 until FEATURES).
-func (s *Session) Features() uint32 { return s.ext.features }
-
 // HasValues is whether the server granted values and observers.
 func (s *Session) HasValues() bool { return s.ext.features&wire.FeatureValues != 0 }
 
@@ -118,9 +115,6 @@ func (s *Session) UnobserveSent(watch uint32, at time.Duration) {
 func (s *Session) LookupSent(at time.Duration) {
 	s.inFlight = append(s.inFlight, sentFrame{kind: sentLookup, at: at})
 }
-
-// Watches is the number of watch ids asked for or in use.
-func (s *Session) Watches() int { return len(s.watches) }
 
 // KnowsWatch is whether the watch id is asked for or in use.
 func (s *Session) KnowsWatch(watch uint32) bool { _, ok := s.watches[watch]; return ok }

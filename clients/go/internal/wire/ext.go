@@ -31,14 +31,9 @@ const FeatureValues uint32 = 0x0000_0001
 // constant: a longer value is refused before connecting).
 const MaxValueBytes = 1024
 
-// Codes of the extension (REFUSED; the session lives on).
-const (
-	CodeUnknownType      = 0x13
-	CodeTooManyWatches   = 0x0b
-	CodeServerWatchLimit = 0x0c
-	CodeValueTooLong     = 0x26
-	CodeValueNotUTF8     = 0x27
-)
+// CodeUnknownType is the ERROR a server without the extension answers
+// HELLO with.
+const CodeUnknownType = 0x13
 
 func init() {
 	claimCodeNames[0x0b] = "too many watches on this session"
