@@ -284,7 +284,8 @@ func (o *Observation) stopped() {
 // flagged Coalesced, never an unbounded buffer.
 //
 // Cancelling ctx (or Stop) ends the observation cleanly: States closes and
-// Err is nil. When the session carrying it ends (the server killed, shut
+// Err is nil. Read States until it closes, or cancel ctx: a goroutine
+// hands the states over until one or the other. When the session carrying it ends (the server killed, shut
 // down, unreachable), States closes after the states already received and
 // Err is the *LostError.
 //
