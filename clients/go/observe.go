@@ -51,8 +51,9 @@ const (
 	ReleaseExpired ReleaseReason = "expired"
 	// ReleaseForced: an administrator force-released it.
 	ReleaseForced ReleaseReason = "forced"
-	// ReleaseEndedByServer: the server ended its session (an io-timeout,
-	// a protocol error) and released the kept claim a lease later.
+	// ReleaseEndedByServer: the server ended its session: an io-timeout
+	// or a protocol error (the kept claim released a lease later), or its
+	// shutdown.
 	ReleaseEndedByServer ReleaseReason = "ended_by_server"
 )
 
