@@ -421,9 +421,13 @@ final class SessionCore {
         return entry != null && entry.state == state;
     }
 
-    /** The watch ids in use or asked for, ascending: the ones a session's end ends. */
+    /**
+     * The live watch ids, ascending: answered OBSERVING, UNOBSERVED not yet
+     * read. The ones whose end a session's end reports.
+     */
     java.util.List<Integer> liveWatches() {
-        return watches.keySet().stream().sorted().toList();
+        return watches.entrySet().stream().filter(entry -> entry.getValue().state != WatchState.ASKING)
+                .map(Map.Entry::getKey).sorted().toList();
     }
 
     private static ProtocolViolation unexpected(Frame frame) {
