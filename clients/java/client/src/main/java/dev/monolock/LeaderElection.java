@@ -243,6 +243,12 @@ public final class LeaderElection implements AutoCloseable {
             synchronized (this) {
                 leading = null;
             }
+            if (lock.isHeld()) {
+                // Resigning: the leader stops before anyone else can lead.
+                listener.notLeader();
+                lock.close();
+                return;
+            }
             lock.close();
             listener.notLeader();
             synchronized (this) {

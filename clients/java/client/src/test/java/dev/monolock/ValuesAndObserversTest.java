@@ -1,0 +1,297 @@
+package dev.monolock;
+
+import static dev.monolock.TestServer.PATIENCE;
+import static dev.monolock.TestServer.eventually;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Lock values, observations, holder lookups and the leader election
+ * against the real server (docs/protocol.md, "Version 2 extension: values
+ * and observers").
+ */
+class ValuesAndObserversTest {
+    static final Duration LEASE = Duration.ofSeconds(5);
+    static TestServer server;
+
+    @BeforeAll
+    static void startServer() throws Exception {
+        server = TestServer.start();
+    }
+
+    @AfterAll
+    static void stopServer() {
+        server.close();
+    }
+
+    /** The next state, within {@link TestServer#PATIENCE}. */
+    static LockState next(Observation observation) throws InterruptedException {
+        return observation.next(PATIENCE).orElseGet(() -> fail("no state within " + PATIENCE));
+    }
+
+    @Test
+    void aValueIsSeenThroughHolderFromAnotherClient() throws Exception {
+        String name = "java/ext/holder";
+        String longest = "v".repeat(1023) + "!";
+        try (MonolockClient holder = MonolockClient.create(server.address);
+                MonolockClient other = MonolockClient.create(server.address)) {
+            LockState free = other.holder(name);
+            assertFalse(free.held());
+            assertEquals(LockState.Event.FREE, free.event());
+            try (MonolockLock lock = holder.lock(name, LEASE, "10.0.0.7:9000")) {
+                assertEquals("10.0.0.7:9000", lock.value());
+                LockState held = other.holder(name);
+                assertTrue(held.held());
+                assertEquals(LockState.Event.HELD, held.event());
+                assertEquals(lock.token(), held.token());
+                assertEquals(server.holderToken(name), held.token());
+                assertEquals("10.0.0.7:9000", held.value());
+                assertFalse(held.initial());
+                assertFalse(held.coalesced());
+                assertTrue(held.since().isPresent(), "the server says since when");
+            }
+            assertFalse(other.holder(name).held(), "released: free again, the value gone with the claim");
+            try (MonolockLock lock = holder.tryLock(name, LEASE, longest).orElseThrow()) {
+                assertEquals(longest, other.holder(name).value(), "1,024 bytes is the bound, and allowed");
+            }
+        }
+    }
+
+    @Test
+    void aNewValueIsSeenByAnObserverOnceSetValueReturns() throws Exception {
+        String name = "java/ext/set-value";
+        try (MonolockClient holder = MonolockClient.create(server.address);
+                MonolockClient follower = MonolockClient.create(server.address);
+                MonolockLock lock = holder.lock(name, LEASE, "10.0.0.7:9000");
+                Observation observation = follower.observe(name)) {
+            LockState initial = next(observation);
+            assertTrue(initial.initial());
+            assertEquals(LockState.Event.HELD, initial.event());
+            assertEquals(lock.token(), initial.token());
+            assertEquals("10.0.0.7:9000", initial.value());
+
+            lock.setValue("10.0.0.7:9001");
+            assertEquals("10.0.0.7:9001", lock.value());
+            assertEquals("10.0.0.7:9001", follower.holder(name).value(), "the server has it once setValue returns");
+            LockState changed = next(observation);
+            assertEquals(LockState.Event.VALUE, changed.event());
+            assertEquals(lock.token(), changed.token());
+            assertEquals("10.0.0.7:9001", changed.value());
+            assertTrue(changed.held());
+            assertFalse(changed.initial());
+        }
+    }
+
+    @Test
+    void anObserverSeesEveryHandOnInTokenOrder() throws Exception {
+        String name = "java/ext/hand-ons";
+        int holders = 4;
+        try (MonolockClient follower = MonolockClient.create(server.address);
+                MonolockClient client = MonolockClient.create(server.address);
+                Observation observation = follower.observe(name)) {
+            LockState initial = next(observation);
+            assertEquals(LockState.Event.FREE, initial.event());
+            assertTrue(initial.initial());
+
+            MonolockLock first = client.lock(name, LEASE, "holder-0");
+            List<CompletableFuture<MonolockLock>> waiting = new ArrayList<>();
+            for (int i = 1; i < holders; i++) {
+                waiting.add(client.lockAsync(name, LEASE, null, "holder-" + i));
+                int queued = i;
+                eventually("holder " + i + " queued", () -> server.waiters(name) == queued);
+            }
+            List<MonolockLock> locks = new ArrayList<>(List.of(first));
+            LockState granted = next(observation);
+            assertEquals(LockState.Event.GRANTED, granted.event());
+            assertEquals(first.token(), granted.token());
+            assertEquals("holder-0", granted.value());
+            for (int i = 0; i < holders; i++) {
+                MonolockLock lock = locks.get(i);
+                assertTrue(lock.release());
+                LockState released = next(observation);
+                assertEquals(LockState.Event.RELEASED, released.event(), "a hand-on: RELEASED first");
+                assertEquals(lock.token(), released.token());
+                assertEquals(Optional.of(LockState.ReleaseReason.RELEASED), released.reason());
+                assertFalse(released.held());
+                if (i + 1 < holders) {
+                    MonolockLock nextLock = waiting.get(i).get(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+                    locks.add(nextLock);
+                    LockState next = next(observation);
+                    assertEquals(LockState.Event.GRANTED, next.event(), "then GRANTED");
+                    assertEquals(nextLock.token(), next.token());
+                    assertTrue(next.token() > lock.token(), "tokens increase");
+                    assertEquals("holder-" + (i + 1), next.value());
+                }
+            }
+            assertEquals(Optional.empty(), observation.next(Duration.ZERO), "nothing else happened");
+        }
+    }
+
+    @Test
+    void anObservationEndsWithAnErrorWhenTheServerIsKilled() throws Exception {
+        String name = "java/ext/killed";
+        TestServer doomed = TestServer.start();
+        try (MonolockClient client = MonolockClient.create(doomed.address);
+                Observation observation = client.observe(name)) {
+            assertTrue(next(observation).initial());
+            doomed.process.destroyForcibly();
+            ObservationEndedException end = observation.ended().get(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+            assertEquals(LossReason.CONNECTION, end.reason());
+            assertTrue(end.getMessage().startsWith("observation of lock \"" + name + "\" ended (connection): "),
+                    end.getMessage());
+            ObservationEndedException thrown = assertThrows(ObservationEndedException.class, observation::hasNext);
+            assertEquals(end.getMessage(), thrown.getMessage());
+        } finally {
+            doomed.close();
+        }
+    }
+
+    /** A listener that queues what the election tells, in order. */
+    static final class Recorder implements LeaderElection.Listener {
+        final BlockingQueue<String> events = new LinkedBlockingQueue<>();
+
+        @Override
+        public void isLeader(long token) {
+            events.add("leader " + token);
+        }
+
+        @Override
+        public void notLeader() {
+            events.add("not leader");
+        }
+
+        @Override
+        public void onNewLeader(LockState leader) {
+            events.add("new leader " + leader.token() + " " + leader.value());
+        }
+
+        String next() throws InterruptedException {
+            String event = events.poll(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+            assertNotNull(event, "no election event within " + PATIENCE);
+            return event;
+        }
+
+        /** The next event, which must start with {@code prefix}: events of the other kind are skipped into {@code skipped}. */
+        String nextOf(String prefix, List<String> skipped) throws InterruptedException {
+            while (true) {
+                String event = next();
+                if (event.startsWith(prefix)) {
+                    return event;
+                }
+                skipped.add(event);
+            }
+        }
+    }
+
+    static long token(String event) {
+        String[] words = event.split(" ");
+        return Long.parseLong(event.startsWith("new leader") ? words[2] : words[1]);
+    }
+
+    @Test
+    void theElectionFailsOverWhenTheLeaderResignsAndWhenItsConnectionCloses() throws Exception {
+        String name = "java/ext/election";
+        MonolockClient firstClient = MonolockClient.create(server.address);
+        try (MonolockClient secondClient = MonolockClient.create(server.address);
+                MonolockClient thirdClient = MonolockClient.create(server.address)) {
+            Recorder first = new Recorder();
+            Recorder second = new Recorder();
+            Recorder third = new Recorder();
+            LeaderElection firstElection = firstClient.leaderElection(name, LEASE, "first:1", first);
+            LeaderElection secondElection = secondClient.leaderElection(name, LEASE, "second:2", second);
+            LeaderElection thirdElection = thirdClient.leaderElection(name, LEASE, "third:3", third);
+            try {
+                firstElection.start();
+                List<String> skipped = new ArrayList<>();
+                long firstToken = token(first.nextOf("leader", skipped));
+                assertEquals(firstToken, server.holderToken(name));
+                assertTrue(firstElection.hasLeadership());
+                eventually("the first leader observed", () -> firstElection.getLeader()
+                        .map(state -> state.token() == firstToken).orElse(false));
+
+                secondElection.start();
+                assertEquals("new leader " + firstToken + " first:1", second.next(),
+                        "a follower is told who leads, with its value");
+                eventually("the second candidate queued", () -> server.waiters(name) == 1);
+                assertEquals("first:1", secondElection.getLeader().orElseThrow().value());
+                assertFalse(secondElection.hasLeadership());
+
+                // The leader resigns: it stops leading before the lock is handed on.
+                firstElection.close();
+                assertTrue(first.events.contains("not leader"), "close() returns after notLeader: " + first.events);
+                long secondToken = token(second.nextOf("leader", skipped));
+                assertTrue(secondToken > firstToken);
+                assertEquals("new leader " + secondToken + " second:2", second.nextOf("new leader", skipped));
+
+                thirdElection.start();
+                assertEquals("new leader " + secondToken + " second:2", third.next());
+                eventually("the third candidate queued", () -> server.waiters(name) == 1);
+
+                // The leader's connection closes: the next candidate leads, and everyone is told.
+                secondClient.close();
+                assertEquals("not leader", second.nextOf("not leader", skipped), "the closed leader is told");
+                long thirdToken = token(third.nextOf("leader", skipped));
+                assertTrue(thirdToken > secondToken);
+                assertEquals("new leader " + thirdToken + " third:3", third.nextOf("new leader", skipped));
+                assertEquals(thirdToken, server.holderToken(name));
+                assertTrue(skipped.stream().allMatch(event -> event.startsWith("new leader")),
+                        "only new-leader events interleave: " + skipped);
+                secondElection.close();
+
+                thirdElection.close();
+                assertEquals("not leader", third.nextOf("not leader", skipped));
+                eventually("resigning released the lock", () -> !server.held(name));
+            } finally {
+                firstElection.close();
+                secondElection.close();
+                thirdElection.close();
+                firstClient.close();
+            }
+        }
+    }
+
+    @Test
+    void setValueOnALostLockFailsWithTheLoss() throws Exception {
+        String name = "java/ext/lost-set-value";
+        try (MonolockClient client = MonolockClient.create(server.address)) {
+            MonolockLock lock = client.lock(name, LEASE, "before");
+            server.forceRelease(name);
+            lock.lost().get(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+            LockLostException loss = assertThrows(LockLostException.class, () -> lock.setValue("after"));
+            assertEquals(LossReason.FORCED, loss.reason());
+            assertEquals("before", lock.value());
+        }
+    }
+
+    @Test
+    void theAdminApiShowsTheHoldersValue() throws Exception {
+        String name = "java/ext/admin";
+        try (MonolockClient client = MonolockClient.create(server.address);
+                MonolockLock lock = client.lock(name, LEASE, "10.0.0.7:9000")) {
+            Map<String, Object> view = server.lock(name);
+            assertNotNull(view);
+            Object holder = view.get("holder");
+            assertTrue(holder instanceof Map<?, ?>, "a holder: " + view);
+            assertEquals("10.0.0.7:9000", ((Map<?, ?>) holder).get("value"), "the value beside its holder: " + view);
+            assertNull(((Map<?, ?>) holder).get("missing"));
+        }
+    }
+}
