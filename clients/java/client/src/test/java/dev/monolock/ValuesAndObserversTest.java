@@ -5,7 +5,6 @@ import static dev.monolock.TestServer.eventually;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
@@ -13,7 +12,6 @@ import static org.junit.jupiter.api.Assertions.fail;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.Optional;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
@@ -70,6 +68,7 @@ class ValuesAndObserversTest {
             }
             assertFalse(other.holder(name).held(), "released: free again, the value gone with the claim");
             try (MonolockLock lock = holder.tryLock(name, LEASE, longest).orElseThrow()) {
+                assertEquals(longest, lock.value());
                 assertEquals(longest, other.holder(name).value(), "1,024 bytes is the bound, and allowed");
             }
         }
@@ -164,40 +163,55 @@ class ValuesAndObserversTest {
         }
     }
 
-    /** A listener that queues what the election tells, in order. */
+    /**
+     * A listener that records what the election tells, in order. Its
+     * campaign (isLeader, notLeader) and its observation (onNewLeader) are
+     * two threads, so a test waits for an event among all those told.
+     */
     static final class Recorder implements LeaderElection.Listener {
-        final BlockingQueue<String> events = new LinkedBlockingQueue<>();
+        final BlockingQueue<String> arrivals = new LinkedBlockingQueue<>();
+        final List<String> seen = new ArrayList<>();
 
         @Override
         public void isLeader(long token) {
-            events.add("leader " + token);
+            arrivals.add("leader " + token);
         }
 
         @Override
         public void notLeader() {
-            events.add("not leader");
+            arrivals.add("not leader");
         }
 
         @Override
         public void onNewLeader(LockState leader) {
-            events.add("new leader " + leader.token() + " " + leader.value());
+            arrivals.add("new leader " + leader.token() + " " + leader.value());
         }
 
-        String next() throws InterruptedException {
-            String event = events.poll(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
-            assertNotNull(event, "no election event within " + PATIENCE);
-            return event;
-        }
-
-        /** The next event, which must start with {@code prefix}: events of the other kind are skipped into {@code skipped}. */
-        String nextOf(String prefix, List<String> skipped) throws InterruptedException {
-            while (true) {
-                String event = next();
-                if (event.startsWith(prefix)) {
-                    return event;
+        /** The first event told that matches, waiting for it within {@link TestServer#PATIENCE}. */
+        String await(String what, java.util.function.Predicate<String> matches) throws InterruptedException {
+            long end = System.nanoTime() + PATIENCE.toNanos();
+            for (int i = 0; ; i++) {
+                if (i == seen.size()) {
+                    String event = arrivals.poll(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
+                    assertNotNull(event, "no " + what + " within " + PATIENCE + "; told: " + seen);
+                    seen.add(event);
                 }
-                skipped.add(event);
+                if (matches.test(seen.get(i))) {
+                    return seen.get(i);
+                }
             }
+        }
+
+        /** The token this candidate was told it leads with, above {@code above}. */
+        long leaderAbove(long above) throws InterruptedException {
+            return token(await("leadership above " + above,
+                    event -> event.startsWith("leader ") && token(event) > above));
+        }
+
+        /** Everything told so far, none waited for. */
+        List<String> told() {
+            arrivals.drainTo(seen);
+            return seen;
         }
     }
 
@@ -210,8 +224,8 @@ class ValuesAndObserversTest {
     void theElectionFailsOverWhenTheLeaderResignsAndWhenItsConnectionCloses() throws Exception {
         String name = "java/ext/election";
         MonolockClient firstClient = MonolockClient.create(server.address);
-        try (MonolockClient secondClient = MonolockClient.create(server.address);
-                MonolockClient thirdClient = MonolockClient.create(server.address)) {
+        MonolockClient secondClient = MonolockClient.create(server.address);
+        try (MonolockClient thirdClient = MonolockClient.create(server.address)) {
             Recorder first = new Recorder();
             Recorder second = new Recorder();
             Recorder third = new Recorder();
@@ -220,50 +234,54 @@ class ValuesAndObserversTest {
             LeaderElection thirdElection = thirdClient.leaderElection(name, LEASE, "third:3", third);
             try {
                 firstElection.start();
-                List<String> skipped = new ArrayList<>();
-                long firstToken = token(first.nextOf("leader", skipped));
+                long firstToken = first.leaderAbove(0);
                 assertEquals(firstToken, server.holderToken(name));
                 assertTrue(firstElection.hasLeadership());
-                eventually("the first leader observed", () -> firstElection.getLeader()
-                        .map(state -> state.token() == firstToken).orElse(false));
+                first.await("itself as the new leader", ("new leader " + firstToken + " first:1")::equals);
 
                 secondElection.start();
-                assertEquals("new leader " + firstToken + " first:1", second.next(),
-                        "a follower is told who leads, with its value");
+                second.await("the leader's value", ("new leader " + firstToken + " first:1")::equals);
                 eventually("the second candidate queued", () -> server.waiters(name) == 1);
                 assertEquals("first:1", secondElection.getLeader().orElseThrow().value());
                 assertFalse(secondElection.hasLeadership());
 
                 // The leader resigns: it stops leading before the lock is handed on.
                 firstElection.close();
-                assertTrue(first.events.contains("not leader"), "close() returns after notLeader: " + first.events);
-                long secondToken = token(second.nextOf("leader", skipped));
-                assertTrue(secondToken > firstToken);
-                assertEquals("new leader " + secondToken + " second:2", second.nextOf("new leader", skipped));
+                assertEquals(java.util.Set.of("leader " + firstToken, "new leader " + firstToken + " first:1",
+                        "not leader"), java.util.Set.copyOf(first.told()), "close() returns after notLeader");
+                assertEquals("not leader", first.told().get(2), "the last thing told");
+                long secondToken = second.leaderAbove(firstToken);
+                second.await("itself as the new leader", ("new leader " + secondToken + " second:2")::equals);
 
                 thirdElection.start();
-                assertEquals("new leader " + secondToken + " second:2", third.next());
+                third.await("the leader's value", ("new leader " + secondToken + " second:2")::equals);
                 eventually("the third candidate queued", () -> server.waiters(name) == 1);
 
                 // The leader's connection closes: the next candidate leads, and everyone is told.
                 secondClient.close();
-                assertEquals("not leader", second.nextOf("not leader", skipped), "the closed leader is told");
-                long thirdToken = token(third.nextOf("leader", skipped));
-                assertTrue(thirdToken > secondToken);
-                assertEquals("new leader " + thirdToken + " third:3", third.nextOf("new leader", skipped));
+                second.await("the end of its leadership", "not leader"::equals);
+                long thirdToken = third.leaderAbove(secondToken);
+                third.await("itself as the new leader", ("new leader " + thirdToken + " third:3")::equals);
                 assertEquals(thirdToken, server.holderToken(name));
-                assertTrue(skipped.stream().allMatch(event -> event.startsWith("new leader")),
-                        "only new-leader events interleave: " + skipped);
                 secondElection.close();
 
                 thirdElection.close();
-                assertEquals("not leader", third.nextOf("not leader", skipped));
+                third.await("the end of its leadership", "not leader"::equals);
                 eventually("resigning released the lock", () -> !server.held(name));
+                for (Recorder recorder : List.of(first, second, third)) {
+                    List<String> leadership = recorder.told().stream().filter(event -> !event.startsWith("new"))
+                            .toList();
+                    for (int i = 0; i < leadership.size(); i++) {
+                        assertEquals(i % 2 == 0, leadership.get(i).startsWith("leader "),
+                                "isLeader and notLeader alternate: " + leadership);
+                    }
+                }
             } finally {
                 firstElection.close();
                 secondElection.close();
                 thirdElection.close();
                 firstClient.close();
+                secondClient.close();
             }
         }
     }
@@ -278,20 +296,6 @@ class ValuesAndObserversTest {
             LockLostException loss = assertThrows(LockLostException.class, () -> lock.setValue("after"));
             assertEquals(LossReason.FORCED, loss.reason());
             assertEquals("before", lock.value());
-        }
-    }
-
-    @Test
-    void theAdminApiShowsTheHoldersValue() throws Exception {
-        String name = "java/ext/admin";
-        try (MonolockClient client = MonolockClient.create(server.address);
-                MonolockLock lock = client.lock(name, LEASE, "10.0.0.7:9000")) {
-            Map<String, Object> view = server.lock(name);
-            assertNotNull(view);
-            Object holder = view.get("holder");
-            assertTrue(holder instanceof Map<?, ?>, "a holder: " + view);
-            assertEquals("10.0.0.7:9000", ((Map<?, ?>) holder).get("value"), "the value beside its holder: " + view);
-            assertNull(((Map<?, ?>) holder).get("missing"));
         }
     }
 }
