@@ -35,7 +35,8 @@ import java.util.concurrent.TimeoutException;
  * <p>{@code isLeader} and {@code notLeader} are called on the election's
  * campaign thread, strictly alternating ({@code isLeader} is never called
  * again before the previous {@code notLeader}); {@code onNewLeader} on its
- * observing thread. Keep them short. A leader fences its writes with the
+ * observing thread. Keep them short. Once {@link #close()} has begun, no
+ * callback but the resigning leader's {@code notLeader} is called. A leader fences its writes with the
  * token: the observed view is advisory, and leadership may be lost (the
  * lease, an administrator) before {@code notLeader} is read.
  */
@@ -203,6 +204,12 @@ public final class LeaderElection implements AutoCloseable {
     }
 
     private void seen(LockState state) {
+        synchronized (this) {
+            if (closed) {
+                // Resigning: what follows (the hand-on to another candidate) is no longer this election's.
+                return;
+            }
+        }
         leader = state;
         if (state.held() && state.token() != announcedToken) {
             announcedToken = state.token();
@@ -212,6 +219,11 @@ public final class LeaderElection implements AutoCloseable {
 
     private void campaign() {
         while (true) {
+            synchronized (this) {
+                if (closed) {
+                    return;
+                }
+            }
             MonolockLock lock;
             try {
                 lock = client.lock(name, lease, value);
