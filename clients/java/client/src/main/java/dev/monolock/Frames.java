@@ -312,7 +312,8 @@ final class Frames {
             if (available < lengthAt + 2) {
                 return -1;
             }
-            return head + STATE_HEAD + (((buffer[start + lengthAt] & 0xff) << 8) | (buffer[start + lengthAt + 1] & 0xff));
+            int valueLength = ((buffer[start + lengthAt] & 0xff) << 8) | (buffer[start + lengthAt + 1] & 0xff);
+            return head + STATE_HEAD + valueLength;
         }
 
         /** The state at {@code at}, its value {@code valueLength} bytes; checked before the frame is taken. */

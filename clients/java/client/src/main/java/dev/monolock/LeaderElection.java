@@ -36,9 +36,10 @@ import java.util.concurrent.TimeoutException;
  * campaign thread, strictly alternating ({@code isLeader} is never called
  * again before the previous {@code notLeader}); {@code onNewLeader} on its
  * observing thread. Keep them short. Once {@link #close()} has begun, no
- * callback but the resigning leader's {@code notLeader} is called. A leader fences its writes with the
- * token: the observed view is advisory, and leadership may be lost (the
- * lease, an administrator) before {@code notLeader} is read.
+ * callback but the resigning leader's {@code notLeader} is called. A leader
+ * fences its writes with the token: the observed view is advisory, and
+ * leadership may be lost (the lease, an administrator) before
+ * {@code notLeader} is read.
  */
 public final class LeaderElection implements AutoCloseable {
     /** The election's callbacks. */

@@ -5,6 +5,7 @@ import dev.monolock.Connector.Answer;
 import dev.monolock.Connector.Refusal;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -597,7 +598,7 @@ public final class MonolockClient implements AutoCloseable {
             byte[] open = Frames.open(leaseMs);
             if (hello) {
                 byte[] withHello = Frames.hello(Frames.FEATURE_VALUES_AND_OBSERVERS);
-                byte[] both = java.util.Arrays.copyOf(open, open.length + withHello.length);
+                byte[] both = Arrays.copyOf(open, open.length + withHello.length);
                 System.arraycopy(withHello, 0, both, open.length, withHello.length);
                 open = both;
             }

@@ -3,6 +3,7 @@ package dev.monolock;
 import dev.monolock.Frames.Frame;
 import java.util.ArrayDeque;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -425,7 +426,7 @@ final class SessionCore {
      * The live watch ids, ascending: answered OBSERVING, UNOBSERVED not yet
      * read. The ones whose end a session's end reports.
      */
-    java.util.List<Integer> liveWatches() {
+    List<Integer> liveWatches() {
         return watches.entrySet().stream().filter(entry -> entry.getValue().state != WatchState.ASKING)
                 .map(Map.Entry::getKey).sorted().toList();
     }

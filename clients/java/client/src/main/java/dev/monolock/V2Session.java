@@ -5,9 +5,11 @@ import dev.monolock.Connector.Connection;
 import dev.monolock.Frames.Frame;
 import dev.monolock.SessionCore.Event;
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -163,7 +165,7 @@ final class V2Session {
                 claims.put(id, claim);
                 if (value.length > 0) {
                     outbox.add(Frames.acquireValue(id, tryOnly, nameBytes, value));
-                    claim.value = new String(value, java.nio.charset.StandardCharsets.UTF_8);
+                    claim.value = new String(value, StandardCharsets.UTF_8);
                 } else {
                     outbox.add(Frames.acquire(id, tryOnly, nameBytes));
                 }
@@ -255,7 +257,7 @@ final class V2Session {
                 outbox.add(Frames.proclaim(claim.id, value));
                 core.proclaimSent(claim.id, System.nanoTime());
                 proclaims.computeIfAbsent(claim.id, id -> new ArrayDeque<>()).add(new Proclaim(claim,
-                        new String(value, java.nio.charset.StandardCharsets.UTF_8), done));
+                        new String(value, StandardCharsets.UTF_8), done));
                 arm();
             }
         }
@@ -382,13 +384,13 @@ final class V2Session {
             ended = true;
             endedBecause = reason.wireName() + ": " + detail;
             gone = new ArrayList<>(claims.values());
-            gone.sort(java.util.Comparator.comparingInt(claim -> claim.id));
+            gone.sort(Comparator.comparingInt(claim -> claim.id));
             claims.clear();
             for (V2Claim claim : gone) {
                 claim.loss = new LockLostException(claim.name, reason, detail);
             }
             watchesGone = new ArrayList<>(watches.values());
-            watchesGone.sort(java.util.Comparator.comparingInt(watch -> watch.id));
+            watchesGone.sort(Comparator.comparingInt(watch -> watch.id));
             watches.clear();
             proclaims.values().forEach(proclaimsGone::addAll);
             proclaims.clear();

@@ -14,12 +14,15 @@ import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.function.Executable;
 
 /**
  * What a real server does not do on demand: answer OPEN as a version 1
@@ -69,7 +72,7 @@ class FakeServersTest {
                     // The OPEN, and the HELLO the client writes with it (read, so that the close is no reset).
                     in.readFully(new byte[4 + 5]);
                     opens.incrementAndGet();
-                    byte[] reason = "unsupported protocol version".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                    byte[] reason = "unsupported protocol version".getBytes(StandardCharsets.UTF_8);
                     OutputStream out = client.getOutputStream();
                     out.write(new byte[] {0x13, 0x10, (byte) reason.length});
                     out.write(reason);
@@ -341,7 +344,7 @@ class FakeServersTest {
         final AtomicInteger sessions = new AtomicInteger();
         final AtomicInteger hellos = new AtomicInteger();
         final AtomicInteger extensionFrames = new AtomicInteger();
-        final java.util.concurrent.atomic.AtomicLong tokens = new java.util.concurrent.atomic.AtomicLong(100);
+        final AtomicLong tokens = new AtomicLong(100);
 
         OlderServer() throws IOException {
             socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
@@ -387,7 +390,7 @@ class FakeServersTest {
                         } else if (type >= 0x25 && type <= 0x29) {
                             extensionFrames.incrementAndGet();
                         }
-                        byte[] reason = "unknown message type".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+                        byte[] reason = "unknown message type".getBytes(StandardCharsets.UTF_8);
                         out.write(new byte[] {0x13, 0x13, (byte) reason.length});
                         out.write(reason);
                         out.flush();
@@ -452,7 +455,7 @@ class FakeServersTest {
     @Test
     void forcedToVersionOneValuesAndObserversAreUnsupportedBeforeConnecting() throws Exception {
         try (MonolockClient client = MonolockClient.builder(closedPort()).forceV1().build()) {
-            for (org.junit.jupiter.api.function.Executable call : List.<org.junit.jupiter.api.function.Executable>of(
+            for (Executable call : List.<Executable>of(
                     () -> client.lock("v1", LEASE, "10.0.0.7:9000"),
                     () -> client.tryLock("v1", LEASE, "10.0.0.7:9000"),
                     () -> client.observe("v1"),

@@ -13,10 +13,12 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -188,7 +190,7 @@ class ValuesAndObserversTest {
         }
 
         /** The first event told that matches, waiting for it within {@link TestServer#PATIENCE}. */
-        String await(String what, java.util.function.Predicate<String> matches) throws InterruptedException {
+        String await(String what, Predicate<String> matches) throws InterruptedException {
             long end = System.nanoTime() + PATIENCE.toNanos();
             for (int i = 0; ; i++) {
                 if (i == seen.size()) {
@@ -247,8 +249,8 @@ class ValuesAndObserversTest {
 
                 // The leader resigns: it stops leading before the lock is handed on.
                 firstElection.close();
-                assertEquals(java.util.Set.of("leader " + firstToken, "new leader " + firstToken + " first:1",
-                        "not leader"), java.util.Set.copyOf(first.told()), "close() returns after notLeader");
+                assertEquals(Set.of("leader " + firstToken, "new leader " + firstToken + " first:1",
+                        "not leader"), Set.copyOf(first.told()), "close() returns after notLeader");
                 assertEquals("not leader", first.told().get(2), "the last thing told");
                 long secondToken = second.leaderAbove(firstToken);
                 second.await("itself as the new leader", ("new leader " + secondToken + " second:2")::equals);

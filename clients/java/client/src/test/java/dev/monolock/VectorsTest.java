@@ -11,11 +11,14 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Instant;
 import java.util.ArrayDeque;
+import java.util.HashSet;
 import java.util.HexFormat;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.DynamicTest;
@@ -363,7 +366,7 @@ class VectorsTest {
         /** The live claims, by id: lost events of one cause go in ascending id. */
         private final TreeMap<Integer, Owner> live = new TreeMap<>();
         /** Watches whose observation was closed before OBSERVING: V2Session.Watch.closeWanted. */
-        private final java.util.Set<Integer> closeWanted = new java.util.HashSet<>();
+        private final Set<Integer> closeWanted = new HashSet<>();
         private SessionCore core;
         private boolean ended;
 
@@ -561,7 +564,7 @@ class VectorsTest {
                     LockState state = LockState.of(event.state());
                     events.add(event("state", "watch", (long) id, "state_event", state.event().wireName(),
                             "initial", state.initial(), "coalesced", state.coalesced(), "token", state.token(),
-                            "since_ms", state.since().map(java.time.Instant::toEpochMilli).orElse(0L),
+                            "since_ms", state.since().map(Instant::toEpochMilli).orElse(0L),
                             "reason", state.reason().map(LockState.ReleaseReason::wireName).orElse(null),
                             "value", state.value()));
                 }
@@ -569,7 +572,7 @@ class VectorsTest {
                 case LOCK_STATE -> {
                     LockState state = LockState.of(event.state());
                     events.add(event("lock_state", "state_event", state.event().wireName(), "token", state.token(),
-                            "since_ms", state.since().map(java.time.Instant::toEpochMilli).orElse(0L),
+                            "since_ms", state.since().map(Instant::toEpochMilli).orElse(0L),
                             "value", state.value()));
                 }
                 case LOOKUP_REFUSED -> events.add(event("refused", "lookup", true, "code", (long) event.code()));
