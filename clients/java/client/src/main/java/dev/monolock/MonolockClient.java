@@ -19,6 +19,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.Lock;
+import java.util.function.Consumer;
 import javax.net.ssl.SSLContext;
 
 /**
@@ -312,6 +313,34 @@ public final class MonolockClient implements AutoCloseable {
                         + session.endedBecause() + ")", true, null);
             }
         }
+    }
+
+    /**
+     * {@link #observe(String)} in listener form: every state, the first
+     * included, is handed to {@code listener} in order on a daemon thread of
+     * the observation, until it is closed or its session ends
+     * ({@link Observation#ended()} says so). The returned observation is
+     * for closing and for {@code ended()}; its states go to the listener
+     * alone.
+     *
+     * @throws UnsupportedFeatureException the server is older than observers (or the client forced to v1)
+     * @throws InterruptedException the thread was interrupted; the watch is given up
+     */
+    public Observation observe(String name, Consumer<LockState> listener) throws InterruptedException {
+        if (listener == null) {
+            throw new IllegalArgumentException("the observation's listener is null");
+        }
+        Observation observation = observe(name);
+        Thread thread = new Thread(() -> {
+            try {
+                observation.forEachRemaining(listener);
+            } catch (MonolockException ended) {
+                // Its end is reported by ended(); an interrupt ends the delivery.
+            }
+        }, "monolock-observe-" + name);
+        thread.setDaemon(true);
+        thread.start();
+        return observation;
     }
 
     /**

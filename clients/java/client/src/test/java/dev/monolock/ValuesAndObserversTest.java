@@ -102,6 +102,26 @@ class ValuesAndObserversTest {
     }
 
     @Test
+    void aListenerIsHandedEveryStateInOrderUntilClosed() throws Exception {
+        String name = "java/ext/listener";
+        BlockingQueue<LockState> states = new LinkedBlockingQueue<>();
+        try (MonolockClient client = MonolockClient.create(server.address)) {
+            Observation observation = client.observe(name, states::add);
+            MonolockLock lock = client.lock(name, LEASE, "listener:1");
+            assertTrue(lock.release());
+            List<LockState.Event> events = new ArrayList<>();
+            for (int i = 0; i < 3; i++) {
+                LockState state = states.poll(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+                assertNotNull(state, "no state within " + PATIENCE + " after " + events);
+                events.add(state.event());
+            }
+            assertEquals(List.of(LockState.Event.FREE, LockState.Event.GRANTED, LockState.Event.RELEASED), events);
+            observation.close();
+            assertFalse(observation.ended().isDone(), "closing is not an end by the session");
+        }
+    }
+
+    @Test
     void anObserverSeesEveryHandOnInTokenOrder() throws Exception {
         String name = "java/ext/hand-ons";
         int holders = 4;
