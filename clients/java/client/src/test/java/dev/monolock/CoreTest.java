@@ -177,7 +177,8 @@ class CoreTest {
         assertEquals(deadline, core.deadline(), "a push confirms nothing");
         assertTrue(core.unobserve(1));
         core.unobserveSent(1, 901 * MS);
-        assertEquals(Kind.NOTHING, core.onFrame(state(1, 4, 5), 902 * MS).kind(), "pushed before the UNOBSERVE was read");
+        assertEquals(Kind.NOTHING, core.onFrame(state(1, 4, 5), 902 * MS).kind(),
+                "pushed before the UNOBSERVE was read");
         assertEquals(Kind.UNOBSERVED, core.onFrame(new Frame(Frames.UNOBSERVED, 1, 0, 0, ""), 903 * MS).kind());
         assertFalse(core.knowsWatch(1));
         assertTrue(core.knows(1), "the claim of the same number lives on");
