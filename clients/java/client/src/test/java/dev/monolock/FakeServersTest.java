@@ -480,4 +480,69 @@ class FakeServersTest {
             assertTrue(client.lockAsync("big", LEASE, null, "x".repeat(1025)).isCompletedExceptionally());
         }
     }
+
+    /**
+     * A server with the extension that breaks its promise of token order:
+     * OBSERVE is answered OBSERVING, the INITIAL state HELD under token 5,
+     * then GRANTED under token 4.
+     */
+    static final class BackwardsServer implements AutoCloseable {
+        final ServerSocket socket;
+
+        BackwardsServer() throws IOException {
+            socket = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
+            daemon(() -> {
+                try (Socket client = socket.accept()) {
+                    DataInputStream in = new DataInputStream(client.getInputStream());
+                    OutputStream out = client.getOutputStream();
+                    in.readFully(new byte[6 + 5]);
+                    out.write(FramesTest.hex("30 00 00 00 00 00 00 00 01 00 00 04 00"));
+                    out.write(FramesTest.hex("39 00 00 00 01 00 00 04 00"));
+                    out.flush();
+                    byte[] head = new byte[6];
+                    in.readFully(head);
+                    in.readFully(new byte[head[5] & 0xff]);
+                    byte[] watch = {head[1], head[2], head[3], head[4]};
+                    out.write(0x3b);
+                    out.write(watch);
+                    out.write(0x3e);
+                    out.write(watch);
+                    out.write(FramesTest.hex("01 01 00 00 00 00 00 00 00 05 00 00 00 00 00 00 00 00 00 00 00"));
+                    out.write(0x3e);
+                    out.write(watch);
+                    out.write(FramesTest.hex("02 00 00 00 00 00 00 00 00 04 00 00 00 00 00 00 00 00 00 00 00"));
+                    out.flush();
+                    in.read();
+                } catch (IOException err) {
+                    // The client closed, as it must.
+                }
+            });
+        }
+
+        String address() {
+            return "127.0.0.1:" + socket.getLocalPort();
+        }
+
+        @Override
+        public void close() throws IOException {
+            socket.close();
+        }
+    }
+
+    @Test
+    void aWatchToldAnOlderHolderAfterANewerOneEndsTheSessionAsAProtocolViolation() throws Exception {
+        try (BackwardsServer server = new BackwardsServer();
+                MonolockClient client = MonolockClient.create(server.address());
+                Observation observation = client.observe("backwards")) {
+            LockState initial = observation.next();
+            assertEquals(5, initial.token());
+            assertTrue(initial.initial());
+            ObservationEndedException end = observation.ended().get(PATIENCE.toMillis(), TimeUnit.MILLISECONDS);
+            assertEquals(LossReason.PROTOCOL, end.reason());
+            assertFalse(end.isTemporary());
+            assertTrue(end.getMessage().startsWith("observation of lock \"backwards\" ended (protocol): "),
+                    end.getMessage());
+            assertThrows(ObservationEndedException.class, observation::hasNext, "token 4 is never handed on");
+        }
+    }
 }
