@@ -97,8 +97,11 @@ enum Control {
 /// while it leads, campaigns again after a loss, and observes the lock.
 ///
 /// A `futures_core::Stream` of `Result<ElectionEvent, Error>`;
-/// [`next`](Self::next) reads it without an extension trait. An error (a
-/// permanent one: an unsupported server, a refused name) ends it.
+/// [`next`](Self::next) reads it without an extension trait. Events wait
+/// in a queue until read, about one per change of leader: the task never
+/// blocks on a slow reader (that would delay what it does on a loss), so
+/// keep reading them. An error (a permanent one: an unsupported server, a
+/// refused name) ends it.
 /// Dropping the election stops it at once: the lock, if held, is
 /// released (the guard is dropped).
 #[must_use = "dropping an election stops it"]
