@@ -36,6 +36,7 @@ from ._io import watches
 from ._io.sessions import SyncSession
 from ._io.v1 import Session, first_reply, leave_queue
 from ._io.watches import Observation
+from ._election import Abandoned
 from .errors import LockLost, Unsupported
 
 #: The lease of a session opened for observations and lookups, in seconds
@@ -368,10 +369,6 @@ class Client(Endpoints):
 #: How often a wait in the queue that may be abandoned (the election
 #: helper's campaign) looks whether it was, in nanoseconds.
 ABANDON_CHECK_NS = 50_000_000
-
-
-class Abandoned(Exception):
-    """The wait in the queue was given up by its owner (`Request.abandoned`)."""
 
 
 def _granted(handle: Handle, request: Request, start: int) -> Status:

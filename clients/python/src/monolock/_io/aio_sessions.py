@@ -287,6 +287,27 @@ class AsyncV2Claim:
             await self._changed(until)
         return self.claim.loss
 
+    async def proclaim(self, raw_value: bytes) -> Optional[LockLost]:
+        """Sends PROCLAIM of the claim's new value and returns once the
+        server answered it (or the claim ended): None when PROCLAIMED was
+        read, else why the claim is no longer held."""
+        claim = self.claim
+        self.status()
+        target = 0 if self.released else self.session.core.proclaim(claim, raw_value, time.monotonic_ns())
+        if target == 0:
+            return claim.loss or LockLost.released().for_lock(claim.name)
+        self.session.settle()
+        while claim.proclaims_done < target and claim.live:
+            self.session.check()
+            if not claim.live:
+                break
+            # The session's own timer ends it at its deadline, which wakes us.
+            await self.session.changed(None)
+        if claim.status is not CStatus.HELD or self.released:
+            return claim.loss or LockLost.released().for_lock(claim.name)
+        claim.value = raw_value.decode("utf-8")
+        return None
+
     def release_from_gc(self) -> None:
         """From `__del__`: the release is made on the loop's thread."""
         if self.released or current_pid() != self.session.pid:
