@@ -115,7 +115,8 @@ _LIVE = (WStatus.PENDING, WStatus.OBSERVING, WStatus.UNOBSERVING)
 
 
 class WatchState:
-    """One watch of a session. `owner` is the driver's."""
+    """One watch of a session (its owner holds it, never the other way round:
+    an owner dropped unclosed is collected, and unobserves)."""
 
     __slots__ = (
         "id",
@@ -127,7 +128,6 @@ class WatchState:
         "unsent",
         "code",
         "loss",
-        "owner",
     )
 
     def __init__(self, watch_id: int, name: str) -> None:
@@ -145,7 +145,6 @@ class WatchState:
         self.unsent = False
         self.code: Optional[int] = None
         self.loss: Optional[LockLost] = None
-        self.owner: object = None
 
     @property
     def live(self) -> bool:

@@ -56,8 +56,7 @@ class AsyncObservation:
             start, self._start = self._start, None
             session, watch = await start()
             self._session, self._watch = session, watch
-            watch.owner = self
-        return self
+            return self
 
     @property
     def name(self) -> Optional[str]:

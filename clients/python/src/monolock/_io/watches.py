@@ -64,7 +64,6 @@ class Observation:
         self._session = session
         self._watch = watch
         self._closed = False
-        watch.owner = self
 
     @property
     def name(self) -> str:
