@@ -53,7 +53,7 @@ def state(watch: int, event: str, token: int, *, flags: int = 0, since: int = SI
 
 def told(watch: int, event: str, token: int, *, initial: bool = False, coalesced: bool = False,
          since: int = SINCE, reason: Optional[str] = None, value: str = "") -> Dict[str, Any]:
-    return {"step": "event", "event": "state", "watch": watch, "state": event, "initial": initial,
+    return {"step": "event", "event": "state", "watch": watch, "state_event": event, "initial": initial,
             "coalesced": coalesced, "token": token, "since_ms": since, "reason": reason, "value": value}
 
 
@@ -147,7 +147,7 @@ class Observer(unittest.TestCase):
             {"step": "send", "hex": "2906" + b"deploy".hex()},
             {"step": "advance", "to": 40},
             {"step": "recv", "hex": "3d" + state_bytes("held", 0, TOKEN + 1, SINCE + 5, None, "10.0.0.8:9000").hex()},
-            {"step": "event", "event": "lock_state", "state": "held", "token": TOKEN + 1,
+            {"step": "event", "event": "lock_state", "state_event": "held", "token": TOKEN + 1,
              "since_ms": SINCE + 5, "value": "10.0.0.8:9000"},
             {"step": "deadline", "at": 1630},  # the LOOKUP, sent at 30
             {"step": "call", "call": "unobserve", "watch": 1},

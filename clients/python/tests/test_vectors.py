@@ -437,7 +437,7 @@ class V2Replay(Replay):
 
 #: The key of a state's event in a `state` or `lock_state` event (the step's
 #: own `event` key names the kind of event).
-STATE_EVENT = "state"
+STATE_EVENT = "state_event"
 
 
 def state_fields(state: WireState) -> Dict[str, Any]:
