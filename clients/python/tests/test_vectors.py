@@ -481,6 +481,10 @@ class Vectors(unittest.TestCase):
         )
         protocols = {load(path)["protocol"] for path in vector_files()}
         self.assertEqual(protocols, {1, 2}, f"{VECTORS} must hold vectors of both versions")
+        self.assertTrue(
+            any(path.name.startswith("v2x-") for path in vector_files()),
+            f"{VECTORS} must hold the extension's vectors (v2x-*)",
+        )
 
     def test_every_vector_replays_through_the_core(self) -> None:
         paths = vector_files()

@@ -54,6 +54,13 @@ def _temporary(err: Error) -> bool:
     return err.is_temporary or isinstance(err, (ConnectError, NotAcquired))
 
 
+def _release_quietly(lock: Lock) -> None:
+    try:
+        lock.release()
+    except LockLost:
+        pass  # lost meanwhile, or unconfirmed: it is gone either way
+
+
 class _Candidate:
     """What both electors share: the arguments, checked before anything
     connects, and which holder was told last."""
@@ -218,6 +225,9 @@ class LeaderElector(_Candidate):
                 return
             delay = FIRST_RETRY_DELAY
             assert lock is not None
+            if self._stop.is_set():  # granted as it stopped: it never led
+                _release_quietly(lock)
+                return
             self._lead(lock)
 
     def _lead(self, lock: Lock) -> None:
@@ -228,10 +238,7 @@ class LeaderElector(_Candidate):
             while not lock.lost_event.wait(0.05) and not self._stop.is_set():
                 pass
             if self._stop.is_set() and not lock.lost_event.is_set():
-                try:
-                    lock.release()
-                except LockLost:
-                    pass  # lost meanwhile, or unconfirmed: it is gone either way
+                _release_quietly(lock)
         finally:
             self._lock = None
             self._call(self._on_stopped)
@@ -386,6 +393,12 @@ class AsyncLeaderElector(_Candidate):
                 delay = min(delay * 2, MAX_RETRY_DELAY)
                 continue
             delay = FIRST_RETRY_DELAY
+            if self._stopping.is_set():  # granted as it stopped: it never led
+                try:
+                    await lock.release()
+                except LockLost:
+                    pass
+                return
             await self._lead(lock)
 
     async def _pause(self, delay: float) -> None:
