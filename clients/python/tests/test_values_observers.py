@@ -280,6 +280,25 @@ class AsyncObservations(SharedServer, unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(Unsupported):
             await monolock.AsyncClient(self.server.addr, force_v1=True).holder("a/v1")
 
+    async def test_a_cancelled_async_elector_resigns(self) -> None:
+        client = monolock.AsyncClient(self.server.addr)
+        started: "asyncio.Queue[int]" = asyncio.Queue()
+        stopped: List[str] = []
+        elector = monolock.AsyncLeaderElector(
+            client, "a/cancelled", 2.0, "x",
+            on_started_leading=started.put_nowait,
+            on_stopped_leading=lambda: stopped.append("stopped"),
+        )
+        run = asyncio.ensure_future(elector.run())
+        token = await asyncio.wait_for(started.get(), PATIENCE)
+        self.assertTrue(elector.leading)
+        run.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await run
+        self.assertEqual(stopped, ["stopped"])
+        after = await client.holder("a/cancelled")
+        self.assertFalse(after.held and after.token == token)
+
     async def test_async_election_hands_over_when_the_leader_resigns(self) -> None:
         client = monolock.AsyncClient(self.server.addr)
         events: Dict[str, "asyncio.Queue[Tuple[Any, ...]]"] = {"a": asyncio.Queue(), "b": asyncio.Queue()}
@@ -404,6 +423,23 @@ class Election(SharedServer, unittest.TestCase):
                 elector.stop()
             finally:
                 leader.kill()
+
+    def test_a_failing_callback_ends_run_and_releases_the_lock(self) -> None:
+        client = monolock.Client(self.server.addr)
+        stopped: List[str] = []
+
+        def fail(token: int) -> None:
+            raise RuntimeError(f"no leading today ({token})")
+
+        elector = monolock.LeaderElector(
+            client, "e/raises", 2.0, "x", on_started_leading=fail,
+            on_stopped_leading=lambda: stopped.append("stopped"),
+        )
+        with self.assertRaises(RuntimeError):
+            elector.run()
+        self.assertEqual(stopped, ["stopped"])
+        self.assertFalse(client.holder("e/raises").held)
+        self.assertIsNotNone(client.try_lock("e/raises", 2.0))
 
     def test_an_elector_on_a_v1_client_is_unsupported(self) -> None:
         elector = monolock.LeaderElector(monolock.Client(self.server.addr, force_v1=True), "e/v1", 2.0, "x")

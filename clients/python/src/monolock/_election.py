@@ -237,9 +237,10 @@ class LeaderElector(_Candidate):
             # The loss is seen at once; a stop within a check interval.
             while not lock.lost_event.wait(0.05) and not self._stop.is_set():
                 pass
-            if self._stop.is_set() and not lock.lost_event.is_set():
-                _release_quietly(lock)
         finally:
+            # Stopped, or a callback raised: resign (nothing if it was lost).
+            if not lock.lost_event.is_set():
+                _release_quietly(lock)
             self._lock = None
             self._call(self._on_stopped)
 
@@ -413,12 +414,15 @@ class AsyncLeaderElector(_Candidate):
         try:
             await self._call(self._on_started, lock.token)
             lost = asyncio.ensure_future(lock.lost())
-            if await self._until_stopped(lost):
+            await self._until_stopped(lost)
+        finally:
+            # Stopped, cancelled, or a callback raised: resign (nothing if
+            # it was lost). A cancelled task sends RELEASE without waiting.
+            if not lock.lost_event.is_set():
                 try:
                     await lock.release()
-                except LockLost:
-                    pass  # lost meanwhile, or unconfirmed: it is gone either way
-        finally:
+                except (LockLost, asyncio.CancelledError):
+                    lock._handle.release()
             self._lock = None
             await self._call(self._on_stopped)
 
