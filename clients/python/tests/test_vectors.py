@@ -305,6 +305,8 @@ class V2Replay(Replay):
                 self.tell(change, change.history[told])
             elif isinstance(change, LookupState):
                 self.tell_lookup(change)
+            elif isinstance(change[0], ClaimState):
+                self.tell(change[0], change[1])
             else:
                 self.tell_watch(*change)
         core.changed.clear()

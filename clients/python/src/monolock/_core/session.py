@@ -123,9 +123,8 @@ class ClaimState:
         self.watch: object = None
         #: The status at each of the claim's entries in `changed`, in order:
         #: what its owner is told, step by step, when one read holds several
-        #: frames for it (a PROCLAIM's answer adds PROCLAIMED, or REFUSED
-        #: while the claim lives). A few entries per change, never cleared.
-        self.history: List[object] = []
+        #: frames for it. A few entries in a claim's life, never cleared.
+        self.history: List[CStatus] = []
         #: The claim code of the REFUSED or REVOKED that ended it, as on the
         #: wire (`refused` and `loss` carry the v1 code of the same meaning).
         self.code: Optional[int] = None
@@ -144,10 +143,20 @@ class ClaimState:
         return self.status in _LIVE
 
 
+class Note(enum.Enum):
+    """What a PROCLAIM's answer tells the claim's owner."""
+
+    PROCLAIMED = "proclaimed"
+    PROCLAIM_REFUSED = "proclaim_refused"
+
+
 #: What a session tells its drivers changed, in the order it happened: a
-#: claim (its `history` says how), a watch with what happened to it (its
-#: new WStatus, or the WireState pushed), or a lookup answered.
-Change = Union[ClaimState, Tuple[WatchState, object], LookupState]
+#: claim (its `history` says how), a claim with a PROCLAIM's answer (a
+#: `Note`), a watch with what happened to it (its new WStatus, or the
+#: WireState pushed), or a lookup answered. Only the claims' own entries
+#: are kept (a few per claim): a long-lived claim or watch adds nothing
+#: that stays.
+Change = Union[ClaimState, Tuple[object, object], LookupState]
 
 
 class SState(enum.Enum):
@@ -156,13 +165,6 @@ class SState(enum.Enum):
     OPENING = "opening"
     OPEN = "open"
     CLOSED = "closed"
-
-
-class Note(enum.Enum):
-    """A claim's history entry that is no status: a PROCLAIM's answer."""
-
-    PROCLAIMED = "proclaimed"
-    PROCLAIM_REFUSED = "proclaim_refused"
 
 
 # Requests in flight: (type byte, claim or watch id, send instant)
@@ -580,12 +582,10 @@ class SessionCore:
             raise ProtocolError(f"PROCLAIMED names claim {claim_id}, not in use")
         claim.proclaims_done += 1
         if kind == PROCLAIMED:
-            self.changed.append(claim)
-            claim.history.append(Note.PROCLAIMED)
+            self.changed.append((claim, Note.PROCLAIMED))
         elif claim.live:
             claim.proclaim_refused = code
-            self.changed.append(claim)
-            claim.history.append(Note.PROCLAIM_REFUSED)
+            self.changed.append((claim, Note.PROCLAIM_REFUSED))
 
     def _on_state(self, frame: frames2.Frame) -> None:
         """A push: confirms nothing."""
