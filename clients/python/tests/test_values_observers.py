@@ -8,6 +8,7 @@ import asyncio
 import gc
 import json
 import queue
+import tempfile
 import signal
 import socket
 import struct
@@ -16,12 +17,13 @@ import sys
 import threading
 import time
 import unittest
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
 
 import monolock
 from monolock import InvalidArgument, LockLost, LockState, LossReason, Unsupported
 from monolock._core import pool as rules
-from support import PATIENCE, REPO, Server, SharedServer
+from support import CLIENT_IDENTITY, PATIENCE, REPO, Server, SharedServer, client_context, pki_dir, tls_args
 
 
 class Events:
@@ -447,6 +449,27 @@ class Election(SharedServer, unittest.TestCase):
             elector.run()
         with self.assertRaises(InvalidArgument):
             monolock.LeaderElector(monolock.Client(self.server.addr), "e/v1", 2.0, "x" * 1025)
+
+
+@unittest.skipIf(pki_dir() is None, "MONOLOCK_TEST_PKI is not set")
+class OverMutualTls(unittest.TestCase):
+    def test_observing_needs_the_permission_to_acquire(self) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            acl = Path(tmp) / "acl.json"
+            acl.write_text(json.dumps({"rules": [{"identity": CLIENT_IDENTITY, "locks": ["allowed/*"]}]}))
+            with Server(*tls_args(mutual=True), "--acl-file", str(acl)) as server:
+                client = monolock.Client(server.addr, ssl_context=client_context(True))
+                with client.observe("allowed/leader") as states:
+                    with client.lock("allowed/leader", lease=5.0, value="me:1") as lock:
+                        self.assertEqual(client.holder("allowed/leader").value, "me:1")
+                    seen = [states.get(PATIENCE) for _ in range(3)]
+                self.assertEqual([s.event if s else None for s in seen], ["free", "granted", "released"])
+                self.assertEqual(seen[1].token if seen[1] else None, lock.token)
+                for call in (lambda: client.observe("denied"), lambda: client.holder("denied")):
+                    with self.assertRaises(LockLost) as caught:
+                        call()
+                    self.assertEqual(caught.exception.code, 0x18)
+                    self.assertFalse(caught.exception.is_temporary)
 
 
 class OlderServer:

@@ -308,6 +308,14 @@ class LockLost(Error):
         )
 
     @classmethod
+    def refused(cls, what: str, code: int, detail: str) -> LockLost:
+        """An observation or a lookup (`what`, naming its lock) the server
+        refused (REFUSED): reported under the v1 code of the same meaning,
+        as a claim's refusal is."""
+        claim = cls.claim(code, detail)
+        return cls(claim.reason, f"{what} refused: " + describe_code(code, detail), claim.code, detail)
+
+    @classmethod
     def connection(cls, cause: Optional[BaseException] = None) -> LockLost:
         if cause is None:
             return cls(LossReason.CONNECTION, "the server closed the connection")

@@ -629,7 +629,8 @@ class SessionCore:
         else:
             watch.code = code
             del self.watches[watch.id]
-            watch.end(WStatus.REFUSED, LockLost.claim(code, str(reason)))
+            watch.status = WStatus.REFUSED
+            watch.loss = LockLost.refused(f'observation of lock "{watch.name}"', code, str(reason))
             self.changed.append((watch, WStatus.REFUSED))
             self._after_change(now)
 
@@ -655,7 +656,7 @@ class SessionCore:
             found.state = payload
         else:
             found.code = code
-            found.fail(LockLost.claim(code, str(payload)))
+            found.fail(LockLost.refused(f'lookup of lock "{found.name}"', code, str(payload)))
         self.changed.append(found)
 
     def _claim(
