@@ -275,6 +275,24 @@ class AsyncObservations(SharedServer, unittest.IsolatedAsyncioTestCase):
         self.assertEqual([s.event for s in seen], ["free", "granted", "value", "released"])
         self.assertEqual([s.value for s in seen], ["", "a:1", "a:2", ""])
 
+    async def test_an_async_observation_closed_early_yields_nothing(self) -> None:
+        client = monolock.AsyncClient(self.server.addr)
+        never = client.observe("a/early")
+        never.close()
+        self.assertIsNone(await never.get())
+        self.assertEqual([state async for state in never], [])
+        states = client.observe("a/early")
+        self.assertIs(await states.start(), states)
+        self.assertIs(await states.start(), states)  # registered once
+        initial = await states.get(PATIENCE)
+        assert initial is not None
+        self.assertTrue(initial.initial)
+        self.assertIsNone(await states.get(0.01))
+        with self.assertRaises(InvalidArgument):
+            await states.get(-1.0)
+        await states.aclose()
+        self.assertIsNone(await states.get())
+
     async def test_async_values_are_checked_before_connecting(self) -> None:
         client = monolock.AsyncClient("127.0.0.1:1")
         with self.assertRaises(InvalidArgument):

@@ -10,6 +10,7 @@ import time
 from types import TracebackType
 from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Type
 
+from .._core.timeouts import bound_ns
 from .._core.watch import LockState, LookupState, WatchState, WStatus, lock_state
 from ..errors import LockLost
 from .aio_sessions import AsyncSession
@@ -54,9 +55,16 @@ class AsyncObservation:
         `Client.observe` does."""
         if self._start is not None:
             start, self._start = self._start, None
-            session, watch = await start()
+            try:
+                session, watch = await start()
+            except BaseException:
+                self._closed = True
+                raise
             self._session, self._watch = session, watch
-            return self
+            if self._closed:  # closed while it was being registered
+                self._closed = False
+                self.close()
+        return self
 
     @property
     def name(self) -> Optional[str]:
@@ -67,10 +75,12 @@ class AsyncObservation:
         """The next state, waiting at most `timeout` seconds: None when the
         time ran out or the observation was closed. Raises LockLost when
         it ended with its session."""
+        timeout_ns = bound_ns(timeout, "timeout")
         await self.start()
         session, watch = self._session, self._watch
-        assert session is not None and watch is not None
-        until = None if timeout is None else time.monotonic_ns() + int(timeout * 1e9)
+        if session is None or watch is None:
+            return None  # closed before the watch was registered
+        until = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
         await wait_for(session, lambda: bool(watch.states) or not watch.live or self._closed, until)
         if self._closed:
             return None

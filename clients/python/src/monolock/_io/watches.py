@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Callable, Iterator, Optional, Type
 
 from .._core.frames2 import WireState
+from .._core.timeouts import bound_ns
 from .._core.watch import LockState, LookupState, WatchState, WStatus, lock_state
 from ..errors import LockLost
 from .reactor import current_pid
@@ -73,8 +74,10 @@ class Observation:
     def get(self, timeout: Optional[float] = None) -> Optional[LockState]:
         """The next state, waiting at most `timeout` seconds (None: no
         bound): None when the time ran out, or the observation was closed.
-        Raises LockLost when the observation ended with its session."""
-        until = None if timeout is None else time.monotonic_ns() + int(timeout * 1e9)
+        Raises LockLost when the observation ended with its session,
+        InvalidArgument for a negative or NaN timeout."""
+        timeout_ns = bound_ns(timeout, "timeout")
+        until = None if timeout_ns is None else time.monotonic_ns() + timeout_ns
         watch = self._watch
         session = self._session
         wait_for(session, lambda: bool(watch.states) or not watch.live or self._closed, until)
