@@ -27,16 +27,15 @@ from ._core.claim import Status
 from ._core.connect_errors import first_reply_error
 from ._core.held import HeldLock
 from ._core.timeouts import bound_ns
-from ._io import pool
+from ._core.watch import LockState
+from ._election import Abandoned
+from ._io import pool, watches
 from ._io.claims import V2Claim
 from ._io.connect import Endpoints
 from ._io.reactor import Reactor, shared_reactor
-from ._core.watch import LockState
-from ._io import watches
 from ._io.sessions import SyncSession
 from ._io.v1 import Session, first_reply, leave_queue
 from ._io.watches import Observation
-from ._election import Abandoned
 from .errors import LockLost, Unsupported
 
 #: The lease of a session opened for observations and lookups, in seconds
@@ -236,7 +235,10 @@ class Client(Endpoints):
         raw_name = frames.encode_name(name)
         if self._force_v1:
             raise Unsupported.forced_v1()
-        return self._on_extension_session(lambda s: watches.observe_on(s, name, raw_name))
+        observation: Observation = self._on_extension_session(
+            lambda s: watches.observe_on(s, name, raw_name)
+        )
+        return observation
 
     def holder(self, name: str) -> LockState:
         """Who holds the lock `name` now, asked once: a LockState with
@@ -248,7 +250,8 @@ class Client(Endpoints):
         raw_name = frames.encode_name(name)
         if self._force_v1:
             raise Unsupported.forced_v1()
-        return self._on_extension_session(lambda s: watches.lookup_on(s, name, raw_name))
+        state: LockState = self._on_extension_session(lambda s: watches.lookup_on(s, name, raw_name))
+        return state
 
     def _on_extension_session(self, on: Callable[[SyncSession], Any]) -> Any:
         """Runs `on` on a session granted values and observers, address by
