@@ -120,8 +120,22 @@ class Election:
             self.elector.run()
         except monolock.Error as err:
             self.failure = err
+            self.events.put({})  # wakes a reader: the helper's end follows the events
         finally:
             self.ended.set()
+
+    def next_event(self, timeout: float) -> Optional[Fields]:
+        """The next event, None after `timeout` seconds; raises the error
+        that ended the helper once every event before it was read."""
+        try:
+            event = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if not event:
+            self.events.put(event)  # the end stays the answer
+            assert self.failure is not None
+            raise self.failure
+        return event
 
     def start(self) -> None:
         """Starts the helper; returns once its observation is registered,
@@ -295,16 +309,12 @@ class Driver:
 
     def cmd_next_election_event(self, cmd: Fields) -> Fields:
         _, election = self.election(cmd)
-        try:
-            return {"event": election.events.get(timeout=timeout_seconds(cmd))}
-        except queue.Empty:
-            if election.failure is not None:
-                raise election.failure from None
-            return {"timeout": True}
+        event = election.next_event(timeout_seconds(cmd))
+        return {"timeout": True} if event is None else {"event": event}
 
     def cmd_resign(self, cmd: Fields) -> Fields:
-        handle, election = self.election(cmd)
-        del self.elections[handle]
+        # The handle stays: the events queued before remain readable.
+        _, election = self.election(cmd)
         election.elector.resign()
         return {}
 
