@@ -256,6 +256,40 @@ class ObservationEnds(unittest.TestCase):
             server.stop()
 
 
+    def test_a_server_shutdown_ends_the_observation_with_shutdown(self) -> None:
+        server = Server()
+        try:
+            states = monolock.Client(server.addr).observe("o/shutdown")
+            self.assertIsNotNone(states.get(PATIENCE))
+            server.signal(signal.SIGTERM)
+            with self.assertRaises(LockLost) as raised:
+                for _ in range(3):  # nothing is held: at most the end itself
+                    states.get(PATIENCE)
+            self.assertIs(raised.exception.reason, LossReason.SHUTDOWN)
+            self.assertIn('observation of lock "o/shutdown" ended (shutdown)', str(raised.exception))
+        finally:
+            server.stop()
+
+    def test_an_async_observation_ends_with_an_error_when_the_server_is_killed(self) -> None:
+        server = Server()
+
+        async def scenario() -> None:
+            seen: List[LockState] = []
+            with self.assertRaises(LockLost) as raised:
+                async with monolock.AsyncClient(server.addr).observe("o/a-killed") as states:
+                    async for state in states:
+                        seen.append(state)
+                        server.proc.kill()
+            self.assertEqual([s.event for s in seen], ["free"])
+            self.assertIs(raised.exception.reason, LossReason.CONNECTION)
+            self.assertIn('observation of lock "o/a-killed" ended (connection)', str(raised.exception))
+
+        try:
+            asyncio.run(scenario())
+        finally:
+            server.stop()
+
+
 class AsyncObservations(SharedServer, unittest.IsolatedAsyncioTestCase):
     async def test_async_for_yields_the_states_and_holder_sees_the_value(self) -> None:
         client = monolock.AsyncClient(self.server.addr)
