@@ -163,9 +163,11 @@ class LeaderElector(_Candidate):
     def run(self) -> None:
         """Campaigns and observes until `stop()`; returns once stopped.
 
-        Raises at once InvalidArgument, Unsupported (a server without
-        values and observers, or `force_v1=True`), or a ConnectError that
-        will not heal (the wrong port); other failures are retried."""
+        Raises what the first observation meets (Unsupported: a server
+        without values and observers, or `force_v1=True`; ConnectError:
+        no server answers), then only what cannot heal (an ACL refusal, a
+        callback's own exception); a lost session, a server restarting
+        and the like are retried, with a backoff up to 5 s."""
         if self._run_thread is not None:
             raise RuntimeError("LeaderElector.run() was already called")
         self._run_thread = threading.current_thread()
@@ -332,8 +334,8 @@ class AsyncLeaderElector(_Candidate):
             await self._finished.wait()
 
     async def run(self) -> None:
-        """Campaigns and observes until stopped; raises as
-        `LeaderElector.run` does."""
+        """Campaigns and observes until stopped (or cancelled: a held
+        lock is released then too); raises as `LeaderElector.run` does."""
         if self._stopping is not None:
             raise RuntimeError("AsyncLeaderElector.run() was already called")
         self._stopping = asyncio.Event()
