@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 import unittest
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 from support import PATIENCE, REPO, SharedServer
 
@@ -88,12 +88,13 @@ class ExtensionCommands(SharedServer, unittest.TestCase):
 
     def test_force_v1_is_unsupported_without_a_loss(self) -> None:
         driver = self.driver(force_v1=True)
-        for name, fields in [
+        calls: List[Tuple[str, Dict[str, Any]]] = [
             ("observe", {"handle": "w", "name": "d/v1"}),
             ("holder", {"name": "d/v1"}),
             ("elect", {"handle": "e", "name": "d/v1", "lease_ms": 2000, "value": "x"}),
             ("lock", {"handle": "l", "name": "d/v1", "lease_ms": 2000, "value": "x"}),
-        ]:
+        ]
+        for name, fields in calls:
             error = driver.cmd(name, **fields)["error"]
             self.assertEqual((error["kind"], error["temporary"]), ("unsupported", False), name)
             self.assertIn("protocol version 1 has no lock values or observers", error["message"])

@@ -61,7 +61,7 @@ def error(code: int, reason: bytes = b"") -> str:
     return (bytes([0x13, code, len(reason)]) + reason).hex()
 
 
-OPEN_ASKING = [
+OPEN_ASKING: List[Dict[str, Any]] = [
     {"step": "call", "call": "open", "features": 1},
     {"step": "send", "hex": "0102000007d0"},
     {"step": "send", "hex": "2400000001"},
@@ -73,7 +73,7 @@ OPEN_ASKING = [
 ]
 
 
-def vector(steps: List[Dict[str, Any]]) -> Dict[str, Any]:
+def vector(steps: List[Any]) -> Dict[str, Any]:
     return {"name": "made-here", "protocol": 2, "lease_ms": 2000, "steps": steps}
 
 
