@@ -89,7 +89,15 @@ export type Event =
    * extension, and the session is over (no claim or watch existed yet). */
   | { readonly kind: "unsupported" }
   | { readonly kind: "proclaimed"; readonly claim: number }
-  | { readonly kind: "proclaim_refused"; readonly claim: number; readonly code: number; readonly reason: string }
+  /** `gone`: REFUSED 0x20 for a claim no longer in use (the PROCLAIM crossed
+   * its REVOKED): nothing for the owner, whose claim was already lost. */
+  | {
+      readonly kind: "proclaim_refused";
+      readonly claim: number;
+      readonly code: number;
+      readonly reason: string;
+      readonly gone: boolean;
+    }
   /** `unobserve`: the owner stopped it while it was asked; write UNOBSERVE now. */
   | { readonly kind: "observing"; readonly watch: number; readonly unobserve: boolean }
   /** A push for a watch in use (not one on its way out). */
@@ -167,7 +175,8 @@ export class Exchange {
   }
 
   /** Where `watch` stands: asked for (OBSERVE unanswered), watching,
-   * leaving (UNOBSERVE unanswered); null when the id is free. */
+   * leaving (UNOBSERVE unanswered); null when the id is free. A watch is
+   * live (its session's end ends it) while watching or leaving. */
   watchStanding(watch: number): WatchStanding | null {
     return this.#watches.get(watch)?.kind ?? null;
   }
@@ -334,7 +343,13 @@ export class Exchange {
     if (sent.kind === "proclaim") {
       if (frame.type === "proclaimed") return { kind: "proclaimed", claim: sent.claim };
       if (frame.type === "refused") {
-        return { kind: "proclaim_refused", claim: sent.claim, code: frame.code, reason: frame.reason };
+        return {
+          kind: "proclaim_refused",
+          claim: sent.claim,
+          code: frame.code,
+          reason: frame.reason,
+          gone: frame.code === UNKNOWN_CLAIM && state === undefined,
+        };
       }
       throw unexpected(frame, answering);
     }

@@ -111,11 +111,15 @@ export type Event = {
 } | {
     readonly kind: "proclaimed";
     readonly claim: number;
-} | {
+}
+/** `gone`: REFUSED 0x20 for a claim no longer in use (the PROCLAIM crossed
+ * its REVOKED): nothing for the owner, whose claim was already lost. */
+ | {
     readonly kind: "proclaim_refused";
     readonly claim: number;
     readonly code: number;
     readonly reason: string;
+    readonly gone: boolean;
 }
 /** `unobserve`: the owner stopped it while it was asked; write UNOBSERVE now. */
  | {
@@ -169,7 +173,8 @@ export declare class Exchange {
     /** Watch ids in use or asked for. */
     get watches(): number;
     /** Where `watch` stands: asked for (OBSERVE unanswered), watching,
-     * leaving (UNOBSERVE unanswered); null when the id is free. */
+     * leaving (UNOBSERVE unanswered); null when the id is free. A watch is
+     * live (its session's end ends it) while watching or leaving. */
     watchStanding(watch: number): WatchStanding | null;
     /** Records a HELLO written at `at` (right behind the OPEN). */
     helloSent(at: Nanos): void;

@@ -91,7 +91,8 @@ export class Exchange {
         return this.#watches.size;
     }
     /** Where `watch` stands: asked for (OBSERVE unanswered), watching,
-     * leaving (UNOBSERVE unanswered); null when the id is free. */
+     * leaving (UNOBSERVE unanswered); null when the id is free. A watch is
+     * live (its session's end ends it) while watching or leaving. */
     watchStanding(watch) {
         return this.#watches.get(watch)?.kind ?? null;
     }
@@ -257,7 +258,13 @@ export class Exchange {
             if (frame.type === "proclaimed")
                 return { kind: "proclaimed", claim: sent.claim };
             if (frame.type === "refused") {
-                return { kind: "proclaim_refused", claim: sent.claim, code: frame.code, reason: frame.reason };
+                return {
+                    kind: "proclaim_refused",
+                    claim: sent.claim,
+                    code: frame.code,
+                    reason: frame.reason,
+                    gone: frame.code === UNKNOWN_CLAIM && state === undefined,
+                };
             }
             throw unexpected(frame, answering);
         }
