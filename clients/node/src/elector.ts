@@ -10,6 +10,7 @@ import type { Client } from "./client.js";
 import { InvalidArgumentError, MonolockError } from "./errors.js";
 import type { Lock } from "./lock.js";
 import type { LockState } from "./observe.js";
+import { encodeName, leaseMs } from "./v1/frames.js";
 import { encodeValue } from "./v2/frames.js";
 
 /** How long an elector waits before it campaigns or observes again after
@@ -83,10 +84,14 @@ export class LeaderElector {
   #lock: Lock | null = null;
   #leader: LockState | null = null;
 
+  /**
+   * @throws InvalidArgumentError on a bad name, lease, value or retry.
+   */
   constructor(client: Client, name: string, options: LeaderElectorOptions = {}) {
     this.#client = client;
+    encodeName(name);
     this.name = name;
-    this.#lease = options.lease;
+    this.#lease = options.lease === undefined ? undefined : leaseMs(options.lease);
     this.#value = options.value ?? "";
     encodeValue(this.#value);
     const retry = options.retry ?? DEFAULT_RETRY;

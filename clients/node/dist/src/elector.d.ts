@@ -67,6 +67,9 @@ export declare class LeaderElector {
     #private;
     /** The lock campaigned for. */
     readonly name: string;
+    /**
+     * @throws InvalidArgumentError on a bad name, lease, value or retry.
+     */
     constructor(client: Client, name: string, options?: LeaderElectorOptions);
     /** Whether this candidate leads now (its lock held, checked against the clock). */
     get isLeader(): boolean;

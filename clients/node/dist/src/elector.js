@@ -6,6 +6,7 @@
  * @module
  */
 import { InvalidArgumentError, MonolockError } from "./errors.js";
+import { encodeName, leaseMs } from "./v1/frames.js";
 import { encodeValue } from "./v2/frames.js";
 /** How long an elector waits before it campaigns or observes again after
  * a temporary failure (a refused connection, a lost session), in
@@ -49,10 +50,14 @@ export class LeaderElector {
     #failure = null;
     #lock = null;
     #leader = null;
+    /**
+     * @throws InvalidArgumentError on a bad name, lease, value or retry.
+     */
     constructor(client, name, options = {}) {
         this.#client = client;
+        encodeName(name);
         this.name = name;
-        this.#lease = options.lease;
+        this.#lease = options.lease === undefined ? undefined : leaseMs(options.lease);
         this.#value = options.value ?? "";
         encodeValue(this.#value);
         const retry = options.retry ?? DEFAULT_RETRY;
