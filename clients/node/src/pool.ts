@@ -67,16 +67,12 @@ export class Pool {
    */
   async route(leaseMs: number, abort?: AbortSignal, needs: Needs = {}): Promise<Route> {
     const room = (s: V2Session): boolean => (needs.watch === true ? s.hasWatchRoom : s.hasRoom);
+    const usable = (s: V2Session): boolean => s.extension || needs.extension !== true;
     for (;;) {
       abort?.throwIfAborted();
       const list = this.#sessions.get(leaseMs) ?? [];
-      const open =
-        list.find((s) => s.opened && room(s) && (s.extension || needs.extension !== true)) ??
-        list.find((s) => s.opened && room(s));
-      if (open !== undefined) {
-        if (needs.extension === true && !open.extension) throw new UnsupportedError(open.address.toString());
-        return open;
-      }
+      const open = list.find((s) => s.opened && usable(s) && room(s));
+      if (open !== undefined) return open;
       const opening = list.find((s) => !s.opened && room(s));
       if (opening !== undefined) {
         await abortable(opening.ready(), abort).catch((err: unknown) => {
@@ -85,7 +81,11 @@ export class Pool {
         });
         continue;
       }
-      if (this.#remembersV1()) {
+      if (needs.extension === true && this.#remembers(this.#plainUntil)) {
+        // Every address is known to lack it: no need to dial.
+        throw new UnsupportedError(this.#endpoints.addresses[0]?.toString() ?? null);
+      }
+      if (this.#remembers(this.#v1Until)) {
         if (needs.extension === true) throw new UnsupportedError(this.#endpoints.addresses[0]?.toString() ?? null);
         return "v1";
       }
@@ -99,6 +99,8 @@ export class Pool {
         if (needs.extension === true) throw new UnsupportedError(this.#endpoints.addresses[0]?.toString() ?? null);
         return route;
       }
+      // A plain session: its address lacks the extension.
+      if (route !== "again" && !usable(route)) throw new UnsupportedError(route.address.toString());
     }
   }
 
@@ -115,11 +117,12 @@ export class Pool {
     for (const list of this.#sessions.values()) for (const session of [...list]) session.close();
   }
 
-  /** Whether every address is one known to speak only v1. */
-  #remembersV1(): boolean {
+  /** Whether every address is in `memory` (known to speak only v1, or
+   * to lack the extension) until later than now. */
+  #remembers(memory: ReadonlyMap<string, Nanos>): boolean {
     const at = now();
     return this.#endpoints.addresses.every((address) => {
-      const until = this.#v1Until.get(address.toString());
+      const until = memory.get(address.toString());
       return until !== undefined && at < until;
     });
   }
