@@ -33,6 +33,8 @@ class Failure extends Error {
     readonly kind: string,
     message: string,
     readonly reason: string | null = null,
+    /** The client's own flag, when the failure passes a client error on. */
+    readonly temporary = false,
   ) {
     super(message);
   }
@@ -71,7 +73,7 @@ interface ErrorReply {
 
 function describeError(err: unknown): ErrorReply {
   const message = err instanceof Error ? err.message : String(err);
-  const temporary = err instanceof MonolockError ? err.isTemporary : false;
+  const temporary = err instanceof MonolockError ? err.isTemporary : err instanceof Failure ? err.temporary : false;
   const reply = (kind: string, reason: string | null = null): ErrorReply => ({
     kind,
     reason,
@@ -254,7 +256,7 @@ async function nextState(command: Command): Promise<Reply> {
   } catch (err) {
     entry.pending = null;
     // The end of the observation is the loss error, whatever its reason.
-    if (err instanceof LockLostError) throw new Failure("lost", err.message, err.reason);
+    if (err instanceof LockLostError) throw new Failure("lost", err.message, err.reason, err.isTemporary);
     throw err;
   }
   if (end === "timeout") return { timeout: true };
