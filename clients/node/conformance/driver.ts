@@ -365,12 +365,11 @@ async function run(command: Command): Promise<Reply> {
       return {};
     case "next_election_event":
       return nextElectionEvent(command);
-    case "resign": {
-      const entry = election(command);
-      elections.delete(text(command, "handle"));
-      await entry.elector.stop();
+    case "resign":
+      // The handle stays: the events queued before (`stopped_leading`
+      // among them) stay readable.
+      await election(command).elector.stop();
       return {};
-    }
     case "cycles": {
       const c = theClient();
       const count = optionalNumber(command, "count") ?? 0;

@@ -7,7 +7,7 @@
  */
 
 import type { Client } from "./client.js";
-import { InvalidArgumentError, MonolockError } from "./errors.js";
+import { InvalidArgumentError, MonolockError, UnsupportedError } from "./errors.js";
 import type { Lock } from "./lock.js";
 import type { LockState } from "./observe.js";
 import { encodeName, leaseMs } from "./v1/frames.js";
@@ -85,9 +85,12 @@ export class LeaderElector {
   #leader: LockState | null = null;
 
   /**
-   * @throws InvalidArgumentError on a bad name, lease, value or retry.
+   * @throws InvalidArgumentError on a bad name, lease, value or retry;
+   * `UnsupportedError` when the client is forced to protocol v1 (which
+   * has no observers).
    */
   constructor(client: Client, name: string, options: LeaderElectorOptions = {}) {
+    if (client.protocol === 1) throw new UnsupportedError(null);
     this.#client = client;
     encodeName(name);
     this.name = name;

@@ -144,6 +144,9 @@ describe("the conformance driver", () => {
     assert.deepEqual(await ok({ cmd: "next_election_event", handle: "e", timeout_ms: 50 }), { timeout: true });
     assert.deepEqual(await ok({ cmd: "resign", handle: "e" }), {});
     assert.equal(await server.lock("lead"), null, "resign released the lock");
+    assert.deepEqual(await ok({ cmd: "next_election_event", handle: "e", timeout_ms: 20_000 }), {
+      event: { kind: "stopped_leading" },
+    });
 
     // The end of the session ends the observation: lost, with the reason.
     await ok({ cmd: "open", address: doomed.addr });
@@ -162,6 +165,7 @@ describe("the conformance driver", () => {
       { cmd: "lock", handle: "v", name: "x", lease_ms: 5000, value: "x" },
       { cmd: "holder", name: "x" },
       { cmd: "observe", handle: "v", name: "x" },
+      { cmd: "elect", handle: "v", name: "x", lease_ms: 5000, value: "x" },
     ]) {
       const refused = (await send(command)).error as Record<string, unknown>;
       assert.deepEqual(

@@ -535,6 +535,7 @@ describe("against a server without the extension", () => {
     await assert.rejects(client.lock("v1/a", { lease: 5000, value: "x" }), unsupported);
     await assert.rejects(client.holder("v1/a"), unsupported);
     await assert.rejects(client.observe("v1/a").next(), unsupported);
+    assert.throws(() => new LeaderElector(client, "v1/a", { value: "x" }), unsupported);
     const lock = await client.lock("v1/a", { lease: 5000 });
     assert.equal(lock.protocol, 1);
     await assert.rejects(lock.setValue("x"), unsupported);

@@ -68,7 +68,9 @@ export declare class LeaderElector {
     /** The lock campaigned for. */
     readonly name: string;
     /**
-     * @throws InvalidArgumentError on a bad name, lease, value or retry.
+     * @throws InvalidArgumentError on a bad name, lease, value or retry;
+     * `UnsupportedError` when the client is forced to protocol v1 (which
+     * has no observers).
      */
     constructor(client: Client, name: string, options?: LeaderElectorOptions);
     /** Whether this candidate leads now (its lock held, checked against the clock). */

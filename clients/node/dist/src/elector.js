@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { InvalidArgumentError, MonolockError } from "./errors.js";
+import { InvalidArgumentError, MonolockError, UnsupportedError } from "./errors.js";
 import { encodeName, leaseMs } from "./v1/frames.js";
 import { encodeValue } from "./v2/frames.js";
 /** How long an elector waits before it campaigns or observes again after
@@ -51,9 +51,13 @@ export class LeaderElector {
     #lock = null;
     #leader = null;
     /**
-     * @throws InvalidArgumentError on a bad name, lease, value or retry.
+     * @throws InvalidArgumentError on a bad name, lease, value or retry;
+     * `UnsupportedError` when the client is forced to protocol v1 (which
+     * has no observers).
      */
     constructor(client, name, options = {}) {
+        if (client.protocol === 1)
+            throw new UnsupportedError(null);
         this.#client = client;
         encodeName(name);
         this.name = name;
