@@ -9,7 +9,7 @@
  * @module
  */
 
-import { type ConnectError, UnsupportedError } from "./errors.js";
+import { type ConnectError, MonolockError, UnsupportedError } from "./errors.js";
 import { now } from "./io/clock.js";
 import { connect, type Endpoints } from "./io/connect.js";
 import { MS, type Nanos } from "./schedule.js";
@@ -101,6 +101,10 @@ export class Pool {
       }
       // A plain session: its address lacks the extension.
       if (route !== "again" && !usable(route)) throw new UnsupportedError(route.address.toString());
+      if (route !== "again" && needs.watch === true && route.maxWatches === 0) {
+        // No session of that server can take a watch: dialing again would not end.
+        throw new MonolockError("server_error", `${route.address} allows no watches on a session (max_watches 0)`);
+      }
     }
   }
 

@@ -8,7 +8,7 @@
  *
  * @module
  */
-import { UnsupportedError } from "./errors.js";
+import { MonolockError, UnsupportedError } from "./errors.js";
 import { now } from "./io/clock.js";
 import { connect } from "./io/connect.js";
 import { MS } from "./schedule.js";
@@ -89,6 +89,10 @@ export class Pool {
             // A plain session: its address lacks the extension.
             if (route !== "again" && !usable(route))
                 throw new UnsupportedError(route.address.toString());
+            if (route !== "again" && needs.watch === true && route.maxWatches === 0) {
+                // No session of that server can take a watch: dialing again would not end.
+                throw new MonolockError("server_error", `${route.address} allows no watches on a session (max_watches 0)`);
+            }
         }
     }
     /** Addresses that failed to connect are asked for v2 afresh next time. */

@@ -367,6 +367,11 @@ export class V2Session {
     return !this.opened || this.#exchange.claims < this.#maxClaims;
   }
 
+  /** The most watches the session may have at once (FEATURES; 0 before). */
+  get maxWatches(): number {
+    return this.#maxWatches;
+  }
+
   /** Whether this session may take one more watch now (once opened). */
   get hasWatchRoom(): boolean {
     if (this.#ended !== null || this.#watchesFull) return false;

@@ -124,6 +124,8 @@ export declare class V2Session {
     get ended(): boolean;
     /** Whether this session may take one more claim now (once opened). */
     get hasRoom(): boolean;
+    /** The most watches the session may have at once (FEATURES; 0 before). */
+    get maxWatches(): number;
     /** Whether this session may take one more watch now (once opened). */
     get hasWatchRoom(): boolean;
     /** Claims in use or asked for. */

@@ -284,6 +284,10 @@ export class V2Session {
             return false;
         return !this.opened || this.#exchange.claims < this.#maxClaims;
     }
+    /** The most watches the session may have at once (FEATURES; 0 before). */
+    get maxWatches() {
+        return this.#maxWatches;
+    }
     /** Whether this session may take one more watch now (once opened). */
     get hasWatchRoom() {
         if (this.#ended !== null || this.#watchesFull)
