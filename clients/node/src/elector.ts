@@ -62,9 +62,11 @@ export interface LeaderElectorOptions {
  * `run()` waits for the lock in its FIFO queue (with this candidate's
  * value), leads while it holds it, and after losing it campaigns again,
  * until `stop()` or the signal given to `run()`; meanwhile it observes
- * the lock to report every new leader. Stopping releases the lock if this
- * candidate leads (`onStoppedLeading` is called before `stop()` resolves)
- * and ends the observation.
+ * the lock to report every new leader. Stopping, if this candidate leads,
+ * aborts the leading signal and calls `onStoppedLeading` first, then
+ * releases the lock (so the work stops before the next leader can be
+ * granted); it ends the observation, and `stop()` resolves once all that
+ * is done.
  *
  * Temporary failures (a server down, a lost session) are retried;
  * `run()` rejects on the others: an `UnsupportedError` against a server
@@ -167,8 +169,9 @@ export class LeaderElector {
     return this.#running;
   }
 
-  /** Stops the election: releases the lock if this candidate leads
-   * (`onStoppedLeading` first), ends the observation; resolves once done. */
+  /** Stops the election: if this candidate leads, `onStoppedLeading`
+   * and then the release of the lock; ends the observation; resolves once
+   * done. */
   async stop(): Promise<void> {
     const running = this.#running;
     this.#stop?.abort();
@@ -215,14 +218,15 @@ export class LeaderElector {
     });
     this.#call(() => this.#callbacks.onStartedLeading?.(lock.token, leading.signal), stop);
     await ended;
-    if (lock.signal.aborted) {
-      leading.abort(lock.signal.reason);
-    } else {
-      leading.abort(new MonolockError("stopped", `the election of ${JSON.stringify(this.name)} was stopped`));
-      await lock.release().catch(() => {});
-    }
+    // The work stops before the lock is handed on: a stopping leader is
+    // told before the next one can be granted.
+    const lost = lock.signal.aborted;
+    leading.abort(
+      lost ? lock.signal.reason : new MonolockError("stopped", `the election of ${JSON.stringify(this.name)} was stopped`),
+    );
     this.#lock = null;
     this.#call(() => this.#callbacks.onStoppedLeading?.(), stop);
+    if (!lost) await lock.release().catch(() => {});
   }
 
   /** Observes the lock for `onNewLeader`: until stopped. */

@@ -55,9 +55,11 @@ export interface LeaderElectorOptions {
  * `run()` waits for the lock in its FIFO queue (with this candidate's
  * value), leads while it holds it, and after losing it campaigns again,
  * until `stop()` or the signal given to `run()`; meanwhile it observes
- * the lock to report every new leader. Stopping releases the lock if this
- * candidate leads (`onStoppedLeading` is called before `stop()` resolves)
- * and ends the observation.
+ * the lock to report every new leader. Stopping, if this candidate leads,
+ * aborts the leading signal and calls `onStoppedLeading` first, then
+ * releases the lock (so the work stops before the next leader can be
+ * granted); it ends the observation, and `stop()` resolves once all that
+ * is done.
  *
  * Temporary failures (a server down, a lost session) are retried;
  * `run()` rejects on the others: an `UnsupportedError` against a server
@@ -94,7 +96,8 @@ export declare class LeaderElector {
      * @throws what ended the election other than a stop (see the class).
      */
     run(signal?: AbortSignal): Promise<void>;
-    /** Stops the election: releases the lock if this candidate leads
-     * (`onStoppedLeading` first), ends the observation; resolves once done. */
+    /** Stops the election: if this candidate leads, `onStoppedLeading`
+     * and then the release of the lock; ends the observation; resolves once
+     * done. */
     stop(): Promise<void>;
 }
