@@ -189,7 +189,10 @@ export class LeaderElector {
         // The work stops before the lock is handed on: a stopping leader is
         // told before the next one can be granted.
         const lost = lock.signal.aborted;
-        leading.abort(lost ? lock.signal.reason : new MonolockError("stopped", `the election of ${JSON.stringify(this.name)} was stopped`));
+        const why = lost
+            ? lock.signal.reason
+            : new MonolockError("stopped", `the election of ${JSON.stringify(this.name)} was stopped`);
+        leading.abort(why);
         this.#lock = null;
         this.#call(() => this.#callbacks.onStoppedLeading?.(), stop);
         if (!lost)

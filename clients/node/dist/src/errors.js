@@ -220,7 +220,8 @@ export class LockLostError extends MonolockError {
     static observationEnded(loss, lockName, what = "observation") {
         const prefix = `lock ${JSON.stringify(lockName)} lost (${loss.reason}): `;
         const detail = loss.message.startsWith(prefix) ? loss.message.slice(prefix.length) : loss.message;
-        return new LockLostError(loss.reason, `${what} of lock ${JSON.stringify(lockName)} ${what === "observation" ? "ended" : "failed"} (${loss.reason}): ${detail}`, {
+        const verb = what === "observation" ? "ended" : "failed";
+        return new LockLostError(loss.reason, `${what} of lock ${JSON.stringify(lockName)} ${verb} (${loss.reason}): ${detail}`, {
             ...(loss.code === undefined ? {} : { code: loss.code }),
             detail: loss.detail,
             ...(loss.cause === undefined ? {} : { cause: loss.cause }),

@@ -400,7 +400,12 @@ export class V2Session {
    * Writes an ACQUIRE for `name` (checked bytes), or an ACQUIRE_VALUE when
    * `value` (checked, non-empty) is given, and returns its claim.
    */
-  acquire(name: string, rawName: Buffer, mode: frames.Mode, value: { text: string; raw: Buffer } | null = null): V2Claim {
+  acquire(
+    name: string,
+    rawName: Buffer,
+    mode: frames.Mode,
+    value: { text: string; raw: Buffer } | null = null,
+  ): V2Claim {
     const id = this.#freeId();
     const claim = new V2Claim(this, id, name, value?.text ?? "");
     if (this.#ended !== null) {
@@ -409,7 +414,9 @@ export class V2Session {
     }
     this.#owners.set(id, claim);
     this.#inUse();
-    this.#write(value === null ? frames.acquire(id, mode, rawName) : frames.acquireValue(id, mode, rawName, value.raw));
+    this.#write(
+      value === null ? frames.acquire(id, mode, rawName) : frames.acquireValue(id, mode, rawName, value.raw),
+    );
     this.#exchange.acquireSent(id, mode, now());
     this.#reschedule();
     return claim;
@@ -600,7 +607,8 @@ export class V2Session {
           claim.loss() ??
             new MonolockError(
               "server_error",
-              `the server refused the value of lock ${JSON.stringify(claim.name)}: ${describeCode(event.code, event.reason)}`,
+              `the server refused the value of lock ${JSON.stringify(claim.name)}: ` +
+                describeCode(event.code, event.reason),
             ),
         );
         return;

@@ -512,7 +512,8 @@ export class V2Session {
                 // Refused 0x20: the claim ended first (its REVOKED came before).
                 const claim = proclaiming.claim;
                 proclaiming.reject(claim.loss() ??
-                    new MonolockError("server_error", `the server refused the value of lock ${JSON.stringify(claim.name)}: ${describeCode(event.code, event.reason)}`));
+                    new MonolockError("server_error", `the server refused the value of lock ${JSON.stringify(claim.name)}: ` +
+                        describeCode(event.code, event.reason)));
                 return;
             }
             case "observing":
