@@ -405,6 +405,41 @@ describe("observe", () => {
   });
 });
 
+describe("watch bounds", () => {
+  it("a session's bound moves a watch to another session; the server's refuses it, and frees with an UNOBSERVE", async () => {
+    await using server = await Server.start("--max-watches-per-session", "2", "--max-watches", "3");
+    const client = new Client(server.addr);
+    const holder = new Client(server.addr);
+    try {
+      const observations = ["bound/a", "bound/b", "bound/c"].map((name) => client.observe(name));
+      for (const states of observations) assert.equal((await next(states)).event, "free");
+      assert.equal(client.sessions, 2, "FEATURES said 2 watches a session: the third went to a second session");
+      assert.equal(await server.watches(), 3);
+      await assert.rejects(client.observe("bound/d").next(), (err: unknown) => {
+        assert.ok(err instanceof LockLostError, String(err));
+        assert.equal(err.reason, "server_error");
+        assert.equal(err.code, 0x0c);
+        assert.equal(err.isTemporary, true);
+        assert.match(err.message, /^observation of lock "bound\/d" ended \(server_error\): /);
+        return true;
+      });
+      // The others are still told.
+      const lock = await holder.lock("bound/b", { lease: 5000, value: "b" });
+      const granted = await next(observations[1]!);
+      assert.deepEqual([granted.event, granted.token, granted.value], ["granted", lock.token, "b"]);
+      await lock.release();
+      await observations[0]!.return();
+      await eventually("the server counting 2 watches", async () => (await server.watches()) === 2);
+      const again = client.observe("bound/d");
+      assert.equal((await next(again)).event, "free");
+      await again.return();
+    } finally {
+      client.close();
+      holder.close();
+    }
+  });
+});
+
 describe("LeaderElector", () => {
   it("fails over between electors: the next leads only after the last stopped, and every elector hears of each new leader", async () => {
     await using server = await Server.start();
