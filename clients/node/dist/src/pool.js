@@ -136,11 +136,12 @@ export class Pool {
             return "v1";
         }
         const plainUntil = this.#plainUntil.get(address.toString());
+        const hello = plainUntil === undefined || now() >= plainUntil;
         const session = new V2Session(socket, address, {
             leaseMs,
             tls: this.#endpoints.tls !== null,
             ioTimeout: this.#ioTimeout,
-            hello: plainUntil === undefined || now() >= plainUntil,
+            hello,
             onEnd: (ended) => this.#forget(leaseMs, ended),
         });
         const list = this.#sessions.get(leaseMs) ?? [];
@@ -160,6 +161,9 @@ export class Pool {
             }
             throw err;
         }
+        // FEATURES without the bit: a plain session, and an address to remember.
+        if (hello && !session.extension)
+            this.#plainUntil.set(address.toString(), now() + BigInt(REMEMBER_PLAIN_MS) * MS);
         return session;
     }
     #forget(leaseMs, session) {
