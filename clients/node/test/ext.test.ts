@@ -28,11 +28,13 @@ const UNKNOWN_TYPE_ERROR = Buffer.concat([
  * A proxy in front of the real server that keeps every byte clients
  * write. With `older`, it answers a session that opens with HELLO as a
  * server without the extension does: the server's OPENED, then ERROR 0x13,
- * and the close; a session without HELLO goes through untouched.
+ * and the close; a session without HELLO goes through untouched. With
+ * `grantNothing`, it passes HELLO on but the FEATURES that answers it
+ * grants no feature bit.
  */
 async function proxy(
   upstream: string,
-  { older }: { older: boolean },
+  { older, grantNothing = false }: { older: boolean; grantNothing?: boolean },
 ): Promise<{ address: string; hellos: () => number; written: () => Buffer; close: () => void }> {
   const colon = upstream.lastIndexOf(":");
   const [host, port] = [upstream.slice(0, colon), Number(upstream.slice(colon + 1))];
@@ -62,7 +64,12 @@ async function proxy(
         server.destroy();
       }
     };
+    let asked = false;
     server.on("data", (data: Buffer) => {
+      if (asked && grantNothing) {
+        // FEATURES (bytes 13 to 21 of the stream, after OPENED): features 0.
+        for (let at = Math.max(14, toClient); at < Math.min(18, toClient + data.length); at++) data[at - toClient] = 0;
+      }
       client.write(data);
       toClient += data.length;
       refuseHello();
@@ -79,7 +86,9 @@ async function proxy(
       if (before < 6 && head.length >= 6) server.write(head.subarray(0, 6));
       if (head.length < 7) return;
       decided = true;
-      if (older && head[0] === 0x01 && head[1] === 0x02 && head[6] === 0x24) {
+      asked = head[0] === 0x01 && head[1] === 0x02 && head[6] === 0x24;
+      if (asked && grantNothing) hellos += 1;
+      if (older && asked) {
         hellos += 1;
         answering = true;
         refuseHello();
@@ -555,6 +564,29 @@ describe("against a server without the extension", () => {
     } finally {
       client.close();
       older.close();
+    }
+  });
+
+  it("a FEATURES that grants no bit is unsupported too, remembered, and the session carries plain locks", async () => {
+    await using server = await Server.start();
+    const stingy = await proxy(server.addr, { older: false, grantNothing: true });
+    const client = new Client(stingy.address);
+    try {
+      for (const attempt of [
+        () => client.lock("stingy/a", { lease: 5000, value: "x" }),
+        () => client.holder("stingy/a"),
+        () => client.observe("stingy/a").next(),
+      ]) {
+        await assert.rejects(attempt(), (err: unknown) => err instanceof UnsupportedError && !err.isTemporary);
+      }
+      const lock = await client.lock("stingy/a", { lease: 5000 });
+      assert.equal(BigInt((await server.lock("stingy/a"))?.holder?.token ?? -1), lock.token);
+      assert.equal(await lock.release(), true);
+      assert.equal(client.sessions, 1);
+      assert.equal(stingy.hellos(), 1);
+    } finally {
+      client.close();
+      stingy.close();
     }
   });
 
