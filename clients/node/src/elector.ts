@@ -59,10 +59,11 @@ export interface LeaderElectorOptions {
  * await elector.run(AbortSignal.timeout(60_000)); // until stopped
  * ```
  *
- * `run()` waits for the lock in its FIFO queue (with this candidate's
- * value), leads while it holds it, and after losing it campaigns again,
- * until `stop()` or the signal given to `run()`; meanwhile it observes
- * the lock to report every new leader. Stopping, if this candidate leads,
+ * `run()` observes the lock (to report every new leader) and, once the
+ * observation has the lock's first state, waits for the lock in its FIFO
+ * queue (with this candidate's value), leads while it holds it, and after
+ * losing it campaigns again, until `stop()` or the signal given to
+ * `run()`. Stopping, if this candidate leads,
  * aborts the leading signal and calls `onStoppedLeading` first, then
  * releases the lock (so the work stops before the next leader can be
  * granted); it ends the observation, and `stop()` resolves once all that
@@ -158,7 +159,15 @@ export class LeaderElector {
     signal?.addEventListener("abort", onAbort, { once: true });
     this.#running = (async () => {
       try {
-        await Promise.all([this.#campaign(stop.signal), this.#observe(stop.signal)]);
+        // The campaign starts once the observation has its first state (or
+        // failed for a passing reason, or ended): a server without
+        // observers never sees this candidate lead.
+        let observing: () => void = () => {};
+        const observed = new Promise<void>((resolve) => {
+          observing = resolve;
+        });
+        const watch = this.#observe(stop.signal, observing).finally(observing);
+        await Promise.all([observed.then(() => this.#campaign(stop.signal)), watch]);
       } finally {
         signal?.removeEventListener("abort", onAbort);
         this.#running = null;
@@ -230,8 +239,10 @@ export class LeaderElector {
     if (!lost) await lock.release().catch(() => {});
   }
 
-  /** Observes the lock for `onNewLeader`: until stopped. */
-  async #observe(stop: AbortSignal): Promise<void> {
+  /** Observes the lock for `onNewLeader`: until stopped. Calls
+   * `observing` at the first state, or once the first attempt failed
+   * for a passing reason (the campaign need not wait for it). */
+  async #observe(stop: AbortSignal, observing: () => void): Promise<void> {
     let lastToken: bigint | null = null;
     while (!stop.aborted) {
       try {
@@ -240,6 +251,7 @@ export class LeaderElector {
           ...(this.#lease === undefined ? {} : { lease: this.#lease }),
         });
         for await (const state of states) {
+          observing();
           if (!state.held) continue;
           this.#leader = state;
           if (state.token !== lastToken) {
@@ -250,6 +262,7 @@ export class LeaderElector {
       } catch (err) {
         if (stop.aborted) return;
         if (!temporary(err)) return this.#fail(err, stop);
+        observing();
         await pause(this.#retry, stop);
       }
     }

@@ -559,6 +559,17 @@ describe("against a server without the extension", () => {
       await assert.rejects(client.observe("old/a").next(), unsupported);
       const elector = new LeaderElector(client, "old/elect", { lease: 5000, value: "me" });
       await assert.rejects(elector.run(), unsupported);
+      // Without a value too: it never leads on a server it cannot observe.
+      let led = false;
+      const plain = new LeaderElector(client, "old/elect", {
+        lease: 5000,
+        onStartedLeading: () => {
+          led = true;
+        },
+      });
+      await assert.rejects(plain.run(), unsupported);
+      assert.equal(led, false);
+      assert.equal(await server.lock("old/elect"), null);
       assert.equal(await lock.release(), true);
       assert.equal(older.hellos(), 1, "the address is remembered as lacking the extension");
     } finally {

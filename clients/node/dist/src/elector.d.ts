@@ -52,10 +52,11 @@ export interface LeaderElectorOptions {
  * await elector.run(AbortSignal.timeout(60_000)); // until stopped
  * ```
  *
- * `run()` waits for the lock in its FIFO queue (with this candidate's
- * value), leads while it holds it, and after losing it campaigns again,
- * until `stop()` or the signal given to `run()`; meanwhile it observes
- * the lock to report every new leader. Stopping, if this candidate leads,
+ * `run()` observes the lock (to report every new leader) and, once the
+ * observation has the lock's first state, waits for the lock in its FIFO
+ * queue (with this candidate's value), leads while it holds it, and after
+ * losing it campaigns again, until `stop()` or the signal given to
+ * `run()`. Stopping, if this candidate leads,
  * aborts the leading signal and calls `onStoppedLeading` first, then
  * releases the lock (so the work stops before the next leader can be
  * granted); it ends the observation, and `stop()` resolves once all that

@@ -26,10 +26,11 @@ export const DEFAULT_RETRY = 1_000;
  * await elector.run(AbortSignal.timeout(60_000)); // until stopped
  * ```
  *
- * `run()` waits for the lock in its FIFO queue (with this candidate's
- * value), leads while it holds it, and after losing it campaigns again,
- * until `stop()` or the signal given to `run()`; meanwhile it observes
- * the lock to report every new leader. Stopping, if this candidate leads,
+ * `run()` observes the lock (to report every new leader) and, once the
+ * observation has the lock's first state, waits for the lock in its FIFO
+ * queue (with this candidate's value), leads while it holds it, and after
+ * losing it campaigns again, until `stop()` or the signal given to
+ * `run()`. Stopping, if this candidate leads,
  * aborts the leading signal and calls `onStoppedLeading` first, then
  * releases the lock (so the work stops before the next leader can be
  * granted); it ends the observation, and `stop()` resolves once all that
@@ -122,7 +123,15 @@ export class LeaderElector {
         signal?.addEventListener("abort", onAbort, { once: true });
         this.#running = (async () => {
             try {
-                await Promise.all([this.#campaign(stop.signal), this.#observe(stop.signal)]);
+                // The campaign starts once the observation has its first state (or
+                // failed for a passing reason, or ended): a server without
+                // observers never sees this candidate lead.
+                let observing = () => { };
+                const observed = new Promise((resolve) => {
+                    observing = resolve;
+                });
+                const watch = this.#observe(stop.signal, observing).finally(observing);
+                await Promise.all([observed.then(() => this.#campaign(stop.signal)), watch]);
             }
             finally {
                 signal?.removeEventListener("abort", onAbort);
@@ -198,8 +207,10 @@ export class LeaderElector {
         if (!lost)
             await lock.release().catch(() => { });
     }
-    /** Observes the lock for `onNewLeader`: until stopped. */
-    async #observe(stop) {
+    /** Observes the lock for `onNewLeader`: until stopped. Calls
+     * `observing` at the first state, or once the first attempt failed
+     * for a passing reason (the campaign need not wait for it). */
+    async #observe(stop, observing) {
         let lastToken = null;
         while (!stop.aborted) {
             try {
@@ -208,6 +219,7 @@ export class LeaderElector {
                     ...(this.#lease === undefined ? {} : { lease: this.#lease }),
                 });
                 for await (const state of states) {
+                    observing();
                     if (!state.held)
                         continue;
                     this.#leader = state;
@@ -222,6 +234,7 @@ export class LeaderElector {
                     return;
                 if (!temporary(err))
                     return this.#fail(err, stop);
+                observing();
                 await pause(this.#retry, stop);
             }
         }
