@@ -1,10 +1,11 @@
 /** The conformance driver speaks DRIVER.md: a short session over its pipes. */
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { type ChildProcessByStdio, spawn } from "node:child_process";
 import path from "node:path";
 import { createInterface } from "node:readline";
-import { describe, it } from "node:test";
+import type { Readable, Writable } from "node:stream";
+import { afterEach, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Server } from "./support.js";
@@ -16,11 +17,27 @@ const DRIVER = path.join(
   "driver.js",
 );
 
+/** Drivers still running: a test that fails midway leaves its driver
+ * waiting on stdin, which would keep this file's process alive. */
+type Driver = ChildProcessByStdio<Writable, Readable, null>;
+const running = new Set<Driver>();
+
+function startDriver(): Driver {
+  const driver = spawn(process.execPath, [DRIVER], { stdio: ["pipe", "pipe", "inherit"] });
+  running.add(driver);
+  driver.once("exit", () => running.delete(driver));
+  return driver;
+}
+
 describe("the conformance driver", () => {
+  afterEach(() => {
+    for (const driver of running) driver.kill("SIGKILL");
+  });
+
   for (const forceV1 of [false, true]) {
     it(`answers each command in order, one line each, and exits 0 at the end of input (force_v1: ${forceV1})`, async () => {
       await using server = await Server.start();
-      const driver = spawn(process.execPath, [DRIVER], { stdio: ["pipe", "pipe", "inherit"] });
+      const driver = startDriver();
       const replies = createInterface({ input: driver.stdout })[Symbol.asyncIterator]();
       let id = 0;
       const send = async (command: Record<string, unknown>): Promise<Record<string, unknown>> => {
@@ -83,7 +100,7 @@ describe("the conformance driver", () => {
   it("speaks the commands of values, observers and elections", async () => {
     await using server = await Server.start();
     await using doomed = await Server.start();
-    const driver = spawn(process.execPath, [DRIVER], { stdio: ["pipe", "pipe", "inherit"] });
+    const driver = startDriver();
     const replies = createInterface({ input: driver.stdout })[Symbol.asyncIterator]();
     let id = 0;
     const send = async (command: Record<string, unknown>): Promise<Record<string, unknown>> => {
