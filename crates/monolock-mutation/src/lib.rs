@@ -50,11 +50,16 @@ pub enum Mutation {
     /// A version 2 client believes a claim until RELEASED arrives, not
     /// only until its RELEASE is written.
     V2BeliefUntilReleased = 256,
+    /// The server's coalesced STATE (a slow observer's changes were
+    /// dropped) carries the lock's state as of when the watch was marked,
+    /// not the state now, and is written after changes pushed since: the
+    /// observer is told an older holder after a newer one.
+    CoalescedPushGoesBack = 512,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::PushConfirmsHeartbeat,
         Self::DeadlineFromReceive,
         Self::PromoteExpiredWaiter,
@@ -64,6 +69,7 @@ impl Mutation {
         Self::V2GrantedConfirmsSession,
         Self::V2BeliefPastDeadline,
         Self::V2BeliefUntilReleased,
+        Self::CoalescedPushGoesBack,
     ];
 
     /// Its name on a command line.
@@ -78,6 +84,7 @@ impl Mutation {
             Self::V2GrantedConfirmsSession => "v2-granted-confirms-session",
             Self::V2BeliefPastDeadline => "v2-belief-past-deadline",
             Self::V2BeliefUntilReleased => "v2-belief-until-released",
+            Self::CoalescedPushGoesBack => "coalesced-push-goes-back",
         }
     }
 }

@@ -200,6 +200,7 @@ fn observe_cost(subscribers: usize, other_cpu: Option<usize>) -> f64 {
                 token: u64::from(burst * BURST + i),
                 wait: Duration::ZERO,
                 queued: false,
+                value: "",
             });
         }
         spent += started.elapsed();

@@ -63,10 +63,12 @@ pub use crate::core::admission::{
 pub use crate::core::clock::{SystemWallClock, WallClock};
 pub use crate::core::config::{
     Authorizer, DEFAULT_IDLE_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_MAX_CLAIMS,
-    DEFAULT_MAX_CLAIMS_PER_SESSION, ProtocolTls, ServerConfig,
+    DEFAULT_MAX_CLAIMS_PER_SESSION, DEFAULT_MAX_WATCHES, DEFAULT_MAX_WATCHES_PER_SESSION,
+    ProtocolTls, ServerConfig,
 };
 pub use crate::core::events::{
     ClaimRef, Event, NoopObserver, Observer, Observers, ReleaseReason, ServerEnding, SessionInfo,
+    WatchBound,
 };
 pub use crate::core::grace::GraceStatus;
 pub use crate::core::server::{Server, ServerHandle, SessionEnded, V2SessionSnapshot, run};

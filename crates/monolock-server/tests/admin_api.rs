@@ -111,9 +111,18 @@ async fn locks_lists_holders_and_fifo_queues_with_match() {
     let h = &lock["holder"];
     assert_eq!(
         keys(h),
-        BTreeSet::from(["identity", "remote_addr", "since", "lease_ms", "token"])
+        BTreeSet::from([
+            "identity",
+            "remote_addr",
+            "since",
+            "lease_ms",
+            "token",
+            "value"
+        ])
     );
     assert_eq!(h["identity"], "");
+    // A version 1 claim has no value: always present, empty.
+    assert_eq!(h["value"], "");
     assert_eq!(h["remote_addr"], holder.local_addr().to_string());
     assert_eq!(h["lease_ms"], 2000);
     assert_eq!(h["token"], token);
@@ -123,8 +132,9 @@ async fn locks_lists_holders_and_fifo_queues_with_match() {
     for (waiter, (peer, lease)) in waiters.iter().zip([(&w1, 3000), (&w2, 4000)]) {
         assert_eq!(
             keys(waiter),
-            BTreeSet::from(["identity", "remote_addr", "queued_at", "lease_ms"])
+            BTreeSet::from(["identity", "remote_addr", "queued_at", "lease_ms", "value"])
         );
+        assert_eq!(waiter["value"], "");
         assert_eq!(waiter["remote_addr"], peer.local_addr().to_string());
         assert_eq!(waiter["lease_ms"], lease);
         assert_rfc3339_utc(&waiter["queued_at"]);

@@ -140,7 +140,14 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
     let v1_lock = locks.iter().find(|l| l["name"] == "v1/lock").expect("v1");
     assert_eq!(
         keys(&v1_lock["holder"]),
-        BTreeSet::from(["identity", "remote_addr", "since", "lease_ms", "token"])
+        BTreeSet::from([
+            "identity",
+            "remote_addr",
+            "since",
+            "lease_ms",
+            "token",
+            "value"
+        ])
     );
     let shared = admin.get_json("/api/locks/shared", 200).await;
     assert_claim(&shared["holder"], Some((sa, 3)));
@@ -164,7 +171,9 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
             "lease_ms",
             "opened_at",
             "held",
-            "waiting"
+            "waiting",
+            "claims",
+            "watches"
         ])
     );
     let by_id = |id: u64| {
@@ -180,6 +189,21 @@ async fn a_v2_claim_is_named_by_session_and_claim_everywhere_and_ends_alone() {
     assert_eq!(
         (by_id(sb)["held"].clone(), by_id(sb)["waiting"].clone()),
         (0.into(), 2.into())
+    );
+    // Each claim listed with its lock, state and value.
+    let claims: Vec<(u64, String)> = by_id(sb)["claims"]
+        .as_array()
+        .expect("claims")
+        .iter()
+        .map(|c| {
+            assert_eq!(c["state"], "waiting");
+            assert_eq!(c["value"], "");
+            (c["claim"].as_u64().expect("id"), c["lock"].to_string())
+        })
+        .collect();
+    assert_eq!(
+        claims,
+        [(9, "\"shared\"".to_owned()), (10, "\"shared\"".to_owned())]
     );
     assert_eq!(by_id(sb)["remote_addr"], b_addr.as_str());
     assert_eq!(by_id(sb)["lease_ms"], LEASE);

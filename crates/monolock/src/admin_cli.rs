@@ -271,6 +271,8 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
     // Columns for protocol v2 only when a v2 claim holds a lock, so that
     // a v1-only table stays what scripts already parse.
     let any_v2 = locks.iter().any(|lock| lock.holder.v2.claim.is_some());
+    // And a VALUE column, last, only when some holder announced a value.
+    let any_value = locks.iter().any(|lock| !lock.holder.value.is_empty());
     let rows = locks
         .iter()
         .map(|lock| {
@@ -286,6 +288,9 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
             if any_v2 {
                 row.extend(claim_cells(lock.holder.v2.session, lock.holder.v2.claim));
             }
+            if any_value {
+                row.push(value_cell(&lock.holder.value));
+            }
             row
         })
         .collect();
@@ -295,14 +300,38 @@ fn locks_table(locks: &[LockInfo], now: SystemTime) -> String {
     if any_v2 {
         headers.extend(["PROTOCOL", "SESSION", "CLAIM"]);
     }
+    if any_value {
+        headers.push("VALUE");
+    }
     table(&headers, rows)
 }
 
+/// The most characters of a value a table cell shows; `monolock lock NAME`
+/// and the admin API show it whole.
+const VALUE_CELL_CHARS: usize = 48;
+
+/// A claim's value in a table: `-` when empty, control characters
+/// escaped, cut to [`VALUE_CELL_CHARS`] with `...`.
+fn value_cell(value: &str) -> String {
+    if value.is_empty() {
+        return "-".to_owned();
+    }
+    let shown = printable(value);
+    if shown.chars().count() <= VALUE_CELL_CHARS {
+        return shown.into_owned();
+    }
+    let mut cut: String = shown.chars().take(VALUE_CELL_CHARS - 3).collect();
+    cut.push_str("...");
+    cut
+}
+
 fn sessions_table(sessions: &[SessionEntry], now: SystemTime) -> String {
+    // A WATCHES column only when some session observes a lock.
+    let any_watches = sessions.iter().any(|session| session.watches > 0);
     let rows = sessions
         .iter()
         .map(|session| {
-            vec![
+            let mut row = vec![
                 session.session.to_string(),
                 session.remote_addr.clone(),
                 identity(&session.identity).into_owned(),
@@ -310,21 +339,26 @@ fn sessions_table(sessions: &[SessionEntry], now: SystemTime) -> String {
                 age(&session.opened_at, now),
                 session.held.to_string(),
                 session.waiting.to_string(),
-            ]
+            ];
+            if any_watches {
+                row.push(session.watches.to_string());
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "SESSION",
-            "REMOTE_ADDR",
-            "IDENTITY",
-            "LEASE",
-            "OPEN",
-            "HELD",
-            "WAITING",
-        ],
-        rows,
-    )
+    let mut headers = vec![
+        "SESSION",
+        "REMOTE_ADDR",
+        "IDENTITY",
+        "LEASE",
+        "OPEN",
+        "HELD",
+        "WAITING",
+    ];
+    if any_watches {
+        headers.push("WATCHES");
+    }
+    table(&headers, rows)
 }
 
 fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
@@ -348,6 +382,10 @@ fn lock_detail(lock: &LockInfo, now: SystemTime) -> String {
         vec!["lease".into(), millis(holder.lease_ms)],
         vec!["waiters".into(), lock.waiters.len().to_string()],
     ]);
+    // Only when there is one, so a lock without a value reads as it did.
+    if !holder.value.is_empty() {
+        rows.push(vec!["value".into(), printable(&holder.value).into_owned()]);
+    }
     let mut out = table(&["", ""], rows);
     if !lock.waiters.is_empty() {
         out.push('\n');
@@ -463,6 +501,7 @@ mod tests {
                 since: "2026-08-08T12:00:00Z".into(),
                 lease_ms: 2000,
                 token: 1_872_956_384_870_401,
+                value: String::new(),
                 v2: ClaimFields::default(),
             },
             waiters: vec![WaiterInfo {
@@ -470,6 +509,7 @@ mod tests {
                 remote_addr: "10.0.0.6:41230".into(),
                 queued_at: "2026-08-08T12:00:07Z".into(),
                 lease_ms: 2000,
+                value: String::new(),
                 v2: ClaimFields::default(),
             }],
         }
@@ -536,6 +576,8 @@ mod tests {
                 state: "open".into(),
                 reason: None,
                 release_at: None,
+                claims: Vec::new(),
+                watches: 0,
             }],
             now,
         );
@@ -543,6 +585,40 @@ mod tests {
             sessions,
             "SESSION  REMOTE_ADDR     IDENTITY  LEASE  OPEN    HELD  WAITING\n\
              17       10.0.0.5:52114  -         10s    3m 12s  1     2\n"
+        );
+    }
+
+    /// A holder's value shows in a VALUE column, last, only when some
+    /// holder has one; a long one is cut in the table and whole in the
+    /// lock's detail.
+    #[test]
+    fn values_show_in_a_last_column_when_there_are_any() {
+        let now = humantime::parse_rfc3339("2026-08-08T12:03:12Z").unwrap();
+        let mut leader = lock();
+        leader.name = "leader".into();
+        leader.holder.value = "10.0.0.7:9000".into();
+        let text = locks_table(&[lock(), leader.clone()], now);
+        assert_eq!(
+            text,
+            "NAME            HOLDER          IDENTITY                TOKEN             HELD    LEASE  WAITERS  VALUE\n\
+             nightly/import  10.0.0.5:52114  spiffe://prod/worker/1  1872956384870401  3m 12s  2s     1        -\n\
+             leader          10.0.0.5:52114  spiffe://prod/worker/1  1872956384870401  3m 12s  2s     1        10.0.0.7:9000\n"
+        );
+        leader.holder.value = format!("{}\n", "x".repeat(100));
+        let text = locks_table(std::slice::from_ref(&leader), now);
+        let cell = text
+            .lines()
+            .nth(1)
+            .and_then(|row| row.split_whitespace().last());
+        assert_eq!(
+            cell,
+            Some(format!("{}...", "x".repeat(45)).as_str()),
+            "{text}"
+        );
+        let detail = lock_detail(&leader, now);
+        assert!(
+            detail.contains(&format!("value     {}\\n\n", "x".repeat(100))),
+            "{detail}"
         );
     }
 

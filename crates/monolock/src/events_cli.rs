@@ -245,10 +245,15 @@ fn snapshot_lines(lock: &LockInfo) -> Vec<String> {
         &holder.remote_addr,
         &identity(&holder.identity),
         &format!(
-            "{}token={} lease={}",
+            "{}token={} lease={}{}",
             claim_detail(holder.v2.session, holder.v2.claim),
             holder.token,
-            millis(holder.lease_ms)
+            millis(holder.lease_ms),
+            if holder.value.is_empty() {
+                String::new()
+            } else {
+                format!(" value={}", printable(&holder.value))
+            }
         ),
     ])];
     for (position, waiter) in lock.waiters.iter().enumerate() {
@@ -309,6 +314,11 @@ fn event_line(event: &Value) -> String {
     if let Some(reason) = event["reason"].as_str() {
         detail.push(format!("reason={}", printable(reason)));
     }
+    // A claim's value (on `granted` when it has one, always on `value`),
+    // last: it is the one field that may hold spaces.
+    if let Some(value) = event["value"].as_str() {
+        detail.push(format!("value={}", printable(value)));
+    }
     format_line(&[
         &text("time"),
         &printable(&text("event")),
@@ -364,6 +374,30 @@ mod tests {
         assert_eq!(
             event_line(&event),
             "2026-08-08T12:00:00.123Z  released       evil\\n\\u{1b}[2Jname       10.0.0.5:52114         -                         token=7 held=1500ms reason=force"
+        );
+    }
+
+    /// A grant's value and a replacement of it end the line.
+    #[test]
+    fn values_end_the_line() {
+        let granted: Value = serde_json::from_str(
+            r#"{"time":"2026-08-08T12:00:00.123Z","event":"granted","lock":"deploy","identity":"","remote_addr":"10.0.0.5:52114","protocol":2,"session":17,"claim":3,"token":7,"value":"10.0.0.7:9000","wait_ms":0,"lease_ms":10000}"#,
+        )
+        .unwrap();
+        assert!(
+            event_line(&granted)
+                .ends_with("session=17 claim=3 token=7 wait=0ms value=10.0.0.7:9000"),
+            "{}",
+            event_line(&granted)
+        );
+        let replaced: Value = serde_json::from_str(
+            r#"{"time":"2026-08-08T12:00:01.000Z","event":"value","lock":"deploy","identity":"","remote_addr":"10.0.0.5:52114","protocol":2,"session":17,"claim":3,"token":7,"value":"a\nb"}"#,
+        )
+        .unwrap();
+        assert!(
+            event_line(&replaced).ends_with("token=7 value=a\\nb"),
+            "{}",
+            event_line(&replaced)
         );
     }
 

@@ -188,6 +188,17 @@ pub struct ServeArgs {
     #[arg(long, env = "MONOLOCK_MAX_CLAIMS", default_value_t = monolock_server::DEFAULT_MAX_CLAIMS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
     max_claims: usize,
 
+    /// Protocol v2 extension: the most watches (OBSERVE) one session may have at once,
+    /// announced in FEATURES; one more is refused (REFUSED 0x0b) and the session lives
+    /// on.
+    #[arg(long, env = "MONOLOCK_MAX_WATCHES_PER_SESSION", default_value_t = monolock_server::DEFAULT_MAX_WATCHES_PER_SESSION, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    max_watches_per_session: u32,
+
+    /// Watches (OBSERVE) over all sessions; one more is refused with code 0x0c (the
+    /// session lives on).
+    #[arg(long, env = "MONOLOCK_MAX_WATCHES", default_value_t = monolock_server::DEFAULT_MAX_WATCHES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), value_name = "N")]
+    max_watches: usize,
+
     /// Admin and ops listeners: time a client has to send a whole request head (from
     /// accept, or from the first byte of a later request).
     #[arg(long, env = "MONOLOCK_HTTP_HEADER_TIMEOUT", default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
@@ -318,6 +329,8 @@ struct Settings {
     /// `None`: as many as the descriptors allow.
     max_connections: Option<usize>,
     max_claims: usize,
+    max_watches_per_session: u32,
+    max_watches: usize,
     http_limits: HttpLimits,
 }
 
@@ -396,6 +409,8 @@ impl Settings {
             ops_shutdown_grace: args.ops_shutdown_grace,
             max_connections: args.max_connections,
             max_claims: args.max_claims,
+            max_watches_per_session: args.max_watches_per_session,
+            max_watches: args.max_watches,
             http_limits: HttpLimits {
                 header_timeout: args.http_header_timeout,
                 idle_timeout: args.http_idle_timeout,
@@ -664,7 +679,9 @@ fn server_config(
         .with_max_claims_per_session(settings.max_claims_per_session)
         .with_idle_timeout(settings.idle_timeout)
         .with_max_connections(max_connections)
-        .with_max_claims(settings.max_claims);
+        .with_max_claims(settings.max_claims)
+        .with_max_watches_per_session(settings.max_watches_per_session)
+        .with_max_watches(settings.max_watches);
     if let Some(floor) = token_floor {
         config = config.with_token_floor(floor);
     }

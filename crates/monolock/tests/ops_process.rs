@@ -96,6 +96,12 @@ fn serve_help_lists_every_flag_with_its_env_and_default() {
         ("--audit-queue", "MONOLOCK_AUDIT_QUEUE", "[default: 65536]"),
         ("--io-timeout", "MONOLOCK_IO_TIMEOUT", "[default: 5s]"),
         (
+            "--max-watches-per-session",
+            "MONOLOCK_MAX_WATCHES_PER_SESSION",
+            "[default: 1024]",
+        ),
+        ("--max-watches", "MONOLOCK_MAX_WATCHES", "[default: 100000]"),
+        (
             "--ops-shutdown-grace",
             "MONOLOCK_OPS_SHUTDOWN_GRACE",
             "[default: 2s]",

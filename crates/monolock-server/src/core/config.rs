@@ -50,6 +50,13 @@ pub const DEFAULT_MAX_CLAIMS_PER_SESSION: u32 = monolock_proto::v2::DEFAULT_MAX_
 /// Default for [`ServerConfig::idle_timeout`] (protocol v2).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Default for [`ServerConfig::max_watches_per_session`] (the version 2
+/// extension, values and observers).
+pub const DEFAULT_MAX_WATCHES_PER_SESSION: u32 = monolock_proto::ext::DEFAULT_MAX_WATCHES;
+
+/// Default for [`ServerConfig::max_watches`].
+pub const DEFAULT_MAX_WATCHES: usize = 100_000;
+
 /// Default for [`ServerConfig::max_claims`]: a million claims of the
 /// longest names take about a gigabyte (docs/operations.md, "Limits").
 pub const DEFAULT_MAX_CLAIMS: usize = 1_000_000;
@@ -102,6 +109,13 @@ pub struct ServerConfig {
     /// protocol versions; one more ACQUIRE is refused with code 0x0a
     /// (REFUSED in v2, where the session lives on; ERROR in v1).
     pub max_claims: usize,
+    /// Protocol v2 extension: the most watches one session may have at
+    /// once (announced in FEATURES); one more OBSERVE is refused (REFUSED
+    /// 0x0b), the session lives on.
+    pub max_watches_per_session: u32,
+    /// The most watches over all sessions; one more OBSERVE is refused
+    /// with code 0x0c.
+    pub max_watches: usize,
 }
 
 impl Default for ServerConfig {
@@ -118,6 +132,8 @@ impl Default for ServerConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: crate::core::admission::DEFAULT_MAX_CONNECTIONS,
             max_claims: DEFAULT_MAX_CLAIMS,
+            max_watches_per_session: DEFAULT_MAX_WATCHES_PER_SESSION,
+            max_watches: DEFAULT_MAX_WATCHES,
         }
     }
 }
@@ -193,6 +209,20 @@ impl ServerConfig {
         self
     }
 
+    /// Sets [`ServerConfig::max_watches_per_session`].
+    #[must_use]
+    pub fn with_max_watches_per_session(mut self, max: u32) -> Self {
+        self.max_watches_per_session = max;
+        self
+    }
+
+    /// Sets [`ServerConfig::max_watches`].
+    #[must_use]
+    pub fn with_max_watches(mut self, max: usize) -> Self {
+        self.max_watches = max;
+        self
+    }
+
     /// Sets [`ServerConfig::tls`].
     #[must_use]
     pub fn with_tls(mut self, tls: Arc<dyn ProtocolTls>) -> Self {
@@ -213,6 +243,8 @@ impl std::fmt::Debug for ServerConfig {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_connections", &self.max_connections)
             .field("max_claims", &self.max_claims)
+            .field("max_watches_per_session", &self.max_watches_per_session)
+            .field("max_watches", &self.max_watches)
             .finish_non_exhaustive()
     }
 }

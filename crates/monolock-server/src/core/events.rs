@@ -165,6 +165,17 @@ pub enum Event<'a> {
         /// True when the holder came from the lock's queue (its
         /// `WaiterJoined` came earlier, and no `WaiterLeft` follows).
         queued: bool,
+        /// The value its claim carries (empty: none).
+        value: &'a str,
+    },
+    /// A holder replaced the value of its claim (PROCLAIM).
+    ValueReplaced {
+        /// The holder.
+        session: &'a SessionInfo,
+        /// The token it holds.
+        token: u64,
+        /// The new value (empty: none).
+        value: &'a str,
     },
     /// A holder stopped holding.
     Released {
@@ -223,6 +234,40 @@ pub enum Event<'a> {
     IdleSessionClosed,
     /// A protocol v2 session was opened (its OPEN was read).
     SessionOpened,
+    /// Watches were registered (positive) or ended (negative).
+    WatchesChanged(i64),
+    /// An OBSERVE was refused at a bound.
+    WatchRefused(WatchBound),
+    /// A session wrote this many STATE pushes, of which `coalesced` were
+    /// flagged COALESCED (changes of their watch were dropped).
+    StatePushes {
+        /// STATE frames written (every flag).
+        pushed: u64,
+        /// Of which COALESCED.
+        coalesced: u64,
+    },
+}
+
+/// Which bound refused a watch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WatchBound {
+    /// The session's (`--max-watches-per-session`, REFUSED 0x0b).
+    Session,
+    /// The server's (`--max-watches`, REFUSED 0x0c).
+    Server,
+}
+
+impl WatchBound {
+    /// Both bounds, for metrics that show each from startup.
+    pub const ALL: [Self; 2] = [Self::Session, Self::Server];
+
+    /// The bound's name in metric labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Session => "session",
+            Self::Server => "server",
+        }
+    }
 }
 
 /// Receives [`Event`]s. See [`Event`] for the rules an observer must follow.

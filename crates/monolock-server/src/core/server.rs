@@ -89,6 +89,8 @@ pub struct V2SessionSnapshot {
     /// Set when the server ended the session on its own and keeps its held
     /// claims until its lease's end; `None` while it is open.
     pub ended: Option<SessionEnded>,
+    /// Its watches now (0 once it ended).
+    pub watches: usize,
 }
 
 /// How a version 2 session the server ended is kept (see
@@ -241,6 +243,11 @@ impl ServerHandle {
                 identity: Arc::clone(&info.identity),
                 lease: info.lease,
                 opened_at: info.queued_at,
+                watches: if ended.is_some() {
+                    0
+                } else {
+                    link.watches.load(Ordering::Relaxed)
+                },
                 ended,
             }
         };

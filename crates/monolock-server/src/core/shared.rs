@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     pub(crate) pending: Arc<PendingConnections>,
     /// Claims admitted, against `--max-claims`.
     pub(crate) claims: ClaimCount,
+    /// Watches registered, against `--max-watches`.
+    pub(crate) watches: AtomicUsize,
     /// Version 2 sessions the server ended whose held claims it keeps
     /// until their lease's end, by id: shown by the admin API until then.
     pub(crate) ended: Arc<parking_lot::Mutex<HashMap<u64, EndedSession>>>,
@@ -95,6 +97,7 @@ impl Shared {
             lease_holds: TaskTracker::new(),
             pending: Arc::default(),
             claims: ClaimCount::default(),
+            watches: AtomicUsize::new(0),
             ended: Arc::default(),
         }
     }
@@ -160,6 +163,38 @@ impl Shared {
                 .observe(&crate::core::events::Event::ClaimLimitRefused);
         }
         permit
+    }
+
+    /// One more watch against `--max-watches`: false (counted as refused)
+    /// when the server has as many as it may. Given back with
+    /// [`Shared::watches_ended`].
+    pub(crate) fn admit_watch(&self) -> bool {
+        let max = self.config.max_watches;
+        let admitted = self
+            .watches
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .is_ok();
+        let event = if admitted {
+            crate::core::events::Event::WatchesChanged(1)
+        } else {
+            crate::core::events::Event::WatchRefused(crate::core::events::WatchBound::Server)
+        };
+        self.config.observer.observe(&event);
+        admitted
+    }
+
+    /// `count` watches admitted by [`Shared::admit_watch`] ended.
+    pub(crate) fn watches_ended(&self, count: usize) {
+        if count == 0 {
+            return;
+        }
+        self.watches.fetch_sub(count, Ordering::AcqRel);
+        let delta = -i64::try_from(count).unwrap_or(i64::MAX);
+        self.config
+            .observer
+            .observe(&crate::core::events::Event::WatchesChanged(delta));
     }
 
     /// Frees descriptors in the order `admission.rs` gives: connections

@@ -16,7 +16,7 @@ use std::{
 
 use tokio::{sync::Notify, time::Instant};
 
-use crate::core::events::SessionInfo;
+use crate::core::{events::SessionInfo, watch::Outbox};
 
 /// Stands in for "never" where an `Instant` is needed.
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 86_400);
@@ -101,6 +101,9 @@ pub(crate) struct SessionSlot {
     /// its claim id. `None` for a version 1 session (the connection is the
     /// claim).
     pub(crate) claim: Option<ClaimOf>,
+    /// The claim's value (`None`: empty), replaced under the table's lock
+    /// only, so what the table reads under it is what watches are told.
+    value: parking_lot::Mutex<Option<Arc<str>>>,
 }
 
 /// Where a version 2 claim belongs.
@@ -133,6 +136,26 @@ pub(crate) struct SessionLink {
     /// Set when the server asks idle sessions to close (descriptors ran
     /// out); the task closes if it is still idle when it looks.
     pub(crate) shed: AtomicBool,
+    /// STATE pushes the table queued for the session's watches.
+    pub(crate) outbox: parking_lot::Mutex<Outbox>,
+    /// How many watches the session has (for the admin API).
+    pub(crate) watches: std::sync::atomic::AtomicUsize,
+}
+
+impl SessionLink {
+    /// The link of session `id`, whose lease slot is `lease`: idle, with
+    /// nothing changed and nothing queued.
+    pub(crate) fn new(id: u64, lease: Arc<SessionSlot>) -> Self {
+        Self {
+            id,
+            lease,
+            changed: parking_lot::Mutex::new(Vec::new()),
+            idle: AtomicBool::new(true),
+            shed: AtomicBool::new(false),
+            outbox: parking_lot::Mutex::new(Outbox::default()),
+            watches: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
 }
 
 impl SessionSlot {
@@ -147,7 +170,19 @@ impl SessionSlot {
             wheel_pos: AtomicU64::new(NOT_FILED),
             queue_seq: AtomicU64::new(0),
             claim: None,
+            value: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// The claim's value, `None` when empty.
+    pub(crate) fn value(&self) -> Option<Arc<str>> {
+        self.value.lock().clone()
+    }
+
+    /// Replaces the claim's value (the table, under its lock; or its
+    /// session before the claim reaches the table). An empty value is none.
+    pub(crate) fn set_value(&self, value: Option<Arc<str>>) {
+        *self.value.lock() = value.filter(|v| !v.is_empty());
     }
 
     /// A claim of a version 2 session: its deadline is the session's, and

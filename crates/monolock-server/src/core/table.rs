@@ -23,7 +23,7 @@ use std::{
     time::SystemTime,
 };
 
-use monolock_proto::{Lease, LockName};
+use monolock_proto::{Lease, LockName, ext::StateEvent};
 use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 
@@ -31,8 +31,9 @@ use crate::{
     core::clock::WallClock,
     core::events::{ClaimRef, Event, Observer, ReleaseReason},
     core::leases::LeaseWheel,
-    core::slot::{EndNotice, Epoch, SessionSlot},
+    core::slot::{EndNotice, Epoch, SessionLink, SessionSlot},
     core::token::TokenIssuer,
+    core::watch::{LockState, StatePush, Watch, ended_by, unix_ms},
 };
 
 /// What an ACQUIRE led to.
@@ -63,8 +64,20 @@ struct LockEntry {
     waiters: BTreeMap<u64, Arc<SessionSlot>>,
 }
 
+/// The watches of one lock name, held or free.
+struct Watched {
+    /// In registration order, keyed by each watch's `seq`.
+    watches: BTreeMap<u64, Arc<Watch>>,
+    /// The token of the last release pushed to them (0: none yet), and
+    /// when (ms since the Unix epoch): what a FREE state names.
+    last_token: u64,
+    freed_ms: u64,
+}
+
 struct TableState {
     locks: HashMap<LockName, LockEntry>,
+    /// Watches by lock name; a name without watches has no entry.
+    watched: HashMap<LockName, Watched>,
     tokens: TokenIssuer,
     waiters: usize,
     /// The next waiter's `queue_seq` (increasing, so FIFO).
@@ -107,6 +120,8 @@ pub struct HolderSnapshot {
     pub token: u64,
     /// Its session and claim, for a version 2 claim.
     pub claim: Option<ClaimRef>,
+    /// The value it announced (empty: none).
+    pub value: Arc<str>,
 }
 
 /// A waiter as the admin API shows it.
@@ -122,6 +137,8 @@ pub struct WaiterSnapshot {
     pub lease: Lease,
     /// Its session and claim, for a version 2 claim.
     pub claim: Option<ClaimRef>,
+    /// The value its grant will show (empty: none).
+    pub value: Arc<str>,
 }
 
 /// One lock with its holder and its queue in FIFO order.
@@ -217,6 +234,7 @@ impl LockTable {
         Self {
             state: Mutex::new(TableState {
                 locks: HashMap::new(),
+                watched: HashMap::new(),
                 tokens,
                 waiters: 0,
                 next_seq: 0,
@@ -284,6 +302,7 @@ impl LockTable {
         }
         let holder = self.grant(&mut state.tokens, slot, Instant::now(), false);
         let token = holder.token;
+        tell_watches(&state.watched, &slot.info.lock, || granted_state(&holder));
         state.locks.insert(
             slot.info.lock.clone(),
             LockEntry {
@@ -305,11 +324,13 @@ impl LockTable {
     ) -> Holder {
         let token = tokens.issue(&*self.clock);
         slot.set_token(token);
+        let value = slot.value();
         self.observer.observe(&Event::Granted {
             session: &slot.info,
             token,
             wait: now.saturating_duration_since(slot.queued_at),
             queued,
+            value: value.as_deref().unwrap_or(""),
         });
         Holder {
             slot: Arc::clone(slot),
@@ -437,6 +458,7 @@ impl LockTable {
         if Arc::ptr_eq(&entry.holder.slot, slot) {
             let now = Instant::now();
             self.released(&entry.holder, now, reason);
+            released_to_watches(&mut state.watched, &entry.holder, reason);
             return self.promote(state, slot.info.lock.clone(), now);
         }
         let seq = slot.queue_seq.load(Ordering::Relaxed);
@@ -486,6 +508,7 @@ impl LockTable {
                 continue;
             }
             entry.holder = self.grant(&mut state.tokens, &next, now, true);
+            tell_watches(&state.watched, &name, || granted_state(&entry.holder));
             next.wake();
             return true;
         }
@@ -522,6 +545,7 @@ impl LockTable {
         }
         let now = Instant::now();
         self.released(&entry.holder, now, ReleaseReason::Force);
+        released_to_watches(&mut state.watched, &entry.holder, ReleaseReason::Force);
         self.observer.observe(&Event::ForceRelease {
             session: &entry.holder.slot.info,
             token: entry.holder.token,
@@ -619,6 +643,134 @@ impl LockTable {
             .map(|entry| lock_snapshot(&entry.holder.slot.info.lock, entry))
     }
 
+    /// Replaces the value of `slot`'s claim (PROCLAIM): a waiting claim's
+    /// grant will carry it; a holder's watches are told VALUE, in the
+    /// table's order with its other changes. False when the claim was
+    /// ended from outside (expired, revoked, shut down).
+    pub(crate) fn proclaim(&self, slot: &Arc<SessionSlot>, value: Option<Arc<str>>) -> bool {
+        let mut state = self.lock_state();
+        let state = &mut *state;
+        if slot.is_ending() {
+            return false;
+        }
+        let Some(entry) = state.locks.get(&slot.info.lock) else {
+            // Not in the table yet (held at the startup grace's gate): its
+            // grant, made under this lock, will carry the value.
+            slot.set_value(value);
+            return true;
+        };
+        if Arc::ptr_eq(&entry.holder.slot, slot) {
+            slot.set_value(value);
+            let value = slot.value();
+            self.observer.observe(&Event::ValueReplaced {
+                session: &slot.info,
+                token: entry.holder.token,
+                value: value.as_deref().unwrap_or(""),
+            });
+            tell_watches(&state.watched, &slot.info.lock, || LockState {
+                event: StateEvent::Value,
+                ..granted_state(&entry.holder)
+            });
+            return true;
+        }
+        // Waiting in the queue, or at the startup grace's gate.
+        slot.set_value(value);
+        true
+    }
+
+    /// Registers `watch` on its lock, last among the lock's watches, and
+    /// returns the lock's state now: its first push (INITIAL). Every change
+    /// after this one is pushed to it.
+    pub(crate) fn observe(&self, watch: &Arc<Watch>) -> LockState {
+        let mut state = self.lock_state();
+        let state = &mut *state;
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        watch.seq.store(seq, Ordering::Relaxed);
+        let watched = state
+            .watched
+            .entry(watch.name.clone())
+            .or_insert_with(|| Watched {
+                watches: BTreeMap::new(),
+                last_token: 0,
+                freed_ms: 0,
+            });
+        watched.watches.insert(seq, Arc::clone(watch));
+        state_of(state.locks.get(&watch.name), Some(watched))
+    }
+
+    /// Unregisters `watches`: nothing more is pushed to them once this
+    /// returns. A watch not registered is skipped.
+    pub(crate) fn unobserve<'w>(&self, watches: impl IntoIterator<Item = &'w Arc<Watch>>) {
+        let mut state = self.lock_state();
+        for watch in watches {
+            let Some(watched) = state.watched.get_mut(&watch.name) else {
+                continue;
+            };
+            let seq = watch.seq.load(Ordering::Relaxed);
+            if watched
+                .watches
+                .get(&seq)
+                .is_some_and(|filed| Arc::ptr_eq(filed, watch))
+            {
+                watched.watches.remove(&seq);
+                watch.retire();
+                if watched.watches.is_empty() {
+                    state.watched.remove(&watch.name);
+                }
+            }
+        }
+    }
+
+    /// The state of `name` now (LOOKUP): FREE or HELD.
+    pub(crate) fn lookup(&self, name: &LockName) -> LockState {
+        let state = self.lock_state();
+        state_of(state.locks.get(name), state.watched.get(name))
+    }
+
+    /// Moves what the table queued for `link`'s watches into `into`, in
+    /// order, then, for each watch marked since the last look, its lock's
+    /// state now, flagged coalesced. Taken under the table's lock when
+    /// there are marks, so no change can fall between the queue and the
+    /// state read: every push after these is newer.
+    pub(crate) fn take_pushes(&self, link: &SessionLink, into: &mut Vec<StatePush>) {
+        {
+            let mut outbox = link.outbox.lock();
+            if outbox.marked.is_empty() {
+                into.append(&mut outbox.states);
+                return;
+            }
+            if crate::core::watch::planted_coalesced_push_goes_back() {
+                take_pushes_planted(&mut outbox, into);
+                if !outbox.marked.is_empty() {
+                    link.lease.notify.notify_one();
+                }
+                return;
+            }
+        }
+        let state = self.lock_state();
+        let mut outbox = link.outbox.lock();
+        into.append(&mut outbox.states);
+        for mark in outbox.take_marks() {
+            if !mark.watch.is_live() {
+                continue;
+            }
+            let name = &mark.watch.name;
+            into.push(StatePush {
+                watch: mark.watch.id,
+                state: state_of(state.locks.get(name), state.watched.get(name)),
+                coalesced: true,
+            });
+        }
+    }
+
+    /// Watches registered now (for tests).
+    #[cfg(test)]
+    pub(crate) fn watches(&self) -> usize {
+        let state = self.lock_state();
+        state.watched.values().map(|w| w.watches.len()).sum()
+    }
+
     pub(crate) fn counts(&self) -> TableCounts {
         let state = self.lock_state();
         TableCounts {
@@ -637,6 +789,7 @@ fn holder_snapshot(holder: &Holder) -> HolderSnapshot {
         lease: info.lease,
         token: holder.token,
         claim: info.claim,
+        value: holder.slot.value().unwrap_or_else(empty_value),
     }
 }
 
@@ -648,6 +801,81 @@ fn waiter_snapshot(slot: &SessionSlot) -> WaiterSnapshot {
         queued_at: info.queued_at,
         lease: info.lease,
         claim: info.claim,
+        value: slot.value().unwrap_or_else(empty_value),
+    }
+}
+
+/// The empty value of a snapshot (one allocation per process, not per
+/// holder).
+fn empty_value() -> Arc<str> {
+    static EMPTY: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
+    Arc::clone(EMPTY.get_or_init(|| Arc::from("")))
+}
+
+/// The GRANTED change of `holder`.
+fn granted_state(holder: &Holder) -> LockState {
+    LockState {
+        event: StateEvent::Granted,
+        token: holder.token,
+        since_ms: unix_ms(holder.since_wall),
+        ended_by: None,
+        value: holder.slot.value(),
+    }
+}
+
+/// The state of a lock with this entry (HELD) or none (FREE, naming the
+/// last release its watches were told of, if any).
+fn state_of(entry: Option<&LockEntry>, watched: Option<&Watched>) -> LockState {
+    match entry {
+        Some(entry) => LockState {
+            event: StateEvent::Held,
+            ..granted_state(&entry.holder)
+        },
+        None => watched.map_or_else(
+            || LockState::free(0, 0),
+            |w| LockState::free(w.last_token, w.freed_ms),
+        ),
+    }
+}
+
+/// Pushes the change `change()` builds to every watch of `name`, in their
+/// order (built only when the name has watches).
+fn tell_watches(
+    watched: &HashMap<LockName, Watched>,
+    name: &LockName,
+    change: impl FnOnce() -> LockState,
+) {
+    let Some(w) = watched.get(name) else {
+        return;
+    };
+    let change = change();
+    for watch in w.watches.values() {
+        watch.push(&change);
+    }
+}
+
+/// Pushes the release of `holder` to the watches of its lock and records
+/// it as the lock's last known holder.
+fn released_to_watches(
+    watched: &mut HashMap<LockName, Watched>,
+    holder: &Holder,
+    reason: ReleaseReason,
+) {
+    let Some(w) = watched.get_mut(&holder.slot.info.lock) else {
+        return;
+    };
+    let freed_ms = unix_ms(SystemTime::now());
+    w.last_token = holder.token;
+    w.freed_ms = freed_ms;
+    let change = LockState {
+        event: StateEvent::Released,
+        token: holder.token,
+        since_ms: freed_ms,
+        ended_by: Some(ended_by(reason)),
+        value: None,
+    };
+    for watch in w.watches.values() {
+        watch.push(&change);
     }
 }
 
@@ -658,6 +886,31 @@ fn lock_snapshot(name: &LockName, entry: &LockEntry) -> LockSnapshot {
         waiters: entry.waiters.values().map(|w| waiter_snapshot(w)).collect(),
     }
 }
+
+/// The simulation's planted mistake `coalesced-push-goes-back`: the queue
+/// goes first, alone, while the watch goes on being pushed changes once
+/// there is room; the marks are taken at a later look, once the queue is
+/// empty, each carrying the state as of when its watch was marked, which
+/// by then may be older than changes already pushed.
+#[cfg(feature = "mutations")]
+fn take_pushes_planted(outbox: &mut crate::core::watch::Outbox, into: &mut Vec<StatePush>) {
+    if !outbox.states.is_empty() {
+        into.append(&mut outbox.states);
+        return;
+    }
+    for mark in outbox.take_marks() {
+        if mark.watch.is_live() {
+            into.push(StatePush {
+                watch: mark.watch.id,
+                state: mark.at_mark,
+                coalesced: true,
+            });
+        }
+    }
+}
+
+#[cfg(not(feature = "mutations"))]
+fn take_pushes_planted(_: &mut crate::core::watch::Outbox, _: &mut Vec<StatePush>) {}
 
 /// Whether the simulation planted "promote a waiter whose lease ran out" on
 /// this thread (`monolock-mutation`); always false outside the simulation.
@@ -682,6 +935,8 @@ mod tests {
     use std::{net::SocketAddr, sync::Mutex, time::Duration};
 
     use monolock_proto::{Lease, LockName};
+
+    use monolock_proto::ext::ReleaseReason as EndedBy;
 
     use super::*;
     use crate::{core::clock::SystemWallClock, core::events::SessionInfo};
@@ -1093,13 +1348,9 @@ mod tests {
     /// A protocol v2 session's link, its lease running an hour from now.
     fn v2_link(table: &LockTable) -> Arc<crate::core::slot::SessionLink> {
         let lease = session(table, "(v2 session)", 9);
-        Arc::new(crate::core::slot::SessionLink {
-            id: 1,
-            lease,
-            changed: parking_lot::Mutex::new(Vec::new()),
-            idle: std::sync::atomic::AtomicBool::new(false),
-            shed: std::sync::atomic::AtomicBool::new(false),
-        })
+        let link = crate::core::slot::SessionLink::new(1, lease);
+        link.idle.store(false, Ordering::Relaxed);
+        Arc::new(link)
     }
 
     /// A claim `id` of `link`'s session on `lock`, from port `port`.
@@ -1232,6 +1483,147 @@ mod tests {
                 "held first: {held_first}"
             );
         }
+    }
+
+    /// A watch of `link`'s session on `lock`, registered; its INITIAL
+    /// state.
+    fn watch(
+        table: &LockTable,
+        link: &Arc<crate::core::slot::SessionLink>,
+        id: u32,
+        lock: &str,
+    ) -> (Arc<Watch>, LockState) {
+        let name = LockName::new(lock).expect("valid name");
+        let watch = Arc::new(Watch::new(Arc::clone(link), id, name));
+        let initial = table.observe(&watch);
+        (watch, initial)
+    }
+
+    fn take(table: &LockTable, link: &crate::core::slot::SessionLink) -> Vec<StatePush> {
+        let mut pushes = Vec::new();
+        table.take_pushes(link, &mut pushes);
+        pushes
+    }
+
+    /// Every grant, value and release reaches the watch in the table's
+    /// order; a hand-on is RELEASED then GRANTED; a new watch of a free
+    /// lock names the last token it knows; UNOBSERVE stops the pushes.
+    #[test]
+    fn watches_are_told_every_change_in_order() {
+        let (table, _events) = table();
+        let link = v2_link(&table);
+        let (first_watch, initial) = watch(&table, &link, 1, "l");
+        assert_eq!(initial, LockState::free(0, 0));
+        let a = session(&table, "l", 1);
+        let b = session(&table, "l", 2);
+        a.set_value(Some(Arc::from("10.0.0.7:9000")));
+        let Acquired::Granted(first) = table.acquire(&a) else {
+            panic!("granted")
+        };
+        assert_eq!(table.acquire(&b), Acquired::Queued);
+        assert!(table.proclaim(&b, Some(Arc::from("10.0.0.8:9000"))));
+        assert!(table.proclaim(&a, Some(Arc::from("10.0.0.7:9001"))));
+        assert!(table.end(&a, ReleaseReason::Expired));
+        let second = b.granted_token().expect("b granted");
+        let seen: Vec<(StateEvent, u64, String, Option<EndedBy>)> = take(&table, &link)
+            .into_iter()
+            .map(|push| {
+                assert!(!push.coalesced);
+                assert_eq!(push.watch, 1);
+                let value = push.state.value_str().to_owned();
+                (
+                    push.state.event,
+                    push.state.token,
+                    value,
+                    push.state.ended_by,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (StateEvent::Granted, first, "10.0.0.7:9000".to_owned(), None),
+                (StateEvent::Value, first, "10.0.0.7:9001".to_owned(), None),
+                (
+                    StateEvent::Released,
+                    first,
+                    String::new(),
+                    Some(EndedBy::Expired)
+                ),
+                (
+                    StateEvent::Granted,
+                    second,
+                    "10.0.0.8:9000".to_owned(),
+                    None
+                ),
+            ]
+        );
+        assert_eq!(
+            table.lookup(&LockName::new("l").expect("name")).token,
+            second
+        );
+        table.force_release("l", None).expect("forced");
+        let released = take(&table, &link);
+        assert_eq!(released.len(), 1);
+        assert_eq!(released[0].state.ended_by, Some(EndedBy::Forced));
+        let (_second_watch, initial) = watch(&table, &link, 2, "l");
+        assert_eq!((initial.event, initial.token), (StateEvent::Free, second));
+        table.unobserve([&first_watch]);
+        assert!(!first_watch.is_live());
+        assert_eq!(table.watches(), 1);
+        let c = session(&table, "l", 3);
+        assert!(matches!(table.acquire(&c), Acquired::Granted(_)));
+        let pushes = take(&table, &link);
+        assert_eq!(pushes.iter().map(|p| p.watch).collect::<Vec<_>>(), [2]);
+    }
+
+    /// An outbox holds at most `MAX_QUEUED_STATES` pushes: a change that
+    /// finds it full is dropped and its watch marked; the next look takes
+    /// the queue, then the lock's state now, COALESCED, and nothing goes
+    /// back after it.
+    #[test]
+    fn a_full_outbox_coalesces_to_the_state_now() {
+        let (table, _events) = table();
+        let link = v2_link(&table);
+        let (_watch, _) = watch(&table, &link, 7, "hot");
+        let mut last = 0;
+        let mut holder = session(&table, "hot", 0);
+        for port in 0..200 {
+            holder = session(&table, "hot", port);
+            let Acquired::Granted(token) = table.acquire(&holder) else {
+                panic!("granted")
+            };
+            last = token;
+            if port < 199 {
+                table.end(&holder, ReleaseReason::Graceful);
+            }
+        }
+        {
+            let outbox = link.outbox.lock();
+            assert_eq!(outbox.states.len(), crate::core::watch::MAX_QUEUED_STATES);
+            assert_eq!(outbox.marked.len(), 1);
+        }
+        let pushes = take(&table, &link);
+        assert_eq!(pushes.len(), crate::core::watch::MAX_QUEUED_STATES + 1);
+        let tokens: Vec<u64> = pushes.iter().map(|p| p.state.token).collect();
+        assert!(tokens.is_sorted(), "{tokens:?}");
+        let coalesced = pushes.last().expect("pushes");
+        assert!(coalesced.coalesced);
+        assert_eq!(
+            (coalesced.state.event, coalesced.state.token),
+            (StateEvent::Held, last)
+        );
+        assert!(pushes[..pushes.len() - 1].iter().all(|p| !p.coalesced));
+        // The mark is gone: the next change is queued again, newer.
+        assert!(take(&table, &link).is_empty());
+        table.end(&holder, ReleaseReason::Graceful);
+        let next = take(&table, &link);
+        assert_eq!(next.len(), 1);
+        assert!(!next[0].coalesced);
+        assert_eq!(
+            (next[0].state.event, next[0].state.token),
+            (StateEvent::Released, last)
+        );
     }
 
     #[test]

@@ -136,6 +136,8 @@ struct Pending {
     fact: Fact,
     lock_len: usize,
     identity_len: usize,
+    /// The claim's value, after the identity (0 for most events).
+    value_len: usize,
 }
 
 /// The dispatcher's side of one subscription.
@@ -196,7 +198,7 @@ impl Mailbox {
 
     /// Appends the event `fact` about `lock` and `identity`, or, with
     /// `max_events` waiting already, drops it and marks the overflow.
-    fn push_event(&self, fact: Fact, lock: &str, identity: &str, max_events: usize) {
+    fn push_event(&self, fact: Fact, [lock, identity, value]: [&str; 3], max_events: usize) {
         let mut inbox = self.inbox();
         if inbox.events >= max_events {
             inbox.overflowed = true;
@@ -205,10 +207,12 @@ impl Mailbox {
         inbox.events += 1;
         inbox.text.push_str(lock);
         inbox.text.push_str(identity);
+        inbox.text.push_str(value);
         inbox.msgs.push(Msg::Event(Pending {
             fact,
             lock_len: lock.len(),
             identity_len: identity.len(),
+            value_len: value.len(),
         }));
         self.wake_if_idle(inbox);
     }
@@ -372,11 +376,10 @@ impl Observer for EventHub {
         if self.subscribers.load(Ordering::Acquire) == 0 {
             return;
         }
-        if let Some((fact, session)) = Fact::of_event(event) {
+        if let Some((fact, session, value)) = Fact::of_event(event) {
             self.mailbox.push_event(
                 fact,
-                session.lock.as_str(),
-                &session.identity,
+                [session.lock.as_str(), &session.identity, value],
                 self.max_pending,
             );
         }
@@ -460,7 +463,8 @@ fn dispatch(mailbox: &Mailbox, lagged: &AtomicU64, batching: Batching) {
                 Msg::Event(event) => {
                     let lock = split_off_front(&mut text, event.lock_len);
                     let identity = split_off_front(&mut text, event.identity_len);
-                    dispatcher.event(&event.fact, lock, identity, lagged);
+                    let value = split_off_front(&mut text, event.value_len);
+                    dispatcher.event(&event.fact, [lock, identity, value], lagged);
                 }
                 Msg::Subscribe(subscriber) => dispatcher.subscribe(subscriber, lagged),
                 Msg::Flush(done) => {
@@ -512,9 +516,9 @@ fn split_off_front<'t>(text: &mut &'t str, len: usize) -> &'t str {
 }
 
 impl Dispatcher {
-    /// Adds the event `fact` about `lock` and `identity` to the batch of
-    /// every group whose filter matches `lock`.
-    fn event(&mut self, fact: &Fact, lock: &str, identity: &str, lagged: &AtomicU64) {
+    /// Adds the event `fact` about `lock`, `identity` and the claim's
+    /// `value` to the batch of every group whose filter matches `lock`.
+    fn event(&mut self, fact: &Fact, [lock, identity, value]: [&str; 3], lagged: &AtomicU64) {
         // Serialised once, and only if some group wants it.
         let mut serialised = false;
         for group in &mut self.groups {
@@ -523,7 +527,7 @@ impl Dispatcher {
             }
             if !serialised {
                 self.json.clear();
-                fact.write_json(lock, identity, &mut self.json);
+                fact.write_json(lock, identity, value, &mut self.json);
                 if self.json.last() == Some(&b'\n') {
                     self.json.pop();
                 }

@@ -24,6 +24,9 @@ pub(crate) struct Record {
     fact: Fact,
     lock: LockName,
     identity: Arc<str>,
+    /// The claim's value on `granted` and `value` records (empty: none;
+    /// allocated only when there is one).
+    value: String,
 }
 
 /// What happened, when, and to whose connection: a record without its two
@@ -65,6 +68,10 @@ pub(crate) enum Kind {
         token: u64,
     },
     KickWaiter,
+    /// The holder of `token` replaced its claim's value.
+    Value {
+        token: u64,
+    },
     /// A waiter joined a queue (live stream only), with its lease.
     Queued {
         lease_ms: u32,
@@ -91,6 +98,10 @@ struct Line<'a> {
     claim: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     token: Option<u64>,
+    /// The claim's value: on a `value` line always, on a `granted` line
+    /// when it has one (so a line without a value is what it always was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wait_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -108,14 +119,15 @@ impl Record {
     /// The record of `event`, if it is one the audit log or the live stream
     /// reports (`queued` and `dequeued` only the stream).
     pub(crate) fn of_event(event: &Event<'_>) -> Option<Self> {
-        Fact::of_event(event).map(|(fact, session)| Self::new(session, fact))
+        Fact::of_event(event).map(|(fact, session, value)| Self::new(session, fact, value))
     }
 
-    fn new(session: &SessionInfo, fact: Fact) -> Self {
+    fn new(session: &SessionInfo, fact: Fact, value: &str) -> Self {
         Self {
             fact,
             lock: session.lock.clone(),
             identity: Arc::clone(&session.identity),
+            value: value.to_owned(),
         }
     }
 
@@ -127,28 +139,39 @@ impl Record {
     /// The JSON object and a newline.
     pub(crate) fn write_json(&self, out: &mut Vec<u8>) {
         self.fact
-            .write_json(self.lock.as_str(), &self.identity, out);
+            .write_json(self.lock.as_str(), &self.identity, &self.value, out);
     }
 }
 
 impl Fact {
-    /// The fact of `event` and the session it is about, if the event is
-    /// one the audit log or the live stream reports.
-    pub(crate) fn of_event<'e>(event: &'e Event<'_>) -> Option<(Self, &'e SessionInfo)> {
+    /// The fact of `event`, the session it is about and the claim's value
+    /// (empty but on `granted` and `value`), if the event is one the audit
+    /// log or the live stream reports.
+    pub(crate) fn of_event<'e>(event: &'e Event<'_>) -> Option<(Self, &'e SessionInfo, &'e str)> {
+        let mut claim_value = "";
         let (session, kind) = match *event {
             Event::Granted {
                 session,
                 token,
                 wait,
+                value,
                 ..
-            } => (
-                session,
+            } => (session, {
+                claim_value = value;
                 Kind::Granted {
                     token,
                     wait,
                     lease_ms: session.lease.as_millis(),
-                },
-            ),
+                }
+            }),
+            Event::ValueReplaced {
+                session,
+                token,
+                value,
+            } => {
+                claim_value = value;
+                (session, Kind::Value { token })
+            }
             Event::Released {
                 session,
                 token,
@@ -193,7 +216,7 @@ impl Fact {
             claim: session.claim,
             kind,
         };
-        Some((fact, session))
+        Some((fact, session, claim_value))
     }
 
     /// The audit log's `event` name of this fact.
@@ -205,14 +228,15 @@ impl Fact {
             Kind::Denied => "denied",
             Kind::ForceRelease { .. } => "force_release",
             Kind::KickWaiter => "kick_waiter",
+            Kind::Value { .. } => "value",
             Kind::Queued { .. } => "queued",
             Kind::Dequeued => "dequeued",
         }
     }
 
-    /// The JSON object of this fact about `lock` and `identity`, and a
-    /// newline.
-    pub(crate) fn write_json(&self, lock: &str, identity: &str, out: &mut Vec<u8>) {
+    /// The JSON object of this fact about `lock`, `identity` and the
+    /// claim's `value`, and a newline.
+    pub(crate) fn write_json(&self, lock: &str, identity: &str, value: &str, out: &mut Vec<u8>) {
         let release_in_ms = match self.kind {
             Kind::EndedByServer { release_in, .. } => Some(millis(release_in)),
             _ => None,
@@ -237,7 +261,9 @@ impl Fact {
             Kind::EndedByServer { token, reason, .. } => {
                 (Some(token), None, None, None, Some(reason.as_str()))
             }
-            Kind::ForceRelease { token } => (Some(token), None, None, None, None),
+            Kind::ForceRelease { token } | Kind::Value { token } => {
+                (Some(token), None, None, None, None)
+            }
             Kind::Queued { lease_ms } => (None, None, Some(lease_ms), None, None),
             Kind::Denied | Kind::KickWaiter | Kind::Dequeued => (None, None, None, None, None),
         };
@@ -251,6 +277,11 @@ impl Fact {
             session: self.claim.map(|c| c.session),
             claim: self.claim.map(|c| c.claim),
             token,
+            value: match self.kind {
+                Kind::Value { .. } => Some(value),
+                Kind::Granted { .. } if !value.is_empty() => Some(value),
+                _ => None,
+            },
             wait_ms,
             lease_ms,
             held_ms,

@@ -24,12 +24,13 @@
 use std::{
     collections::HashMap,
     net::SocketAddr,
-    sync::{Arc, atomic::AtomicBool, atomic::Ordering},
+    sync::{Arc, atomic::Ordering},
     time::{Duration, SystemTime},
 };
 
+use futures_util::FutureExt;
 use monolock_proto::{
-    ErrorCode, Lease, LockName, RequestError,
+    ErrorCode, Lease, LockName, RequestError, ext,
     v2::{self, Mode, Request},
 };
 use tokio::{
@@ -43,6 +44,7 @@ use crate::{
     core::events::{ClaimRef, Event, ReleaseReason, SessionInfo},
     core::slot::{EndNotice, SessionLink, SessionSlot, deadline_after},
     core::table::Acquired,
+    core::watch::{StatePush, Watch},
     core::wire::connection::{
         Connection, End, SHUTTING_DOWN, WriteFailed, holds_until_lease_end, report_server_ending,
         write_bounded,
@@ -52,6 +54,9 @@ use crate::{
 /// The session's read buffer: far more than the longest frame (262 bytes),
 /// so one read takes in a whole pipelined batch.
 const READ_BUF_LEN: usize = 4096;
+
+/// The most of its write buffer a session keeps between wakeups.
+const OUT_KEPT_CAPACITY: usize = 16 * 1024;
 
 /// The name a session's own lease slot carries. That slot is filed in the
 /// lease wheel only and never enters the lock table, so the name is never
@@ -89,6 +94,16 @@ struct Session<'c, 'a, S> {
     /// deadline it must catch (idle, a started frame), so it is reset only
     /// when a deadline comes earlier, which is rare.
     armed: Instant,
+    /// Whether values and observers were granted (FEATURES bit 0).
+    ext: bool,
+    /// Whether a frame was read after OPEN (HELLO must be the first).
+    opened_only: bool,
+    /// The session's watches, by watch id.
+    watches: HashMap<u32, Arc<Watch>>,
+    /// STATE pushes taken from the outbox (kept to reuse its capacity).
+    pushes: Vec<StatePush>,
+    /// Whether a coalesced push was written yet (logged once at info).
+    coalesced_before: bool,
     /// The simulation's planted mistake `V2ReleasedBeforeTable`: claims
     /// whose RELEASED went out before the table released them.
     #[cfg(feature = "mutations")]
@@ -122,13 +137,7 @@ pub(crate) async fn serve<S>(
     let lease_slot = Arc::new(SessionSlot::new(info, now));
     shared.table.touch(&lease_slot, now);
     shared.table.watch_lease(&lease_slot);
-    let link = Arc::new(SessionLink {
-        id,
-        lease: lease_slot,
-        changed: parking_lot::Mutex::new(Vec::new()),
-        idle: AtomicBool::new(true),
-        shed: AtomicBool::new(false),
-    });
+    let link = Arc::new(SessionLink::new(id, lease_slot));
     shared.sessions.lock().insert(id, Arc::clone(&link));
     // Registered before this check, so a shutdown either finds the session
     // in the registry or is seen here.
@@ -153,6 +162,11 @@ pub(crate) async fn serve<S>(
         idle_since: Some(now),
         partial_since: None,
         armed: deadline_after(now, shared.config.idle_timeout),
+        ext: false,
+        opened_only: true,
+        watches: HashMap::new(),
+        pushes: Vec::new(),
+        coalesced_before: false,
         #[cfg(feature = "mutations")]
         released_later: Vec::new(),
     };
@@ -196,6 +210,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     notified.set(link.lease.notify.notified());
                     if let Some(end) = self.sync() {
                         return end;
+                    }
+                    // A watched lock that changes at every turn keeps this
+                    // branch ready at every turn: take in what the client
+                    // sent meanwhile too, so its PINGs are never left
+                    // unread behind the pushes (a read is cancel-safe).
+                    if !self.watches.is_empty() && filled < read.len() {
+                        match self.conn.stream.read(&mut read[filled..]).now_or_never() {
+                            Some(Ok(0) | Err(_)) => return End::Quiet(ReleaseReason::Graceful),
+                            Some(Ok(n)) => filled += n,
+                            None => {}
+                        }
                     }
                 }
                 got = self.conn.stream.read(&mut read[filled..]) => match got {
@@ -281,7 +306,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         let mut end = None;
         let mut now = None;
         while at < *filled {
-            match v2::decode_request(&read[at..*filled]) {
+            let input = &read[at..*filled];
+            // Without the extension granted, frames decode exactly as on a
+            // server without it (its frames are ERROR 0x13), but for HELLO.
+            let decoded = if self.ext || input[0] == ext::msg::HELLO {
+                ext::decode_request(input)
+            } else {
+                v2::decode_request(input).map(|got| got.map(|(r, n)| (ext::Request::Base(r), n)))
+            };
+            match decoded {
                 Ok(Some((request, used))) => {
                     at += used;
                     if now.is_none() {
@@ -290,7 +323,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                         self.conn.shared.table.touch(&self.link.lease, instant);
                         now = Some(instant);
                     }
-                    if matches!(request, Request::Ping) {
+                    if matches!(request, ext::Request::Base(Request::Ping)) {
                         pings += 1;
                     }
                     if let Some(ended) = self.handle(request) {
@@ -322,7 +355,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         end
     }
 
-    fn handle(&mut self, request: Request<'_>) -> Option<End> {
+    fn handle(&mut self, request: ext::Request<'_>) -> Option<End> {
+        let first = std::mem::replace(&mut self.opened_only, false);
+        match request {
+            ext::Request::Base(request) => self.handle_base(request),
+            ext::Request::Hello { features } => self.hello(first, features),
+            ext::Request::AcquireValue {
+                claim,
+                mode,
+                name,
+                value,
+            } => self.acquire(claim, mode, name, value),
+            ext::Request::Proclaim { claim, value } => self.proclaim(claim, value),
+            ext::Request::Observe { watch, name } => self.observe(watch, name),
+            ext::Request::Unobserve { watch } => {
+                self.unobserve(watch);
+                None
+            }
+            ext::Request::Lookup { name } => {
+                self.lookup(name);
+                None
+            }
+            ext::Request::Refuse {
+                id, code, reason, ..
+            } => {
+                self.refuse(id, code, reason);
+                None
+            }
+        }
+    }
+
+    fn handle_base(&mut self, request: Request<'_>) -> Option<End> {
         match request {
             Request::Ping => {
                 self.out.push(v2::msg::PONG);
@@ -337,7 +400,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 None
             }
             Request::Release { claim } => self.release(claim),
-            Request::Acquire { claim, mode, name } => self.acquire(claim, mode, name),
+            Request::Acquire { claim, mode, name } => self.acquire(claim, mode, name, ""),
         }
     }
 
@@ -411,18 +474,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         Ok((permit, info))
     }
 
-    fn acquire(&mut self, claim: u32, mode: Mode, name: &str) -> Option<End> {
+    fn acquire(&mut self, claim: u32, mode: Mode, name: &str, value: &str) -> Option<End> {
         let shared = self.conn.shared;
         let (permit, info) = match self.admit(claim, name) {
             Ok(admitted) => admitted,
             Err(end) => return end,
         };
-        let slot = Arc::new(SessionSlot::new_claim(
-            info,
-            Instant::now(),
-            Arc::clone(&self.link),
-            claim,
-        ));
+        let slot = SessionSlot::new_claim(info, Instant::now(), Arc::clone(&self.link), claim);
+        if !value.is_empty() {
+            slot.set_value(Some(Arc::from(value)));
+        }
+        let slot = Arc::new(slot);
         let announced = match shared
             .grace
             .admit_or(&slot, &shared.table, mode == Mode::Wait)
@@ -500,10 +562,226 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 }
             }
         }
-        if self.claims.is_empty() {
-            self.set_idle(true);
-        }
+        self.update_idle();
         None
+    }
+
+    /// HELLO: only as the first frame after OPEN (else ERROR 0x19);
+    /// grants what it asks for of what this server has.
+    fn hello(&mut self, first: bool, features: u32) -> Option<End> {
+        if !first || self.ext {
+            return Some(End::Protocol(RequestError {
+                code: ErrorCode::OUT_OF_STATE,
+                reason: "frame out of state: HELLO must be the first frame after OPEN, once"
+                    .to_owned(),
+            }));
+        }
+        let granted = features & ext::FEATURE_VALUES_AND_OBSERVERS;
+        self.ext = granted != 0;
+        let max_watches = self.conn.shared.config.max_watches_per_session;
+        debug!(remote_addr = %self.remote_addr, session = self.link.id, features, granted, "v2 session HELLO");
+        self.out
+            .extend_from_slice(&ext::features_frame(granted, max_watches));
+        None
+    }
+
+    /// PROCLAIM: replaces the value of a claim in use, held or waiting.
+    fn proclaim(&mut self, claim: u32, value: &str) -> Option<End> {
+        let shared = self.conn.shared;
+        let Some(slot) = self.claims.get(&claim).map(|c| Arc::clone(&c.slot)) else {
+            self.refuse(
+                claim,
+                ErrorCode::UNKNOWN_CLAIM,
+                &format!("unknown claim id: {claim}"),
+            );
+            return None;
+        };
+        let value = (!value.is_empty()).then(|| Arc::from(value));
+        if !shared.table.proclaim(&slot, value) {
+            match slot.end_notice() {
+                Some(notice @ (EndNotice::Forced | EndNotice::Kicked)) => {
+                    self.claims.remove(&claim);
+                    self.revoked(claim, notice);
+                    self.refuse(
+                        claim,
+                        ErrorCode::UNKNOWN_CLAIM,
+                        &format!("unknown claim id: {claim}"),
+                    );
+                    self.update_idle();
+                    return None;
+                }
+                Some(notice) => return Some(end_for(notice)),
+                None => {}
+            }
+        }
+        self.out
+            .extend_from_slice(&claim_frame(ext::msg::PROCLAIMED, claim));
+        None
+    }
+
+    /// Whether the ACL lets this session's identity observe or look up
+    /// `lock` (the permission of ACQUIRE); REFUSED 0x24 naming `id` if not.
+    fn allowed(&mut self, id: u32, lock: &LockName, what: &str) -> bool {
+        let shared = self.conn.shared;
+        let Some(authorizer) = &shared.config.authorizer else {
+            return true;
+        };
+        if authorizer.allows(&self.identity, lock) {
+            return true;
+        }
+        let reason = crate::core::config::refusal(&self.identity, lock.as_str());
+        tracing::info!(lock = %lock, identity = %self.identity, remote_addr = %self.remote_addr, session = self.link.id, id, "{what} denied by ACL: {reason}");
+        self.refuse(id, ErrorCode::CLAIM_NOT_AUTHORIZED, &reason);
+        false
+    }
+
+    /// OBSERVE: checked in the documented order (the watch id free, the
+    /// session's bound, the server's, the ACL), then registered: OBSERVING
+    /// and the INITIAL state now, every change after.
+    fn observe(&mut self, watch: u32, name: &str) -> Option<End> {
+        let shared = self.conn.shared;
+        if self.watches.contains_key(&watch) {
+            self.refuse(
+                watch,
+                ErrorCode::CLAIM_IN_USE,
+                &format!("watch id {watch} is already in use: UNOBSERVE it first"),
+            );
+            return None;
+        }
+        let max = shared.config.max_watches_per_session;
+        if self.watches.len() >= max as usize {
+            shared.config.observer.observe(&Event::WatchRefused(
+                crate::core::events::WatchBound::Session,
+            ));
+            self.refuse(
+                watch,
+                ErrorCode::TOO_MANY_WATCHES,
+                &format!("too many watches on this session: the limit is {max}"),
+            );
+            return None;
+        }
+        let Ok(lock) = LockName::new(name) else {
+            // The decoder let through only 1..=255 bytes of UTF-8.
+            self.refuse(watch, ErrorCode::CLAIM_EMPTY_NAME, "lock name is empty");
+            return None;
+        };
+        if !shared.admit_watch() {
+            let reason = format!(
+                "server watch limit reached: the server has --max-watches ({}) watches",
+                shared.config.max_watches
+            );
+            debug!(remote_addr = %self.remote_addr, session = self.link.id, watch, "over --max-watches: OBSERVE refused");
+            self.refuse(watch, ErrorCode::SERVER_WATCH_LIMIT, &reason);
+            return None;
+        }
+        if !self.allowed(watch, &lock, "OBSERVE") {
+            shared.watches_ended(1);
+            return None;
+        }
+        let registered = Arc::new(Watch::new(Arc::clone(&self.link), watch, lock));
+        let initial = shared.table.observe(&registered);
+        self.watches.insert(watch, registered);
+        self.link
+            .watches
+            .store(self.watches.len(), Ordering::Relaxed);
+        self.set_idle(false);
+        self.out
+            .extend_from_slice(&claim_frame(ext::msg::OBSERVING, watch));
+        let push = StatePush {
+            watch,
+            state: initial,
+            coalesced: false,
+        };
+        encode_push(&mut self.out, &push, ext::FLAG_INITIAL);
+        shared.config.observer.observe(&Event::StatePushes {
+            pushed: 1,
+            coalesced: 0,
+        });
+        None
+    }
+
+    /// UNOBSERVE: nothing more is pushed to the watch; what the table had
+    /// queued for the session goes before UNOBSERVED.
+    fn unobserve(&mut self, watch: u32) {
+        let shared = self.conn.shared;
+        let Some(registered) = self.watches.get(&watch).map(Arc::clone) else {
+            self.refuse(
+                watch,
+                ErrorCode::UNKNOWN_CLAIM,
+                &format!("unknown watch id: {watch}"),
+            );
+            return;
+        };
+        shared.table.unobserve([&registered]);
+        shared.watches_ended(1);
+        // Still listed, so that what was queued for it is taken now.
+        self.take_pushes();
+        self.watches.remove(&watch);
+        self.link
+            .watches
+            .store(self.watches.len(), Ordering::Relaxed);
+        self.out
+            .extend_from_slice(&claim_frame(ext::msg::UNOBSERVED, watch));
+        self.update_idle();
+    }
+
+    /// LOOKUP: the lock's state now, if the ACL allows.
+    fn lookup(&mut self, name: &str) {
+        let Ok(lock) = LockName::new(name) else {
+            self.refuse(0, ErrorCode::CLAIM_EMPTY_NAME, "lock name is empty");
+            return;
+        };
+        if !self.allowed(0, &lock, "LOOKUP") {
+            return;
+        }
+        let state = self.conn.shared.table.lookup(&lock);
+        self.out.push(ext::msg::LOCK_STATE);
+        encode_state(&mut self.out, &state, 0);
+    }
+
+    /// Writes what the table queued for the session's watches (and the
+    /// coalesced states of watches whose changes were dropped) after what
+    /// this wakeup already collected.
+    fn take_pushes(&mut self) {
+        // Nothing is pushed to a session without watches: an UNOBSERVE
+        // takes what was queued for its watch.
+        if self.watches.is_empty() {
+            return;
+        }
+        let shared = self.conn.shared;
+        let mut pushes = std::mem::take(&mut self.pushes);
+        shared.table.take_pushes(&self.link, &mut pushes);
+        let mut coalesced = 0;
+        let mut pushed = 0;
+        for push in pushes.drain(..) {
+            // A push for a watch already unobserved (queued before its
+            // UNOBSERVE was read) is still written: it comes before
+            // UNOBSERVED, which the protocol allows; one for a watch id
+            // reused since cannot be here (UNOBSERVE takes the queue).
+            let flags = if push.coalesced {
+                coalesced += 1;
+                ext::FLAG_COALESCED
+            } else {
+                0
+            };
+            pushed += 1;
+            encode_push(&mut self.out, &push, flags);
+        }
+        self.pushes = pushes;
+        if coalesced > 0 {
+            // The outbox's bound was hit: said once at info, then at debug.
+            if std::mem::replace(&mut self.coalesced_before, true) {
+                debug!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: watches told the state now");
+            } else {
+                tracing::info!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: its connection did not take its STATE pushes, so changes were dropped and its watches told the state now (COALESCED)");
+            }
+        }
+        if pushed > 0 {
+            shared
+                .config
+                .observer
+                .observe(&Event::StatePushes { pushed, coalesced });
+        }
     }
 
     fn revoked(&mut self, claim: u32, notice: EndNotice) {
@@ -521,6 +799,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         );
     }
 
+    /// Idle: no claim and no watch.
+    fn update_idle(&mut self) {
+        if self.claims.is_empty() && self.watches.is_empty() {
+            self.set_idle(true);
+        }
+    }
+
     fn set_idle(&mut self, idle: bool) {
         if idle == self.idle_since.is_some() {
             return;
@@ -536,10 +821,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         if let Some(notice) = self.link.lease.end_notice() {
             return Some(end_for(notice));
         }
-        if self.link.shed.swap(false, Ordering::AcqRel) && self.claims.is_empty() {
+        if self.link.shed.swap(false, Ordering::AcqRel)
+            && self.claims.is_empty()
+            && self.watches.is_empty()
+        {
             return Some(self.idle_end());
         }
-        self.apply_changes()
+        let end = self.apply_changes();
+        if end.is_none() {
+            self.take_pushes();
+        }
+        end
     }
 
     /// Acts on each claim the table changed since the last look.
@@ -573,9 +865,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         }
         changed.clear();
         self.changed = changed;
-        if self.claims.is_empty() {
-            self.set_idle(true);
-        }
+        self.update_idle();
         end
     }
 
@@ -591,6 +881,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         )
         .await;
         self.out.clear();
+        // A burst of pushes (up to the outbox's 256 states of up to a
+        // kilobyte each) must not stay allocated for the session's life.
+        if self.out.capacity() > OUT_KEPT_CAPACITY {
+            self.out.shrink_to(OUT_KEPT_CAPACITY);
+        }
         written
     }
 
@@ -610,6 +905,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         // The claims (with their permits) live to the end of this
         // function, so that kept claims never stop counting against
         // `--max-claims`, not even for an instant.
+        let watches: Vec<Arc<Watch>> = self.watches.drain().map(|(_, watch)| watch).collect();
+        shared.table.unobserve(&watches);
+        shared.watches_ended(watches.len());
+        self.link.watches.store(0, Ordering::Relaxed);
+        drop(watches);
+        let _ = self.link.outbox.lock().take_all();
         let claims: Vec<Claim> = self.claims.drain().map(|(_, claim)| claim).collect();
         let slots: Vec<Arc<SessionSlot>> = claims.iter().map(|c| Arc::clone(&c.slot)).collect();
         for slot in &slots {
@@ -651,6 +952,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         }
         self.conn.close_with(code, &text).await;
     }
+}
+
+/// A five-byte frame: its type and an id.
+fn claim_frame(kind: u8, id: u32) -> [u8; 5] {
+    let id = id.to_be_bytes();
+    [kind, id[0], id[1], id[2], id[3]]
+}
+
+/// Appends `state` with `flags` (the wire's state layout).
+fn encode_state(out: &mut Vec<u8>, state: &crate::core::watch::LockState, flags: u8) {
+    ext::encode_state(
+        out,
+        state.event,
+        flags,
+        state.token,
+        state.since_ms,
+        state.ended_by,
+        state.value_str().as_bytes(),
+    );
+}
+
+/// Appends the STATE frame of `push` with `flags`.
+fn encode_push(out: &mut Vec<u8>, push: &StatePush, flags: u8) {
+    out.push(ext::msg::STATE);
+    out.extend_from_slice(&push.watch.to_be_bytes());
+    encode_state(out, &push.state, flags);
 }
 
 /// How the session ends for an end notice on itself or one of its claims.

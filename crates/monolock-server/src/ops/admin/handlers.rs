@@ -278,15 +278,27 @@ pub(super) async fn release_handler(
 pub(super) async fn sessions_handler(State(state): State<Arc<AdminState>>) -> Json<SessionList> {
     let handle = &state.options.handle;
     let sessions = handle.v2_sessions();
-    let mut counts: HashMap<u64, (usize, usize)> = HashMap::with_capacity(sessions.len());
+    let mut claims: HashMap<u64, Vec<SessionClaim>> = HashMap::with_capacity(sessions.len());
     if !sessions.is_empty() {
         for lock in handle.locks(|_| true) {
             if let Some(claim) = lock.holder.claim {
-                counts.entry(claim.session).or_default().0 += 1;
+                claims.entry(claim.session).or_default().push(SessionClaim {
+                    claim: claim.claim,
+                    lock: lock.name.to_string(),
+                    state: "held".to_owned(),
+                    token: Some(lock.holder.token),
+                    value: lock.holder.value.to_string(),
+                });
             }
             for waiter in &lock.waiters {
                 if let Some(claim) = waiter.claim {
-                    counts.entry(claim.session).or_default().1 += 1;
+                    claims.entry(claim.session).or_default().push(SessionClaim {
+                        claim: claim.claim,
+                        lock: lock.name.to_string(),
+                        state: "waiting".to_owned(),
+                        token: None,
+                        value: waiter.value.to_string(),
+                    });
                 }
             }
         }
@@ -294,7 +306,10 @@ pub(super) async fn sessions_handler(State(state): State<Arc<AdminState>>) -> Js
     let sessions = sessions
         .iter()
         .map(|session| {
-            let (held, waiting) = counts.get(&session.id).copied().unwrap_or_default();
+            let mut claims = claims.remove(&session.id).unwrap_or_default();
+            claims.sort_by(|a, b| (&a.lock, a.claim).cmp(&(&b.lock, b.claim)));
+            let held = claims.iter().filter(|c| c.token.is_some()).count();
+            let waiting = claims.len() - held;
             SessionEntry {
                 session: session.id,
                 remote_addr: session.remote_addr.to_string(),
@@ -311,6 +326,8 @@ pub(super) async fn sessions_handler(State(state): State<Arc<AdminState>>) -> Js
                 .to_owned(),
                 reason: session.ended.map(|ended| ended.reason.as_str().to_owned()),
                 release_at: session.ended.map(|ended| rfc3339(ended.release_at)),
+                claims,
+                watches: session.watches,
             }
         })
         .collect();

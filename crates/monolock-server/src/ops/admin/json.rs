@@ -102,6 +102,9 @@ pub struct HolderInfo {
     pub lease_ms: u32,
     /// Its fencing token.
     pub token: u64,
+    /// The value it announced (`""`: none).
+    #[serde(default)]
+    pub value: String,
     /// Its session and claim, for a version 2 claim.
     #[serde(flatten)]
     pub v2: ClaimFields,
@@ -143,6 +146,9 @@ pub struct WaiterInfo {
     pub queued_at: String,
     /// Its lease in milliseconds.
     pub lease_ms: u32,
+    /// The value its grant will show (`""`: none).
+    #[serde(default)]
+    pub value: String,
     /// Its session and claim, for a version 2 claim (the claim id is the
     /// key for a kick, with the address).
     #[serde(flatten)]
@@ -180,6 +186,28 @@ pub struct SessionEntry {
     /// UTC), unless an administrator or a shutdown releases them first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release_at: Option<String>,
+    /// Its claims, by lock name then claim id, each with its value.
+    #[serde(default)]
+    pub claims: Vec<SessionClaim>,
+    /// Its watches (OBSERVE, the values-and-observers extension).
+    #[serde(default)]
+    pub watches: usize,
+}
+
+/// A claim of a version 2 session in `GET /api/sessions`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClaim {
+    /// The claim id the client chose.
+    pub claim: u32,
+    /// The lock it claims.
+    pub lock: String,
+    /// `held` or `waiting`.
+    pub state: String,
+    /// The fencing token of a held claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// Its value (`""`: none).
+    pub value: String,
 }
 
 /// [`SessionEntry::state`] of an open session (and of one from a server
@@ -242,6 +270,7 @@ impl From<&HolderSnapshot> for HolderInfo {
             since: rfc3339(holder.since),
             lease_ms: holder.lease.as_millis(),
             token: holder.token,
+            value: holder.value.to_string(),
             v2: holder.claim.into(),
         }
     }
@@ -254,6 +283,7 @@ impl From<&WaiterSnapshot> for WaiterInfo {
             remote_addr: waiter.remote_addr.to_string(),
             queued_at: rfc3339(waiter.queued_at),
             lease_ms: waiter.lease.as_millis(),
+            value: waiter.value.to_string(),
             v2: waiter.claim.into(),
         }
     }

@@ -27,6 +27,7 @@ use prometheus_client::{
 
 use crate::{
     AuditLog, Event, HttpStats, Observer, ReleaseReason, ServerEnding, ServerHandle, SessionInfo,
+    WatchBound,
 };
 use process::ProcessCollector;
 use summary::Summary;
@@ -40,6 +41,11 @@ pub const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BoundLabels {
+    bound: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -100,8 +106,61 @@ pub struct Metrics {
     connections: ConnectionMetrics,
     ownership: OwnershipMetrics,
     sessions: SessionMetrics,
+    watches: WatchMetrics,
     wait: Summary,
     hold: Summary,
+}
+
+/// Watches of the values-and-observers extension: how many, what they were
+/// pushed, and the OBSERVEs refused at a bound.
+struct WatchMetrics {
+    watches: Gauge,
+    state_pushes: Counter,
+    state_pushes_coalesced: Counter,
+    /// Indexed like [`WatchBound::ALL`].
+    refused: [Counter; WatchBound::ALL.len()],
+}
+
+impl WatchMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let watches = registered(
+            registry,
+            "monolock_watches",
+            "Watches (OBSERVE) registered over all sessions",
+            Gauge::default(),
+        );
+        let state_pushes = registered(
+            registry,
+            "monolock_state_pushes",
+            "STATE pushes written to watches (initial, changes and coalesced)",
+            Counter::default(),
+        );
+        let state_pushes_coalesced = registered(
+            registry,
+            "monolock_state_pushes_coalesced",
+            "STATE pushes flagged COALESCED: a slow observer's changes were dropped and it was told the state now",
+            Counter::default(),
+        );
+        let refused_family = registered(
+            registry,
+            "monolock_watches_refused",
+            "OBSERVEs refused at a bound: session (--max-watches-per-session, 0x0b) or server (--max-watches, 0x0c)",
+            Family::<BoundLabels, Counter>::default(),
+        );
+        let refused = WatchBound::ALL.map(|bound| {
+            refused_family
+                .get_or_create(&BoundLabels {
+                    bound: bound.as_str(),
+                })
+                .clone()
+        });
+        Self {
+            watches,
+            state_pushes,
+            state_pushes_coalesced,
+            refused,
+        }
+    }
 }
 
 /// Protocol connections: accepted, refused, shed, ended by the server, and the ERROR frames and heartbeats they carried.
@@ -384,12 +443,14 @@ impl Metrics {
         let connections = ConnectionMetrics::register(&mut registry);
         let ownership = OwnershipMetrics::register(&mut registry);
         let sessions = SessionMetrics::register(&mut registry);
+        let watches = WatchMetrics::register(&mut registry);
         registry.register_collector(Box::new(ProcessCollector::new()));
         Self {
             registry,
             connections,
             ownership,
             sessions,
+            watches,
             wait: Summary::default(),
             hold: Summary::default(),
         }
@@ -707,6 +768,17 @@ impl Observer for Metrics {
                     .position(|known| *known == cause)
                     .unwrap_or_default();
                 self.connections.connections_ended_by_server[index].inc();
+            }
+            Event::WatchesChanged(delta) => {
+                self.watches.watches.inc_by(delta);
+            }
+            Event::WatchRefused(bound) => {
+                let index = usize::from(bound == WatchBound::Server);
+                self.watches.refused[index].inc();
+            }
+            Event::StatePushes { pushed, coalesced } => {
+                self.watches.state_pushes.inc_by(pushed);
+                self.watches.state_pushes_coalesced.inc_by(coalesced);
             }
             _ => {}
         }
