@@ -362,6 +362,39 @@ describe("observe", () => {
     }
   });
 
+  it("tells why a claim ended: forced by the admin API, released when its holder's connection closes", async () => {
+    await using server = await Server.start();
+    const observer = new Client(server.addr);
+    const holder = new Client(server.addr);
+    try {
+      const states = observer.observe("observe/reasons");
+      assert.equal((await next(states)).event, "free");
+      const forced = await holder.lock("observe/reasons", { lease: 5000, value: "f" });
+      const first = await next(states);
+      assert.deepEqual([first.event, first.token, first.value], ["granted", forced.token, "f"]);
+      await server.forceRelease("observe/reasons");
+      assert.deepEqual(shape(await next(states)), {
+        event: "released",
+        held: false,
+        token: forced.token,
+        value: "",
+        initial: false,
+        coalesced: false,
+        reason: "forced",
+      });
+      const closed = await holder.lock("observe/reasons", { lease: 5000, value: "c" });
+      const granted = await next(states);
+      assert.deepEqual([granted.event, granted.token, granted.value], ["granted", closed.token, "c"]);
+      holder.close();
+      const released = await next(states);
+      assert.deepEqual([released.event, released.token, released.reason], ["released", closed.token, "released"]);
+      await states.return();
+    } finally {
+      observer.close();
+      holder.close();
+    }
+  });
+
   it("ends with an error naming the lock when the server is killed", async () => {
     await using server = await Server.start();
     const client = new Client(server.addr);
