@@ -9,6 +9,12 @@
  * await writeWithFence(lock.token, { signal: lock.signal });
  * ```
  *
+ * Lock values, observers and leader election (`lock(name, { value })`,
+ * `lock.setValue()`, `client.observe()`, `client.holder()`,
+ * `LeaderElector`) need a server with the protocol's extension "values
+ * and observers"; against an older one they fail with `UnsupportedError`
+ * and plain locks go on working.
+ *
  * The same client contract as the Rust client (docs/protocol.md):
  * heartbeats every ~lease/4, the claim given up at `S + 0.8 x lease` on the
  * monotonic clock, where S is the send instant of the latest confirmed
@@ -28,10 +34,13 @@ export {
   DEFAULT_CONNECT_TIMEOUT,
   DEFAULT_IO_TIMEOUT,
   DEFAULT_LEASE,
+  type HolderOptions,
   type LockOptions,
+  type ObserveOptions,
   type TryLockOptions,
   type WithLockOptions,
 } from "./client.js";
+export { DEFAULT_RETRY, LeaderElector, type LeaderElectorOptions } from "./elector.js";
 export {
   type ConnectAttempt,
   ConnectError,
@@ -41,6 +50,15 @@ export {
   MonolockError,
   NotAcquiredError,
   ProtocolError,
+  UnsupportedError,
 } from "./errors.js";
 export { Lock } from "./lock.js";
+export {
+  type LockState,
+  MAX_UNREAD_STATES,
+  Observation,
+  type ReleaseReason,
+  type StateEvent,
+} from "./observe.js";
+export { MAX_VALUE_BYTES } from "./v2/frames.js";
 export { MAX_LEASE_MS, MAX_NAME_BYTES, MIN_LEASE_MS } from "./v1/frames.js";

@@ -7,8 +7,9 @@
 import { inspect } from "node:util";
 
 import { LockLostError } from "./errors.js";
-import { toPerformanceMs } from "./io/clock.js";
 import type { Holding } from "./holding.js";
+import { toPerformanceMs } from "./io/clock.js";
+import { encodeValue } from "./v2/frames.js";
 
 /**
  * A held lock: one claim of a pooled v2 session, or (protocol v1) a
@@ -97,6 +98,27 @@ export class Lock implements AsyncDisposable {
   /** Why the lock was lost, or null while it is held (checked against the clock). */
   get loss(): LockLostError | null {
     return this.#session.loss();
+  }
+
+  /** The lock's value as the server has it (`""`: none): the one given to
+   * `lock()`, or the latest `setValue()` confirmed. */
+  get value(): string {
+    return this.#session.value;
+  }
+
+  /**
+   * Replaces the lock's value while holding it (etcd's Proclaim), and
+   * resolves once the server has it: every state observers are pushed
+   * after that carries it. UTF-8 text of at most 1,024 bytes; `""` clears it.
+   *
+   * @throws InvalidArgumentError on a value too long (before anything is
+   * sent); `LockLostError` when the lock was lost (or released) before
+   * the server had the value; `UnsupportedError` on protocol v1 or a
+   * server without lock values.
+   */
+  async setValue(value: string): Promise<void> {
+    const raw = encodeValue(value);
+    await this.#session.setValue(value, raw);
   }
 
   /**

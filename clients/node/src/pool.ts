@@ -2,22 +2,35 @@
  * The v2 sessions of one client, pooled per lease (the client fixes the
  * addresses and the TLS settings): many claims per session up to the
  * server's bound, a new session when every one is full, and the v1
- * fallback per address.
+ * fallback per address. Every session asks for values and observers
+ * (HELLO); an address that lacks them (OPENED, then ERROR 0x13) is
+ * remembered as the v1 fallback is, and gets plain sessions.
  *
  * @module
  */
 
-import type { ConnectError } from "./errors.js";
+import { type ConnectError, MonolockError, UnsupportedError } from "./errors.js";
 import { now } from "./io/clock.js";
 import { connect, type Endpoints } from "./io/connect.js";
 import { MS, type Nanos } from "./schedule.js";
-import { SpeaksOnlyV1, V2Session } from "./v2/session.js";
+import { LacksExtension, SpeaksOnlyV1, V2Session } from "./v2/session.js";
 
 /** How long an address that answered OPEN with ERROR 0x10 is spoken to in v1. */
 export const REMEMBER_V1_MS = 5 * 60_000;
 
+/** How long an address that answered HELLO with ERROR 0x13 gets plain sessions. */
+export const REMEMBER_PLAIN_MS = 5 * 60_000;
+
 /** Where a claim goes: a session that is open, or protocol v1. */
 export type Route = V2Session | "v1";
+
+/** What a request needs of its session. */
+export interface Needs {
+  /** Values, watches or lookups: a session that asked for them and got them. */
+  readonly extension?: boolean;
+  /** Room for one more watch (else room for one more claim). */
+  readonly watch?: boolean;
+}
 
 export class Pool {
   readonly #endpoints: Endpoints;
@@ -25,9 +38,11 @@ export class Pool {
   /** Sessions per lease, oldest first. */
   readonly #sessions = new Map<number, V2Session[]>();
   /** A dial in progress per lease: concurrent claims wait for it. */
-  readonly #dialing = new Map<number, Promise<Route>>();
+  readonly #dialing = new Map<number, Promise<Route | "again">>();
   /** Addresses that speak only v1, until the instant given. */
   readonly #v1Until = new Map<string, Nanos>();
+  /** Addresses that lack values and observers, until the instant given. */
+  readonly #plainUntil = new Map<string, Nanos>();
 
   constructor(endpoints: Endpoints, ioTimeout: number) {
     this.#endpoints = endpoints;
@@ -42,31 +57,54 @@ export class Pool {
   }
 
   /**
-   * An open session with room for one more claim of `leaseMs`, or "v1"
-   * when the server speaks only v1.
+   * An open session with room for one more claim (or watch) of `leaseMs`,
+   * or "v1" when the server speaks only v1.
    *
    * @throws ConnectError when no address could be reached or what answered
-   * is not a monolock server; `abort.reason` on abort; `EndedBeforeOpen`.
+   * is not a monolock server; `abort.reason` on abort; `EndedBeforeOpen`;
+   * `UnsupportedError` when `needs.extension` and the server lacks values
+   * and observers.
    */
-  async route(leaseMs: number, abort?: AbortSignal): Promise<Route> {
+  async route(leaseMs: number, abort?: AbortSignal, needs: Needs = {}): Promise<Route> {
+    const room = (s: V2Session): boolean => (needs.watch === true ? s.hasWatchRoom : s.hasRoom);
+    const usable = (s: V2Session): boolean => s.extension || needs.extension !== true;
     for (;;) {
       abort?.throwIfAborted();
       const list = this.#sessions.get(leaseMs) ?? [];
-      const open = list.find((s) => s.opened && s.hasRoom);
+      const open = list.find((s) => s.opened && usable(s) && room(s));
       if (open !== undefined) return open;
-      const opening = list.find((s) => !s.opened && s.hasRoom);
+      const opening = list.find((s) => !s.opened && room(s));
       if (opening !== undefined) {
-        await abortable(opening.ready(), abort);
+        await abortable(opening.ready(), abort).catch((err: unknown) => {
+          // The pool's own dial hears of a plain server and dials again.
+          if (!(err instanceof LacksExtension)) throw err;
+        });
         continue;
       }
-      if (this.#remembersV1()) return "v1";
+      if (needs.extension === true && this.#remembers(this.#plainUntil)) {
+        // Every address is known to lack it: no need to dial.
+        throw new UnsupportedError(this.#endpoints.addresses[0]?.toString() ?? null);
+      }
+      if (this.#remembers(this.#v1Until)) {
+        if (needs.extension === true) throw new UnsupportedError(this.#endpoints.addresses[0]?.toString() ?? null);
+        return "v1";
+      }
       let dial = this.#dialing.get(leaseMs);
       if (dial === undefined) {
         dial = this.#dial(leaseMs).finally(() => this.#dialing.delete(leaseMs));
         this.#dialing.set(leaseMs, dial);
       }
       const route = await abortable(dial, abort);
-      if (route === "v1") return route;
+      if (route === "v1") {
+        if (needs.extension === true) throw new UnsupportedError(this.#endpoints.addresses[0]?.toString() ?? null);
+        return route;
+      }
+      // A plain session: its address lacks the extension.
+      if (route !== "again" && !usable(route)) throw new UnsupportedError(route.address.toString());
+      if (route !== "again" && needs.watch === true && route.maxWatches === 0) {
+        // No session of that server can take a watch: dialing again would not end.
+        throw new MonolockError("server_error", `${route.address} allows no watches on a session (max_watches 0)`);
+      }
     }
   }
 
@@ -74,6 +112,7 @@ export class Pool {
   connectFailed(error: unknown): void {
     for (const attempt of (error as Partial<ConnectError>).attempts ?? []) {
       this.#v1Until.delete(attempt.address);
+      this.#plainUntil.delete(attempt.address);
     }
   }
 
@@ -82,16 +121,20 @@ export class Pool {
     for (const list of this.#sessions.values()) for (const session of [...list]) session.close();
   }
 
-  /** Whether every address is one known to speak only v1. */
-  #remembersV1(): boolean {
+  /** Whether every address is in `memory` (known to speak only v1, or
+   * to lack the extension) until later than now. */
+  #remembers(memory: ReadonlyMap<string, Nanos>): boolean {
     const at = now();
     return this.#endpoints.addresses.every((address) => {
-      const until = this.#v1Until.get(address.toString());
+      const until = memory.get(address.toString());
       return until !== undefined && at < until;
     });
   }
 
-  async #dial(leaseMs: number): Promise<Route> {
+  /** A new session, ready; "v1" when the server speaks only v1; "again"
+   * when it lacks the extension (now remembered: dial again for a plain
+   * session). */
+  async #dial(leaseMs: number): Promise<Route | "again"> {
     let connected;
     try {
       connected = await connect(this.#endpoints);
@@ -105,10 +148,13 @@ export class Pool {
       socket.destroy();
       return "v1";
     }
+    const plainUntil = this.#plainUntil.get(address.toString());
+    const hello = plainUntil === undefined || now() >= plainUntil;
     const session = new V2Session(socket, address, {
       leaseMs,
       tls: this.#endpoints.tls !== null,
       ioTimeout: this.#ioTimeout,
+      hello,
       onEnd: (ended) => this.#forget(leaseMs, ended),
     });
     const list = this.#sessions.get(leaseMs) ?? [];
@@ -121,8 +167,14 @@ export class Pool {
         this.#v1Until.set(address.toString(), now() + BigInt(REMEMBER_V1_MS) * MS);
         return "v1";
       }
+      if (err instanceof LacksExtension) {
+        this.#plainUntil.set(address.toString(), now() + BigInt(REMEMBER_PLAIN_MS) * MS);
+        return "again";
+      }
       throw err;
     }
+    // FEATURES without the bit: a plain session, and an address to remember.
+    if (hello && !session.extension) this.#plainUntil.set(address.toString(), now() + BigInt(REMEMBER_PLAIN_MS) * MS);
     return session;
   }
 
@@ -136,7 +188,7 @@ export class Pool {
 }
 
 /** `promise`, or `abort.reason` once `abort` fires first. */
-function abortable<T>(promise: Promise<T>, abort?: AbortSignal): Promise<T> {
+export function abortable<T>(promise: Promise<T>, abort?: AbortSignal): Promise<T> {
   if (abort === undefined) return promise;
   return new Promise<T>((resolve, reject) => {
     const onAbort = (): void => reject(abort.reason);

@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import { ProtocolError } from "../src/errors.js";
+import { MAX_UNREAD_STATES, Observation } from "../src/observe.js";
 import { type Event, Exchange } from "../src/v2/exchange.js";
 import * as frames from "../src/v2/frames.js";
 
@@ -250,5 +251,123 @@ describe("v2 reply matching", () => {
     assert.equal(ex.inFlight, 0);
     assert.equal(ex.claims, 5000);
     assert.equal(ex.deadline(), T0 + 4999n + ms(1600));
+  });
+});
+
+describe("extension frames (values and observers)", () => {
+  const hex = (text: string): string => Buffer.from(text).toString("hex");
+
+  it("writes HELLO, ACQUIRE_VALUE, PROCLAIM, OBSERVE, UNOBSERVE and LOOKUP as docs/protocol.md's worked exchange", () => {
+    assert.equal(frames.hello(frames.VALUES_AND_OBSERVERS).toString("hex"), "2400000001");
+    assert.equal(
+      frames.acquireValue(1, "wait", Buffer.from("deploy"), Buffer.from("10.0.0.7:9000")).toString("hex"),
+      "25000000010006" + hex("deploy") + "000d" + hex("10.0.0.7:9000"),
+    );
+    assert.equal(
+      frames.proclaim(1, Buffer.from("10.0.0.7:9001")).toString("hex"),
+      "2600000001000d" + hex("10.0.0.7:9001"),
+    );
+    assert.equal(frames.observe(7, Buffer.from("deploy")).toString("hex"), "270000000706" + hex("deploy"));
+    assert.equal(frames.unobserve(7).toString("hex"), "2800000007");
+    assert.equal(frames.lookup(Buffer.from("deploy")).toString("hex"), "2906" + hex("deploy"));
+  });
+
+  it("reads FEATURES, PROCLAIMED, OBSERVING, UNOBSERVED, STATE and LOCK_STATE, whole frames only", () => {
+    const held: frames.WireState = {
+      event: "held",
+      initial: true,
+      coalesced: false,
+      token: 0x0006b49d20000000n,
+      sinceMs: 1796300000000n,
+      reason: null,
+      value: "10.0.0.7:9000",
+    };
+    const cases: [string, frames.Frame][] = [
+      ["390000000100000400", { type: "features", features: 1, maxWatches: 1024 }],
+      ["3a00000001", { type: "proclaimed", claim: 1 }],
+      ["3b00000007", { type: "observing", watch: 7 }],
+      ["3c00000007", { type: "unobserved", watch: 7 }],
+      ["3e00000007" + "0101" + "0006b49d20000000" + "000001a23bd2cb00" + "00" + "000d" + hex("10.0.0.7:9000"), { type: "state", watch: 7, state: held }],
+      [
+        "3e00000007" + "0400" + "0006b49d20000000" + "000001a23bd2d0dc" + "01" + "0000",
+        {
+          type: "state",
+          watch: 7,
+          state: { event: "released", initial: false, coalesced: false, token: 0x0006b49d20000000n, sinceMs: 1796300001500n, reason: "released", value: "" },
+        },
+      ],
+      [
+        "3d" + "0100" + "0006b49d20000001" + "000001a23bd2d0dc" + "00" + "000d" + hex("10.0.0.8:9000"),
+        {
+          type: "lock_state",
+          state: { event: "held", initial: false, coalesced: false, token: 0x0006b49d20000001n, sinceMs: 1796300001500n, reason: null, value: "10.0.0.8:9000" },
+        },
+      ],
+      // COALESCED, an unknown flag bit and an unknown reason byte are read, not refused.
+      [
+        "3d0082" + "0000000000000005" + "0000000000000000" + "09" + "0000",
+        {
+          type: "lock_state",
+          state: { event: "free", initial: false, coalesced: true, token: 5n, sinceMs: 0n, reason: null, value: "" },
+        },
+      ],
+    ];
+    for (const [text, frame] of cases) {
+      const bytes = Buffer.from(text, "hex");
+      assert.deepEqual(frames.decode(bytes), [frame, bytes.length], text);
+      for (let cut = 0; cut < bytes.length; cut++) {
+        assert.equal(frames.decode(bytes.subarray(0, cut)), null, `${text} cut at ${cut}`);
+      }
+    }
+    assert.throws(
+      () => frames.decode(Buffer.from("3d05000000000000000000000000000000000000000000", "hex")),
+      /unknown state event 0x05/,
+    );
+  });
+
+  it("checks a value before anything is sent: UTF-8 text of at most 1,024 bytes", () => {
+    assert.equal(frames.encodeValue("").length, 0);
+    assert.equal(frames.encodeValue("é".repeat(512)).length, 1024);
+    assert.throws(() => frames.encodeValue("é".repeat(512) + "a"), {
+      name: "InvalidArgumentError",
+      message: "value of 1025 bytes is above the maximum of 1024 bytes",
+    });
+    assert.throws(() => frames.encodeValue("\ud800"), /not valid UTF-8/);
+    assert.throws(() => frames.encodeValue(7), /value must be a string, not number/);
+  });
+});
+
+describe("an observation's unread states", () => {
+  const wire = (token: bigint, value: string): frames.WireState => ({
+    event: "value",
+    initial: false,
+    coalesced: false,
+    token,
+    sinceMs: 1796300000000n,
+    reason: null,
+    value,
+  });
+
+  it("are bounded: past the bound the latest stands for them all, flagged coalesced", async () => {
+    // Never routed: the states are handed to it as its session would.
+    const observation = new Observation("x", Buffer.from("x"), () => new Promise(() => {}));
+    const first = observation.next();
+    observation.state({ ...wire(1n, "v0"), event: "held", initial: true });
+    assert.equal((await first).value?.initial, true);
+    const pushed = MAX_UNREAD_STATES + 44;
+    for (let i = 1; i <= pushed; i++) observation.state(wire(1n, `v${i}`));
+    const unread = [];
+    for (let i = 0; i < 44; i++) unread.push((await observation.next()).value);
+    // The 257th found the bound: one coalesced state, then 43 more as pushed.
+    assert.deepEqual(
+      { ...unread[0], since: undefined },
+      { held: true, token: 1n, value: `v${MAX_UNREAD_STATES + 1}`, since: undefined, event: "held", initial: false, coalesced: true, reason: null },
+    );
+    assert.deepEqual(
+      unread.slice(1).map((state) => [state?.event, state?.coalesced, state?.value]),
+      Array.from({ length: 43 }, (_, i) => ["value", false, `v${MAX_UNREAD_STATES + 2 + i}`]),
+    );
+    assert.deepEqual(await observation.return(), { value: undefined, done: true });
+    assert.deepEqual(await observation.next(), { value: undefined, done: true });
   });
 });

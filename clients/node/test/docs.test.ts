@@ -1,5 +1,6 @@
 /**
- * Every example of docs/client-node.md and the README's Node snippet, run
+ * Every example of docs/client-node.md, the README's Node snippet and the
+ * client README's part on values, observers and elections, run
  * as written against the real server: each fenced block marked with a
  * language is a program (`ts`: compiled with the `json` block, the
  * tsconfig.json the doc gives; `mjs`: run as it is), in a fresh project
@@ -26,12 +27,13 @@ interface Block {
   readonly where: string;
 }
 
-/** The fenced blocks of `text` that are marked with a language. */
-function blocks(text: string, file: string): Block[] {
+/** The fenced blocks of `text` (which starts at line `firstLine` of
+ * `file`) that are marked with a language. */
+function blocks(text: string, file: string, firstLine = 1): Block[] {
   const found: Block[] = [];
   const fence = /^```([A-Za-z0-9]+)\n([\s\S]*?)^```$/gm;
   for (const match of text.matchAll(fence)) {
-    const line = text.slice(0, match.index).split("\n").length;
+    const line = text.slice(0, match.index).split("\n").length + firstLine - 1;
     found.push({ language: match[1]!, code: match[2]!, where: `${file}:${line}` });
   }
   return found;
@@ -40,9 +42,16 @@ function blocks(text: string, file: string): Block[] {
 const doc = readFileSync(path.join(REPO, "docs", "client-node.md"), "utf8");
 const readme = readFileSync(path.join(REPO, "README.md"), "utf8");
 const nodeSection = readme.slice(readme.indexOf("## From Node.js"));
+const clientReadme = readFileSync(path.join(PACKAGE, "README.md"), "utf8");
+const EXTENSION_HEADING = "## Lock values, observers and leader election";
 const examples = [
   ...blocks(doc, "docs/client-node.md"),
   ...blocks(nodeSection.slice(0, nodeSection.indexOf("\n## ", 3)), "README.md"),
+  ...blocks(
+    clientReadme.slice(clientReadme.indexOf(EXTENSION_HEADING)),
+    "clients/node/README.md",
+    clientReadme.slice(0, clientReadme.indexOf(EXTENSION_HEADING)).split("\n").length,
+  ),
 ];
 
 let server: Server;
@@ -72,6 +81,12 @@ describe("documented examples", () => {
     assert.ok(examples.filter((b) => b.language === "ts").length >= 5);
     assert.ok(examples.some((b) => b.language === "mjs"));
     assert.ok(examples.some((b) => b.where.startsWith("README.md")), "the README's Node snippet");
+    assert.ok(clientReadme.includes(EXTENSION_HEADING));
+    assert.equal(
+      examples.filter((b) => b.where.startsWith("clients/node/README.md")).length,
+      4,
+      "one example each: a value, holder(), observe(), LeaderElector",
+    );
   });
 
   it("compile with the documented tsconfig.json and run against the server", async () => {

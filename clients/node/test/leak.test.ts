@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { readdirSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 
-import { Client, eventually, Server } from "./support.js";
+import { UnsupportedError } from "../src/index.js";
+import { Client, eventually, PROTOCOL, Server } from "./support.js";
 
 let server: Server;
 before(async () => {
@@ -53,5 +54,40 @@ describe("many cycles", () => {
       assert.ok(count <= (before.resources.get(kind) ?? 0), `${count} x ${kind} left`);
     }
     assert.equal(fds(), before.fds);
+  });
+
+  it("leaves no handle, timer or descriptor behind after 500 observations and lookups", async () => {
+    const client = new Client(server.addr);
+    if (PROTOCOL === 1) {
+      await assert.rejects(client.observe("watched").next(), UnsupportedError);
+      return;
+    }
+    const resources = (): Map<string, number> => {
+      const counts = new Map<string, number>();
+      for (const kind of process.getActiveResourcesInfo()) counts.set(kind, (counts.get(kind) ?? 0) + 1);
+      return counts;
+    };
+    const fds = (): number => readdirSync("/proc/self/fd").length;
+    await client.holder("watched");
+    // The admin API's kept-alive connection is open before, as after.
+    assert.equal(await server.watches(), 0);
+    const before = { resources: resources(), fds: fds() };
+    for (let i = 0; i < 500; i++) {
+      const states = client.observe("watched");
+      assert.equal((await states.next()).value?.event, "free");
+      await states.return();
+      assert.equal((await client.holder("watched")).event, "free");
+    }
+    await eventually("the server counting no watch", async () => (await server.watches()) === 0);
+    assert.equal(client.sessions, 1, "every watch and lookup rode on the one session");
+    // The last UNOBSERVED read, the idle session keeps the process alive no more.
+    const sockets = before.resources.get("TCPSocketWrap") ?? 0;
+    await eventually("the session idle", () => (resources().get("TCPSocketWrap") ?? 0) === sockets);
+    const left = resources();
+    for (const [kind, count] of left) {
+      assert.ok(count <= (before.resources.get(kind) ?? 0), `${count} x ${kind} left`);
+    }
+    assert.equal(fds(), before.fds);
+    client.close();
   });
 });

@@ -212,6 +212,12 @@ export class Server {
     return (await this.lock(name))?.waiters ?? [];
   }
 
+  /** The watches (OBSERVE) of every open session, summed. */
+  async watches(): Promise<number> {
+    const listed = (await this.sessions()) as { watches?: number }[];
+    return listed.reduce((sum, session) => sum + (session.watches ?? 0), 0);
+  }
+
   /** The v2 sessions the admin API lists. */
   async sessions(): Promise<unknown[]> {
     const listed = (await this.#request("GET", "/api/sessions")) as unknown;

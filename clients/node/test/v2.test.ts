@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import net from "node:net";
 import { describe, it } from "node:test";
 
-import { Client, LockLostError } from "../src/index.js";
+import { Client, LockLostError, UnsupportedError } from "../src/index.js";
 import { eventually, Server } from "./support.js";
 
 /**
@@ -65,6 +65,22 @@ describe("v2 sessions", () => {
         assert.equal(await server.lock("fallback"), null, "the v1 release was confirmed");
       }
       assert.equal(old.opens(), 1, "one OPEN, then the address is remembered as v1");
+      // Protocol v1 has no values or observers: unsupported, naming the address.
+      for (const attempt of [
+        () => client.lock("fallback", { lease: 5000, value: "x" }),
+        () => client.holder("fallback"),
+        () => client.observe("fallback").next(),
+      ]) {
+        await assert.rejects(attempt(), (err: unknown) => {
+          assert.ok(err instanceof UnsupportedError);
+          assert.equal(err.isTemporary, false);
+          assert.match(err.message, new RegExp(`^${old.address} does not support lock values and observers`));
+          return true;
+        });
+      }
+      const plain = await client.lock("fallback", { lease: 5000 });
+      await assert.rejects(plain.setValue("x"), (err: unknown) => err instanceof UnsupportedError);
+      await plain.release();
       assert.equal(client.sessions, 0);
       assert.equal((await server.sessions()).length, 0);
     } finally {

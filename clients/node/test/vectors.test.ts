@@ -2,7 +2,8 @@
  * The shared protocol vectors (clients/conformance/vectors, format in its
  * README.md), replayed through this client's sans-I/O cores: the v1 claim
  * machine (`v1/claim.ts` over `v1/exchange.ts`) and the v2 exchange
- * (`v2/exchange.ts`). The replayer is the thinnest driver: it writes what
+ * (`v2/exchange.ts`), with the extension's (`v2x-…`) values, watches and
+ * lookups. The replayer is the thinnest driver: it writes what
  * the driver would write (with the client's own encoders), does the
  * driver's duties (a heartbeat when due, a loss for each end, the buffer
  * that keeps a partial v2 frame) and compares every output and check with
@@ -129,6 +130,25 @@ function shown(at: Nanos | null): number | null {
   if (at === null) return null;
   const since = at - ORIGIN;
   return since % MS === 0n ? Number(since / MS) : Number(since) / 1e6;
+}
+
+/** A state's fields as the `state` and `lock_state` events name them. */
+function stateFields(state: frames2.WireState): Output {
+  return {
+    state_event: state.event,
+    initial: state.initial,
+    coalesced: state.coalesced,
+    token: tokenOf(state.token),
+    since_ms: tokenOf(state.sinceMs),
+    reason: state.reason,
+    value: state.value,
+  };
+}
+
+function idOf(step: Step, field: "claim" | "watch", where: string): number {
+  const id = step[field];
+  assert.ok(typeof id === "number" && Number.isInteger(id), `${where}: "${field}"`);
+  return id;
 }
 
 function instant(step: Step, where: string): number | null {
@@ -284,6 +304,8 @@ class V2Replayer extends Replayer {
   #ended: LockLostError | null = null;
   /** Every claim id asked for. */
   readonly #asked: number[] = [];
+  /** Every watch id asked for. */
+  readonly #watched: number[] = [];
 
   #the(where: string): Exchange {
     assert.ok(this.#exchange !== null, `${where}: before the open`);
@@ -295,6 +317,11 @@ class V2Replayer extends Replayer {
       assert.ok(this.#exchange === null, `${where}: a second open`);
       this.#exchange = new Exchange(BigInt(frames1.leaseMs(this.leaseMs)) * MS, this.at);
       this.write(frames2.open(this.leaseMs));
+      if ("features" in step) {
+        assert.equal(step.features, frames2.VALUES_AND_OBSERVERS, `${where}: "features"`);
+        this.write(frames2.hello(frames2.VALUES_AND_OBSERVERS));
+        this.#exchange.helloSent(this.at);
+      }
       return;
     }
     if (step.step === "advance" && this.#exchange === null) return; // no session yet: only the clock moves
@@ -327,23 +354,57 @@ class V2Replayer extends Replayer {
   }
 
   #call(exchange: Exchange, step: Step, where: string): void {
-    const claim = step.claim;
-    assert.ok(typeof claim === "number" && Number.isInteger(claim), `${where}: "claim"`);
+    switch (step.call) {
+      case "observe": {
+        const watch = idOf(step, "watch", where);
+        assert.equal(exchange.watchStanding(watch), null, `${where}: a watch id in use`);
+        this.#watched.push(watch);
+        this.write(frames2.observe(watch, frames1.encodeName(String(step.lock))));
+        exchange.observeSent(watch, this.at);
+        return;
+      }
+      case "unobserve": {
+        const watch = idOf(step, "watch", where);
+        if (exchange.unobserve(watch)) this.#sendUnobserve(exchange, watch);
+        return;
+      }
+      case "lookup":
+        this.write(frames2.lookup(frames1.encodeName(String(step.lock))));
+        exchange.lookupSent(this.at);
+        return;
+    }
+    const claim = idOf(step, "claim", where);
     switch (step.call) {
       case "acquire": {
         const mode = step.mode;
         assert.ok((mode === "wait" || mode === "try") && !exchange.knows(claim), `${where}: acquire`);
         this.#asked.push(claim);
-        this.write(frames2.acquire(claim, mode, frames1.encodeName(String(step.lock))));
+        const name = frames1.encodeName(String(step.lock));
+        // With the field, even empty: ACQUIRE_VALUE (the core is told to use the frame).
+        this.write(
+          "value" in step
+            ? frames2.acquireValue(claim, mode, name, frames2.encodeValue(step.value))
+            : frames2.acquire(claim, mode, name),
+        );
         exchange.acquireSent(claim, mode, this.at);
         return;
       }
+      case "proclaim":
+        assert.ok(exchange.knows(claim), `${where}: a claim in use`);
+        this.write(frames2.proclaim(claim, frames2.encodeValue(step.value)));
+        exchange.proclaimSent(claim, this.at);
+        return;
       case "release":
         if (exchange.release(claim)) this.#sendRelease(exchange, claim);
         return;
       default:
         assert.fail(`${where}: a version 2 call`);
     }
+  }
+
+  #sendUnobserve(exchange: Exchange, watch: number): void {
+    this.write(frames2.unobserve(watch));
+    exchange.unobserveSent(watch, this.at);
   }
 
   #sendRelease(exchange: Exchange, claim: number): void {
@@ -414,6 +475,41 @@ class V2Replayer extends Replayer {
       case "ended":
         this.#end(LockLostError.server("vector", event.code, event.reason));
         return;
+      case "features":
+        this.event({ event: "features", features: event.features, max_watches: event.maxWatches });
+        return;
+      case "unsupported":
+        // The session is over; no claim or watch existed yet.
+        this.event({ event: "unsupported" });
+        this.#ended = LockLostError.connection("vector");
+        return;
+      case "proclaimed":
+        this.event({ event: "proclaimed", claim: event.claim });
+        return;
+      case "proclaim_refused":
+        if (!event.gone) this.event({ event: "refused", claim: event.claim, code: event.code });
+        return;
+      case "observing":
+        this.event({ event: "observing", watch: event.watch });
+        if (event.unobserve) this.#sendUnobserve(exchange, event.watch);
+        return;
+      case "state":
+        this.event({ event: "state", watch: event.watch, ...stateFields(event.state) });
+        return;
+      case "unobserved":
+        this.event({ event: "unobserved", watch: event.watch });
+        return;
+      case "watch_refused":
+        this.event({ event: "refused", watch: event.watch, code: event.code });
+        return;
+      case "lock_state": {
+        const { state_event, token, since_ms, value } = stateFields(event.state);
+        this.event({ event: "lock_state", state_event, token, since_ms, value });
+        return;
+      }
+      case "lookup_refused":
+        this.event({ event: "refused", lookup: true, code: event.code });
+        return;
     }
   }
 
@@ -425,6 +521,13 @@ class V2Replayer extends Replayer {
     if (exchange === null) return;
     for (const claim of [...this.#asked].sort((a, b) => a - b)) {
       if (exchange.knows(claim)) this.event({ event: "lost", claim, reason: loss.reason });
+    }
+    // Then every live watch (watching, or leaving until its UNOBSERVED).
+    for (const watch of [...this.#watched].sort((a, b) => a - b)) {
+      const standing = exchange.watchStanding(watch);
+      if (standing === "watching" || standing === "leaving") {
+        this.event({ event: "watch_lost", watch, reason: loss.reason });
+      }
     }
   }
 

@@ -3,8 +3,9 @@ lines on stdin and answers each with one JSON line on stdout, as
 clients/conformance/DRIVER.md specifies.
 
 A thin shell around the public, blocking API (`Client.lock`,
-`Client.try_lock`, `Lock.is_held/check/wait_lost/release`, `ssl_context`
-for TLS): it decides nothing the client should decide, so what the suite
+`Client.try_lock`, `Lock.is_held/check/wait_lost/release/set_value`,
+`Client.observe`, `Client.holder`, `LeaderElector`, `ssl_context` for
+TLS): it decides nothing the client should decide, so what the suite
 checks is the client itself.
 
 Run with the client importable: `PYTHONPATH=clients/python/src python3
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import ssl
 import sys
 import threading
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import monolock
 
@@ -42,6 +44,8 @@ def classify(err: monolock.Error) -> Failure:
     """The DRIVER.md kind of an error the client raised. Loss reasons are
     the client's own values (`LossReason.value`), passed on as they are."""
     temporary = err.is_temporary
+    if isinstance(err, monolock.Unsupported):
+        return Failure("unsupported", str(err), temporary=temporary)
     if isinstance(err, monolock.InvalidArgument):
         return Failure("invalid_argument", str(err), temporary=temporary)
     if isinstance(err, monolock.NotAcquired):
@@ -71,12 +75,108 @@ def lease_seconds(cmd: Fields) -> float:
     return value / 1000
 
 
+def state_fields(state: monolock.LockState) -> Fields:
+    """A state as the driver protocol writes it (`since` is not sent)."""
+    return {
+        "held": state.held,
+        "token": str(state.token),
+        "value": state.value,
+        "event": state.event,
+        "initial": state.initial,
+        "coalesced": state.coalesced,
+        "reason": state.reason,
+    }
+
+
+def timeout_seconds(cmd: Fields) -> float:
+    return float(field(cmd, "timeout_ms", int)) / 1000
+
+
+class Election:
+    """An election helper run in the background, its callbacks queued as
+    events in the order they fired."""
+
+    def __init__(self, client: monolock.Client, name: str, lease: float, value: str) -> None:
+        self.events: "queue.Queue[Fields]" = queue.Queue()
+        self.failure: Optional[monolock.Error] = None
+        self.elector = monolock.LeaderElector(
+            client,
+            name,
+            lease,
+            value,
+            on_started_leading=lambda token: self.events.put(
+                {"kind": "started_leading", "token": str(token)}
+            ),
+            on_stopped_leading=lambda: self.events.put({"kind": "stopped_leading"}),
+            on_new_leader=lambda state: self.events.put(
+                {"kind": "new_leader", "token": str(state.token), "value": state.value}
+            ),
+        )
+        self.ended = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.elector.run()
+        except monolock.Error as err:
+            self.failure = err
+            self.events.put({})  # wakes a reader: the helper's end follows the events
+        finally:
+            self.ended.set()
+
+    def next_event(self, timeout: float) -> Optional[Fields]:
+        """The next event, None after `timeout` seconds; raises the error
+        that ended the helper once every event before it was read."""
+        try:
+            event = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if not event:
+            self.events.put(event)  # the end stays the answer
+            assert self.failure is not None
+            raise self.failure
+        return event
+
+    def start(self) -> None:
+        """Starts the helper; returns once its observation is registered,
+        or raises why it could not start (Unsupported, say)."""
+        self.thread.start()
+        while not self.elector.ready.wait(0.01):
+            if self.ended.is_set():
+                break
+        if self.failure is not None:
+            raise self.failure
+
+
 class Driver:
-    """The driver's state: its client and the locks it holds, by handle."""
+    """The driver's state: its client, and the locks, observations and
+    elections it holds, by handle (one namespace)."""
 
     def __init__(self) -> None:
         self.client: Optional[monolock.Client] = None
         self.handles: Dict[str, monolock.Lock] = {}
+        self.observations: Dict[str, monolock.Observation] = {}
+        self.elections: Dict[str, Election] = {}
+
+    def new_handle(self, cmd: Fields) -> str:
+        handle: str = field(cmd, "handle", str)
+        if handle in self.handles or handle in self.observations or handle in self.elections:
+            raise Failure("other", f"handle {handle!r} is in use")
+        return handle
+
+    def observation(self, cmd: Fields) -> Tuple[str, monolock.Observation]:
+        handle = field(cmd, "handle", str)
+        found = self.observations.get(handle)
+        if found is None:
+            raise Failure("unknown_handle", f"no observation {handle!r}")
+        return handle, found
+
+    def election(self, cmd: Fields) -> Tuple[str, Election]:
+        handle = field(cmd, "handle", str)
+        found = self.elections.get(handle)
+        if found is None:
+            raise Failure("unknown_handle", f"no election {handle!r}")
+        return handle, found
 
     def need_client(self) -> monolock.Client:
         if self.client is None:
@@ -126,13 +226,17 @@ class Driver:
         handle = field(cmd, "handle", str)
         wait_ms = cmd.get("wait_ms")
         wait = None if wait_ms is None else field(cmd, "wait_ms", int) / 1000
-        lock = self.need_client().lock(field(cmd, "name", str), lease_seconds(cmd), wait=wait)
+        value = None if cmd.get("value") is None else field(cmd, "value", str)
+        lock = self.need_client().lock(
+            field(cmd, "name", str), lease_seconds(cmd), wait=wait, value=value
+        )
         self.handles[handle] = lock
         return {"token": str(lock.token)}
 
     def cmd_try_lock(self, cmd: Fields) -> Fields:
         handle = field(cmd, "handle", str)
-        lock = self.need_client().try_lock(field(cmd, "name", str), lease_seconds(cmd))
+        value = None if cmd.get("value") is None else field(cmd, "value", str)
+        lock = self.need_client().try_lock(field(cmd, "name", str), lease_seconds(cmd), value=value)
         if lock is None:
             return {"acquired": False}
         self.handles[handle] = lock
@@ -160,6 +264,60 @@ class Driver:
             return {"lost": False}
         return {"lost": True, "reason": loss.reason.value, "message": str(loss)}
 
+    def cmd_set_value(self, cmd: Fields) -> Fields:
+        self.lock(cmd).set_value(field(cmd, "value", str))
+        return {}
+
+    def cmd_observe(self, cmd: Fields) -> Fields:
+        handle = self.new_handle(cmd)
+        observation = self.need_client().observe(field(cmd, "name", str))
+        try:
+            state = observation.get()
+        except BaseException:
+            observation.close()
+            raise
+        if state is None:
+            observation.close()
+            raise Failure("other", "the observation ended before its initial state")
+        self.observations[handle] = observation
+        return {"state": state_fields(state)}
+
+    def cmd_next_state(self, cmd: Fields) -> Fields:
+        _, observation = self.observation(cmd)
+        state = observation.get(timeout_seconds(cmd))
+        if state is None:
+            return {"timeout": True}
+        return {"state": state_fields(state)}
+
+    def cmd_unobserve(self, cmd: Fields) -> Fields:
+        handle, observation = self.observation(cmd)
+        del self.observations[handle]
+        observation.close()
+        return {}
+
+    def cmd_holder(self, cmd: Fields) -> Fields:
+        return {"state": state_fields(self.need_client().holder(field(cmd, "name", str)))}
+
+    def cmd_elect(self, cmd: Fields) -> Fields:
+        handle = self.new_handle(cmd)
+        election = Election(
+            self.need_client(), field(cmd, "name", str), lease_seconds(cmd), field(cmd, "value", str)
+        )
+        election.start()
+        self.elections[handle] = election
+        return {}
+
+    def cmd_next_election_event(self, cmd: Fields) -> Fields:
+        _, election = self.election(cmd)
+        event = election.next_event(timeout_seconds(cmd))
+        return {"timeout": True} if event is None else {"event": event}
+
+    def cmd_resign(self, cmd: Fields) -> Fields:
+        # The handle stays: the events queued before remain readable.
+        _, election = self.election(cmd)
+        election.elector.resign()
+        return {}
+
     def cmd_cycles(self, cmd: Fields) -> Fields:
         client = self.need_client()
         name = field(cmd, "name", str)
@@ -180,6 +338,12 @@ class Driver:
         return stats
 
     def close(self) -> None:
+        for election in self.elections.values():
+            election.elector.stop()
+        self.elections.clear()
+        for observation in self.observations.values():
+            observation.close()
+        self.observations.clear()
         for lock in self.handles.values():
             try:
                 lock.release()

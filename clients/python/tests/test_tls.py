@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import ssl
 import tempfile
@@ -11,7 +12,7 @@ import unittest
 from pathlib import Path
 
 import monolock
-from support import CLIENT_IDENTITY, Protocols, Server, also_v1, client_context, pki_dir, tls_args
+from support import CLIENT_IDENTITY, PATIENCE, Protocols, Server, also_v1, client_context, pki_dir, tls_args
 
 
 @unittest.skipIf(pki_dir() is None, "MONOLOCK_TEST_PKI is not set")
@@ -98,6 +99,20 @@ class Tls(Protocols, unittest.TestCase):
                     await self.async_client(server.addr, ssl_context=anonymous).lock("mtls", 5.0)
 
             asyncio.run(use())
+
+    def test_a_lock_dropped_without_release_is_released_at_once_over_tls(self) -> None:
+        # The RELEASE of a collected lock is written by the reactor thread
+        # (not the owner's), which on TLS is the only writer: it goes at
+        # once, not when the session gives up at 0.8 x lease (48 s here).
+        with Server(*tls_args(mutual=False)) as server:
+            context = client_context(with_certificate=False)
+            dropped = self.sync_client(server.addr, ssl_context=context).lock("tls-drop", lease=60.0)
+            token = dropped.token
+            del dropped
+            gc.collect()
+            other = self.sync_client(server.addr, ssl_context=context)
+            with other.lock("tls-drop", lease=5.0, wait=PATIENCE) as lock:
+                self.assertGreater(lock.token, token)
 
     def test_an_acl_refusal_is_a_permanent_lock_lost(self) -> None:
         with tempfile.TemporaryDirectory() as tmp:

@@ -3,7 +3,8 @@
 Every `*.json` in clients/conformance/vectors (format and replay rules in
 its README.md; `MONOLOCK_VECTORS` names another directory) is fed to the
 core, step by step on exact instants: version 1 through `_core.claim`,
-version 2 through `_core.session`. What the core leaves to its driver
+version 2 (and its extension, values and observers: the `v2x-*` vectors)
+through `_core.session`. What the core leaves to its driver
 (writing a heartbeat or PING when due, closing on a loss, the half-close
 of a v1 release, what the owner's lock reads) is done here the way the
 drivers in `_io` do it. The bytes reported as sent come from the core's
@@ -24,7 +25,16 @@ from typing import Any, Deque, Dict, List, Optional, Set
 from monolock._core import frames, frames2
 from monolock._core.claim import Claim, Status
 from monolock._core.schedule import MS
-from monolock._core.session import ClaimState, CStatus, SessionCore, SState, owner_view
+from monolock._core.frames2 import EVENT_NAMES, REASON_NAMES, WireState
+from monolock._core.session import (
+    ClaimState,
+    CStatus,
+    Note,
+    SessionCore,
+    SState,
+    owner_view,
+)
+from monolock._core.watch import LookupState, WatchState, WStatus
 from support import REPO
 
 #: Where the vectors are: the repository's, unless the environment says.
@@ -71,6 +81,19 @@ def v2_client_frames(data: bytes) -> List[bytes]:
             length = 5
         elif kind == frames2.PING:
             length = 1
+        elif kind == frames2.HELLO:
+            length = 5
+        elif kind == frames2.ACQUIRE_VALUE:
+            name_end = 7 + data[6]
+            length = name_end + 2 + int.from_bytes(data[name_end : name_end + 2], "big")
+        elif kind == frames2.PROCLAIM:
+            length = 7 + int.from_bytes(data[5:7], "big")
+        elif kind == frames2.OBSERVE:
+            length = 6 + data[5]
+        elif kind == frames2.UNOBSERVE:
+            length = 5
+        elif kind == frames2.LOOKUP:
+            length = 2 + data[1]
         else:
             raise Mismatch(f"the core queued an unknown frame type 0x{kind:02x}")
         found.append(data[:length])
@@ -241,8 +264,11 @@ class V2Replay(Replay):
         super().__init__(vector)
         self.core: Optional[SessionCore] = None
         self.claims: Dict[int, ClaimState] = {}
+        self.watches: Dict[int, WatchState] = {}
         self.released: Set[int] = set()
         self.told: Dict[int, int] = {}
+        #: The session's own events were told (FEATURES, or no extension).
+        self.told_opening = False
 
     def the_core(self) -> SessionCore:
         if self.core is None:
@@ -263,14 +289,63 @@ class V2Replay(Replay):
         for frame in v2_client_frames(bytes(core.outbox)):
             self.sent(frame)
         core.outbox.clear()
-        for claim in core.changed:
-            told = self.told.get(claim.id, 0)
-            self.told[claim.id] = told + 1
-            self.tell(claim, claim.history[told])
+        if core.asked and not self.told_opening:
+            if core.no_extension:
+                self.told_opening = True
+                self.events.append({"event": "unsupported"})
+            elif core.state is SState.OPEN:
+                self.told_opening = True
+                self.events.append(
+                    {"event": "features", "features": core.features, "max_watches": core.max_watches}
+                )
+        for change in core.changed:
+            if isinstance(change, ClaimState):
+                told = self.told.get(change.id, 0)
+                self.told[change.id] = told + 1
+                self.tell(change, change.history[told])
+            elif isinstance(change, LookupState):
+                self.tell_lookup(change)
+            elif isinstance(change[0], ClaimState):
+                self.tell(change[0], change[1])
+            else:
+                self.tell_watch(*change)
         core.changed.clear()
 
-    def tell(self, claim: ClaimState, status: CStatus) -> None:
-        if status is CStatus.WAITING:
+    def tell_watch(self, watch: WatchState, what: object) -> None:
+        if isinstance(what, WireState):
+            self.events.append({"event": "state", "watch": watch.id, **state_fields(what)})
+        elif what is WStatus.OBSERVING:
+            self.events.append({"event": "observing", "watch": watch.id})
+        elif what is WStatus.UNOBSERVED:
+            self.events.append({"event": "unobserved", "watch": watch.id})
+        elif what is WStatus.REFUSED:
+            self.events.append({"event": "refused", "watch": watch.id, "code": watch.code})
+        elif what is WStatus.LOST:
+            if not watch.unsent:
+                assert watch.loss is not None
+                self.events.append(
+                    {"event": "watch_lost", "watch": watch.id, "reason": watch.loss.reason.value}
+                )
+
+    def tell_lookup(self, found: LookupState) -> None:
+        if found.state is not None:
+            fields = state_fields(found.state)
+            self.events.append(
+                {
+                    "event": "lock_state",
+                    **{k: fields[k] for k in (STATE_EVENT, "token", "since_ms", "value")},
+                }
+            )
+        elif found.code is not None:
+            self.events.append({"event": "refused", "lookup": True, "code": found.code})
+        # A lookup the session's end cut short: nothing (only claims and watches say so).
+
+    def tell(self, claim: ClaimState, status: object) -> None:
+        if status is Note.PROCLAIMED:
+            self.events.append({"event": "proclaimed", "claim": claim.id})
+        elif status is Note.PROCLAIM_REFUSED:
+            self.events.append({"event": "refused", "claim": claim.id, "code": claim.proclaim_refused})
+        elif status is CStatus.WAITING:
             self.events.append({"event": "waiting", "claim": claim.id})
         elif status is CStatus.HELD:
             self.events.append({"event": "granted", "claim": claim.id, "token": claim.token})
@@ -288,14 +363,35 @@ class V2Replay(Replay):
     def on_call(self, step: Dict[str, Any]) -> None:
         call = step["call"]
         if call == "open":
-            self.core = SessionCore(self.lease_ms, self.now_ns)
+            features = step.get("features", 0)
+            if features not in (0, frames2.FEATURE_VALUES):
+                raise Mismatch(f"the client asks for no features {features!r}")
+            self.core = SessionCore(self.lease_ms, self.now_ns, hello=bool(features))
         elif call == "acquire":
             mode = {"wait": frames2.MODE_WAIT, "try": frames2.MODE_TRY}[step["mode"]]
             raw = frames.encode_name(step["lock"])
-            claim = self.the_core().acquire(step["lock"], raw, mode, self.now_ns)
+            value = None if "value" not in step else frames2.encode_value(step["value"])
+            claim = self.the_core().acquire(step["lock"], raw, mode, self.now_ns, value)
             if claim.id != step["claim"]:
                 raise Mismatch(f"the core chose claim id {claim.id}")
             self.claims[claim.id] = claim
+        elif call == "proclaim":
+            self.the_core().proclaim(
+                self.the_claim(step), frames2.encode_value(step["value"]), self.now_ns
+            )
+        elif call == "observe":
+            raw = frames.encode_name(step["lock"])
+            watch = self.the_core().observe(step["lock"], raw, self.now_ns)
+            if watch.id != step["watch"]:
+                raise Mismatch(f"the core chose watch id {watch.id}")
+            self.watches[watch.id] = watch
+        elif call == "unobserve":
+            watch = self.watches.get(step["watch"])
+            if watch is None:
+                raise Mismatch(f"watch {step['watch']} was never observed")
+            self.the_core().unobserve(watch, self.now_ns)
+        elif call == "lookup":
+            self.the_core().lookup(step["lock"], frames.encode_name(step["lock"]), self.now_ns)
         elif call == "release":
             # `V2Claim.release`: the clock is read first, then RELEASE queued.
             core = self.the_core()
@@ -341,6 +437,24 @@ class V2Replay(Replay):
         return {"at": in_ms(self.the_core().next_ping())}
 
 
+#: The key of a state's event in a `state` or `lock_state` event (the step's
+#: own `event` key names the kind of event).
+STATE_EVENT = "state_event"
+
+
+def state_fields(state: WireState) -> Dict[str, Any]:
+    """A state's fields as the vectors write them."""
+    return {
+        STATE_EVENT: EVENT_NAMES[state.event],
+        "initial": bool(state.flags & frames2.FLAG_INITIAL),
+        "coalesced": bool(state.flags & frames2.FLAG_COALESCED),
+        "token": state.token,
+        "since_ms": state.since_ms,
+        "reason": REASON_NAMES.get(state.reason) if state.event == frames2.EVENT_RELEASED else None,
+        "value": state.value,
+    }
+
+
 def load(path: Path) -> Dict[str, Any]:
     vector: Dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     if vector.get("name") != path.stem:
@@ -369,6 +483,10 @@ class Vectors(unittest.TestCase):
         )
         protocols = {load(path)["protocol"] for path in vector_files()}
         self.assertEqual(protocols, {1, 2}, f"{VECTORS} must hold vectors of both versions")
+        self.assertTrue(
+            any(path.name.startswith("v2x-") for path in vector_files()),
+            f"{VECTORS} must hold the extension's vectors (v2x-*)",
+        )
 
     def test_every_vector_replays_through_the_core(self) -> None:
         paths = vector_files()

@@ -7,6 +7,7 @@
 import type tls from "node:tls";
 import { type Addresses } from "./address.js";
 import { Lock } from "./lock.js";
+import { type LockState, Observation } from "./observe.js";
 /** The lease of calls that give none, in milliseconds. */
 export declare const DEFAULT_LEASE = 10000;
 /** How long dialing one server (TCP and TLS handshake) may take, in milliseconds. */
@@ -58,6 +59,14 @@ export interface LockOptions {
     /** Aborting it gives the place in the queue up; the call rejects with
      * `signal.reason`. */
     signal?: AbortSignal;
+    /**
+     * The lock's value while this process holds it: UTF-8 text of at most
+     * 1,024 bytes (the leader's `host:port`, a JSON blob), shown with the
+     * holder to observers, `holder()`, `monolock locks` and the admin API.
+     * Empty or absent: none. Needs a server with lock values
+     * (`UnsupportedError` otherwise).
+     */
+    value?: string;
 }
 /** Options of `client.withLock()`: those of `lock()`, or of `tryLock()`
  * with `try: true` (then `fn` is not called when the lock is busy, and
@@ -72,6 +81,24 @@ export interface TryLockOptions {
     lease?: number;
     /** Aborting it abandons the attempt; the call rejects with `signal.reason`. */
     signal?: AbortSignal;
+    /** The lock's value while held, as `lock()` takes it. */
+    value?: string;
+}
+/** Options of `client.observe()`. */
+export interface ObserveOptions {
+    /** Aborting it ends the observation cleanly (the loop ends). */
+    signal?: AbortSignal;
+    /** The lease of the session that carries the watch, in milliseconds
+     * (default: the client's). */
+    lease?: number;
+}
+/** Options of `client.holder()`. */
+export interface HolderOptions {
+    /** Aborting it abandons the lookup; the call rejects with `signal.reason`. */
+    signal?: AbortSignal;
+    /** The lease of the session that carries the lookup, in milliseconds
+     * (default: the client's). */
+    lease?: number;
 }
 /**
  * A monolock client: where the servers are and how to reach them.
@@ -146,7 +173,42 @@ export declare class Client {
      * (its work may have run unprotected).
      */
     withLock<T>(name: string, options: WithLockOptions, fn: (lock: Lock) => T | Promise<T>): Promise<T | undefined>;
-    /** Closes every pooled session now: claims still held on them are lost.
-     * Not needed before exit (an idle session keeps no process alive). */
+    /**
+     * Observes the lock `name` without claiming it: an async iterator of its
+     * states, the current one first (`initial`), then one per change in the
+     * server's order (a hand-on is `released` with the old token, then
+     * `granted` with the new one; never an older holder after a newer one).
+     *
+     * ```ts
+     * for await (const state of client.observe("leader", { signal })) {
+     *   if (state.held) forwardTo(state.value);
+     * }
+     * ```
+     *
+     * Breaking out of the loop or aborting `signal` ends it cleanly. What it
+     * says is advisory (see `LockState`): writes stay fenced by the token.
+     * Registering starts at the first `next()`.
+     *
+     * @throws (from the iteration) InvalidArgumentError on a bad name (from
+     * `observe()` itself, before connecting); `UnsupportedError` when the
+     * server lacks observers or the client is forced to protocol v1;
+     * `ConnectError`; `LockLostError` when its session ended
+     * (`observation of lock "NAME" ended (REASON): DETAIL`) or the server
+     * refused the watch (ACL: reason `"server_error"`).
+     */
+    observe(name: string, options?: ObserveOptions): Observation;
+    /**
+     * Who holds the lock `name` now (LOOKUP): a state with `event` `"held"`
+     * (token, value, since) or `"free"`. Advisory, as an observation is.
+     *
+     * @throws InvalidArgumentError on a bad name (before connecting);
+     * `UnsupportedError` when the server lacks lookups or the client is
+     * forced to protocol v1; `ConnectError`; `LockLostError` when the
+     * session ended first or the server refused (ACL).
+     */
+    holder(name: string, options?: HolderOptions): Promise<LockState>;
+    /** Closes every pooled session now: claims still held on them are lost,
+     * observations end. Not needed before exit (an idle session keeps no
+     * process alive). */
     close(): void;
 }

@@ -5,15 +5,17 @@
  * @module
  */
 import { parse } from "./address.js";
-import { ConnectError, InvalidArgumentError, NotAcquiredError, ProtocolError, } from "./errors.js";
+import { ConnectError, InvalidArgumentError, LockLostError, NotAcquiredError, ProtocolError, UnsupportedError, } from "./errors.js";
 import { now } from "./io/clock.js";
 import { connect } from "./io/connect.js";
 import { Session } from "./io/session.js";
 import { Lock } from "./lock.js";
-import { Pool } from "./pool.js";
+import { lockState, Observation } from "./observe.js";
+import { abortable, Pool } from "./pool.js";
 import { MS } from "./schedule.js";
 import { Claim } from "./v1/claim.js";
 import * as frames from "./v1/frames.js";
+import { encodeValue } from "./v2/frames.js";
 import { describeMs, EndedBeforeOpen, wrongPeer } from "./v2/session.js";
 /** The lease of calls that give none, in milliseconds. */
 export const DEFAULT_LEASE = 10_000;
@@ -153,25 +155,99 @@ export class Client {
         await lock.release();
         return result;
     }
-    /** Closes every pooled session now: claims still held on them are lost.
-     * Not needed before exit (an idle session keeps no process alive). */
+    /**
+     * Observes the lock `name` without claiming it: an async iterator of its
+     * states, the current one first (`initial`), then one per change in the
+     * server's order (a hand-on is `released` with the old token, then
+     * `granted` with the new one; never an older holder after a newer one).
+     *
+     * ```ts
+     * for await (const state of client.observe("leader", { signal })) {
+     *   if (state.held) forwardTo(state.value);
+     * }
+     * ```
+     *
+     * Breaking out of the loop or aborting `signal` ends it cleanly. What it
+     * says is advisory (see `LockState`): writes stay fenced by the token.
+     * Registering starts at the first `next()`.
+     *
+     * @throws (from the iteration) InvalidArgumentError on a bad name (from
+     * `observe()` itself, before connecting); `UnsupportedError` when the
+     * server lacks observers or the client is forced to protocol v1;
+     * `ConnectError`; `LockLostError` when its session ended
+     * (`observation of lock "NAME" ended (REASON): DETAIL`) or the server
+     * refused the watch (ACL: reason `"server_error"`).
+     */
+    observe(name, options = {}) {
+        const rawName = frames.encodeName(name);
+        const lease = frames.leaseMs(options.lease ?? this.#lease);
+        const signal = checkSignal(options.signal);
+        return new Observation(name, rawName, async (abort) => this.#extensionSession(name, lease, abort, true), signal);
+    }
+    /**
+     * Who holds the lock `name` now (LOOKUP): a state with `event` `"held"`
+     * (token, value, since) or `"free"`. Advisory, as an observation is.
+     *
+     * @throws InvalidArgumentError on a bad name (before connecting);
+     * `UnsupportedError` when the server lacks lookups or the client is
+     * forced to protocol v1; `ConnectError`; `LockLostError` when the
+     * session ended first or the server refused (ACL).
+     */
+    async holder(name, options = {}) {
+        const rawName = frames.encodeName(name);
+        const lease = frames.leaseMs(options.lease ?? this.#lease);
+        const signal = checkSignal(options.signal);
+        signal?.throwIfAborted();
+        const session = await this.#extensionSession(name, lease, signal, false);
+        return lockState(await abortable(session.lookup(name, rawName), signal));
+    }
+    /** Closes every pooled session now: claims still held on them are lost,
+     * observations end. Not needed before exit (an idle session keeps no
+     * process alive). */
     close() {
         this.#pool.close();
+    }
+    /** A session that carries values and observers, with room for a watch
+     * when `watch`. */
+    async #extensionSession(name, lease, signal, watch) {
+        if (this.#protocol === 1)
+            throw new UnsupportedError(null);
+        let route;
+        try {
+            route = await this.#pool.route(lease, signal, { extension: true, watch });
+        }
+        catch (err) {
+            if (err instanceof EndedBeforeOpen) {
+                throw LockLostError.observationEnded(err.ending(name), name, watch ? "observation" : "holder lookup");
+            }
+            throw err;
+        }
+        // The pool throws UnsupportedError rather than route a value to v1.
+        if (route === "v1")
+            throw new UnsupportedError(this.addresses[0] ?? null);
+        return route;
     }
     async #acquire(name, options, tryOnly) {
         const rawName = frames.encodeName(name);
         const lease = frames.leaseMs(options.lease ?? this.#lease);
         const wait = checkWait(options.wait);
         const signal = checkSignal(options.signal);
+        const text = options.value ?? "";
+        const rawValue = encodeValue(text);
+        // An empty value is none: a plain ACQUIRE.
+        const value = rawValue.length === 0 ? null : { text, raw: rawValue };
         signal?.throwIfAborted();
         const start = now();
         const until = wait === null ? null : start + BigInt(Math.ceil(wait * 1e6));
-        if (this.#protocol === 1)
+        if (this.#protocol === 1) {
+            if (value !== null)
+                throw new UnsupportedError(null);
             return this.#acquireV1(name, rawName, lease, until, wait, signal, tryOnly);
+        }
         for (;;) {
             let route;
             try {
-                route = await this.#pool.route(lease, signal);
+                route = await this.#pool.route(lease, signal, { extension: value !== null });
             }
             catch (err) {
                 if (err instanceof EndedBeforeOpen)
@@ -180,7 +256,7 @@ export class Client {
             }
             if (route === "v1")
                 return this.#acquireV1(name, rawName, lease, until, wait, signal, tryOnly);
-            const claim = route.acquire(name, rawName, tryOnly ? "try" : "wait");
+            const claim = route.acquire(name, rawName, tryOnly ? "try" : "wait", value);
             const lock = await this.#awaitV2(claim, until, wait, signal, tryOnly);
             if (lock !== "retry")
                 return lock;
@@ -220,6 +296,8 @@ export class Client {
         const { socket, address } = connected;
         const claim = new Claim(name, rawName, lease, now());
         const session = new Session(socket, address, claim, this.#ioTimeout);
+        // Values need protocol v2 with the extension.
+        session.noValues = new UnsupportedError(this.#protocol === 1 ? null : address.toString());
         try {
             // A monolock server answers an ACQUIRE at once (WAITING or ACQUIRED).
             const answerBy = now() + BigInt(this.#ioTimeout) * MS;

@@ -19,6 +19,8 @@ export declare const IDLE_CLOSED = 3;
 export declare const UNSUPPORTED_VERSION = 16;
 /** v2 REFUSED 0x09: the session has as many claims as the server allows. */
 export declare const TOO_MANY_CLAIMS = 9;
+/** v2 REFUSED 0x0b: the session has as many watches as the server allows. */
+export declare const TOO_MANY_WATCHES = 11;
 /** `0x02 (closed by administrator): detail`. */
 export declare function describeCode(code: number, detail?: string): string;
 /** The base class of every error this package throws. */
@@ -70,6 +72,18 @@ export declare class ConnectError extends MonolockError {
     /** The addresses tried, in order. */
     get addresses(): string[];
     get isTemporary(): boolean;
+}
+/**
+ * The server at an address lacks lock values and observers (it predates
+ * them: it answered HELLO with ERROR 0x13), or the client is forced to
+ * protocol v1, which has none. `reason` is always `"unsupported"`; never
+ * temporary: upgrade the server, or let the client speak protocol v2.
+ * Plain locks go on working on that server.
+ */
+export declare class UnsupportedError extends MonolockError {
+    /** The address that lacks them; null under forced protocol v1. */
+    readonly address: string | null;
+    constructor(address: string | null);
 }
 /**
  * `wait` ran out before the lock was granted; the place in the queue was
@@ -128,6 +142,12 @@ export declare class LockLostError extends MonolockError {
     static connection(lockName: string, cause?: Error): LockLostError;
     /** @internal */
     static protocol(lockName: string, cause: ProtocolError): LockLostError;
+    /**
+     * @internal The end of an observation (or of a holder lookup) for
+     * `loss`, the loss its session's end gave the lock `lockName`: the same
+     * reason, code and cause, `observation of lock "NAME" ended (REASON): DETAIL`.
+     */
+    static observationEnded(loss: LockLostError, lockName: string, what?: "observation" | "holder lookup"): LockLostError;
     /** @internal */
     static released(lockName: string): LockLostError;
 }

@@ -19,12 +19,16 @@ export const IDLE_CLOSED = 0x03;
 export const UNSUPPORTED_VERSION = 0x10;
 /** v2 REFUSED 0x09: the session has as many claims as the server allows. */
 export const TOO_MANY_CLAIMS = 0x09;
+/** v2 REFUSED 0x0b: the session has as many watches as the server allows. */
+export const TOO_MANY_WATCHES = 0x0b;
 const CODE_NAMES = new Map([
     [0x01, "server shutting down"],
     [0x02, "closed by administrator"],
     [0x03, "idle session closed"],
     [0x08, "claim revoked by administrator"],
     [0x09, "too many claims on this session"],
+    [0x0b, "too many watches on this session"],
+    [0x0c, "server watch limit reached"],
     [0x10, "unsupported protocol version"],
     [0x11, "first message must be ACQUIRE"],
     [0x12, "duplicate ACQUIRE"],
@@ -41,6 +45,8 @@ const CODE_NAMES = new Map([
     [0x23, "lock name is not valid UTF-8"],
     [0x24, "not authorized for lock"],
     [0x25, "unknown ACQUIRE mode"],
+    [0x26, "value longer than 1024 bytes"],
+    [0x27, "value is not valid UTF-8"],
 ]);
 /** `0x02 (closed by administrator): detail`. */
 export function describeCode(code, detail = "") {
@@ -112,6 +118,23 @@ export class ConnectError extends MonolockError {
     }
     get isTemporary() {
         return this.reason === "network" || this.reason === "timeout";
+    }
+}
+/**
+ * The server at an address lacks lock values and observers (it predates
+ * them: it answered HELLO with ERROR 0x13), or the client is forced to
+ * protocol v1, which has none. `reason` is always `"unsupported"`; never
+ * temporary: upgrade the server, or let the client speak protocol v2.
+ * Plain locks go on working on that server.
+ */
+export class UnsupportedError extends MonolockError {
+    /** The address that lacks them; null under forced protocol v1. */
+    address;
+    constructor(address) {
+        super("unsupported", address === null
+            ? "protocol version 1 has no lock values or observers"
+            : `${address} does not support lock values and observers (the server is older than this client): upgrade the server`);
+        this.address = address;
     }
 }
 /**
@@ -187,6 +210,21 @@ export class LockLostError extends MonolockError {
     static protocol(lockName, cause) {
         return LockLostError.#lost(lockName, "protocol", `protocol violation by the server: ${cause.message}`, {
             cause,
+        });
+    }
+    /**
+     * @internal The end of an observation (or of a holder lookup) for
+     * `loss`, the loss its session's end gave the lock `lockName`: the same
+     * reason, code and cause, `observation of lock "NAME" ended (REASON): DETAIL`.
+     */
+    static observationEnded(loss, lockName, what = "observation") {
+        const prefix = `lock ${JSON.stringify(lockName)} lost (${loss.reason}): `;
+        const detail = loss.message.startsWith(prefix) ? loss.message.slice(prefix.length) : loss.message;
+        const verb = what === "observation" ? "ended" : "failed";
+        return new LockLostError(loss.reason, `${what} of lock ${JSON.stringify(lockName)} ${verb} (${loss.reason}): ${detail}`, {
+            ...(loss.code === undefined ? {} : { code: loss.code }),
+            detail: loss.detail,
+            ...(loss.cause === undefined ? {} : { cause: loss.cause }),
         });
     }
     /** @internal */

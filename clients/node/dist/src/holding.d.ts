@@ -37,4 +37,9 @@ export interface Holding {
     deadline(): Nanos;
     /** Releases and waits for the server's confirmation (bounded). Idempotent. */
     release(): Promise<ReleaseEnd>;
+    /** The claim's value, as the server has it. */
+    readonly value: string;
+    /** Replaces the value (checked `raw` bytes of `value`); resolves once the
+     * server has it. */
+    setValue(value: string, raw: Buffer): Promise<void>;
 }

@@ -9,6 +9,12 @@
  * await writeWithFence(lock.token, { signal: lock.signal });
  * ```
  *
+ * Lock values, observers and leader election (`lock(name, { value })`,
+ * `lock.setValue()`, `client.observe()`, `client.holder()`,
+ * `LeaderElector`) need a server with the protocol's extension "values
+ * and observers"; against an older one they fail with `UnsupportedError`
+ * and plain locks go on working.
+ *
  * The same client contract as the Rust client (docs/protocol.md):
  * heartbeats every ~lease/4, the claim given up at `S + 0.8 x lease` on the
  * monotonic clock, where S is the send instant of the latest confirmed
@@ -21,7 +27,10 @@
 Symbol.asyncDispose ??= Symbol.for("nodejs.asyncDispose");
 export { ADDRESS_ENV, DEFAULT_ADDRESS } from "./address.js";
 export { Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, } from "./client.js";
-export { ConnectError, InvalidArgumentError, LockLostError, MonolockError, NotAcquiredError, ProtocolError, } from "./errors.js";
+export { DEFAULT_RETRY, LeaderElector } from "./elector.js";
+export { ConnectError, InvalidArgumentError, LockLostError, MonolockError, NotAcquiredError, ProtocolError, UnsupportedError, } from "./errors.js";
 export { Lock } from "./lock.js";
+export { MAX_UNREAD_STATES, Observation, } from "./observe.js";
+export { MAX_VALUE_BYTES } from "./v2/frames.js";
 export { MAX_LEASE_MS, MAX_NAME_BYTES, MIN_LEASE_MS } from "./v1/frames.js";
 //# sourceMappingURL=index.js.map

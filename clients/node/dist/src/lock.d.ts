@@ -64,6 +64,20 @@ export declare class Lock implements AsyncDisposable {
     check(): void;
     /** Why the lock was lost, or null while it is held (checked against the clock). */
     get loss(): LockLostError | null;
+    /** The lock's value as the server has it (`""`: none): the one given to
+     * `lock()`, or the latest `setValue()` confirmed. */
+    get value(): string;
+    /**
+     * Replaces the lock's value while holding it (etcd's Proclaim), and
+     * resolves once the server has it: every state observers are pushed
+     * after that carries it. UTF-8 text of at most 1,024 bytes; `""` clears it.
+     *
+     * @throws InvalidArgumentError on a value too long (before anything is
+     * sent); `LockLostError` when the lock was lost (or released) before
+     * the server had the value; `UnsupportedError` on protocol v1 or a
+     * server without lock values.
+     */
+    setValue(value: string): Promise<void>;
     /**
      * Releases the lock and resolves once the server has confirmed it (v2:
      * RELEASED; v1: the server's close after ours), so the lock is free, or

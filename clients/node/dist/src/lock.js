@@ -6,6 +6,7 @@
 import { inspect } from "node:util";
 import { LockLostError } from "./errors.js";
 import { toPerformanceMs } from "./io/clock.js";
+import { encodeValue } from "./v2/frames.js";
 /**
  * A held lock: one claim of a pooled v2 session, or (protocol v1) a
  * connection of its own. While it lives, its connection heartbeats in the
@@ -85,6 +86,25 @@ export class Lock {
     /** Why the lock was lost, or null while it is held (checked against the clock). */
     get loss() {
         return this.#session.loss();
+    }
+    /** The lock's value as the server has it (`""`: none): the one given to
+     * `lock()`, or the latest `setValue()` confirmed. */
+    get value() {
+        return this.#session.value;
+    }
+    /**
+     * Replaces the lock's value while holding it (etcd's Proclaim), and
+     * resolves once the server has it: every state observers are pushed
+     * after that carries it. UTF-8 text of at most 1,024 bytes; `""` clears it.
+     *
+     * @throws InvalidArgumentError on a value too long (before anything is
+     * sent); `LockLostError` when the lock was lost (or released) before
+     * the server had the value; `UnsupportedError` on protocol v1 or a
+     * server without lock values.
+     */
+    async setValue(value) {
+        const raw = encodeValue(value);
+        await this.#session.setValue(value, raw);
     }
     /**
      * Releases the lock and resolves once the server has confirmed it (v2:

@@ -15,7 +15,7 @@ import type net from "node:net";
 
 import type { Address } from "../address.js";
 import type { Status } from "../claim.js";
-import type { LockLostError } from "../errors.js";
+import { type LockLostError, UnsupportedError } from "../errors.js";
 import type { Holding, ReleaseEnd } from "../holding.js";
 import type { Nanos } from "../schedule.js";
 import type { Claim } from "../v1/claim.js";
@@ -38,6 +38,10 @@ export class Session extends Watched implements Holding {
   #serverEnded = false;
   #released = false;
   #release: Promise<ReleaseEnd> | null = null;
+  /** Protocol v1 has no values: what `setValue` throws. */
+  noValues: UnsupportedError = new UnsupportedError(null);
+  /** Protocol v1 has no values. */
+  readonly value = "";
 
   /** Takes over `socket` and sends the claim's ACQUIRE at once. */
   constructor(socket: net.Socket, address: Address, claim: Claim, ioTimeout: number) {
@@ -134,6 +138,11 @@ export class Session extends Watched implements Holding {
     this.notify();
     await this.#closed;
     return { loss, confirmed };
+  }
+
+  /** Protocol v1 has no values. */
+  setValue(): Promise<void> {
+    return Promise.reject(this.noValues);
   }
 
   /** Closes the connection at once, without waiting for the server. */

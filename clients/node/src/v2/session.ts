@@ -7,7 +7,14 @@
  * (GRANTED and REVOKED are pushed); one `Alarm` fires at the next PING,
  * the session deadline, the end of the wait for OPENED, or the idle close,
  * whichever is first. The end of the session ends every claim in one step:
- * each claim's AbortSignal is aborted with its own `LockLostError`.
+ * each claim's AbortSignal is aborted with its own `LockLostError`, and
+ * every watch with its own.
+ *
+ * A session asked to (`hello`) writes HELLO with its OPEN and is usable
+ * once FEATURES is read: only then does it carry values, watches and
+ * lookups. A server without the extension answers OPENED, then ERROR 0x13:
+ * `ready()` rejects with `LacksExtension`, and the pool opens a plain
+ * session to that address instead.
  *
  * @module
  */
@@ -18,10 +25,14 @@ import type { Address } from "../address.js";
 import type { Status } from "../claim.js";
 import {
   ConnectError,
+  describeCode,
   IDLE_CLOSED,
   LockLostError,
+  MonolockError,
   ProtocolError,
   TOO_MANY_CLAIMS,
+  TOO_MANY_WATCHES,
+  UnsupportedError,
   UNSUPPORTED_VERSION,
 } from "../errors.js";
 import { Alarm, now } from "../io/clock.js";
@@ -36,7 +47,7 @@ import * as frames from "./frames.js";
  * `--idle-timeout` default of 60 s, so the client closes first). */
 export const KEEP_IDLE_MS = 20_000;
 
-/** The largest claim id; ids wrap around and skip those in use. */
+/** The largest claim or watch id; ids wrap around and skip those in use. */
 const MAX_CLAIM_ID = 0xffff_ffff;
 
 const EMPTY = Buffer.alloc(0);
@@ -49,6 +60,40 @@ export class SpeaksOnlyV1 extends Error {
   constructor(readonly address: Address) {
     super(`${address} speaks only protocol v1`);
   }
+}
+
+/** The server answered HELLO with ERROR 0x13: it predates lock values
+ * and observers. */
+export class LacksExtension extends Error {
+  constructor(readonly address: Address) {
+    super(`${address} lacks lock values and observers`);
+  }
+}
+
+/** Whoever observes a lock through one watch of a session. */
+export interface WatchOwner {
+  readonly name: string;
+  /** A state pushed to the watch (the INITIAL one first). */
+  state(state: frames.WireState): void;
+  /** The server refused the OBSERVE (the id is free again). */
+  refused(code: number, reason: string): void;
+  /** The session ended while the watch was in use. */
+  lost(loss: LockLostError): void;
+}
+
+/** A PROCLAIM on its way. */
+interface Proclaiming {
+  readonly claim: V2Claim;
+  readonly value: string;
+  readonly resolve: () => void;
+  readonly reject: (error: Error) => void;
+}
+
+/** A LOOKUP on its way. */
+interface LookingUp {
+  readonly name: string;
+  readonly resolve: (state: frames.WireState) => void;
+  readonly reject: (error: Error) => void;
 }
 
 /** The session ended before OPENED for an ordinary reason (a reset, a
@@ -111,12 +156,15 @@ export class V2Claim extends Watched implements Holding {
   #released = false;
   #release: Promise<ReleaseEnd> | null = null;
   #releaseDone: ((confirmed: boolean) => void) | null = null;
+  /** The value the server has for this claim (as of the latest PROCLAIMED). */
+  value: string;
 
-  constructor(session: V2Session, id: number, name: string) {
+  constructor(session: V2Session, id: number, name: string, value: string) {
     super();
     this.session = session;
     this.id = id;
     this.name = name;
+    this.value = value;
   }
 
   get address(): Address {
@@ -152,6 +200,17 @@ export class V2Claim extends Watched implements Holding {
   release(): Promise<ReleaseEnd> {
     this.#release ??= this.#doRelease();
     return this.#release;
+  }
+
+  /** PROCLAIM: resolves once the server has the new value. */
+  async setValue(value: string, raw: Buffer): Promise<void> {
+    if (!this.session.extension) throw new UnsupportedError(this.address.toString());
+    if (this.#released) throw this.loss() ?? LockLostError.released(this.name);
+    const status = this.status();
+    if (status !== "held" && status !== "waiting") {
+      throw this.loss() ?? LockLostError.released(this.name);
+    }
+    await this.session.proclaim(this, value, raw);
   }
 
   async #doRelease(): Promise<ReleaseEnd> {
@@ -217,6 +276,21 @@ export class V2Session {
   #maxClaims = 0;
   /** Set after REFUSED 0x09 until a claim of this session ends. */
   #full = false;
+  /** Whether HELLO went out with the OPEN. */
+  readonly #hello: boolean;
+  /** Whether FEATURES granted values and observers. */
+  #extension = false;
+  /** Whether the session is usable: OPENED read, and FEATURES if asked. */
+  #usable = false;
+  #maxWatches = 0;
+  /** Set after REFUSED 0x0b until a watch of this session ends. */
+  #watchesFull = false;
+  #nextWatchId = 1;
+  readonly #watchOwners = new Map<number, WatchOwner>();
+  /** PROCLAIMs and LOOKUPs in flight, each in the order written (their
+   * replies come in that order). */
+  readonly #proclaims: Proclaiming[] = [];
+  readonly #lookups: LookingUp[] = [];
   #ended: Ending | null = null;
   #idleSince: Nanos | null;
   readonly #ready: Promise<void>;
@@ -227,7 +301,14 @@ export class V2Session {
   constructor(
     socket: net.Socket,
     address: Address,
-    options: { leaseMs: number; tls: boolean; ioTimeout: number; onEnd: (session: V2Session) => void },
+    options: {
+      leaseMs: number;
+      tls: boolean;
+      ioTimeout: number;
+      /** Ask for values and observers (HELLO with the OPEN). */
+      hello: boolean;
+      onEnd: (session: V2Session) => void;
+    },
   ) {
     this.address = address;
     this.leaseMs = options.leaseMs;
@@ -248,18 +329,32 @@ export class V2Session {
     socket.on("end", () => this.#closed(undefined, true));
     socket.on("error", (err: Error) => this.#closed(err, false));
     socket.on("close", () => this.#closed(undefined, false));
-    socket.write(frames.open(options.leaseMs));
+    this.#hello = options.hello;
+    if (options.hello) {
+      // One write: the two replies come in one read, no extra round trip.
+      socket.write(Buffer.concat([frames.open(options.leaseMs), frames.hello(frames.VALUES_AND_OBSERVERS)]));
+      this.#exchange.helloSent(at);
+    } else {
+      socket.write(frames.open(options.leaseMs));
+    }
     this.#reschedule();
   }
 
-  /** Resolves once OPENED is read; rejects with a `ConnectError`, a
-   * `SpeaksOnlyV1`, or the loss that ended the session first. */
+  /** Resolves once OPENED (and FEATURES, when asked) is read; rejects
+   * with a `ConnectError`, a `SpeaksOnlyV1`, a `LacksExtension`, or the
+   * loss that ended the session first. */
   ready(): Promise<void> {
     return this.#ready;
   }
 
+  /** Whether the session is ready for claims (and watches, if it asked). */
   get opened(): boolean {
-    return this.#exchange.opened;
+    return this.#usable;
+  }
+
+  /** Whether the session carries values, watches and lookups. */
+  get extension(): boolean {
+    return this.#extension;
   }
 
   get ended(): boolean {
@@ -270,6 +365,18 @@ export class V2Session {
   get hasRoom(): boolean {
     if (this.#ended !== null || this.#full) return false;
     return !this.opened || this.#exchange.claims < this.#maxClaims;
+  }
+
+  /** The most watches the session may have at once (FEATURES; 0 before). */
+  get maxWatches(): number {
+    return this.#maxWatches;
+  }
+
+  /** Whether this session may take one more watch now (once opened). */
+  get hasWatchRoom(): boolean {
+    if (this.#ended !== null || this.#watchesFull) return false;
+    if (!this.opened) return this.#hello;
+    return this.#extension && this.#exchange.watches < this.#maxWatches;
   }
 
   /** Claims in use or asked for. */
@@ -289,22 +396,81 @@ export class V2Session {
     }
   }
 
-  /** Writes an ACQUIRE for `name` (checked bytes) and returns its claim. */
-  acquire(name: string, rawName: Buffer, mode: frames.Mode): V2Claim {
+  /**
+   * Writes an ACQUIRE for `name` (checked bytes), or an ACQUIRE_VALUE when
+   * `value` (checked, non-empty) is given, and returns its claim.
+   */
+  acquire(
+    name: string,
+    rawName: Buffer,
+    mode: frames.Mode,
+    value: { text: string; raw: Buffer } | null = null,
+  ): V2Claim {
     const id = this.#freeId();
-    const claim = new V2Claim(this, id, name);
+    const claim = new V2Claim(this, id, name, value?.text ?? "");
     if (this.#ended !== null) {
       claim.settle("lost", { loss: this.#ended(name) });
       return claim;
     }
     this.#owners.set(id, claim);
-    this.#idleSince = null;
-    // A session with claims keeps the process alive; an idle one does not.
-    this.#socket.ref();
-    this.#write(frames.acquire(id, mode, rawName));
+    this.#inUse();
+    this.#write(
+      value === null ? frames.acquire(id, mode, rawName) : frames.acquireValue(id, mode, rawName, value.raw),
+    );
     this.#exchange.acquireSent(id, mode, now());
     this.#reschedule();
     return claim;
+  }
+
+  /** Writes a PROCLAIM for `claim`; resolves once PROCLAIMED is read. */
+  proclaim(claim: V2Claim, value: string, raw: Buffer): Promise<void> {
+    if (this.#ended !== null) return Promise.reject(claim.loss() ?? this.#ended(claim.name));
+    return new Promise<void>((resolve, reject) => {
+      this.#proclaims.push({ claim, value, resolve, reject });
+      this.#write(frames.proclaim(claim.id, raw));
+      this.#exchange.proclaimSent(claim.id, now());
+      this.#reschedule();
+    });
+  }
+
+  /** Writes an OBSERVE of `rawName` for `owner`; returns the watch id. */
+  observe(owner: WatchOwner, rawName: Buffer): number {
+    const id = this.#freeWatchId();
+    if (this.#ended !== null) {
+      owner.lost(this.#ended(owner.name));
+      return id;
+    }
+    this.#watchOwners.set(id, owner);
+    this.#inUse();
+    this.#write(frames.observe(id, rawName));
+    this.#exchange.observeSent(id, now());
+    this.#reschedule();
+    return id;
+  }
+
+  /** The owner of watch `id` stops it: UNOBSERVE now, or once its OBSERVE
+   * is answered. Its owner hears no more of it. */
+  unobserve(id: number): void {
+    if (!this.#watchOwners.delete(id)) return;
+    if (this.#ended !== null) return;
+    if (this.#exchange.unobserve(id)) this.#sendUnobserve(id);
+    this.#watchesFull = false;
+    this.#maybeIdle();
+    this.#reschedule();
+  }
+
+  /** Writes a LOOKUP of `rawName`; resolves with the LOCK_STATE. */
+  lookup(name: string, rawName: Buffer): Promise<frames.WireState> {
+    if (this.#ended !== null) {
+      return Promise.reject(LockLostError.observationEnded(this.#ended(name), name, "holder lookup"));
+    }
+    return new Promise<frames.WireState>((resolve, reject) => {
+      this.#lookups.push({ name, resolve, reject });
+      this.#inUse();
+      this.#write(frames.lookup(rawName));
+      this.#exchange.lookupSent(now());
+      this.#reschedule();
+    });
   }
 
   /** The owner of `claim` let go: RELEASE now, or once its ACQUIRE is answered. */
@@ -326,6 +492,27 @@ export class V2Session {
     }
   }
 
+  #sendUnobserve(id: number): void {
+    this.#write(frames.unobserve(id));
+    this.#exchange.unobserveSent(id, now());
+  }
+
+  /** Something of the caller's rides on the session: not idle, and it
+   * keeps the process alive (an idle session does not). */
+  #inUse(): void {
+    this.#idleSince = null;
+    this.#socket.ref();
+  }
+
+  /** Idle from now on when nothing rides on the session any more. */
+  #maybeIdle(): void {
+    if (this.#idleSince !== null) return;
+    if (this.#owners.size > 0 || this.#exchange.claims > 0) return;
+    if (this.#watchOwners.size > 0 || this.#exchange.watches > 0 || this.#lookups.length > 0) return;
+    this.#idleSince = now();
+    this.#socket.unref();
+  }
+
   #sendRelease(id: number): void {
     this.#write(frames.release(id));
     this.#exchange.releaseSent(id, now());
@@ -342,6 +529,14 @@ export class V2Session {
       });
     }
     this.#socket.write(frame);
+  }
+
+  #freeWatchId(): number {
+    for (;;) {
+      const id = this.#nextWatchId;
+      this.#nextWatchId = id >= MAX_CLAIM_ID ? 0 : id + 1;
+      if (this.#exchange.watchStanding(id) === null && !this.#watchOwners.has(id)) return id;
+    }
   }
 
   #freeId(): number {
@@ -369,7 +564,7 @@ export class V2Session {
       }
     } catch (err) {
       if (!(err instanceof ProtocolError)) throw err;
-      if (!this.opened) this.#failOpen(wrongPeer(this.address, this.#tls, { protocol: err }));
+      if (!this.#exchange.opened) this.#failOpen(wrongPeer(this.address, this.#tls, { protocol: err }));
       this.#end((name) => LockLostError.protocol(name, err));
       return;
     }
@@ -382,11 +577,76 @@ export class V2Session {
     switch (event.kind) {
       case "opened":
         this.#maxClaims = event.maxClaims;
-        // No claim yet (its caller gave up meanwhile): idle from now on.
-        if (this.#owners.size === 0) this.#socket.unref();
-        this.#settleReady?.(null);
-        this.#settleReady = null;
+        if (!this.#hello) this.#becomeUsable();
         return;
+      case "features":
+        this.#extension = (event.features & frames.VALUES_AND_OBSERVERS) !== 0;
+        this.#maxWatches = event.maxWatches;
+        this.#becomeUsable();
+        return;
+      case "unsupported": {
+        this.#failOpen(new LacksExtension(this.address));
+        const where = this.address.toString();
+        this.#end((name) =>
+          LockLostError.connection(name, new Error(`${where} lacks lock values and observers`)),
+        );
+        return;
+      }
+      case "proclaimed":
+      case "proclaim_refused": {
+        const proclaiming = this.#proclaims.shift();
+        if (proclaiming === undefined) return;
+        if (event.kind === "proclaimed") {
+          proclaiming.claim.value = proclaiming.value;
+          proclaiming.resolve();
+          return;
+        }
+        // Refused 0x20: the claim ended first (its REVOKED came before).
+        const claim = proclaiming.claim;
+        proclaiming.reject(
+          claim.loss() ??
+            new MonolockError(
+              "server_error",
+              `the server refused the value of lock ${JSON.stringify(claim.name)}: ` +
+                describeCode(event.code, event.reason),
+            ),
+        );
+        return;
+      }
+      case "observing":
+        if (event.unobserve) this.#sendUnobserve(event.watch);
+        return;
+      case "state":
+        this.#watchOwners.get(event.watch)?.state(event.state);
+        return;
+      case "unobserved":
+        this.#maybeIdle();
+        return;
+      case "watch_refused": {
+        const owner = this.#watchOwners.get(event.watch);
+        this.#watchOwners.delete(event.watch);
+        if (event.code === TOO_MANY_WATCHES) this.#watchesFull = true;
+        this.#maybeIdle();
+        owner?.refused(event.code, event.reason);
+        return;
+      }
+      case "lock_state":
+      case "lookup_refused": {
+        const lookup = this.#lookups.shift();
+        this.#maybeIdle();
+        if (lookup === undefined) return;
+        if (event.kind === "lock_state") lookup.resolve(event.state);
+        else {
+          lookup.reject(
+            LockLostError.observationEnded(
+              LockLostError.server(lookup.name, event.code, event.reason),
+              lookup.name,
+              "holder lookup",
+            ),
+          );
+        }
+        return;
+      }
       case "nothing":
         return;
       case "held":
@@ -426,7 +686,7 @@ export class V2Session {
       }
       case "ended": {
         const { code, reason } = event;
-        if (!this.opened && code === UNSUPPORTED_VERSION) {
+        if (!this.#exchange.opened && code === UNSUPPORTED_VERSION) {
           this.#failOpen(new SpeaksOnlyV1(this.address));
         }
         this.#end((name) => LockLostError.server(name, code, reason));
@@ -435,22 +695,30 @@ export class V2Session {
     }
   }
 
+  /** OPENED (and FEATURES, when asked) read: claims may ride on it. */
+  #becomeUsable(): void {
+    this.#usable = true;
+    // Nothing rides on it yet (its caller gave up meanwhile): idle from now on.
+    if (this.#owners.size === 0 && this.#watchOwners.size === 0 && this.#lookups.length === 0) {
+      this.#socket.unref();
+    }
+    this.#settleReady?.(null);
+    this.#settleReady = null;
+  }
+
   /** The id is free: its owner hears no more of this session. */
   #forget(id: number): V2Claim | undefined {
     const claim = this.#owners.get(id);
     this.#owners.delete(id);
     this.#releasing.delete(id);
     this.#full = false;
-    if (this.#owners.size === 0 && this.#exchange.claims === 0) {
-      this.#idleSince = now();
-      this.#socket.unref();
-    }
+    this.#maybeIdle();
     return claim;
   }
 
   #closed(cause: Error | undefined, eof: boolean): void {
     if (this.#ended !== null) return;
-    if (!this.opened) {
+    if (!this.#exchange.opened) {
       this.#failOpen(wrongPeer(this.address, this.#tls, cause === undefined ? { eof } : { cause, eof }));
     }
     this.#end((name) => LockLostError.connection(name, cause));
@@ -484,6 +752,14 @@ export class V2Session {
       if (claim.status() === "unanswered" && loss.code === IDLE_CLOSED) claim.settle("retry");
       else claim.settle("lost", { loss });
     }
+    for (const { claim, reject } of this.#proclaims.splice(0)) reject(claim.loss() ?? ending(claim.name));
+    for (const { name, reject } of this.#lookups.splice(0)) {
+      reject(LockLostError.observationEnded(ending(name), name, "holder lookup"));
+    }
+    // After the claims, in ascending watch id.
+    const watches = [...this.#watchOwners.entries()].sort(([a], [b]) => a - b);
+    this.#watchOwners.clear();
+    for (const [, owner] of watches) owner.lost(ending(owner.name));
     this.#onEnd(this);
   }
 
@@ -492,7 +768,7 @@ export class V2Session {
     let wake = this.#exchange.deadline();
     const ping = this.#exchange.nextPing();
     if (ping !== null && ping < wake) wake = ping;
-    if (!this.opened) {
+    if (!this.#usable) {
       const answerBy = this.#openedAt + BigInt(this.#ioTimeout) * MS;
       if (answerBy < wake) wake = answerBy;
     }
@@ -507,7 +783,7 @@ export class V2Session {
   #onAlarm(): void {
     if (this.#ended !== null) return;
     const at = now();
-    if (!this.opened && at >= this.#openedAt + BigInt(this.#ioTimeout) * MS) {
+    if (!this.#usable && at >= this.#openedAt + BigInt(this.#ioTimeout) * MS) {
       const where = this.address.toString();
       this.#failOpen(
         new ConnectError(

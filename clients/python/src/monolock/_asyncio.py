@@ -14,6 +14,7 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Generator, Optional, Tuple, Type, Union
 
+from ._core import frames, frames2
 from ._core.acquire import (
     DEFAULT_LEASE,
     RETRY,
@@ -32,11 +33,17 @@ from ._core.address import Address
 from ._core.claim import Claim, Status
 from ._core.connect_errors import Failures, first_reply_error
 from ._core.held import HeldLock
-from ._io import aio_sessions
+from ._core.watch import LockState
+from ._io import aio_sessions, aio_watches
 from ._io.aio_sessions import AsyncSession, AsyncV2Claim
 from ._io.aio_v1 import Driver
+from ._io.aio_watches import AsyncObservation
 from ._io.connect import Endpoints
-from .errors import ConnectError, LockLost
+from ._io.watches import RETRY as WATCH_RETRY
+from .errors import ConnectError, LockLost, Unsupported
+
+#: The lease of a session opened for observations and lookups, in seconds.
+WATCH_LEASE = DEFAULT_LEASE
 
 
 #: What an `AsyncLock` holds: its own v1 connection, or a v2 session's claim.
@@ -47,9 +54,39 @@ class AsyncLock(HeldLock):
     """A held lock, for asyncio: the same contract and attributes as
     `monolock.Lock`; `await lost()` resolves on loss."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "_unsupported")
 
     _handle: AsyncHandle
+
+    def __init__(
+        self,
+        handle: AsyncHandle,
+        name: str,
+        token: int,
+        address: Address,
+        unsupported: Optional[Unsupported] = None,
+    ) -> None:
+        super().__init__(handle, name, token, address)
+        self._unsupported = unsupported
+
+    @property
+    def value(self) -> str:
+        """The lock's value as the server has it ("" for none)."""
+        handle = self._handle
+        return handle.claim.value if isinstance(handle, AsyncV2Claim) else ""
+
+    async def set_value(self, value: str) -> None:
+        """Replaces the lock's value and returns once the server has it;
+        raises as `Lock.set_value` does."""
+        raw = frames2.encode_value(value)
+        handle = self._handle
+        if not isinstance(handle, AsyncV2Claim):
+            raise (self._unsupported or Unsupported.forced_v1()).with_traceback(None)
+        if not handle.session.core.extended:
+            raise Unsupported.server(str(self._address))
+        loss = await handle.proclaim(raw)
+        if loss is not None:
+            raise loss.with_traceback(None)
 
     @property
     def lost_event(self) -> asyncio.Event:
@@ -126,21 +163,74 @@ class AsyncClient(Endpoints):
     """The asyncio sibling of `monolock.Client`: the same arguments, the
     same rules; locks live on the event loop that acquired them."""
 
-    def lock(self, name: str, lease: float = DEFAULT_LEASE, *, wait: Optional[float] = None) -> _Acquiring:
+    def lock(
+        self,
+        name: str,
+        lease: float = DEFAULT_LEASE,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+    ) -> _Acquiring:
         """Waits for the lock in its FIFO queue: `lock = await
         client.lock(...)` or `async with client.lock(...) as lock:`. Raises
-        as `Client.lock` does. Cancelling the wait gives the place up."""
-        request = Request(name, lease, wait, try_only=False)
+        as `Client.lock` does (`value` as there). Cancelling the wait gives
+        the place up."""
+        request = Request(name, lease, wait, try_only=False, value=value)
         return _Acquiring(lambda: self._acquire(request))
 
-    async def try_lock(self, name: str, lease: float = DEFAULT_LEASE) -> Optional[AsyncLock]:
+    async def try_lock(
+        self, name: str, lease: float = DEFAULT_LEASE, *, value: Optional[str] = None
+    ) -> Optional[AsyncLock]:
         """Takes the lock if it is free; None if someone holds it (nothing
         is left queued)."""
-        return await self._acquire(Request(name, lease, None, try_only=True))
+        return await self._acquire(Request(name, lease, None, try_only=True, value=value))
+
+    def observe(self, name: str) -> AsyncObservation:
+        """Observes the lock `name` without claiming it: `async for state
+        in aclient.observe(name)`, or `async with aclient.observe(name) as
+        states:` (which stops it on exit). Raises as `Client.observe` does
+        (InvalidArgument at once; the others when the watch is
+        registered, at the first state)."""
+        raw_name = frames.encode_name(name)
+
+        async def start() -> Any:
+            if self._force_v1:
+                raise Unsupported.forced_v1()
+            return await self._on_extension_session(
+                lambda s: aio_watches.observe_on(s, name, raw_name)
+            )
+
+        return AsyncObservation(start)
+
+    async def holder(self, name: str) -> LockState:
+        """Who holds the lock `name` now, asked once (see `Client.holder`)."""
+        raw_name = frames.encode_name(name)
+        if self._force_v1:
+            raise Unsupported.forced_v1()
+        state: LockState = await self._on_extension_session(
+            lambda s: aio_watches.lookup_on(s, name, raw_name)
+        )
+        return state
+
+    async def _on_extension_session(self, on: Callable[[AsyncSession], Any]) -> Any:
+        start = time.monotonic_ns()
+        lease_ms = frames.lease_ms(WATCH_LEASE)
+        sessions = aio_sessions.pool()
+
+        async def perform(step: Step) -> Any:
+            if isinstance(step, OpenSession):
+                return await sessions.session(self, step.address, lease_ms, watch=True)
+            assert isinstance(step, ClaimOn)
+            result = await on(step.session)
+            return RETRY if result is WATCH_RETRY else result
+
+        return await drive_async(route(self, start, extension=True), perform)
 
     async def _acquire(self, request: Request) -> Optional[AsyncLock]:
         start = time.monotonic_ns()
         if self._force_v1:
+            if request.extension:
+                raise Unsupported.forced_v1()
             return await self._acquire_v1(request, start, None)
         sessions = aio_sessions.pool()
 
@@ -148,16 +238,20 @@ class AsyncClient(Endpoints):
             if isinstance(step, UseV1):
                 return await self._acquire_v1(request, start, (step.address,))
             if isinstance(step, OpenSession):
-                return await sessions.session(self, step.address, request.lease_ms)
+                return await sessions.session(
+                    self, step.address, request.lease_ms, extension=request.extension
+                )
             assert isinstance(step, ClaimOn)
             return await self._acquire_v2(step.session, request, start)
 
-        return await drive_async(route(self, start), perform)
+        return await drive_async(route(self, start, request.extension), perform)
 
     async def _acquire_v2(self, session: AsyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the lock, None (a try found it busy), or
         RETRY (the session could not take it: full, or closed as idle)."""
-        claim = session.core.acquire(request.name, request.raw_name, request.mode, time.monotonic_ns())
+        claim = session.core.acquire(
+            request.name, request.raw_name, request.mode, time.monotonic_ns(), request.value
+        )
         handle = AsyncV2Claim(session, claim, self._connect_timeout)
         # From here on the claim exists: whatever ends this call without
         # handing a lock over, a cancellation included, releases it.
@@ -212,7 +306,8 @@ class AsyncClient(Endpoints):
         claim = driver.claim
         assert claim is not None
         if status is Status.HELD and claim.token is not None:
-            return AsyncLock(driver, request.name, claim.token, address)
+            unsupported = Unsupported.forced_v1() if self._force_v1 else Unsupported.server(str(address))
+            return AsyncLock(driver, request.name, claim.token, address, unsupported)
         driver.release()
         if status is Status.LOST:
             loss = claim.loss or LockLost.connection()

@@ -7,6 +7,7 @@ import time
 from types import TracebackType
 from typing import Any, Callable, Optional, Tuple, Type, Union
 
+from ._core import frames, frames2
 from ._core.acquire import (
     DEFAULT_LEASE,
     RETRY,
@@ -26,13 +27,20 @@ from ._core.claim import Status
 from ._core.connect_errors import first_reply_error
 from ._core.held import HeldLock
 from ._core.timeouts import bound_ns
-from ._io import pool
+from ._core.watch import LockState
+from ._election import Abandoned
+from ._io import pool, watches
 from ._io.claims import V2Claim
 from ._io.connect import Endpoints
 from ._io.reactor import Reactor, shared_reactor
 from ._io.sessions import SyncSession
 from ._io.v1 import Session, first_reply, leave_queue
-from .errors import LockLost
+from ._io.watches import Observation
+from .errors import LockLost, Unsupported
+
+#: The lease of a session opened for observations and lookups, in seconds
+#: (they share the sessions of locks with this lease).
+WATCH_LEASE = DEFAULT_LEASE
 
 #: What a claim of a `Lock` is: its own v1 connection, or a v2 session's claim.
 Handle = Union[Session, V2Claim]
@@ -49,9 +57,47 @@ class Lock(HeldLock):
     stop the guarded work when `is_held()` turns False or `lost_event` is set.
     """
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("__weakref__", "_unsupported")
 
     _handle: Handle
+
+    def __init__(
+        self,
+        handle: Handle,
+        name: str,
+        token: int,
+        address: Address,
+        unsupported: Optional[Unsupported] = None,
+    ) -> None:
+        super().__init__(handle, name, token, address)
+        #: What `set_value` raises on this lock's connection (v1), if it must.
+        self._unsupported = unsupported
+
+    @property
+    def value(self) -> str:
+        """The lock's value as the server has it ("" for none): the one
+        given to `lock`/`try_lock`, or the latest `set_value`."""
+        handle = self._handle
+        return handle.claim.value if isinstance(handle, V2Claim) else ""
+
+    def set_value(self, value: str) -> None:
+        """Replaces the lock's value (what observers and `holder()` see;
+        "" for none) and returns once the server has it: every state an
+        observer is told after that carries it.
+
+        Raises InvalidArgument (over 1,024 UTF-8 bytes, before anything is
+        sent), LockLost when the lock is no longer held, Unsupported on a
+        server without values (or with `force_v1=True`).
+        """
+        raw = frames2.encode_value(value)
+        handle = self._handle
+        if not isinstance(handle, V2Claim):
+            raise (self._unsupported or Unsupported.forced_v1()).with_traceback(None)
+        if not handle.session.core.extended:
+            raise Unsupported.server(str(self._address))
+        loss = handle.proclaim(raw)
+        if loss is not None:
+            raise loss.with_traceback(None)
 
     @property
     def lost_event(self) -> threading.Event:
@@ -130,7 +176,14 @@ class Client(Endpoints):
     #: the process's shared reactor).
     _reactor_factory: Optional[Callable[[], Reactor]] = None
 
-    def lock(self, name: str, lease: float = DEFAULT_LEASE, *, wait: Optional[float] = None) -> Lock:
+    def lock(
+        self,
+        name: str,
+        lease: float = DEFAULT_LEASE,
+        *,
+        wait: Optional[float] = None,
+        value: Optional[str] = None,
+    ) -> Lock:
         """Waits for the lock `name` in its FIFO queue and returns it once
         the server grants it (promotion is pushed: no polling). Use the
         result in a `with` block, or call `release()`.
@@ -141,36 +194,98 @@ class Client(Endpoints):
         `float("inf")`: no bound): when it runs out the place is given up
         and NotAcquired is raised.
 
+        `value` (at most 1,024 UTF-8 bytes; "" or None: none) is shown with
+        the holder to observers, `holder()`, `monolock locks` and the admin
+        API, for example this process's `host:port`; `Lock.set_value`
+        replaces it.
+
         Raises InvalidArgument (before connecting), ConnectError,
-        NotAcquired, or LockLost when the place in the queue ends first
-        (for example `code` 0x18: the ACL refuses this lock).
+        NotAcquired, Unsupported (a value on a server without values, or
+        with `force_v1=True`), or LockLost when the place in the queue
+        ends first (for example `code` 0x18: the ACL refuses this lock).
         """
-        lock = self._acquire(Request(name, lease, wait, try_only=False))
+        lock = self._acquire(Request(name, lease, wait, try_only=False, value=value))
         assert lock is not None
         return lock
 
-    def try_lock(self, name: str, lease: float = DEFAULT_LEASE) -> Optional[Lock]:
+    def try_lock(
+        self, name: str, lease: float = DEFAULT_LEASE, *, value: Optional[str] = None
+    ) -> Optional[Lock]:
         """Takes the lock if it is free; None if someone holds it (the
         connection is closed at once and leaves no trace in the queue).
 
         Raises as `lock` does.
         """
-        return self._acquire(Request(name, lease, None, try_only=True))
+        return self._acquire(Request(name, lease, None, try_only=True, value=value))
+
+    def observe(self, name: str) -> Observation:
+        """Observes the lock `name` without claiming it: returns once the
+        server registered the watch; iterate the result for the lock's
+        states, the current one first (`initial`), then one per change,
+        in token order. Stop with `close()` or a `with` block:
+
+            with client.observe("leader") as states:
+                for state in states:
+                    print(state.held, state.token, state.value)
+
+        Raises InvalidArgument, ConnectError, Unsupported (a server without
+        observers, or `force_v1=True`), LockLost (the server refused: for
+        example `code` 0x18, the ACL).
+        """
+        raw_name = frames.encode_name(name)
+        if self._force_v1:
+            raise Unsupported.forced_v1()
+        observation: Observation = self._on_extension_session(
+            lambda s: watches.observe_on(s, name, raw_name)
+        )
+        return observation
+
+    def holder(self, name: str) -> LockState:
+        """Who holds the lock `name` now, asked once: a LockState with
+        `held`, `token`, `value` and `since` (event `held` or `free`).
+        Advisory: the holder may already have lost it.
+
+        Raises as `observe` does.
+        """
+        raw_name = frames.encode_name(name)
+        if self._force_v1:
+            raise Unsupported.forced_v1()
+        state: LockState = self._on_extension_session(lambda s: watches.lookup_on(s, name, raw_name))
+        return state
+
+    def _on_extension_session(self, on: Callable[[SyncSession], Any]) -> Any:
+        """Runs `on` on a session granted values and observers, address by
+        address, as a claim goes (`route`)."""
+        start = time.monotonic_ns()
+        lease_ms = frames.lease_ms(WATCH_LEASE)
+
+        def perform(step: Step) -> Any:
+            if isinstance(step, OpenSession):
+                return pool.POOL.session(self, step.address, lease_ms, watch=True)
+            assert isinstance(step, ClaimOn)
+            result = on(step.session)
+            return RETRY if result is watches.RETRY else result
+
+        return drive(route(self, start, extension=True), perform)
 
     def _acquire(self, request: Request) -> Optional[Lock]:
         start = time.monotonic_ns()
         if self._force_v1:
+            if request.extension:
+                raise Unsupported.forced_v1()
             return self._acquire_v1(request, start, None)
 
         def perform(step: Step) -> Any:
             if isinstance(step, UseV1):
                 return self._acquire_v1(request, start, (step.address,))
             if isinstance(step, OpenSession):
-                return pool.POOL.session(self, step.address, request.lease_ms)
+                return pool.POOL.session(
+                    self, step.address, request.lease_ms, extension=request.extension
+                )
             assert isinstance(step, ClaimOn)
             return self._acquire_v2(step.session, request, start)
 
-        return drive(route(self, start), perform)
+        return drive(route(self, start, request.extension), perform)
 
     def _acquire_v2(self, session: SyncSession, request: Request, start: int) -> object:
         """One claim on `session`: the Lock, None (a try found it busy), or
@@ -180,7 +295,7 @@ class Client(Endpoints):
         try:
             with session.cond:
                 claim = session.core.acquire(
-                    request.name, request.raw_name, request.mode, time.monotonic_ns()
+                    request.name, request.raw_name, request.mode, time.monotonic_ns(), request.value
                 )
         except BaseException:
             if reader:
@@ -244,7 +359,8 @@ class Client(Endpoints):
                     raise claim.loss or LockLost.connection()
             token = claim.token
             assert token is not None
-            return Lock(session, request.name, token, address)
+            unsupported = Unsupported.forced_v1() if self._force_v1 else Unsupported.server(str(address))
+            return Lock(session, request.name, token, address, unsupported)
         except BaseException:
             if session is None:
                 sock.close()
@@ -253,11 +369,26 @@ class Client(Endpoints):
             raise
 
 
+#: How often a wait in the queue that may be abandoned (the election
+#: helper's campaign) looks whether it was, in nanoseconds.
+ABANDON_CHECK_NS = 50_000_000
+
+
 def _granted(handle: Handle, request: Request, start: int) -> Status:
     """Waits in the queue for the grant (or the claim's end) within the
-    request's bound; past it raises NotAcquired."""
+    request's bound; past it raises NotAcquired (Abandoned when the
+    request's owner gave it up)."""
     until = request.queue_until(start)
-    status, timed_out = handle.wait_until(lambda s: s is Status.HELD, until)
-    if timed_out:
-        raise request.not_granted()
-    return status
+    abandoned = request.abandoned
+    while True:
+        limit = until
+        if abandoned is not None:
+            if abandoned():
+                raise Abandoned()
+            soon = time.monotonic_ns() + ABANDON_CHECK_NS
+            limit = soon if until is None else min(until, soon)
+        status, timed_out = handle.wait_until(lambda s: s is Status.HELD, limit)
+        if not timed_out:
+            return status
+        if limit == until:
+            raise request.not_granted()

@@ -22,6 +22,8 @@ _CODE_NAMES = {
     0x03: "idle session closed",
     0x08: "claim ended by an administrator",
     0x09: "too many claims on this session",
+    0x0B: "too many watches on this session",
+    0x0C: "server watch limit reached",
     0x10: "unsupported protocol version",
     0x11: "first message must be ACQUIRE",
     0x12: "duplicate ACQUIRE",
@@ -38,6 +40,8 @@ _CODE_NAMES = {
     0x23: "lock name is not valid UTF-8",
     0x24: "not authorized for lock",
     0x25: "unknown ACQUIRE mode",
+    0x26: "value longer than 1,024 bytes",
+    0x27: "value is not valid UTF-8",
 }
 
 #: Protocol v2 claim codes (REFUSED, REVOKED) that mean what a v1 ERROR
@@ -90,6 +94,28 @@ class ConnectError(Error, ConnectionError):
         """False when the same address fails the same way every time (the
         wrong port)."""
         return self._temporary
+
+
+class Unsupported(Error):
+    """The server (or the protocol version forced) has no lock values and
+    observers: a lock with a value, `set_value`, an observation or a
+    holder lookup cannot be served there. Never temporary: the same
+    server answers the same way until it is upgraded. Plain locks still
+    work there."""
+
+    @classmethod
+    def server(cls, address: str) -> Unsupported:
+        return cls(
+            f"{address} does not support lock values and observers "
+            "(the server is older than this client): upgrade the server"
+        )
+
+    @classmethod
+    def forced_v1(cls) -> Unsupported:
+        return cls(
+            "protocol version 1 has no lock values or observers "
+            "(the client was made with force_v1=True)"
+        )
 
 
 class ProtocolError(Error):
@@ -210,6 +236,33 @@ class LockLost(Error):
         named.__cause__ = self.__cause__
         return named
 
+    def for_observation(self, name: str) -> LockLost:
+        """This loss as the end of an observation of `name`:
+        `observation of lock "NAME" ended (REASON): DETAIL`."""
+        ended = LockLost(
+            self.reason,
+            f'observation of lock "{name}" ended ({self.reason.value}): {self._what}',
+            self.code,
+            self.detail,
+        )
+        ended.name = name
+        ended._what = self._what
+        ended.__cause__ = self.__cause__
+        return ended
+
+    def for_lookup(self, name: str) -> LockLost:
+        """This loss as the failure of a holder lookup of `name`."""
+        failed = LockLost(
+            self.reason,
+            f'lookup of lock "{name}" failed ({self.reason.value}): {self._what}',
+            self.code,
+            self.detail,
+        )
+        failed.name = name
+        failed._what = self._what
+        failed.__cause__ = self.__cause__
+        return failed
+
     @classmethod
     def expired(
         cls,
@@ -253,6 +306,14 @@ class LockLost(Error):
             code=v1,
             detail=detail,
         )
+
+    @classmethod
+    def refused(cls, what: str, code: int, detail: str) -> LockLost:
+        """An observation or a lookup (`what`, naming its lock) the server
+        refused (REFUSED): reported under the v1 code of the same meaning,
+        as a claim's refusal is."""
+        claim = cls.claim(code, detail)
+        return cls(claim.reason, f"{what} refused: " + describe_code(code, detail), claim.code, detail)
 
     @classmethod
     def connection(cls, cause: Optional[BaseException] = None) -> LockLost:

@@ -13,7 +13,7 @@
 import type net from "node:net";
 import type { Address } from "../address.js";
 import type { Status } from "../claim.js";
-import type { LockLostError } from "../errors.js";
+import { type LockLostError, UnsupportedError } from "../errors.js";
 import type { Holding, ReleaseEnd } from "../holding.js";
 import type { Nanos } from "../schedule.js";
 import type { Claim } from "../v1/claim.js";
@@ -25,6 +25,10 @@ export declare class Session extends Watched implements Holding {
     readonly claim: Claim;
     readonly address: Address;
     readonly protocol = 1;
+    /** Protocol v1 has no values: what `setValue` throws. */
+    noValues: UnsupportedError;
+    /** Protocol v1 has no values. */
+    readonly value = "";
     /** Takes over `socket` and sends the claim's ACQUIRE at once. */
     constructor(socket: net.Socket, address: Address, claim: Claim, ioTimeout: number);
     get name(): string;
@@ -46,6 +50,8 @@ export declare class Session extends Watched implements Holding {
      * had. Idempotent.
      */
     release(): Promise<ReleaseEnd>;
+    /** Protocol v1 has no values. */
+    setValue(): Promise<void>;
     /** Closes the connection at once, without waiting for the server. */
     destroy(): void;
 }

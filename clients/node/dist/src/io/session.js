@@ -10,6 +10,7 @@
  *
  * @module
  */
+import { UnsupportedError } from "../errors.js";
 import { Alarm, now } from "./clock.js";
 import { Watched } from "./watch.js";
 /** A running claim on its connection. */
@@ -26,6 +27,10 @@ export class Session extends Watched {
     #serverEnded = false;
     #released = false;
     #release = null;
+    /** Protocol v1 has no values: what `setValue` throws. */
+    noValues = new UnsupportedError(null);
+    /** Protocol v1 has no values. */
+    value = "";
     /** Takes over `socket` and sends the claim's ACQUIRE at once. */
     constructor(socket, address, claim, ioTimeout) {
         super();
@@ -114,6 +119,10 @@ export class Session extends Watched {
         this.notify();
         await this.#closed;
         return { loss, confirmed };
+    }
+    /** Protocol v1 has no values. */
+    setValue() {
+        return Promise.reject(this.noValues);
     }
     /** Closes the connection at once, without waiting for the server. */
     destroy() {

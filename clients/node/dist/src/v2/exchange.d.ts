@@ -15,15 +15,33 @@
  *   `S + 0.8 x lease`. A push moves nothing.
  * - PING on the version 1 schedule, only when nothing is in flight: any
  *   reply confirms the session, so a busy session never pings.
+ * - The extension (values and observers): HELLO right behind the OPEN,
+ *   answered FEATURES, or ERROR 0x13 from a server without it. Watch ids
+ *   live apart from claim ids: asking (OBSERVE sent) -> watching ->
+ *   leaving (UNOBSERVE sent) -> free on UNOBSERVED. Each watch keeps the
+ *   highest token pushed to it: a STATE below it, or for a watch not in
+ *   use, is a protocol violation. STATE pushes while leaving say nothing.
  *
  * The port of `crates/monolock-client/src/v2/exchange.rs`.
  *
  * @module
  */
 import { type Nanos, Schedule } from "../schedule.js";
-import type { Frame, Mode } from "./frames.js";
+import type { Frame, Mode, WireState } from "./frames.js";
 /** REFUSED 0x20: RELEASE of an id not in use. */
 export declare const UNKNOWN_CLAIM = 32;
+/** ERROR 0x13 (unknown message type): as the answer to HELLO, the server
+ * predates the extension. */
+export declare const UNKNOWN_TYPE = 19;
+/** Where one watch id stands, and the highest token pushed to it. */
+interface WatchState {
+    kind: "asking" | "watching" | "leaving";
+    lastToken: bigint;
+    /** Its owner stopped it while its OBSERVE was unanswered. */
+    stop: boolean;
+}
+/** Where a watch id in use or asked for stands. */
+export type WatchStanding = WatchState["kind"];
 /** Where one claim id stands; `release`: its owner let go while it was asked. */
 type ClaimState = {
     readonly kind: "asking";
@@ -79,6 +97,56 @@ export type Event = {
     readonly kind: "ended";
     readonly code: number;
     readonly reason: string;
+}
+/** FEATURES: the bits granted and the session's bound of watches. */
+ | {
+    readonly kind: "features";
+    readonly features: number;
+    readonly maxWatches: number;
+}
+/** OPENED, then ERROR 0x13 answering HELLO: the server lacks the
+ * extension, and the session is over (no claim or watch existed yet). */
+ | {
+    readonly kind: "unsupported";
+} | {
+    readonly kind: "proclaimed";
+    readonly claim: number;
+}
+/** `gone`: REFUSED 0x20 for a claim no longer in use (the PROCLAIM crossed
+ * its REVOKED): nothing for the owner, whose claim was already lost. */
+ | {
+    readonly kind: "proclaim_refused";
+    readonly claim: number;
+    readonly code: number;
+    readonly reason: string;
+    readonly gone: boolean;
+}
+/** `unobserve`: the owner stopped it while it was asked; write UNOBSERVE now. */
+ | {
+    readonly kind: "observing";
+    readonly watch: number;
+    readonly unobserve: boolean;
+}
+/** A push for a watch in use (not one on its way out). */
+ | {
+    readonly kind: "state";
+    readonly watch: number;
+    readonly state: WireState;
+} | {
+    readonly kind: "unobserved";
+    readonly watch: number;
+} | {
+    readonly kind: "watch_refused";
+    readonly watch: number;
+    readonly code: number;
+    readonly reason: string;
+} | {
+    readonly kind: "lock_state";
+    readonly state: WireState;
+} | {
+    readonly kind: "lookup_refused";
+    readonly code: number;
+    readonly reason: string;
 };
 /** Matching state and timing of one session. */
 export declare class Exchange {
@@ -102,6 +170,25 @@ export declare class Exchange {
     /** Where `claim` stands: asked for (ACQUIRE unanswered), waiting, held,
      * releasing (RELEASE unanswered); null when the id is free. */
     standing(claim: number): Standing | null;
+    /** Watch ids in use or asked for. */
+    get watches(): number;
+    /** Where `watch` stands: asked for (OBSERVE unanswered), watching,
+     * leaving (UNOBSERVE unanswered); null when the id is free. A watch is
+     * live (its session's end ends it) while watching or leaving. */
+    watchStanding(watch: number): WatchStanding | null;
+    /** Records a HELLO written at `at` (right behind the OPEN). */
+    helloSent(at: Nanos): void;
+    /** Records a PROCLAIM for `claim` written at `at`. */
+    proclaimSent(claim: number, at: Nanos): void;
+    /** Records an OBSERVE of `watch` written at `at`. */
+    observeSent(watch: number, at: Nanos): void;
+    /** The owner of `watch` stops it: whether to write an UNOBSERVE now (a
+     * watch whose OBSERVE is unanswered is stopped once it is answered). */
+    unobserve(watch: number): boolean;
+    /** Records an UNOBSERVE of `watch` written at `at`. */
+    unobserveSent(watch: number, at: Nanos): void;
+    /** Records a LOOKUP written at `at`. */
+    lookupSent(at: Nanos): void;
     /** Records an ACQUIRE of `claim` written at `at`. */
     acquireSent(claim: number, mode: Mode, at: Nanos): void;
     /** The owner of `claim` let go: whether to write a RELEASE now (else the

@@ -15,6 +15,12 @@
  *   `S + 0.8 x lease`. A push moves nothing.
  * - PING on the version 1 schedule, only when nothing is in flight: any
  *   reply confirms the session, so a busy session never pings.
+ * - The extension (values and observers): HELLO right behind the OPEN,
+ *   answered FEATURES, or ERROR 0x13 from a server without it. Watch ids
+ *   live apart from claim ids: asking (OBSERVE sent) -> watching ->
+ *   leaving (UNOBSERVE sent) -> free on UNOBSERVED. Each watch keeps the
+ *   highest token pushed to it: a STATE below it, or for a watch not in
+ *   use, is a protocol violation. STATE pushes while leaving say nothing.
  *
  * The port of `crates/monolock-client/src/v2/exchange.rs`.
  *
@@ -24,6 +30,9 @@ import { ProtocolError } from "../errors.js";
 import { Schedule } from "../schedule.js";
 /** REFUSED 0x20: RELEASE of an id not in use. */
 export const UNKNOWN_CLAIM = 0x20;
+/** ERROR 0x13 (unknown message type): as the answer to HELLO, the server
+ * predates the extension. */
+export const UNKNOWN_TYPE = 0x13;
 const NOTHING = { kind: "nothing" };
 /** Matching state and timing of one session. */
 export class Exchange {
@@ -32,6 +41,7 @@ export class Exchange {
     /** Index of the oldest frame in flight in `#inFlight` (a queue without shifting). */
     #head = 0;
     #claims = new Map();
+    #watches = new Map();
     /** `S`. */
     #confirmedSend;
     /** When the latest reply arrived. */
@@ -76,6 +86,48 @@ export class Exchange {
     standing(claim) {
         return this.#claims.get(claim)?.kind ?? null;
     }
+    /** Watch ids in use or asked for. */
+    get watches() {
+        return this.#watches.size;
+    }
+    /** Where `watch` stands: asked for (OBSERVE unanswered), watching,
+     * leaving (UNOBSERVE unanswered); null when the id is free. A watch is
+     * live (its session's end ends it) while watching or leaving. */
+    watchStanding(watch) {
+        return this.#watches.get(watch)?.kind ?? null;
+    }
+    /** Records a HELLO written at `at` (right behind the OPEN). */
+    helloSent(at) {
+        this.#push({ kind: "hello", at });
+    }
+    /** Records a PROCLAIM for `claim` written at `at`. */
+    proclaimSent(claim, at) {
+        this.#push({ kind: "proclaim", claim, at });
+    }
+    /** Records an OBSERVE of `watch` written at `at`. */
+    observeSent(watch, at) {
+        this.#watches.set(watch, { kind: "asking", lastToken: 0n, stop: false });
+        this.#push({ kind: "observe", watch, at });
+    }
+    /** The owner of `watch` stops it: whether to write an UNOBSERVE now (a
+     * watch whose OBSERVE is unanswered is stopped once it is answered). */
+    unobserve(watch) {
+        const state = this.#watches.get(watch);
+        if (state?.kind === "asking")
+            state.stop = true;
+        return state?.kind === "watching";
+    }
+    /** Records an UNOBSERVE of `watch` written at `at`. */
+    unobserveSent(watch, at) {
+        const state = this.#watches.get(watch);
+        if (state !== undefined)
+            state.kind = "leaving";
+        this.#push({ kind: "unobserve", watch, at });
+    }
+    /** Records a LOOKUP written at `at`. */
+    lookupSent(at) {
+        this.#push({ kind: "lookup", at });
+    }
     /** Records an ACQUIRE of `claim` written at `at`. */
     acquireSent(claim, mode, at) {
         this.#claims.set(claim, { kind: "asking", mode, release: false });
@@ -111,7 +163,22 @@ export class Exchange {
     onFrame(frame, now) {
         switch (frame.type) {
             case "error":
+                if (frame.code === UNKNOWN_TYPE && this.#inFlight[this.#head]?.kind === "hello") {
+                    return { kind: "unsupported" };
+                }
                 return { kind: "ended", code: frame.code, reason: frame.reason };
+            case "state": {
+                const watch = this.#watches.get(frame.watch);
+                if (watch === undefined || watch.kind === "asking")
+                    throw unexpected(frame);
+                if (frame.state.token < watch.lastToken) {
+                    throw new ProtocolError(`STATE of watch ${frame.watch} names token ${frame.state.token} after token ${watch.lastToken}`);
+                }
+                watch.lastToken = frame.state.token;
+                if (watch.kind === "leaving")
+                    return NOTHING;
+                return { kind: "state", watch: frame.watch, state: frame.state };
+            }
             case "granted": {
                 const state = this.#claims.get(frame.claim);
                 if (state?.kind === "waiting") {
@@ -152,21 +219,55 @@ export class Exchange {
         return event;
     }
     #match(sent, frame) {
+        switch (sent.kind) {
+            case "open":
+                if (frame.type !== "opened")
+                    throw unexpected(frame, "OPEN");
+                this.#opened = true;
+                return { kind: "opened", maxClaims: frame.maxClaims };
+            case "hello":
+                if (frame.type !== "features")
+                    throw unexpected(frame, "HELLO");
+                return { kind: "features", features: frame.features, maxWatches: frame.maxWatches };
+            case "ping":
+                if (frame.type !== "pong")
+                    throw unexpected(frame, "PING");
+                return NOTHING;
+            case "lookup":
+                if (frame.type === "lock_state")
+                    return { kind: "lock_state", state: frame.state };
+                if (frame.type === "refused" && frame.claim === 0) {
+                    return { kind: "lookup_refused", code: frame.code, reason: frame.reason };
+                }
+                throw unexpected(frame, "LOOKUP");
+            case "observe":
+            case "unobserve":
+                return this.#matchWatch(sent, frame);
+            default:
+                return this.#matchClaim(sent, frame);
+        }
+    }
+    /** The reply to an ACQUIRE, RELEASE or PROCLAIM. */
+    #matchClaim(sent, frame) {
         const claimOf = "claim" in frame ? frame.claim : null;
-        if (sent.kind === "open") {
-            if (frame.type !== "opened")
-                throw unexpected(frame, "OPEN");
-            this.#opened = true;
-            return { kind: "opened", maxClaims: frame.maxClaims };
-        }
-        if (sent.kind === "ping") {
-            if (frame.type !== "pong")
-                throw unexpected(frame, "PING");
-            return NOTHING;
-        }
+        const answering = `${sent.kind.toUpperCase()} of claim ${sent.claim}`;
         if (claimOf !== sent.claim)
-            throw unexpected(frame, `${sent.kind.toUpperCase()} of claim ${sent.claim}`);
+            throw unexpected(frame, answering);
         const state = this.#claims.get(sent.claim);
+        if (sent.kind === "proclaim") {
+            if (frame.type === "proclaimed")
+                return { kind: "proclaimed", claim: sent.claim };
+            if (frame.type === "refused") {
+                return {
+                    kind: "proclaim_refused",
+                    claim: sent.claim,
+                    code: frame.code,
+                    reason: frame.reason,
+                    gone: frame.code === UNKNOWN_CLAIM && state === undefined,
+                };
+            }
+            throw unexpected(frame, answering);
+        }
         if (sent.kind === "acquire") {
             if (state?.kind !== "asking")
                 throw unexpected(frame);
@@ -202,12 +303,35 @@ export class Exchange {
         }
         throw unexpected(frame, "RELEASE");
     }
+    /** The reply to an OBSERVE or UNOBSERVE: OBSERVING, UNOBSERVED or
+     * REFUSED carrying the watch id. */
+    #matchWatch(sent, frame) {
+        const answering = `${sent.kind.toUpperCase()} of watch ${sent.watch}`;
+        const idOf = frame.type === "refused" ? frame.claim : "watch" in frame ? frame.watch : null;
+        if (idOf !== sent.watch)
+            throw unexpected(frame, answering);
+        const state = this.#watches.get(sent.watch);
+        if (frame.type === "refused") {
+            this.#watches.delete(sent.watch);
+            return { kind: "watch_refused", watch: sent.watch, code: frame.code, reason: frame.reason };
+        }
+        if (sent.kind === "observe" && frame.type === "observing" && state?.kind === "asking") {
+            state.kind = "watching";
+            return { kind: "observing", watch: sent.watch, unobserve: state.stop };
+        }
+        if (sent.kind === "unobserve" && frame.type === "unobserved" && state?.kind === "leaving") {
+            this.#watches.delete(sent.watch);
+            return { kind: "unobserved", watch: sent.watch };
+        }
+        throw unexpected(frame, answering);
+    }
     #push(sent) {
         this.#inFlight.push(sent);
     }
 }
 function unexpected(frame, answering) {
-    const what = frame.type.toUpperCase() + ("claim" in frame ? ` of claim ${frame.claim}` : "");
+    const what = frame.type.toUpperCase() +
+        ("claim" in frame ? ` of claim ${frame.claim}` : "watch" in frame ? ` of watch ${frame.watch}` : "");
     return new ProtocolError(answering === undefined ? `unexpected ${what}` : `unexpected ${what} in reply to ${answering}`);
 }
 //# sourceMappingURL=exchange.js.map

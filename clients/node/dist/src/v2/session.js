@@ -7,11 +7,18 @@
  * (GRANTED and REVOKED are pushed); one `Alarm` fires at the next PING,
  * the session deadline, the end of the wait for OPENED, or the idle close,
  * whichever is first. The end of the session ends every claim in one step:
- * each claim's AbortSignal is aborted with its own `LockLostError`.
+ * each claim's AbortSignal is aborted with its own `LockLostError`, and
+ * every watch with its own.
+ *
+ * A session asked to (`hello`) writes HELLO with its OPEN and is usable
+ * once FEATURES is read: only then does it carry values, watches and
+ * lookups. A server without the extension answers OPENED, then ERROR 0x13:
+ * `ready()` rejects with `LacksExtension`, and the pool opens a plain
+ * session to that address instead.
  *
  * @module
  */
-import { ConnectError, IDLE_CLOSED, LockLostError, ProtocolError, TOO_MANY_CLAIMS, UNSUPPORTED_VERSION, } from "../errors.js";
+import { ConnectError, describeCode, IDLE_CLOSED, LockLostError, MonolockError, ProtocolError, TOO_MANY_CLAIMS, TOO_MANY_WATCHES, UnsupportedError, UNSUPPORTED_VERSION, } from "../errors.js";
 import { Alarm, now } from "../io/clock.js";
 import { isTlsError } from "../io/connect.js";
 import { Watched } from "../io/watch.js";
@@ -21,7 +28,7 @@ import * as frames from "./frames.js";
 /** How long a session with no claims stays open (below the server's
  * `--idle-timeout` default of 60 s, so the client closes first). */
 export const KEEP_IDLE_MS = 20_000;
-/** The largest claim id; ids wrap around and skip those in use. */
+/** The largest claim or watch id; ids wrap around and skip those in use. */
 const MAX_CLAIM_ID = 0xffff_ffff;
 const EMPTY = Buffer.alloc(0);
 /** The server answered OPEN with ERROR 0x10: it speaks only protocol v1. */
@@ -29,6 +36,15 @@ export class SpeaksOnlyV1 extends Error {
     address;
     constructor(address) {
         super(`${address} speaks only protocol v1`);
+        this.address = address;
+    }
+}
+/** The server answered HELLO with ERROR 0x13: it predates lock values
+ * and observers. */
+export class LacksExtension extends Error {
+    address;
+    constructor(address) {
+        super(`${address} lacks lock values and observers`);
         this.address = address;
     }
 }
@@ -82,11 +98,14 @@ export class V2Claim extends Watched {
     #released = false;
     #release = null;
     #releaseDone = null;
-    constructor(session, id, name) {
+    /** The value the server has for this claim (as of the latest PROCLAIMED). */
+    value;
+    constructor(session, id, name, value) {
         super();
         this.session = session;
         this.id = id;
         this.name = name;
+        this.value = value;
     }
     get address() {
         return this.session.address;
@@ -115,6 +134,18 @@ export class V2Claim extends Watched {
     release() {
         this.#release ??= this.#doRelease();
         return this.#release;
+    }
+    /** PROCLAIM: resolves once the server has the new value. */
+    async setValue(value, raw) {
+        if (!this.session.extension)
+            throw new UnsupportedError(this.address.toString());
+        if (this.#released)
+            throw this.loss() ?? LockLostError.released(this.name);
+        const status = this.status();
+        if (status !== "held" && status !== "waiting") {
+            throw this.loss() ?? LockLostError.released(this.name);
+        }
+        await this.session.proclaim(this, value, raw);
     }
     async #doRelease() {
         const loss = this.loss();
@@ -178,6 +209,21 @@ export class V2Session {
     #maxClaims = 0;
     /** Set after REFUSED 0x09 until a claim of this session ends. */
     #full = false;
+    /** Whether HELLO went out with the OPEN. */
+    #hello;
+    /** Whether FEATURES granted values and observers. */
+    #extension = false;
+    /** Whether the session is usable: OPENED read, and FEATURES if asked. */
+    #usable = false;
+    #maxWatches = 0;
+    /** Set after REFUSED 0x0b until a watch of this session ends. */
+    #watchesFull = false;
+    #nextWatchId = 1;
+    #watchOwners = new Map();
+    /** PROCLAIMs and LOOKUPs in flight, each in the order written (their
+     * replies come in that order). */
+    #proclaims = [];
+    #lookups = [];
     #ended = null;
     #idleSince;
     #ready;
@@ -204,16 +250,30 @@ export class V2Session {
         socket.on("end", () => this.#closed(undefined, true));
         socket.on("error", (err) => this.#closed(err, false));
         socket.on("close", () => this.#closed(undefined, false));
-        socket.write(frames.open(options.leaseMs));
+        this.#hello = options.hello;
+        if (options.hello) {
+            // One write: the two replies come in one read, no extra round trip.
+            socket.write(Buffer.concat([frames.open(options.leaseMs), frames.hello(frames.VALUES_AND_OBSERVERS)]));
+            this.#exchange.helloSent(at);
+        }
+        else {
+            socket.write(frames.open(options.leaseMs));
+        }
         this.#reschedule();
     }
-    /** Resolves once OPENED is read; rejects with a `ConnectError`, a
-     * `SpeaksOnlyV1`, or the loss that ended the session first. */
+    /** Resolves once OPENED (and FEATURES, when asked) is read; rejects
+     * with a `ConnectError`, a `SpeaksOnlyV1`, a `LacksExtension`, or the
+     * loss that ended the session first. */
     ready() {
         return this.#ready;
     }
+    /** Whether the session is ready for claims (and watches, if it asked). */
     get opened() {
-        return this.#exchange.opened;
+        return this.#usable;
+    }
+    /** Whether the session carries values, watches and lookups. */
+    get extension() {
+        return this.#extension;
     }
     get ended() {
         return this.#ended !== null;
@@ -223,6 +283,18 @@ export class V2Session {
         if (this.#ended !== null || this.#full)
             return false;
         return !this.opened || this.#exchange.claims < this.#maxClaims;
+    }
+    /** The most watches the session may have at once (FEATURES; 0 before). */
+    get maxWatches() {
+        return this.#maxWatches;
+    }
+    /** Whether this session may take one more watch now (once opened). */
+    get hasWatchRoom() {
+        if (this.#ended !== null || this.#watchesFull)
+            return false;
+        if (!this.opened)
+            return this.#hello;
+        return this.#extension && this.#exchange.watches < this.#maxWatches;
     }
     /** Claims in use or asked for. */
     get claims() {
@@ -238,22 +310,74 @@ export class V2Session {
             this.#end((name) => LockLostError.expired(name, leaseMs));
         }
     }
-    /** Writes an ACQUIRE for `name` (checked bytes) and returns its claim. */
-    acquire(name, rawName, mode) {
+    /**
+     * Writes an ACQUIRE for `name` (checked bytes), or an ACQUIRE_VALUE when
+     * `value` (checked, non-empty) is given, and returns its claim.
+     */
+    acquire(name, rawName, mode, value = null) {
         const id = this.#freeId();
-        const claim = new V2Claim(this, id, name);
+        const claim = new V2Claim(this, id, name, value?.text ?? "");
         if (this.#ended !== null) {
             claim.settle("lost", { loss: this.#ended(name) });
             return claim;
         }
         this.#owners.set(id, claim);
-        this.#idleSince = null;
-        // A session with claims keeps the process alive; an idle one does not.
-        this.#socket.ref();
-        this.#write(frames.acquire(id, mode, rawName));
+        this.#inUse();
+        this.#write(value === null ? frames.acquire(id, mode, rawName) : frames.acquireValue(id, mode, rawName, value.raw));
         this.#exchange.acquireSent(id, mode, now());
         this.#reschedule();
         return claim;
+    }
+    /** Writes a PROCLAIM for `claim`; resolves once PROCLAIMED is read. */
+    proclaim(claim, value, raw) {
+        if (this.#ended !== null)
+            return Promise.reject(claim.loss() ?? this.#ended(claim.name));
+        return new Promise((resolve, reject) => {
+            this.#proclaims.push({ claim, value, resolve, reject });
+            this.#write(frames.proclaim(claim.id, raw));
+            this.#exchange.proclaimSent(claim.id, now());
+            this.#reschedule();
+        });
+    }
+    /** Writes an OBSERVE of `rawName` for `owner`; returns the watch id. */
+    observe(owner, rawName) {
+        const id = this.#freeWatchId();
+        if (this.#ended !== null) {
+            owner.lost(this.#ended(owner.name));
+            return id;
+        }
+        this.#watchOwners.set(id, owner);
+        this.#inUse();
+        this.#write(frames.observe(id, rawName));
+        this.#exchange.observeSent(id, now());
+        this.#reschedule();
+        return id;
+    }
+    /** The owner of watch `id` stops it: UNOBSERVE now, or once its OBSERVE
+     * is answered. Its owner hears no more of it. */
+    unobserve(id) {
+        if (!this.#watchOwners.delete(id))
+            return;
+        if (this.#ended !== null)
+            return;
+        if (this.#exchange.unobserve(id))
+            this.#sendUnobserve(id);
+        this.#watchesFull = false;
+        this.#maybeIdle();
+        this.#reschedule();
+    }
+    /** Writes a LOOKUP of `rawName`; resolves with the LOCK_STATE. */
+    lookup(name, rawName) {
+        if (this.#ended !== null) {
+            return Promise.reject(LockLostError.observationEnded(this.#ended(name), name, "holder lookup"));
+        }
+        return new Promise((resolve, reject) => {
+            this.#lookups.push({ name, resolve, reject });
+            this.#inUse();
+            this.#write(frames.lookup(rawName));
+            this.#exchange.lookupSent(now());
+            this.#reschedule();
+        });
     }
     /** The owner of `claim` let go: RELEASE now, or once its ACQUIRE is answered. */
     release(claim) {
@@ -273,6 +397,27 @@ export class V2Session {
             this.#end((name) => LockLostError.connection(name, new Error(`the session to ${address} was closed`)));
         }
     }
+    #sendUnobserve(id) {
+        this.#write(frames.unobserve(id));
+        this.#exchange.unobserveSent(id, now());
+    }
+    /** Something of the caller's rides on the session: not idle, and it
+     * keeps the process alive (an idle session does not). */
+    #inUse() {
+        this.#idleSince = null;
+        this.#socket.ref();
+    }
+    /** Idle from now on when nothing rides on the session any more. */
+    #maybeIdle() {
+        if (this.#idleSince !== null)
+            return;
+        if (this.#owners.size > 0 || this.#exchange.claims > 0)
+            return;
+        if (this.#watchOwners.size > 0 || this.#exchange.watches > 0 || this.#lookups.length > 0)
+            return;
+        this.#idleSince = now();
+        this.#socket.unref();
+    }
     #sendRelease(id) {
         this.#write(frames.release(id));
         this.#exchange.releaseSent(id, now());
@@ -288,6 +433,14 @@ export class V2Session {
             });
         }
         this.#socket.write(frame);
+    }
+    #freeWatchId() {
+        for (;;) {
+            const id = this.#nextWatchId;
+            this.#nextWatchId = id >= MAX_CLAIM_ID ? 0 : id + 1;
+            if (this.#exchange.watchStanding(id) === null && !this.#watchOwners.has(id))
+                return id;
+        }
     }
     #freeId() {
         for (;;) {
@@ -319,7 +472,7 @@ export class V2Session {
         catch (err) {
             if (!(err instanceof ProtocolError))
                 throw err;
-            if (!this.opened)
+            if (!this.#exchange.opened)
                 this.#failOpen(wrongPeer(this.address, this.#tls, { protocol: err }));
             this.#end((name) => LockLostError.protocol(name, err));
             return;
@@ -332,12 +485,69 @@ export class V2Session {
         switch (event.kind) {
             case "opened":
                 this.#maxClaims = event.maxClaims;
-                // No claim yet (its caller gave up meanwhile): idle from now on.
-                if (this.#owners.size === 0)
-                    this.#socket.unref();
-                this.#settleReady?.(null);
-                this.#settleReady = null;
+                if (!this.#hello)
+                    this.#becomeUsable();
                 return;
+            case "features":
+                this.#extension = (event.features & frames.VALUES_AND_OBSERVERS) !== 0;
+                this.#maxWatches = event.maxWatches;
+                this.#becomeUsable();
+                return;
+            case "unsupported": {
+                this.#failOpen(new LacksExtension(this.address));
+                const where = this.address.toString();
+                this.#end((name) => LockLostError.connection(name, new Error(`${where} lacks lock values and observers`)));
+                return;
+            }
+            case "proclaimed":
+            case "proclaim_refused": {
+                const proclaiming = this.#proclaims.shift();
+                if (proclaiming === undefined)
+                    return;
+                if (event.kind === "proclaimed") {
+                    proclaiming.claim.value = proclaiming.value;
+                    proclaiming.resolve();
+                    return;
+                }
+                // Refused 0x20: the claim ended first (its REVOKED came before).
+                const claim = proclaiming.claim;
+                proclaiming.reject(claim.loss() ??
+                    new MonolockError("server_error", `the server refused the value of lock ${JSON.stringify(claim.name)}: ` +
+                        describeCode(event.code, event.reason)));
+                return;
+            }
+            case "observing":
+                if (event.unobserve)
+                    this.#sendUnobserve(event.watch);
+                return;
+            case "state":
+                this.#watchOwners.get(event.watch)?.state(event.state);
+                return;
+            case "unobserved":
+                this.#maybeIdle();
+                return;
+            case "watch_refused": {
+                const owner = this.#watchOwners.get(event.watch);
+                this.#watchOwners.delete(event.watch);
+                if (event.code === TOO_MANY_WATCHES)
+                    this.#watchesFull = true;
+                this.#maybeIdle();
+                owner?.refused(event.code, event.reason);
+                return;
+            }
+            case "lock_state":
+            case "lookup_refused": {
+                const lookup = this.#lookups.shift();
+                this.#maybeIdle();
+                if (lookup === undefined)
+                    return;
+                if (event.kind === "lock_state")
+                    lookup.resolve(event.state);
+                else {
+                    lookup.reject(LockLostError.observationEnded(LockLostError.server(lookup.name, event.code, event.reason), lookup.name, "holder lookup"));
+                }
+                return;
+            }
             case "nothing":
                 return;
             case "held":
@@ -380,7 +590,7 @@ export class V2Session {
             }
             case "ended": {
                 const { code, reason } = event;
-                if (!this.opened && code === UNSUPPORTED_VERSION) {
+                if (!this.#exchange.opened && code === UNSUPPORTED_VERSION) {
                     this.#failOpen(new SpeaksOnlyV1(this.address));
                 }
                 this.#end((name) => LockLostError.server(name, code, reason));
@@ -388,22 +598,29 @@ export class V2Session {
             }
         }
     }
+    /** OPENED (and FEATURES, when asked) read: claims may ride on it. */
+    #becomeUsable() {
+        this.#usable = true;
+        // Nothing rides on it yet (its caller gave up meanwhile): idle from now on.
+        if (this.#owners.size === 0 && this.#watchOwners.size === 0 && this.#lookups.length === 0) {
+            this.#socket.unref();
+        }
+        this.#settleReady?.(null);
+        this.#settleReady = null;
+    }
     /** The id is free: its owner hears no more of this session. */
     #forget(id) {
         const claim = this.#owners.get(id);
         this.#owners.delete(id);
         this.#releasing.delete(id);
         this.#full = false;
-        if (this.#owners.size === 0 && this.#exchange.claims === 0) {
-            this.#idleSince = now();
-            this.#socket.unref();
-        }
+        this.#maybeIdle();
         return claim;
     }
     #closed(cause, eof) {
         if (this.#ended !== null)
             return;
-        if (!this.opened) {
+        if (!this.#exchange.opened) {
             this.#failOpen(wrongPeer(this.address, this.#tls, cause === undefined ? { eof } : { cause, eof }));
         }
         this.#end((name) => LockLostError.connection(name, cause));
@@ -438,6 +655,16 @@ export class V2Session {
             else
                 claim.settle("lost", { loss });
         }
+        for (const { claim, reject } of this.#proclaims.splice(0))
+            reject(claim.loss() ?? ending(claim.name));
+        for (const { name, reject } of this.#lookups.splice(0)) {
+            reject(LockLostError.observationEnded(ending(name), name, "holder lookup"));
+        }
+        // After the claims, in ascending watch id.
+        const watches = [...this.#watchOwners.entries()].sort(([a], [b]) => a - b);
+        this.#watchOwners.clear();
+        for (const [, owner] of watches)
+            owner.lost(ending(owner.name));
         this.#onEnd(this);
     }
     #reschedule() {
@@ -447,7 +674,7 @@ export class V2Session {
         const ping = this.#exchange.nextPing();
         if (ping !== null && ping < wake)
             wake = ping;
-        if (!this.opened) {
+        if (!this.#usable) {
             const answerBy = this.#openedAt + BigInt(this.#ioTimeout) * MS;
             if (answerBy < wake)
                 wake = answerBy;
@@ -466,7 +693,7 @@ export class V2Session {
         if (this.#ended !== null)
             return;
         const at = now();
-        if (!this.opened && at >= this.#openedAt + BigInt(this.#ioTimeout) * MS) {
+        if (!this.#usable && at >= this.#openedAt + BigInt(this.#ioTimeout) * MS) {
             const where = this.address.toString();
             this.#failOpen(new ConnectError([{ address: where, error: new Error(`${where} did not answer within ${describeMs(this.#ioTimeout)}`) }], "timeout"));
             this.#end((name) => LockLostError.connection(name, new Error(`${where} did not answer`)));

@@ -7,7 +7,9 @@ thread, reads the clock or awaits.
 - `frames`, `frames2`: the v1 and v2 wire formats.
 - `schedule`: heartbeat instants and the `S + 0.8 x lease` deadline.
 - `exchange`, `claim`: a v1 connection, one claim.
-- `session`: a v2 session, many claims.
+- `session`: a v2 session, many claims, and the extension's values,
+  watches and lookups (`watch`: a watch's state and the `LockState` its
+  owner is handed).
 - `pool`: how claims spread over sessions; v1 fallback per address.
 - `acquire`: the steps of one `lock`/`try_lock` and what the caller is told.
 - `connect_errors`, `address`, `timeouts`: arguments and errors.

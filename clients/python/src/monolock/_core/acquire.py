@@ -22,15 +22,17 @@ from typing import (
     Union,
 )
 
-from ..errors import ConnectError, LockLost, NotAcquired
+from ..errors import ConnectError, LockLost, NotAcquired, Unsupported
 from . import frames, frames2
 from .address import Address
 from .claim import Status
 from .connect_errors import Failures, first_reply_error
 from .pool import (
+    PLAIN_ADDRESSES,
     TRIES_PER_ADDRESS,
     V1_ADDRESSES,
     DialFailed,
+    NoExtension,
     V1Only,
     pool_key,
     sessions_full,
@@ -49,13 +51,37 @@ class Request:
     """One `lock` or `try_lock` call, its arguments checked (a plain class
     with slots: one is made per call, on the lock cycle's path)."""
 
-    __slots__ = ("name", "raw_name", "lease_ms", "wait", "wait_ns", "try_only", "mode")
+    __slots__ = (
+        "name",
+        "raw_name",
+        "lease_ms",
+        "wait",
+        "wait_ns",
+        "try_only",
+        "mode",
+        "value",
+        "abandoned",
+    )
 
-    def __init__(self, name: str, lease: float, wait: Optional[float], try_only: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        lease: float,
+        wait: Optional[float],
+        try_only: bool,
+        value: Optional[str] = None,
+    ) -> None:
         """Raises InvalidArgument, before anything connects."""
         self.name = name
         self.raw_name = frames.encode_name(name)
         self.lease_ms = frames.lease_ms(lease)
+        #: The claim's value (ACQUIRE_VALUE), or None: no value (an empty
+        #: one is none, and goes as a plain ACQUIRE).
+        raw_value = None if value is None else frames2.encode_value(value)
+        self.value = raw_value or None
+        #: Asked while the claim waits in the queue: True gives its place up
+        #: (the election helper's stop). None: never.
+        self.abandoned: Optional[Callable[[], bool]] = None
         #: The bound on the wait in the queue, as given in seconds, and in
         #: nanoseconds (None: no bound).
         self.wait = wait
@@ -73,6 +99,11 @@ class Request:
         """The instant a queued claim gives up its place (None: never);
         `start`: when the call began."""
         return None if self.wait_ns is None else start + self.wait_ns
+
+    @property
+    def extension(self) -> bool:
+        """The claim needs values and observers (it carries a value)."""
+        return self.value is not None
 
     def not_granted(self) -> NotAcquired:
         """The error of a wait in the queue that ran out."""
@@ -118,28 +149,43 @@ L = TypeVar("L")
 Route = Generator[Step, Any, Optional[L]]
 
 
-def route(endpoints: Endpoints, now: int) -> Route[Any]:
+def route(endpoints: Endpoints, now: int, extension: bool = False) -> Route[Any]:
     """The steps of one acquire over v2 sessions, address by address,
     with the v1 fallback per address (remembered addresses judged at the
-    instant `now`, monotonic ns). Returns the lock or None."""
+    instant `now`, monotonic ns). Returns the lock or None.
+
+    `extension`: the request needs values and observers (a value, a
+    watch, a lookup); an address without them, or speaking v1 only,
+    raises Unsupported rather than falling back."""
     failures = Failures(endpoints)  # cheap: filled only by failures
     for address in endpoints._addresses:
         key = pool_key(endpoints, address)
         if V1_ADDRESSES.is_v1(key, now):
+            if extension:
+                raise Unsupported.server(str(address))
             try:
                 return (yield UseV1(address))
             except ConnectError as err:
                 V1_ADDRESSES.forget(key)
                 failures.add(address, err.__cause__ or err)
                 continue
+        if extension and PLAIN_ADDRESSES.is_v1(key, now):
+            raise Unsupported.server(str(address))
         for _ in range(TRIES_PER_ADDRESS):
             try:
                 session = yield OpenSession(address)
             except DialFailed as err:
+                PLAIN_ADDRESSES.forget(key)
                 failures.add(address, err.__cause__ or err)
                 break
             except V1Only:
+                if extension:
+                    raise Unsupported.server(str(address)) from None
                 return (yield UseV1(address))
+            except NoExtension:
+                if extension:
+                    raise Unsupported.server(str(address)) from None
+                continue  # the next session opens without HELLO
             except LockLost as loss:
                 error = first_reply_error(address, loss)
                 if error is None:

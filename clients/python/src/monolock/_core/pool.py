@@ -11,6 +11,10 @@ decisions on their state (no socket, no thread, no clock of its own).
   gets a connection per lock for `V1_MEMORY_NS` (5 minutes) from then on,
   or until a connect to it fails; then v2 is tried again (the server
   behind it may have been upgraded).
+- Every session asks for values and observers (HELLO with the OPEN). An
+  address that answers HELLO with ERROR 0x13 lacks the extension: its
+  sessions open without HELLO for the same 5 minutes (or until a connect
+  fails), and a value, an observation or a lookup there is `Unsupported`.
 
 Design and figures: docs/client-python.md, "Protocol v2 sessions".
 """
@@ -67,6 +71,11 @@ class V1Only(Exception):
     """The address answered the OPEN with ERROR 0x10: it speaks v1 only."""
 
 
+class NoExtension(Exception):
+    """The address answered HELLO with ERROR 0x13: it lacks values and
+    observers (plain sessions work)."""
+
+
 class DialFailed(Exception):
     """The address could not be reached (the cause is chained)."""
 
@@ -105,17 +114,31 @@ class V1Addresses:
 
 #: The process's memory of v1-only addresses.
 V1_ADDRESSES = V1Addresses()
+#: The process's memory of addresses without values and observers (the
+#: same rules: 5 minutes, or until a connect to the address fails).
+PLAIN_ADDRESSES = V1Addresses()
 
 
-def with_room(sessions: Sequence[S], lease_ms: int) -> Optional[S]:
-    """The first session with this lease that can take one more claim."""
+def with_room(sessions: Sequence[S], lease_ms: int, extension: bool = False) -> Optional[S]:
+    """The first session with this lease that can take one more claim
+    (`extension`: on a session that was granted values and observers)."""
     for session in sessions:
         if (
             session.core.lease_ms == lease_ms
             and not session.closed
             and not session.full
             and session.core.has_room()
+            and (not extension or session.core.extended)
         ):
+            return session
+    return None
+
+
+def with_watch_room(sessions: Sequence[S]) -> Optional[S]:
+    """The first session, whatever its lease, that can take one more
+    watch (granted values and observers, below its `max_watches`)."""
+    for session in sessions:
+        if not session.closed and session.core.has_watch_room():
             return session
     return None
 

@@ -21,24 +21,32 @@ from __future__ import annotations
 
 import collections
 import enum
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple, Union
 
 from . import frames, frames2
 from .frames2 import (
     ACQUIRED,
     BUSY,
     ERROR,
+    FEATURES,
     GRANTED,
+    LOCK_STATE,
+    OBSERVING,
     OPENED,
     PONG,
+    PROCLAIMED,
     REFUSED,
     RELEASED,
     REVOKED,
+    STATE,
+    UNOBSERVED,
     WAITING,
+    WireState,
 )
 from ..errors import LockLost, ProtocolError
 from .claim import Status
 from .schedule import MS, Schedule
+from .watch import LookupState, WatchState, WStatus
 
 #: ERROR code of a server that speaks only protocol v1, in reply to OPEN.
 UNSUPPORTED_VERSION = 0x10
@@ -48,6 +56,10 @@ TOO_MANY_CLAIMS = 0x09
 UNKNOWN_CLAIM = 0x20
 #: ERROR code: the server closed a session that had no claim.
 IDLE_CLOSED = 0x03
+#: ERROR code of a server without the extension, in reply to HELLO.
+UNKNOWN_MESSAGE_TYPE = 0x13
+#: REFUSED code: this session has `max_watches` watches in use.
+TOO_MANY_WATCHES = 0x0B
 
 _U32 = 1 << 32
 
@@ -90,9 +102,13 @@ class ClaimState:
         "watch",
         "history",
         "code",
+        "value",
+        "proclaims_sent",
+        "proclaims_done",
+        "proclaim_refused",
     )
 
-    def __init__(self, claim_id: int, name: str) -> None:
+    def __init__(self, claim_id: int, name: str, value: str = "") -> None:
         self.id = claim_id
         self.name = name
         self.status = CStatus.PENDING
@@ -112,10 +128,35 @@ class ClaimState:
         #: The claim code of the REFUSED or REVOKED that ended it, as on the
         #: wire (`refused` and `loss` carry the v1 code of the same meaning).
         self.code: Optional[int] = None
+        #: The value the server has for the claim (the latest PROCLAIMED's,
+        #: else the ACQUIRE_VALUE's).
+        self.value = value
+        #: PROCLAIMs written, and answered (PROCLAIMED or REFUSED): the
+        #: owner of the n-th waits until `proclaims_done >= n`.
+        self.proclaims_sent = 0
+        self.proclaims_done = 0
+        #: The code of the latest PROCLAIM answered REFUSED, if any.
+        self.proclaim_refused: Optional[int] = None
 
     @property
     def live(self) -> bool:
         return self.status in _LIVE
+
+
+class Note(enum.Enum):
+    """What a PROCLAIM's answer tells the claim's owner."""
+
+    PROCLAIMED = "proclaimed"
+    PROCLAIM_REFUSED = "proclaim_refused"
+
+
+#: What a session tells its drivers changed, in the order it happened: a
+#: claim (its `history` says how), a claim with a PROCLAIM's answer (a
+#: `Note`), a watch with what happened to it (its new WStatus, or the
+#: WireState pushed), or a lookup answered. Only the claims' own entries
+#: are kept (a few per claim): a long-lived claim or watch adds nothing
+#: that stays.
+Change = Union[ClaimState, Tuple[object, object], LookupState]
 
 
 class SState(enum.Enum):
@@ -126,7 +167,7 @@ class SState(enum.Enum):
     CLOSED = "closed"
 
 
-# Requests in flight: (type byte, claim id, send instant)
+# Requests in flight: (type byte, claim or watch id, send instant)
 _Request = Tuple[int, int, int]
 
 
@@ -146,6 +187,13 @@ class SessionCore:
         "claims",
         "changed",
         "idle_since",
+        "asked",
+        "features",
+        "max_watches",
+        "no_extension",
+        "watches",
+        "lookups",
+        "_next_watch",
         "_pending",
         "_confirmed_send",
         "_next_ping",
@@ -154,7 +202,9 @@ class SessionCore:
         "_answered",
     )
 
-    def __init__(self, lease_ms: int, now: int) -> None:
+    def __init__(self, lease_ms: int, now: int, hello: bool = False) -> None:
+        """`hello`: ask for the extension (values and observers) with the
+        OPEN, and wait for FEATURES before anything else."""
         self.lease_ms = lease_ms
         self.schedule = Schedule(lease_ms * MS)
         self.state = SState.OPENING
@@ -170,11 +220,26 @@ class SessionCore:
         self.claims: Dict[int, ClaimState] = {}
         #: Claims whose status the server changed since the driver last
         #: looked (it wakes their owners and signals their losses).
-        self.changed: List[ClaimState] = []
+        self.changed: List[Change] = []
         #: Since when the session has had no claim in use (None: it has one,
         #: or was opened for one that is about to come).
         self.idle_since: Optional[int] = None
+        #: HELLO was written with the OPEN.
+        self.asked = hello
+        #: The features FEATURES granted (0: none, or no HELLO).
+        self.features = 0
+        self.max_watches = 0
+        #: The server answered HELLO with ERROR 0x13: it lacks the extension.
+        self.no_extension = False
+        #: Watches in use at the server (or possibly so), by watch id.
+        self.watches: Dict[int, WatchState] = {}
+        #: LOOKUPs in flight, in the order written.
+        self.lookups: Deque[LookupState] = collections.deque()
+        self._next_watch = 1
         self._pending: Deque[_Request] = collections.deque([(frames2.OPEN, 0, now)])
+        if hello:
+            self.outbox += frames2.hello()
+            self._pending.append((frames2.HELLO, 0, now))
         self._confirmed_send = now
         self._next_ping: Optional[int] = None
         self._next_id = 1
@@ -184,8 +249,16 @@ class SessionCore:
     # what the owner asks
 
     def in_use(self) -> int:
-        """Claims in use at the server (or possibly so)."""
-        return len(self.claims)
+        """Claims and watches in use at the server (or possibly so)."""
+        return len(self.claims) + len(self.watches)
+
+    @property
+    def extended(self) -> bool:
+        """FEATURES granted values and observers on this session."""
+        return bool(self.features & frames2.FEATURE_VALUES)
+
+    def has_watch_room(self) -> bool:
+        return self.state is SState.OPEN and self.extended and len(self.watches) < self.max_watches
 
     def is_closed(self) -> bool:
         return self.state is SState.CLOSED
@@ -202,21 +275,78 @@ class SessionCore:
     def has_room(self) -> bool:
         return self.state is not SState.CLOSED and len(self.claims) < self.max_claims
 
-    def acquire(self, name: str, raw_name: bytes, mode: int, now: int) -> ClaimState:
-        """Queues an ACQUIRE; the claim's status changes as replies arrive."""
+    def acquire(
+        self, name: str, raw_name: bytes, mode: int, now: int, value: Optional[bytes] = None
+    ) -> ClaimState:
+        """Queues an ACQUIRE (ACQUIRE_VALUE when `value` is given, even
+        empty); the claim's status changes as replies arrive."""
         claim_id = self._next_id
         while claim_id in self.claims:
             claim_id = (claim_id + 1) % _U32
         self._next_id = (claim_id + 1) % _U32
-        claim = ClaimState(claim_id, name)
+        claim = ClaimState(claim_id, name, "" if value is None else value.decode("utf-8"))
         if self.state is SState.CLOSED:
             claim.unsent = True
             self._end(claim, CStatus.LOST, self.loss)
             return claim
         self.claims[claim_id] = claim
         self.idle_since = None
-        self._send(frames2.ACQUIRE, claim_id, frames2.acquire(claim_id, mode, raw_name), now)
+        if value is None:
+            frame = frames2.acquire(claim_id, mode, raw_name)
+        else:
+            frame = frames2.acquire_value(claim_id, mode, raw_name, value)
+        self._send(frames2.ACQUIRE, claim_id, frame, now)
         return claim
+
+    def proclaim(self, claim: ClaimState, value: bytes, now: int) -> int:
+        """Queues a PROCLAIM of `claim` (held or waiting). Returns the
+        count its owner waits for in `claim.proclaims_done`; 0 when the
+        claim has ended or is on its way out (nothing is written)."""
+        if claim.status not in (CStatus.HELD, CStatus.WAITING) or self.state is SState.CLOSED:
+            return 0
+        claim.proclaims_sent += 1
+        self._send(frames2.PROCLAIM, claim.id, frames2.proclaim(claim.id, value), now)
+        return claim.proclaims_sent
+
+    def observe(self, name: str, raw_name: bytes, now: int) -> WatchState:
+        """Queues an OBSERVE; the watch's status changes as replies and
+        pushes arrive. A session already ended gives a watch that ended
+        unsent."""
+        watch_id = self._next_watch
+        while watch_id in self.watches:
+            watch_id = (watch_id + 1) % _U32
+        self._next_watch = (watch_id + 1) % _U32
+        watch = WatchState(watch_id, name)
+        if self.state is SState.CLOSED:
+            watch.unsent = True
+            watch.end(WStatus.LOST, self.loss)
+            self.changed.append((watch, WStatus.LOST))
+            return watch
+        self.watches[watch_id] = watch
+        self.idle_since = None
+        self._send(frames2.OBSERVE, watch_id, frames2.observe(watch_id, raw_name), now)
+        return watch
+
+    def unobserve(self, watch: WatchState, now: int) -> None:
+        """Queues an UNOBSERVE (or, while the OBSERVE is unanswered, asks
+        for one as soon as its reply leaves the id in use). Nothing for a
+        watch that ended."""
+        if watch.status is WStatus.OBSERVING:
+            watch.status = WStatus.UNOBSERVING
+            self._send(frames2.UNOBSERVE, watch.id, frames2.unobserve(watch.id), now)
+        elif watch.status is WStatus.PENDING:
+            watch.stop_wanted = True
+
+    def lookup(self, name: str, raw_name: bytes, now: int) -> LookupState:
+        """Queues a LOOKUP; the answer lands in the returned object."""
+        found = LookupState(name)
+        if self.state is SState.CLOSED:
+            found.fail(self.loss or LockLost.connection())
+            self.changed.append(found)
+            return found
+        self.lookups.append(found)
+        self._send(frames2.LOOKUP, 0, frames2.lookup(raw_name), now)
+        return found
 
     def release(self, claim: ClaimState, now: int) -> None:
         """Queues a RELEASE of `claim` (or of what its ACQUIRE in flight
@@ -275,9 +405,17 @@ class SessionCore:
         self.state = SState.CLOSED
         self.loss = loss
         claims, self.claims = self.claims, {}
-        for claim in claims.values():
+        for claim in sorted(claims.values(), key=lambda c: c.id):
             if claim.live:  # not revoked with its RELEASE's reply still due
                 self._end(claim, CStatus.LOST, loss)
+        watches, self.watches = self.watches, {}
+        for watch in sorted(watches.values(), key=lambda w: w.id):
+            watch.end(WStatus.LOST, loss)
+            self.changed.append((watch, WStatus.LOST))
+        lookups, self.lookups = self.lookups, collections.deque()
+        for found in lookups:
+            found.fail(loss)
+            self.changed.append(found)
         self._pending.clear()
         self.outbox.clear()
 
@@ -321,9 +459,18 @@ class SessionCore:
         if kind == REVOKED:
             self._on_revoked(frame, now)
             return
+        if kind == STATE:
+            self._on_state(frame)
+            return
         if kind == ERROR:
             if self.state is SState.OPENING and code == UNSUPPORTED_VERSION:
                 self.v1_only = True
+            elif (
+                code == UNKNOWN_MESSAGE_TYPE
+                and self._pending
+                and self._pending[0][0] == frames2.HELLO
+            ):
+                self.no_extension = True  # OPENED, then ERROR 0x13 answering HELLO
             self.fail(LockLost.server(code, reason))
             return
         if not self._pending:
@@ -333,9 +480,24 @@ class SessionCore:
         if kind == OPENED:
             if request != frames2.OPEN:
                 raise ProtocolError("OPENED arrived for another request than OPEN")
-            self.state = SState.OPEN
             self.session_id = value
             self.max_claims = code
+            if not self.asked:
+                self.state = SState.OPEN
+        elif kind == FEATURES:
+            if request != frames2.HELLO:
+                raise ProtocolError("FEATURES arrived for another request than HELLO")
+            self.features = value & frames2.FEATURE_VALUES
+            self.max_watches = code
+            self.state = SState.OPEN
+        elif request == frames2.PROCLAIM and kind in (PROCLAIMED, REFUSED):
+            self._on_proclaim_reply(frame, request_id)
+        elif request == frames2.OBSERVE and kind in (OBSERVING, REFUSED):
+            self._on_observe_reply(frame, request_id, now)
+        elif request == frames2.UNOBSERVE and kind in (UNOBSERVED, REFUSED):
+            self._on_unobserve_reply(frame, request_id, now)
+        elif request == frames2.LOOKUP and kind in (LOCK_STATE, REFUSED):
+            self._on_lookup_reply(frame)
         elif kind == PONG:
             if request != frames2.PING:
                 raise ProtocolError("PONG arrived for another request than PING")
@@ -405,6 +567,98 @@ class SessionCore:
             raise ProtocolError(f"unexpected reply 0x{kind:02x} to the RELEASE of claim {claim_id}")
         self._after_change(now)
 
+    def _on_proclaim_reply(self, frame: frames2.Frame, request_id: int) -> None:
+        kind, claim_id, _, code, _ = frame
+        if claim_id != request_id:
+            raise ProtocolError(
+                f"reply 0x{kind:02x} names claim {claim_id}, but the PROCLAIM in flight "
+                f"names claim {request_id}"
+            )
+        claim = self.claims.get(claim_id)
+        if claim is None:
+            # Ended meanwhile (a REVOKED, then the answer): nothing to tell.
+            if kind == REFUSED:
+                return
+            raise ProtocolError(f"PROCLAIMED names claim {claim_id}, not in use")
+        claim.proclaims_done += 1
+        if kind == PROCLAIMED:
+            self.changed.append((claim, Note.PROCLAIMED))
+        elif claim.live:
+            claim.proclaim_refused = code
+            self.changed.append((claim, Note.PROCLAIM_REFUSED))
+
+    def _on_state(self, frame: frames2.Frame) -> None:
+        """A push: confirms nothing."""
+        _, watch_id, token, _, state = frame
+        assert isinstance(state, WireState)
+        watch = self.watches.get(watch_id)
+        if watch is None or watch.status is WStatus.PENDING:
+            raise ProtocolError(f"STATE for watch {watch_id}, not in use")
+        if token < watch.last_token:
+            raise ProtocolError(
+                f"STATE for watch {watch_id} names token {token} after token {watch.last_token}"
+            )
+        watch.last_token = token
+        if watch.status is WStatus.UNOBSERVING:
+            return  # UNOBSERVE is on its way: nothing for the owner
+        watch.push(state)
+        self.changed.append((watch, state))
+
+    def _watch(self, frame: frames2.Frame, request_id: int) -> WatchState:
+        kind, watch_id = frame[0], frame[1]
+        if watch_id != request_id:
+            raise ProtocolError(
+                f"reply 0x{kind:02x} names watch {watch_id}, but the request in flight "
+                f"names watch {request_id}"
+            )
+        watch = self.watches.get(watch_id)
+        if watch is None:
+            raise ProtocolError(f"reply 0x{kind:02x} names watch {watch_id}, not in use")
+        return watch
+
+    def _on_observe_reply(self, frame: frames2.Frame, request_id: int, now: int) -> None:
+        kind, _, _, code, reason = frame
+        watch = self._watch(frame, request_id)
+        if watch.status is not WStatus.PENDING:
+            raise ProtocolError(f"a second reply to the OBSERVE of watch {watch.id}")
+        if kind == OBSERVING:
+            watch.status = WStatus.OBSERVING
+            self.changed.append((watch, WStatus.OBSERVING))
+            if watch.stop_wanted:
+                self.unobserve(watch, now)
+        else:
+            watch.code = code
+            del self.watches[watch.id]
+            watch.status = WStatus.REFUSED
+            watch.loss = LockLost.refused(f'observation of lock "{watch.name}"', code, str(reason))
+            self.changed.append((watch, WStatus.REFUSED))
+            self._after_change(now)
+
+    def _on_unobserve_reply(self, frame: frames2.Frame, request_id: int, now: int) -> None:
+        kind = frame[0]
+        watch = self._watch(frame, request_id)
+        if watch.status is not WStatus.UNOBSERVING or kind != UNOBSERVED:
+            raise ProtocolError(f"unexpected reply 0x{kind:02x} to the UNOBSERVE of watch {watch.id}")
+        del self.watches[watch.id]
+        watch.end(WStatus.UNOBSERVED, None)
+        self.changed.append((watch, WStatus.UNOBSERVED))
+        self._after_change(now)
+
+    def _on_lookup_reply(self, frame: frames2.Frame) -> None:
+        kind, lookup_id, _, code, payload = frame
+        if kind == REFUSED and lookup_id != 0:
+            raise ProtocolError(f"REFUSED for a LOOKUP names id {lookup_id}, not 0")
+        if not self.lookups:
+            raise ProtocolError("a LOOKUP's reply with no LOOKUP in flight")
+        found = self.lookups.popleft()
+        if kind == LOCK_STATE:
+            assert isinstance(payload, WireState)
+            found.state = payload
+        else:
+            found.code = code
+            found.fail(LockLost.refused(f'lookup of lock "{found.name}"', code, str(payload)))
+        self.changed.append(found)
+
     def _claim(
         self, claim_id: int, frame: frames2.Frame, expected: Optional[int] = None
     ) -> ClaimState:
@@ -445,7 +699,7 @@ class SessionCore:
         claim.history.append(claim.status)
 
     def _after_change(self, now: int) -> None:
-        if not self.claims and self.idle_since is None:
+        if not self.claims and not self.watches and self.idle_since is None:
             self.idle_since = now
 
 

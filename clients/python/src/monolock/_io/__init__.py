@@ -8,4 +8,6 @@ protocol logic of its own.
   connection of the process, v1 and v2 alike.
 - `v1`, `sessions`: a v1 connection and a v2 session on that reactor.
 - `aio_v1`, `aio_sessions`: the same two on an asyncio event loop.
+- `watches`, `aio_watches`: observations and holder lookups on those
+  sessions, sync and asyncio.
 """

@@ -20,7 +20,15 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._core import pool as rules
 from .._core.address import Address
 from .._core.claim import Status
-from .._core.pool import V1_ADDRESSES, DialFailed, PoolKey, V1Only, pool_key
+from .._core.pool import (
+    PLAIN_ADDRESSES,
+    V1_ADDRESSES,
+    DialFailed,
+    NoExtension,
+    PoolKey,
+    V1Only,
+    pool_key,
+)
 from .._core.session import (
     ClaimState,
     CStatus,
@@ -54,7 +62,8 @@ class AsyncSession(asyncio.Protocol):
         self.key = key
         self.address = address
         self.pid = current_pid()
-        self.core = SessionCore(lease_ms, time.monotonic_ns())
+        self.hello = not PLAIN_ADDRESSES.is_v1(key, time.monotonic_ns())
+        self.core = SessionCore(lease_ms, time.monotonic_ns(), self.hello)
         self.transport: Optional[asyncio.Transport] = None
         self.closed = False
         self.full = False
@@ -74,7 +83,8 @@ class AsyncSession(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        self.core = SessionCore(self.core.lease_ms, time.monotonic_ns())  # S: the OPEN's send
+        # S: the OPEN's send
+        self.core = SessionCore(self.core.lease_ms, time.monotonic_ns(), self.hello)
         self.settle()
 
     def data_received(self, data: bytes) -> None:
@@ -96,6 +106,8 @@ class AsyncSession(asyncio.Protocol):
         core = self.core
         if core.changed:
             for claim in core.changed:
+                if not isinstance(claim, ClaimState):
+                    continue  # watches and lookups: their owners wait on the session
                 if isinstance(claim.watch, AsyncV2Claim):
                     claim.watch.on_change()
                 if not claim.live and claim.status is not CStatus.REFUSED:
@@ -275,6 +287,27 @@ class AsyncV2Claim:
             await self._changed(until)
         return self.claim.loss
 
+    async def proclaim(self, raw_value: bytes) -> Optional[LockLost]:
+        """Sends PROCLAIM of the claim's new value and returns once the
+        server answered it (or the claim ended): None when PROCLAIMED was
+        read, else why the claim is no longer held."""
+        claim = self.claim
+        self.status()
+        target = 0 if self.released else self.session.core.proclaim(claim, raw_value, time.monotonic_ns())
+        if target == 0:
+            return claim.loss or LockLost.released().for_lock(claim.name)
+        self.session.settle()
+        while claim.proclaims_done < target and claim.live:
+            self.session.check()
+            if not claim.live:
+                break
+            # The session's own timer ends it at its deadline, which wakes us.
+            await self.session.changed(None)
+        if claim.status is not CStatus.HELD or self.released:
+            return claim.loss or LockLost.released().for_lock(claim.name)
+        claim.value = raw_value.decode("utf-8")
+        return None
+
     def release_from_gc(self) -> None:
         """From `__del__`: the release is made on the loop's thread."""
         if self.released or current_pid() != self.session.pid:
@@ -326,11 +359,22 @@ class AsyncPool:
             _resolve(self._empty)
             self._keeper = self._empty = None
 
-    async def session(self, endpoints: Endpoints, address: Address, lease_ms: int) -> AsyncSession:
+    async def session(
+        self,
+        endpoints: Endpoints,
+        address: Address,
+        lease_ms: int,
+        extension: bool = False,
+        watch: bool = False,
+    ) -> AsyncSession:
+        """As the sync pool's `session`."""
         key = pool_key(endpoints, address)
         while True:
             sessions = self.sessions.setdefault(key, [])
-            found = rules.with_room(sessions, lease_ms)
+            if watch:
+                found = rules.with_watch_room(sessions)
+            else:
+                found = rules.with_room(sessions, lease_ms, extension)
             if found is not None:
                 return found
             opening = self.opening.get((key, lease_ms))
@@ -394,6 +438,9 @@ class AsyncPool:
             if core.v1_only:
                 V1_ADDRESSES.remember(key, time.monotonic_ns())
                 raise V1Only()
+            if core.no_extension:
+                PLAIN_ADDRESSES.remember(key, time.monotonic_ns())
+                raise NoExtension()
             raise core.loss or LockLost.connection()
         return session
 

@@ -136,6 +136,37 @@ class V2Claim(ClaimWatch):
             return release_unconfirmed(self.io_timeout).for_lock(self.claim.name)
         return self.claim.loss
 
+    def proclaim(self, raw_value: bytes) -> Optional[LockLost]:
+        """Sends PROCLAIM of the claim's new value and returns once the
+        server answered it (or the claim ended): None when PROCLAIMED was
+        read, else why the claim is no longer held."""
+        session = self.session
+        with session.cond:
+            now = time.monotonic_ns()
+            session.core.check(now)
+            ended = session.settle_locked()
+            target = 0 if self.released else session.core.proclaim(self.claim, raw_value, now)
+        if ended:
+            session.close()
+        if target == 0:
+            return self.claim.loss or LockLost.released().for_lock(self.claim.name)
+        session.submit()
+        claim = self.claim
+        while True:
+            with session.cond:
+                now = time.monotonic_ns()
+                session.core.check(now)
+                ended = session.settle_locked()
+                if claim.proclaims_done >= target or not claim.live:
+                    break
+                session.cond.wait(max(session.core.deadline() - now, 0) / 1e9)
+        if ended:
+            session.close()
+        if claim.status is not CStatus.HELD or self.released:
+            return claim.loss or LockLost.released().for_lock(claim.name)
+        claim.value = raw_value.decode("utf-8")
+        return None
+
     def release_from_gc(self) -> None:
         """From `__del__`, on any thread, perhaps one holding this session's
         lock: only queues the release for the reactor thread."""

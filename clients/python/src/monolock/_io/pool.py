@@ -19,7 +19,15 @@ from typing import Dict, List, Optional, Tuple
 
 from .._core import pool as rules
 from .._core.address import Address
-from .._core.pool import V1_ADDRESSES, DialFailed, PoolKey, V1Only, pool_key
+from .._core.pool import (
+    PLAIN_ADDRESSES,
+    V1_ADDRESSES,
+    DialFailed,
+    NoExtension,
+    PoolKey,
+    V1Only,
+    pool_key,
+)
 from .._core.session import SessionCore, SState
 from ..errors import LockLost
 from .connect import Endpoints, dial, read_first_reply
@@ -44,15 +52,28 @@ class SessionPool:
                 if not sessions:
                     del self.sessions[session.key]
 
-    def session(self, endpoints: Endpoints, address: Address, lease_ms: int) -> SyncSession:
+    def session(
+        self,
+        endpoints: Endpoints,
+        address: Address,
+        lease_ms: int,
+        extension: bool = False,
+        watch: bool = False,
+    ) -> SyncSession:
         """A session to `address` with this lease that has room for one more
-        claim: an open one, or a new one. Raises V1Only, DialFailed,
-        ConnectError (the wrong port), LockLost (the OPEN's loss)."""
+        claim (`extension`: on a session granted values and observers), or,
+        with `watch`, any session with room for one more watch: an open
+        one, or a new one with this lease. Raises V1Only, NoExtension,
+        DialFailed, ConnectError (the wrong port), LockLost (the OPEN's
+        loss)."""
         key = pool_key(endpoints, address)
         while True:
             with self.lock:
                 sessions = self.sessions.setdefault(key, [])
-                found = rules.with_room(sessions, lease_ms)
+                if watch:
+                    found = rules.with_watch_room(sessions)
+                else:
+                    found = rules.with_room(sessions, lease_ms, extension)
                 if found is not None:
                     return found
                 opening = self.opening.get((key, lease_ms))
@@ -87,7 +108,7 @@ class SessionPool:
         except (OSError, ssl.SSLError) as err:
             raise DialFailed(str(err)) from err
         sent = time.monotonic_ns()
-        core = SessionCore(lease_ms, sent)
+        core = SessionCore(lease_ms, sent, hello=not PLAIN_ADDRESSES.is_v1(key, sent))
         request = bytes(core.outbox)
         core.outbox.clear()
         read_first_reply(sock, request, core, sent, endpoints._connect_timeout)
@@ -96,6 +117,9 @@ class SessionPool:
             if core.v1_only:
                 V1_ADDRESSES.remember(key, time.monotonic_ns())
                 raise V1Only()
+            if core.no_extension:
+                PLAIN_ADDRESSES.remember(key, time.monotonic_ns())
+                raise NoExtension()
             loss = core.loss or LockLost.connection()
             raise loss
         session = SyncSession(core, sock, address, key, self)
@@ -115,6 +139,7 @@ def _after_fork_in_child() -> None:
     old = POOL
     POOL = SessionPool()
     V1_ADDRESSES.clear()
+    PLAIN_ADDRESSES.clear()
     for sessions in old.sessions.values():
         for session in sessions:
             session.closed = True

@@ -143,6 +143,12 @@ class Channel:
         raise NotImplementedError
 
 
+def _write(channel: Channel) -> None:
+    """A channel's `writable` hook, dispatched on its own class (the base
+    class's method is only its documentation)."""
+    channel.writable()
+
+
 class _Epoll:
     """Readiness by epoll, each socket one-shot: after an event it stays
     disarmed until `arm`, so an owner thread can read its reply itself
@@ -347,7 +353,7 @@ class Reactor:
                     self._drain_wake()
                     continue
                 if writable:
-                    self._guarded(Channel.writable, channel)
+                    self._guarded(_write, channel)
                 if readable:
                     self._guarded(self._readable, channel)
                 elif self._poller.oneshot or writable:
@@ -376,7 +382,7 @@ class Reactor:
             elif what is _Command.CALL and step is not None:
                 self._guarded(lambda _: step(), channel)
             elif not channel.closed:  # FLUSH
-                self._guarded(Channel.writable, channel)
+                self._guarded(_write, channel)
                 self._poller.arm(channel)
         return not (self.dedicated and self._served and self._channels == 0)
 

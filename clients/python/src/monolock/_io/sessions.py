@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Optional
 from .._core import pool as rules
 from .._core.address import Address
 from .._core.pool import PoolKey
-from .._core.session import CStatus, SessionCore, SState
+from .._core.session import ClaimState, CStatus, SessionCore, SState
 from ..errors import LockLost
 from .reactor import (
     WOULD_BLOCK,
@@ -120,6 +120,8 @@ class SyncSession(Channel):
         core = self.core
         if core.changed:
             for claim in core.changed:
+                if not isinstance(claim, ClaimState):
+                    continue  # watches and lookups: their owners wait on `cond`
                 watch = claim.watch
                 if claim.status is CStatus.LOST and isinstance(watch, ClaimWatch):
                     if not watch.released:  # an unconfirmed release is no loss to signal
