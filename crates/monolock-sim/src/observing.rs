@@ -73,7 +73,7 @@ pub(crate) fn seen(state: &LockState) -> Seen {
 /// Whether the observation ended because the server broke the protocol
 /// (the client ends such a session with the loss reason `protocol`).
 fn broken_protocol(err: &Error) -> bool {
-    matches!(err, Error::ObservationEnded(ended) if ended.to_string().contains("(protocol)"))
+    matches!(err, Error::ObservationEnded(ended) if ended.reason().name() == "protocol")
 }
 
 /// Observes `lock` as watch `watch`, again and again (a new watch number
