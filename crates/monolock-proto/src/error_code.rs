@@ -82,6 +82,15 @@ impl ErrorCode {
     /// v2 claim, 0x25: an ACQUIRE mode other than wait (0) or try (1).
     pub const UNKNOWN_MODE: Self = Self(0x25);
 
+    /// v2 extension, 0x0b: the session has as many watches as it may.
+    pub const TOO_MANY_WATCHES: Self = Self(0x0b);
+    /// v2 extension, 0x0c: the server has as many watches as it may.
+    pub const SERVER_WATCH_LIMIT: Self = Self(0x0c);
+    /// v2 extension, 0x26: a value longer than 1,024 bytes.
+    pub const VALUE_TOO_LONG: Self = Self(0x26);
+    /// v2 extension, 0x27: a value that is not valid UTF-8.
+    pub const VALUE_NOT_UTF8: Self = Self(0x27);
+
     /// Every code protocol v1 defines, in ascending order.
     pub const ALL: [Self; 13] = [
         Self::SHUTTING_DOWN,
@@ -114,6 +123,15 @@ impl ErrorCode {
         Self::UNKNOWN_MODE,
     ];
 
+    /// Every code the version 2 extension (values and observers) adds, in
+    /// ascending order (all in REFUSED).
+    pub const ALL_EXT: [Self; 4] = [
+        Self::TOO_MANY_WATCHES,
+        Self::SERVER_WATCH_LIMIT,
+        Self::VALUE_TOO_LONG,
+        Self::VALUE_NOT_UTF8,
+    ];
+
     /// The class of this code, by range (unknown codes included).
     pub const fn class(self) -> ErrorClass {
         if self.0 < 0x10 {
@@ -139,6 +157,8 @@ impl ErrorCode {
             0x08 => "claim revoked by administrator",
             0x09 => "too many claims on this session",
             0x0a => "server claim limit reached",
+            0x0b => "too many watches on this session",
+            0x0c => "server watch limit reached",
             0x10 => "unsupported protocol version",
             0x11 => "first message must be ACQUIRE",
             0x12 => "duplicate ACQUIRE",
@@ -155,6 +175,8 @@ impl ErrorCode {
             0x23 => "lock name is not valid UTF-8 (claim)",
             0x24 => "not authorized for lock (claim)",
             0x25 => "unknown ACQUIRE mode",
+            0x26 => "value longer than 1024 bytes",
+            0x27 => "value is not valid UTF-8",
             _ => return None,
         })
     }
@@ -177,7 +199,11 @@ mod tests {
             let code = ErrorCode(code);
             assert_eq!(code.is_temporary(), code.0 < 0x10, "{code}");
         }
-        for code in ErrorCode::ALL.into_iter().chain(ErrorCode::ALL_V2) {
+        for code in ErrorCode::ALL
+            .into_iter()
+            .chain(ErrorCode::ALL_V2)
+            .chain(ErrorCode::ALL_EXT)
+        {
             assert!(code.description().is_some(), "{code}");
         }
         assert_eq!(ErrorCode(0x7f).description(), None);

@@ -1,4 +1,5 @@
-//! The monolock wire protocol, versions 1 and 2 (the latter in [`v2`]).
+//! The monolock wire protocol, versions 1 and 2 (the latter in [`v2`],
+//! its extension for lock values and observers in [`ext`]).
 //!
 //! This crate is the single source of the wire format: frame types, their
 //! byte layout, the error codes and their classes, the lock-name rules and
@@ -24,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod error_code;
+pub mod ext;
 mod frame;
 mod name;
 mod token;

@@ -463,7 +463,7 @@ pub enum Request<'a> {
     Ping,
 }
 
-fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
     let b = buf.get(at..at + 4)?;
     Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
