@@ -381,7 +381,7 @@ impl Driver {
 
     /// Sends `cmd` and requires success.
     pub fn ok(&mut self, cmd: Value) -> Check<Reply> {
-        let shown = cmd.to_string();
+        let shown = abbreviated(&cmd);
         let reply = self.call(cmd)?;
         if !reply.ok() {
             return Err(self.failure(format!("{shown} failed: {}", reply.0["error"])));
@@ -391,7 +391,7 @@ impl Driver {
 
     /// Sends `cmd` and requires a failure whose kind is one of `kinds`.
     pub fn fails(&mut self, cmd: Value, kinds: &[&str]) -> Check<Reply> {
-        let shown = cmd.to_string();
+        let shown = abbreviated(&cmd);
         let reply = self.call(cmd)?;
         if reply.ok() {
             return Err(self.failure(format!(
@@ -784,4 +784,26 @@ pub fn elect_cmd(handle: &str, name: &str, lease_ms: u64, value: &str) -> Value 
 /// A duration as the whole milliseconds a command's `timeout_ms` takes.
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A command as failure messages show it: strings longer than 64
+/// characters (a value of 1,025 bytes) cut, with their length in bytes.
+pub fn abbreviated(cmd: &Value) -> String {
+    match cmd {
+        Value::Object(fields) => {
+            let mut shown = serde_json::Map::new();
+            for (key, value) in fields {
+                let value = match value {
+                    Value::String(text) if text.chars().count() > 64 => {
+                        let head: String = text.chars().take(16).collect();
+                        Value::String(format!("{head}... ({} bytes)", text.len()))
+                    }
+                    other => other.clone(),
+                };
+                shown.insert(key.clone(), value);
+            }
+            Value::Object(shown).to_string()
+        }
+        other => other.to_string(),
+    }
 }
