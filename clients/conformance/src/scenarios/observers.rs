@@ -321,11 +321,15 @@ pub fn observer_sees_release_reasons(lab: &Lab, client: &Prepared) -> Check {
     holder.exit()
 }
 
-/// A server started with `--max-watches-per-session 2`: a driver's first
-/// two `observe`s succeed, the third fails with kind `server` (REFUSED
-/// `0x0b`), and the first two keep working: each is told the GRANTED of a
-/// lock another driver then takes with a value. Once one is unobserved, a
-/// third `observe` succeeds.
+/// A server started with `--max-watches-per-session 2` and `--max-watches
+/// 2`: a driver's first two `observe`s succeed, the third fails with kind
+/// `server` (REFUSED `0x0b` on a session at its bound; `0x0c` if the
+/// client moves the watch to another session, as it moves a claim refused
+/// `0x09`: both bounds are 2, so either way the third is refused), and the
+/// admin API counts two watches. The first two keep working: each is told
+/// the GRANTED of a lock another driver then takes with a value. Once one
+/// is unobserved (the admin API counts one watch), a third `observe`
+/// succeeds.
 ///
 /// A run forced to v1 has no observations: its `observe` answers
 /// `unsupported` without connecting.
@@ -340,7 +344,8 @@ pub fn observer_bound_refused(lab: &Lab, client: &Prepared) -> Check {
         no_connection(&driver, &listener, what)?;
         return driver.exit();
     }
-    let server = Server::start(&lab.monolock, &["--max-watches-per-session", "2"])?;
+    let bounds = ["--max-watches-per-session", "2", "--max-watches", "2"];
+    let server = Server::start(&lab.monolock, &bounds)?;
     let mut observer = client.driver(lab, 1)?;
     let mut holder = client.driver(lab, 2)?;
     observer.open(&server.address())?;
@@ -356,12 +361,25 @@ pub fn observer_bound_refused(lab: &Lab, client: &Prepared) -> Check {
     }
     let third = json!({"cmd": "observe", "handle": "w3", "name": names[2]});
     observer.fails(third, &["server"])?;
+    let counted = server.admin.watches()?;
+    ensure!(
+        client.name(),
+        counted == 2,
+        "after two observations and a refused third, the admin API counts {counted} watches"
+    );
     for (watch, name) in ["w1", "w2"].iter().zip(names) {
         let value = format!("{name} holder");
         let token = holder.lock_with_value(watch, name, LEASE_MS, &value)?;
         told(&mut observer, watch, &Expected::granted(token, &value))?;
     }
     observer.unobserve("w1")?;
+    // The client need not wait for UNOBSERVED: the server's count says
+    // when the watch is gone.
+    server
+        .admin
+        .until("the unobserved watch gone", PATIENCE, |admin| {
+            Ok((admin.watches()? == 1).then_some(()))
+        })?;
     let initial = observer.observe("w3", names[2])?;
     initially_free(&observer, &initial, names[2])?;
     observer.unobserve("w2")?;
