@@ -222,3 +222,87 @@ fn serve_v2(mut stream: TcpStream, seen: &Mutex<Seen>, tokens: &AtomicU64) -> st
     }
     stream.shutdown(std::net::Shutdown::Write)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        io::{Read, Write},
+        net::TcpStream,
+        time::Duration,
+    };
+
+    use super::{OlderServer, Seen};
+
+    fn connect(server: &OlderServer) -> TcpStream {
+        let stream = TcpStream::connect(&server.address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        stream
+    }
+
+    fn read_n(stream: &mut TcpStream, n: usize) -> Vec<u8> {
+        let mut buf = vec![0; n];
+        stream.read_exact(&mut buf).expect("a whole reply");
+        buf
+    }
+
+    fn hex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    #[test]
+    fn hello_is_answered_as_the_server_before_the_extension_answered_it() {
+        let server = OlderServer::start().expect("start");
+        let mut stream = connect(&server);
+        stream
+            .write_all(&hex("0102000007d02400000001"))
+            .expect("write");
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("read to the close");
+        // What `monolock serve` before the extension wrote, byte for byte:
+        // OPENED (session 1, 1024 claims), then ERROR 0x13 "unknown
+        // message type: 0x24", then the close.
+        let before = "30000000000000000100000400\
+                      13131a756e6b6e6f776e206d65737361676520747970653a2030783234";
+        assert_eq!(answer, hex(before));
+        assert_eq!(
+            server.seen(),
+            Seen {
+                hellos_refused: 1,
+                ..Seen::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_plain_session_acquires_releases_and_pongs() {
+        let server = OlderServer::start().expect("start");
+        let mut stream = connect(&server);
+        stream.write_all(&hex("0102000007d0")).expect("open");
+        assert_eq!(read_n(&mut stream, 13)[0], 0x30);
+        let acquire = hex("210000000700066465706c6f79");
+        stream.write_all(&acquire).expect("acquire");
+        let first = read_n(&mut stream, 13);
+        stream.write_all(&acquire).expect("acquire again");
+        let second = read_n(&mut stream, 13);
+        assert_eq!(first[..5], hex("3100000007")[..]);
+        assert!(second[5..] > first[5..], "tokens rise");
+        stream.write_all(&hex("2200000007")).expect("release");
+        assert_eq!(read_n(&mut stream, 5), hex("3400000007"));
+        stream.write_all(&hex("23")).expect("ping");
+        assert_eq!(read_n(&mut stream, 1), hex("35"));
+        stream
+            .write_all(&hex("2700000001066465706c6f79"))
+            .expect("observe");
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).expect("read to the close");
+        assert_eq!(rest[..2], [0x13, 0x13]);
+        let seen = server.seen();
+        assert_eq!((seen.v2_grants, seen.v2_releases), (2, 1));
+        assert_eq!(seen.extension_frames_refused, 1);
+    }
+}
