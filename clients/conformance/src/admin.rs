@@ -109,6 +109,23 @@ impl Admin {
         }
     }
 
+    /// The watches (OBSERVE) of every open session, summed from
+    /// `GET /api/sessions`.
+    pub fn watches(&self) -> Check<u64> {
+        let sessions = self.sessions()?;
+        sessions.iter().try_fold(0, |sum, session| {
+            session["watches"]
+                .as_u64()
+                .map(|watches| sum + watches)
+                .ok_or_else(|| {
+                    Failure::new(format!(
+                        "admin API: a session in /api/sessions without a number of watches: \
+                         {session}"
+                    ))
+                })
+        })
+    }
+
     /// Every held lock whose name matches the ACL glob `pattern`
     /// (`GET /api/locks?match=...`).
     pub fn locks_matching(&self, pattern: &str) -> Check<Vec<Value>> {

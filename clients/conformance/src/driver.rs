@@ -33,6 +33,60 @@ pub const REASONS: &[&str] = &[
     "server_error",
 ];
 
+/// The events of a lock state (`state.event` in replies, DRIVER.md): the
+/// wire's state event of docs/protocol.md's extension.
+pub const STATE_EVENTS: &[&str] = &["free", "held", "granted", "value", "released"];
+
+/// Why a holder's claim ended, as a `released` state says (`state.reason`).
+pub const RELEASE_REASONS: &[&str] = &["released", "expired", "forced", "ended_by_server"];
+
+/// A lock's state as a driver reports it (`state` in the replies to
+/// `observe`, `next_state` and `holder`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockState {
+    /// Someone holds the lock (`held`, `granted`, `value`).
+    pub held: bool,
+    /// The holder's token, or the token whose claim ended; 0 when unknown.
+    pub token: u64,
+    /// The holder's value; empty when not held.
+    pub value: String,
+    /// One of [`STATE_EVENTS`].
+    pub event: String,
+    /// The first state of an observation.
+    pub initial: bool,
+    /// Changes before this state were dropped (a slow reader).
+    pub coalesced: bool,
+    /// For `released`, one of [`RELEASE_REASONS`].
+    pub reason: Option<String>,
+}
+
+/// What a command that waits a bounded time for something answered.
+#[derive(Debug)]
+pub enum Next<T> {
+    /// The thing awaited.
+    Got(T),
+    /// `timeout: true`: nothing came within the command's `timeout_ms`.
+    Timeout,
+    /// The error reply (the observation or election ended).
+    Ended(Reply),
+}
+
+/// An event of a client's election helper (`next_election_event`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ElectionEvent {
+    /// on_started_leading, with the token of the lock.
+    StartedLeading(u64),
+    /// on_stopped_leading.
+    StoppedLeading,
+    /// on_new_leader: the observed holder changed to this token and value.
+    NewLeader {
+        /// The new leader's token.
+        token: u64,
+        /// The new leader's value.
+        value: String,
+    },
+}
+
 /// How to start one driver process.
 #[derive(Clone, Debug)]
 pub struct Launch {
@@ -327,7 +381,7 @@ impl Driver {
 
     /// Sends `cmd` and requires success.
     pub fn ok(&mut self, cmd: Value) -> Check<Reply> {
-        let shown = cmd.to_string();
+        let shown = abbreviated(&cmd);
         let reply = self.call(cmd)?;
         if !reply.ok() {
             return Err(self.failure(format!("{shown} failed: {}", reply.0["error"])));
@@ -337,7 +391,7 @@ impl Driver {
 
     /// Sends `cmd` and requires a failure whose kind is one of `kinds`.
     pub fn fails(&mut self, cmd: Value, kinds: &[&str]) -> Check<Reply> {
-        let shown = cmd.to_string();
+        let shown = abbreviated(&cmd);
         let reply = self.call(cmd)?;
         if reply.ok() {
             return Err(self.failure(format!(
@@ -441,6 +495,220 @@ impl Driver {
         }
     }
 
+    /// Sends `cmd` and returns its reply, waiting at most `wait` beyond
+    /// [`PATIENCE`] (for commands that wait `wait` themselves).
+    pub fn call_waiting(&mut self, cmd: Value, wait: Duration) -> Check<Reply> {
+        self.send(cmd)?;
+        match self.reply_within(PATIENCE + wait)? {
+            Some(reply) => Ok(reply),
+            None => {
+                let cmd = self.in_flight.as_ref().map(|(_, cmd)| cmd.to_string());
+                Err(self.failure(format!(
+                    "no reply to {} within {:?}",
+                    cmd.unwrap_or_default(),
+                    PATIENCE + wait
+                )))
+            }
+        }
+    }
+
+    /// `lock` with a `value`, without a bound on the wait; returns the
+    /// token.
+    pub fn lock_with_value(
+        &mut self,
+        handle: &str,
+        name: &str,
+        lease_ms: u64,
+        value: &str,
+    ) -> Check<u64> {
+        let reply = self.ok(lock_value_cmd(handle, name, lease_ms, value))?;
+        self.token_of(&reply)
+    }
+
+    /// `set_value`, which must succeed.
+    pub fn set_value(&mut self, handle: &str, value: &str) -> Check {
+        self.ok(json!({"cmd": "set_value", "handle": handle, "value": value}))
+            .map(drop)
+    }
+
+    /// `observe`: registers the watch `handle` on `name` and returns the
+    /// initial state.
+    pub fn observe(&mut self, handle: &str, name: &str) -> Check<LockState> {
+        let reply = self.ok(json!({"cmd": "observe", "handle": handle, "name": name}))?;
+        self.state_of(&reply)
+    }
+
+    /// `next_state` of watch `handle`, waiting at most `timeout`.
+    pub fn next_state(&mut self, handle: &str, timeout: Duration) -> Check<Next<LockState>> {
+        let cmd = json!({
+            "cmd": "next_state", "handle": handle, "timeout_ms": millis(timeout),
+        });
+        let reply = self.call_waiting(cmd, timeout)?;
+        if !reply.ok() {
+            return Ok(Next::Ended(reply));
+        }
+        if reply.flag("timeout") == Some(true) {
+            return Ok(Next::Timeout);
+        }
+        self.state_of(&reply).map(Next::Got)
+    }
+
+    /// The next state of watch `handle`, which must come within
+    /// [`PATIENCE`].
+    pub fn expect_state(&mut self, handle: &str) -> Check<LockState> {
+        match self.next_state(handle, PATIENCE)? {
+            Next::Got(state) => Ok(state),
+            Next::Timeout => {
+                Err(self.failure(format!("watch {handle:?}: no state within {PATIENCE:?}")))
+            }
+            Next::Ended(reply) => Err(self.failure(format!(
+                "watch {handle:?}: the observation ended where a state was expected: {}",
+                reply.0
+            ))),
+        }
+    }
+
+    /// `unobserve`, which must succeed.
+    pub fn unobserve(&mut self, handle: &str) -> Check {
+        self.ok(json!({"cmd": "unobserve", "handle": handle}))
+            .map(drop)
+    }
+
+    /// `holder`: the state of `name` now.
+    pub fn holder(&mut self, name: &str) -> Check<LockState> {
+        let reply = self.ok(json!({"cmd": "holder", "name": name}))?;
+        self.state_of(&reply)
+    }
+
+    /// `elect`: starts the client's election helper `handle` on `name`.
+    pub fn elect(&mut self, handle: &str, name: &str, lease_ms: u64, value: &str) -> Check {
+        self.ok(elect_cmd(handle, name, lease_ms, value)).map(drop)
+    }
+
+    /// `next_election_event` of election `handle`, waiting at most
+    /// `timeout`.
+    pub fn next_election_event(
+        &mut self,
+        handle: &str,
+        timeout: Duration,
+    ) -> Check<Next<ElectionEvent>> {
+        let cmd = json!({
+            "cmd": "next_election_event", "handle": handle, "timeout_ms": millis(timeout),
+        });
+        let reply = self.call_waiting(cmd, timeout)?;
+        if !reply.ok() {
+            return Ok(Next::Ended(reply));
+        }
+        if reply.flag("timeout") == Some(true) {
+            return Ok(Next::Timeout);
+        }
+        let event = &reply.0["event"];
+        let token = |event: &Value| match &event["token"] {
+            Value::String(text) => text.parse::<u64>().ok(),
+            _ => None,
+        };
+        let parsed = match event["kind"].as_str() {
+            Some("started_leading") => token(event).map(ElectionEvent::StartedLeading),
+            Some("stopped_leading") => Some(ElectionEvent::StoppedLeading),
+            Some("new_leader") => match (token(event), event["value"].as_str()) {
+                (Some(token), Some(value)) => Some(ElectionEvent::NewLeader {
+                    token,
+                    value: value.to_owned(),
+                }),
+                _ => None,
+            },
+            _ => None,
+        };
+        parsed.map(Next::Got).ok_or_else(|| {
+            self.failure(format!(
+                "next_election_event answered an event that is not one of DRIVER.md's \
+                 (kind started_leading with a decimal token, stopped_leading, new_leader \
+                 with a decimal token and a value): {}",
+                reply.0
+            ))
+        })
+    }
+
+    /// `resign`, which must succeed.
+    pub fn resign(&mut self, handle: &str) -> Check {
+        self.ok(json!({"cmd": "resign", "handle": handle}))
+            .map(drop)
+    }
+
+    /// Sends `signal` to the driver process (`libc::SIGSTOP`, ...).
+    pub fn signal(&self, signal: libc::c_int) -> Check {
+        crate::server::send_signal(self.pid(), signal)
+    }
+
+    /// Kills the driver process (SIGKILL) and waits for it: its
+    /// connections are closed by the kernel, as when a process crashes.
+    pub fn kill(&mut self) -> Check {
+        self.child
+            .kill()
+            .and_then(|()| self.child.wait().map(drop))
+            .map_err(|err| Failure::new(format!("cannot kill {}: {err}", self.label)))
+    }
+
+    /// The `state` object of a reply, checked against DRIVER.md: every
+    /// field present with its type, `event` one of [`STATE_EVENTS`],
+    /// `held` true exactly for `held`, `granted` and `value`, `reason` set
+    /// exactly for `released` (one of [`RELEASE_REASONS`]), `value` empty
+    /// when not held.
+    pub fn state_of(&self, reply: &Reply) -> Check<LockState> {
+        let state = &reply.0["state"];
+        let bad = |why: &str| {
+            self.failure(format!(
+                "the reply's `state` does not follow DRIVER.md ({why}): {}",
+                reply.0
+            ))
+        };
+        let (Some(held), Some(value), Some(event), Some(initial), Some(coalesced)) = (
+            state["held"].as_bool(),
+            state["value"].as_str(),
+            state["event"].as_str(),
+            state["initial"].as_bool(),
+            state["coalesced"].as_bool(),
+        ) else {
+            return Err(bad(
+                "held, value, event, initial and coalesced are required, with their types",
+            ));
+        };
+        let token = match &state["token"] {
+            Value::String(text) => text
+                .parse::<u64>()
+                .map_err(|_| bad("the token is not a decimal u64"))?,
+            _ => return Err(bad("the token must be a decimal string")),
+        };
+        if !STATE_EVENTS.contains(&event) {
+            return Err(bad("unknown event"));
+        }
+        let reason = match &state["reason"] {
+            Value::Null => None,
+            Value::String(reason) if RELEASE_REASONS.contains(&reason.as_str()) => {
+                Some(reason.clone())
+            }
+            _ => return Err(bad("reason must be null or one of the release reasons")),
+        };
+        if reason.is_some() != (event == "released") {
+            return Err(bad("reason is set exactly for a released state"));
+        }
+        if held != matches!(event, "held" | "granted" | "value") {
+            return Err(bad("held must be true exactly for held, granted and value"));
+        }
+        if !held && !value.is_empty() {
+            return Err(bad("a lock nobody holds has no value"));
+        }
+        Ok(LockState {
+            held,
+            token,
+            value: value.to_owned(),
+            event: event.to_owned(),
+            initial,
+            coalesced,
+            reason,
+        })
+    }
+
     /// Sends `exit` without waiting; [`exit`](Self::exit) then collects
     /// the reply and the exit status.
     pub fn ask_exit(&mut self) -> Check {
@@ -501,4 +769,41 @@ impl Drop for Driver {
 /// A `lock` command; `wait_ms: None` waits without bound.
 pub fn lock_cmd(handle: &str, name: &str, lease_ms: u64, wait_ms: Option<u64>) -> Value {
     json!({"cmd": "lock", "handle": handle, "name": name, "lease_ms": lease_ms, "wait_ms": wait_ms})
+}
+
+/// A `lock` command with a `value`, waiting without bound.
+pub fn lock_value_cmd(handle: &str, name: &str, lease_ms: u64, value: &str) -> Value {
+    json!({"cmd": "lock", "handle": handle, "name": name, "lease_ms": lease_ms, "value": value})
+}
+
+/// An `elect` command.
+pub fn elect_cmd(handle: &str, name: &str, lease_ms: u64, value: &str) -> Value {
+    json!({"cmd": "elect", "handle": handle, "name": name, "lease_ms": lease_ms, "value": value})
+}
+
+/// A duration as the whole milliseconds a command's `timeout_ms` takes.
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A command as failure messages show it: strings longer than 64
+/// characters (a value of 1,025 bytes) cut, with their length in bytes.
+pub fn abbreviated(cmd: &Value) -> String {
+    match cmd {
+        Value::Object(fields) => {
+            let mut shown = serde_json::Map::new();
+            for (key, value) in fields {
+                let value = match value {
+                    Value::String(text) if text.chars().count() > 64 => {
+                        let head: String = text.chars().take(16).collect();
+                        Value::String(format!("{head}... ({} bytes)", text.len()))
+                    }
+                    other => other.clone(),
+                };
+                shown.insert(key.clone(), value);
+            }
+            Value::Object(shown).to_string()
+        }
+        other => other.to_string(),
+    }
 }

@@ -14,7 +14,8 @@
 //!   start its driver).
 //! - [`scenarios`]: the list of scenarios and what each asserts.
 //! - [`driver`], [`server`], [`admin`], [`pki`]: the processes and files a
-//!   scenario works with.
+//!   scenario works with; [`older`], a small server speaking the protocol
+//!   as it was before the extension "values and observers".
 //! - [`report`]: one line per client and scenario, and the summary.
 // Denied, not forbidden: signals to child processes go through kill(2).
 #![deny(unsafe_code)]
@@ -22,6 +23,7 @@
 pub mod admin;
 pub mod clients;
 pub mod driver;
+pub mod older;
 pub mod pki;
 pub mod report;
 pub mod scenarios;

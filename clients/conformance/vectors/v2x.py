@@ -803,6 +803,50 @@ vector(
     belief(1, False),
 )
 
+OWN_VALUE = st("value", T0, SINCE0, "10.0.0.7:9001")
+OWN_RELEASED = st("released", T0, S1, reason="released")
+
+vector(
+    "v2x-own-changes-before-replies",
+    "A session observes the lock it holds. The STATE its own PROCLAIM causes "
+    "(VALUE) arrives before PROCLAIMED, and the one its RELEASE causes "
+    "(RELEASED) before RELEASED, here in the same read: each STATE is a push "
+    "(a state event, confirming nothing: no PING scheduled while the frame "
+    "is in flight), and the reply that follows is matched to its frame as "
+    "usual (proclaimed, released) and confirms its send.",
+    opened_with_features(),
+    advance(100),
+    call("acquire", claim=1, lock="deploy", mode="wait", value="10.0.0.7:9000"),
+    send(ACQUIRE_VALUE(1, "wait", "deploy", "10.0.0.7:9000")),
+    recv(ACQUIRED(1, T0)),
+    event("granted", claim=1, token=T0),
+    call("observe", watch=1, lock="deploy"),
+    send(OBSERVE(1, "deploy")),
+    recv(OBSERVING(1), STATE(1, OWN_HELD)),
+    event("observing", watch=1),
+    state_event(1, OWN_HELD),
+    advance(200),
+    call("proclaim", claim=1, value="10.0.0.7:9001"),
+    send(PROCLAIM(1, "10.0.0.7:9001")),
+    recv(STATE(1, OWN_VALUE)),
+    state_event(1, OWN_VALUE),
+    deadline(1700),
+    next_heartbeat(None),
+    recv(PROCLAIMED(1)),
+    event("proclaimed", claim=1),
+    deadline(1800),
+    next_heartbeat(700),
+    advance(300),
+    call("release", claim=1),
+    send(RELEASE(1)),
+    belief(1, False),
+    recv(STATE(1, OWN_RELEASED), RELEASED(1)),
+    state_event(1, OWN_RELEASED),
+    event("released", claim=1),
+    deadline(1900),
+    next_heartbeat(800),
+)
+
 LOOKED_HELD = st("held", T0 + 1, S1, "10.0.0.8:9000")
 LOOKED_FREE = st("free", 0, 0)
 

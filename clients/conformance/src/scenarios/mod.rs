@@ -8,10 +8,12 @@
 
 mod leaks;
 mod loss;
+mod observers;
 mod ordering;
 mod queue;
 mod sessions;
 mod transport;
+mod values;
 
 use crate::{Check, Lab, clients::Prepared, driver::Driver};
 
@@ -113,6 +115,34 @@ pub const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "no_leak_after_1000_cycles",
         run: Run::Each(leaks::no_leak_after_1000_cycles),
+    },
+    Scenario {
+        name: "value_shown_to_holder_lookups",
+        run: Run::Across(values::value_shown_to_holder_lookups),
+    },
+    Scenario {
+        name: "observers_see_every_hand_on_in_token_order",
+        run: Run::Across(observers::observers_see_every_hand_on_in_token_order),
+    },
+    Scenario {
+        name: "observer_sees_release_reasons",
+        run: Run::Each(observers::observer_sees_release_reasons),
+    },
+    Scenario {
+        name: "election_fails_over",
+        run: Run::Each(observers::election_fails_over),
+    },
+    Scenario {
+        name: "older_server_is_unsupported",
+        run: Run::Each(values::older_server_is_unsupported),
+    },
+    Scenario {
+        name: "value_too_long_refused_before_connecting",
+        run: Run::Each(values::value_too_long_refused_before_connecting),
+    },
+    Scenario {
+        name: "observer_bound_refused",
+        run: Run::Each(observers::observer_bound_refused),
     },
 ];
 

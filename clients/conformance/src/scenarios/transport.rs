@@ -49,7 +49,7 @@ fn tls_server(lab: &Lab, client_ca: bool) -> Result<Server, Failure> {
 }
 
 /// Requires a failure's `temporary` flag to be `expected`.
-fn temporary_is(driver: &Driver, reply: &Reply, expected: bool, what: &str) -> Check {
+pub(super) fn temporary_is(driver: &Driver, reply: &Reply, expected: bool, what: &str) -> Check {
     ensure!(
         driver.client,
         reply.temporary() == Some(expected),
@@ -62,7 +62,7 @@ fn temporary_is(driver: &Driver, reply: &Reply, expected: bool, what: &str) -> C
 }
 
 /// Requires a failure's message to contain every one of `parts`.
-fn message_has(driver: &Driver, reply: &Reply, parts: &[&str], what: &str) -> Check {
+pub(super) fn message_has(driver: &Driver, reply: &Reply, parts: &[&str], what: &str) -> Check {
     let message = reply.message();
     for part in parts {
         ensure!(
@@ -152,7 +152,7 @@ pub fn mtls(lab: &Lab, client: &Prepared) -> Check {
 
 /// A listener of the runner's that must see no connection, and its
 /// address.
-fn untouched_listener() -> Check<(TcpListener, String)> {
+pub(super) fn untouched_listener() -> Check<(TcpListener, String)> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|err| Failure::new(format!("cannot bind a listener: {err}")))?;
@@ -164,7 +164,7 @@ fn untouched_listener() -> Check<(TcpListener, String)> {
 }
 
 /// Fails unless `listener` has accepted nothing.
-fn no_connection(driver: &Driver, listener: &TcpListener, what: &str) -> Check {
+pub(super) fn no_connection(driver: &Driver, listener: &TcpListener, what: &str) -> Check {
     match listener.accept() {
         Err(err) if err.kind() == ErrorKind::WouldBlock => Ok(()),
         Ok((_, peer)) => Err(driver.failure(format!("connected (from {peer}) before {what}"))),
