@@ -38,9 +38,12 @@ struct Args {
     #[arg(long, default_value_t = 20)]
     faulty_seconds: u64,
     /// Simulated seconds after the faults stop within which every client
-    /// must be granted again and finish (liveness).
-    #[arg(long, default_value_t = 60)]
-    quiet_seconds: u64,
+    /// must be granted again and finish (liveness). 60 by default; 90 with
+    /// --observers, whose slow observer and extra values lengthen the
+    /// queue of a seed that draws one lock for every claim (16 claims of
+    /// holds up to 12 s each need up to 85 s).
+    #[arg(long)]
+    quiet_seconds: Option<u64>,
     /// Switch a known mistake on: push-confirms-heartbeat,
     /// deadline-from-receive, promote-expired-waiter; with --read-stalls
     /// hand-on-at-io-timeout; with --v2 also the
@@ -145,7 +148,11 @@ fn main() -> ExitCode {
     }
     let options = Options {
         faulty: Duration::from_secs(args.faulty_seconds),
-        quiet_limit: Duration::from_secs(args.quiet_seconds),
+        quiet_limit: Duration::from_secs(args.quiet_seconds.unwrap_or(if args.observers {
+            90
+        } else {
+            60
+        })),
         mutations,
         v2: args.v2,
         same_lock_claims: !args.no_same_lock_claims,
