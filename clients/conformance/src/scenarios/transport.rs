@@ -205,7 +205,9 @@ pub fn bad_input_rejected_before_connecting(lab: &Lab, client: &Prepared) -> Che
 /// and names the unit the client's API takes (`minimum of 100 ms`,
 /// `maximum of 1 hour`, `whole number of milliseconds`, and
 /// `(leases are in ...)`). The bounds themselves are accepted: 100 ms and
-/// 3,600,000 ms take a lock on a live server.
+/// 3,600,000 ms take a lock on a live server, shown in the admin API with
+/// that lease (a 100 ms lock the client itself reports lost before the
+/// admin API could be asked is taken again, up to five times).
 pub fn lease_bounds_refused_before_connecting(lab: &Lab, client: &Prepared) -> Check {
     let (listener, address) = untouched_listener()?;
     let mut driver = client.driver(lab, 1)?;
@@ -229,18 +231,33 @@ pub fn lease_bounds_refused_before_connecting(lab: &Lab, client: &Prepared) -> C
     let server = Server::start(&lab.monolock, &[])?;
     driver.open(&server.address())?;
     for lease_ms in [100, 3_600_000] {
-        let token = driver.lock("h", lock, lease_ms)?;
-        let shown = server.admin.lock(lock)?;
-        ensure!(
-            client.name(),
-            shown.as_ref().and_then(|l| l["holder"]["token"].as_u64()) == Some(token)
-                && shown
-                    .as_ref()
-                    .and_then(|l| l["holder"]["lease_ms"].as_u64())
-                    == Some(lease_ms),
-            "a lock with a lease of {lease_ms} ms (token {token}): the admin API shows {shown:?}"
-        );
-        driver.release("h")?;
+        // A 100 ms lease ends at the client's deadline (80 ms) if its
+        // heartbeats are not answered in time, which a loaded machine can
+        // cause. Such a lock is gone before the admin API is asked; that
+        // attempt counts only if the client says it lost the lock, and
+        // another is made. A server or client that got the lease wrong
+        // fails every attempt.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let token = driver.lock("h", lock, lease_ms)?;
+            let shown = server.admin.lock(lock)?;
+            if shown.is_none() && attempts < 5 && !driver.is_held("h")? {
+                let _ = driver.call(json!({"cmd": "release", "handle": "h"}))?;
+                continue;
+            }
+            ensure!(
+                client.name(),
+                shown.as_ref().and_then(|l| l["holder"]["token"].as_u64()) == Some(token)
+                    && shown
+                        .as_ref()
+                        .and_then(|l| l["holder"]["lease_ms"].as_u64())
+                        == Some(lease_ms),
+                "a lock with a lease of {lease_ms} ms (token {token}, attempt {attempts}): the admin API shows {shown:?}"
+            );
+            driver.release("h")?;
+            break;
+        }
     }
     driver.exit()
 }
