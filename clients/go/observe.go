@@ -296,8 +296,11 @@ func (o *Observation) stopped() {
 // or from a server without the extension; *ConnectError as for Lock; a
 // *LostError (Observation true, ReasonServerError) when the server
 // refused the watch: its ACL (observing needs the permission to acquire,
-// code 0x24), or its bound on watches per session (0x0b, the server's
-// --max-watches-per-session, 1,024 by default) or in all (0x0c).
+// code 0x24) or its bound on watches in all (0x0c, --max-watches). A
+// watch refused for its session's bound (0x0b, the server's
+// --max-watches-per-session, 1,024 by default) goes to another pooled
+// session, as a claim refused for the session's bound does; it is
+// reported only if the server keeps refusing it over 8 sessions.
 func (c *Client) Observe(ctx context.Context, name string) (*Observation, error) {
 	return c.observe(ctx, name, DefaultObserveLease)
 }
@@ -390,12 +393,12 @@ func (c *Client) observeAt(ctx context.Context, ep endpoint, name string, leaseM
 			return nil, &notAcquired{name: name, cause: ctx.Err()}
 		}
 		s.mu.Lock()
-		refused, seen := w.refusedErr, w.seen
+		refused, full, seen := w.refusedErr, w.refusedFull, w.seen
 		idleClosed := !seen && s.dead && s.core.Loss().Code == wire.CodeIdleClosed
 		endErr := w.endErr
 		s.mu.Unlock()
 		switch {
-		case idleClosed && round < 8:
+		case (idleClosed || full) && round < 8:
 			continue
 		case refused != nil:
 			return nil, refused

@@ -28,9 +28,12 @@ type v2Watch struct {
 	// Guarded by the session's mu.
 	seen       bool  // OBSERVING was read
 	refusedErr error // the OBSERVE was refused
-	endErr     error // the session ended before OBSERVING
-	answered   chan struct{}
-	isAnswered bool
+	// refusedFull: refused for the session's bound (0x0b); the watch
+	// goes to another session.
+	refusedFull bool
+	endErr      error // the session ended before OBSERVING
+	answered    chan struct{}
+	isAnswered  bool
 }
 
 func (w *v2Watch) answerLocked() {
@@ -217,10 +220,18 @@ func (s *v2Session) dispatchExtLocked(ev core.ClaimEvent) (unobserve bool) {
 		}
 		delete(s.watches, ev.Watch)
 		s.watchLoad--
+		if ev.Kind == core.EventUnobserved {
+			s.watchesFull = false
+		}
 		if ev.Kind == core.EventWatchRefused && !w.seen {
-			// The ACL, or a bound on watches (0x0b for the session,
-			// 0x0c for the server): reported, not moved to another
-			// session, so that the bound the operator set holds.
+			// The session's bound (0x0b) sends the watch to another
+			// session, as 0x09 does a claim; the server's bound (0x0c)
+			// and the ACL (0x24) are reported. The error stays for a
+			// watch that runs out of rounds.
+			if ev.Code == wire.CodeTooManyWatches {
+				s.watchesFull = true
+				w.refusedFull = true
+			}
 			w.refusedErr = &LostError{Name: w.name, Reason: ReasonServerError, Code: ev.Code,
 				Detail: ev.Reason, Lease: s.core.Lease(), Observation: true}
 		}

@@ -193,10 +193,11 @@ type v2Session struct {
 	watchLoad int
 	lookups   int
 	// full: the server refused a claim with 0x09; no new claim until one
-	// ends.
-	full    bool
-	dead    bool
-	openErr error // why it never opened
+	// ends. watchesFull: the same for a watch refused with 0x0b.
+	full        bool
+	watchesFull bool
+	dead        bool
+	openErr     error // why it never opened
 	// abandoned: its opener's ctx ended before it opened.
 	abandoned bool
 	// hello: the session asks for values and observers when it opens.
@@ -229,6 +230,10 @@ func (s *v2Session) tryReserve(u use) bool {
 	switch u {
 	case useClaim, useValueClaim:
 		if s.full || (ready && s.load >= int(s.core.MaxClaims())) {
+			return false
+		}
+	case useWatch:
+		if s.watchesFull {
 			return false
 		}
 	}

@@ -270,7 +270,15 @@ class Driver:
 
     def cmd_observe(self, cmd: Fields) -> Fields:
         handle = self.new_handle(cmd)
-        observation = self.need_client().observe(field(cmd, "name", str))
+        try:
+            observation = self.need_client().observe(field(cmd, "name", str))
+        except monolock.LockLost as err:
+            # A watch the server refused (its bound, the ACL) is the
+            # server's refusal, whether the code is temporary or not:
+            # nothing was being observed, so nothing was lost.
+            if err.reason is monolock.LossReason.SERVER_ERROR:
+                raise Failure("server", str(err), temporary=err.is_temporary) from err
+            raise
         try:
             state = observation.get()
         except BaseException:

@@ -323,14 +323,15 @@ pub fn observer_sees_release_reasons(lab: &Lab, client: &Prepared) -> Check {
 }
 
 /// A server started with `--max-watches-per-session 2` and `--max-watches
-/// 2`: a driver's first two `observe`s succeed, the third fails with kind
-/// `server` (REFUSED `0x0b` on a session at its bound; `0x0c` if the
-/// client moves the watch to another session, as it moves a claim refused
-/// `0x09`: both bounds are 2, so either way the third is refused), and the
-/// admin API counts two watches. The first two keep working: each is told
-/// the GRANTED of a lock another driver then takes with a value. Once one
-/// is unobserved (the admin API counts one watch), a third `observe`
-/// succeeds.
+/// 3`: a driver's three `observe`s all succeed, the third on a second
+/// session (REFUSED `0x0b` on the first moves the watch, as `0x09` moves a
+/// claim, or the client knows the session's bound from FEATURES), and the
+/// admin API shows the watches 2 and 1 on two sessions. The fourth fails
+/// with kind `server` (REFUSED `0x0c`, the server's bound, a server
+/// condition and so temporary), and the admin API still counts three
+/// watches. The first three keep working: each is told the GRANTED of a
+/// lock another driver then takes with a value. Once one is unobserved
+/// (the admin API counts two watches), a fourth `observe` succeeds.
 ///
 /// A run forced to v1 has no observations: its `observe` answers
 /// `unsupported` without connecting.
@@ -345,7 +346,7 @@ pub fn observer_bound_refused(lab: &Lab, client: &Prepared) -> Check {
         no_connection(&driver, &listener, what)?;
         return driver.exit();
     }
-    let bounds = ["--max-watches-per-session", "2", "--max-watches", "2"];
+    let bounds = ["--max-watches-per-session", "2", "--max-watches", "3"];
     let server = Server::start(&lab.monolock, &bounds)?;
     let mut observer = client.driver(lab, 1)?;
     let mut holder = client.driver(lab, 2)?;
@@ -355,20 +356,35 @@ pub fn observer_bound_refused(lab: &Lab, client: &Prepared) -> Check {
         "conformance/bound-1",
         "conformance/bound-2",
         "conformance/bound-3",
+        "conformance/bound-4",
     ];
-    for (watch, name) in ["w1", "w2"].iter().zip(names) {
+    let watches = ["w1", "w2", "w3"];
+    for (watch, name) in watches.iter().zip(names) {
         let initial = observer.observe(watch, name)?;
         initially_free(&observer, &initial, name)?;
     }
-    let third = json!({"cmd": "observe", "handle": "w3", "name": names[2]});
-    observer.fails(third, &["server"])?;
+    let per_session = watches_per_session(&server)?;
+    ensure!(
+        client.name(),
+        per_session == [1, 2],
+        "three observations on sessions bound to 2 watches: the admin API shows watches \
+         {per_session:?} on the sessions that have any, where it must be [1, 2] (two sessions)"
+    );
+    let fourth = json!({"cmd": "observe", "handle": "w4", "name": names[3]});
+    let refused = observer.fails(fourth, &["server"])?;
+    temporary_is(
+        &observer,
+        &refused,
+        true,
+        "an observation past --max-watches",
+    )?;
     let counted = server.admin.watches()?;
     ensure!(
         client.name(),
-        counted == 2,
-        "after two observations and a refused third, the admin API counts {counted} watches"
+        counted == 3,
+        "after three observations and a refused fourth, the admin API counts {counted} watches"
     );
-    for (watch, name) in ["w1", "w2"].iter().zip(names) {
+    for (watch, name) in watches.iter().zip(names) {
         let value = format!("{name} holder");
         let token = holder.lock_with_value(watch, name, LEASE_MS, &value)?;
         told(&mut observer, watch, &Expected::granted(token, &value))?;
@@ -379,16 +395,34 @@ pub fn observer_bound_refused(lab: &Lab, client: &Prepared) -> Check {
     server
         .admin
         .until("the unobserved watch gone", PATIENCE, |admin| {
-            Ok((admin.watches()? == 1).then_some(()))
+            Ok((admin.watches()? == 2).then_some(()))
         })?;
-    let initial = observer.observe("w3", names[2])?;
-    initially_free(&observer, &initial, names[2])?;
-    observer.unobserve("w2")?;
-    observer.unobserve("w3")?;
-    holder.release("w1")?;
-    holder.release("w2")?;
+    let initial = observer.observe("w4", names[3])?;
+    initially_free(&observer, &initial, names[3])?;
+    for watch in ["w2", "w3", "w4"] {
+        observer.unobserve(watch)?;
+    }
+    for watch in watches {
+        holder.release(watch)?;
+    }
     observer.exit()?;
     holder.exit()
+}
+
+/// The watches of each open session that has any, as the admin API
+/// counts them (`GET /api/sessions`), fewest first.
+fn watches_per_session(server: &Server) -> Check<Vec<u64>> {
+    let mut counts = Vec::new();
+    for session in server.admin.sessions()? {
+        let Some(watches) = session["watches"].as_u64() else {
+            fail!("admin API: a session in /api/sessions without a number of watches: {session}");
+        };
+        if watches > 0 {
+            counts.push(watches);
+        }
+    }
+    counts.sort_unstable();
+    Ok(counts)
 }
 
 /// Where an election stands, as the scenario saw it through the events.

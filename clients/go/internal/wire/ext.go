@@ -35,8 +35,12 @@ const MaxValueBytes = 1024
 // HELLO with.
 const CodeUnknownType = 0x13
 
+// CodeTooManyWatches refuses a watch on a session that has max_watches
+// watches: the client moves the watch to another session.
+const CodeTooManyWatches = 0x0b
+
 func init() {
-	claimCodeNames[0x0b] = "too many watches on this session"
+	claimCodeNames[CodeTooManyWatches] = "too many watches on this session"
 	claimCodeNames[0x0c] = "server watch limit reached"
 	claimCodeNames[0x26] = "value longer than 1024 bytes"
 	claimCodeNames[0x27] = "value is not valid UTF-8"
