@@ -338,7 +338,7 @@ impl Stage<'_> {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
-        servers::die_with_parent(&mut command);
+        servers::isolate(&mut command);
         let child = command.spawn()?;
         let pid = child.id().unwrap_or_default();
         Ok(Holder { name, child, pid })

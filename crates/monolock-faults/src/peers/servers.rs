@@ -244,7 +244,7 @@ impl PeerServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true);
-        die_with_parent(&mut command);
+        isolate(&mut command);
         let child = command.spawn()?;
         self.pid
             .store(child.id().unwrap_or_default(), Ordering::SeqCst);
@@ -309,9 +309,22 @@ async fn zookeeper_serves(addr: SocketAddr) -> bool {
         .unwrap_or(false)
 }
 
+/// Puts the child in a process group of its own, and has the kernel SIGKILL
+/// it if this process dies first.
+///
+/// Its own group, because the scenarios SIGSTOP holders and servers and
+/// only they may continue them: in the harness's group, job control would
+/// continue them too (a shell's `bg` or `fg`, or the kernel's SIGCONT to
+/// every process of a group orphaned with a stopped member, as when the
+/// shell that started the harness in the background exits).
+pub(crate) fn isolate(command: &mut Command) {
+    command.process_group(0);
+    die_with_parent(command);
+}
+
 /// Has the kernel SIGKILL the child if this process dies first.
 #[allow(unsafe_code)]
-pub(crate) fn die_with_parent(command: &mut Command) {
+fn die_with_parent(command: &mut Command) {
     // SAFETY: the closure runs in the child between fork and exec and only
     // calls prctl(2), which is async-signal-safe; it allocates nothing.
     unsafe {
