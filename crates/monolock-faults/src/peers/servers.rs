@@ -336,3 +336,32 @@ fn die_with_parent(command: &mut Command) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::{process_state, wait_stopped};
+
+    /// What a shell's `bg` does, and the kernel when a group with a stopped
+    /// member is orphaned: SIGCONT to every process of the harness's group.
+    /// A child the harness stopped must stay stopped.
+    #[tokio::test]
+    async fn a_stopped_child_is_not_continued_with_the_harness_group() {
+        let mut command = Command::new("sleep");
+        command.arg("30").kill_on_drop(true);
+        isolate(&mut command);
+        let mut child = command.spawn().expect("spawning sleep");
+        let pid = child.id().expect("the child's pid");
+        send_signal(pid, libc::SIGSTOP).expect("SIGSTOP");
+        wait_stopped(pid, Duration::from_secs(10))
+            .await
+            .expect("the child stops");
+        // kill(0, ...): every process of this process's group. SIGCONT
+        // takes effect when it is sent, so the state can be read at once.
+        send_signal(0, libc::SIGCONT).expect("SIGCONT to the group");
+        let state = process_state(pid);
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        assert_eq!(state, Some('T'), "the stopped child was continued");
+    }
+}
