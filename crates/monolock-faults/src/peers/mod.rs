@@ -588,7 +588,7 @@ async fn inject(
             cell.faults += 1;
             cell.max_restart_ms = cell
                 .max_restart_ms
-                .max((restarted.ready_ns - restarted.signalled_ns) as f64 / 1e6);
+                .max(restarted.ready_ns.saturating_sub(restarted.signalled_ns) as f64 / 1e6);
             // Back in service: some holder writes again.
             stage.wait_accepted_write(None, restarted.ready_ns).await?;
             // A's belief ends by its own signals, or (counted as an overlap
