@@ -15,12 +15,18 @@
 //! - `holder-killed`: A is SIGKILLed;
 //! - `partition`: A's connection to the server (a [`FaultProxy`]) goes
 //!   silent both ways for 2-3x the timeout, healed after B has written;
-//! - `server-paused`: the server is SIGSTOPped for 2-3x the timeout.
+//! - `server-paused`: the server is SIGSTOPped for 2-3x the timeout;
+//! - `server-restart`: the server is stopped (SIGTERM) and started again on
+//!   the same port and data directory, as a service manager restarts it,
+//!   and waited for until it is ready as its documentation says;
+//! - `server-killed`: the same with SIGKILL.
 //!
 //! Counted per system and fault: overlapping beliefs (two holders
 //! believing at once), stale writes (a write decided after a later holder
 //! began to believe: a resource without fencing accepts every one), and
-//! how many of those the resource's token check refused.
+//! how many of those the resource's token check refused; grants whose
+//! token is not above an earlier grant's of the same lock; and, under a
+//! restart, whether holder A learned of it by its client's own signals.
 
 pub mod servers;
 
@@ -120,15 +126,21 @@ pub enum Fault {
     Partition,
     /// The server is SIGSTOPped past the lease or session.
     ServerPaused,
+    /// The server is stopped (SIGTERM) and started again.
+    ServerRestart,
+    /// The server is SIGKILLed and started again.
+    ServerKilled,
 }
 
 impl Fault {
     /// Every fault, in table order.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 6] = [
         Self::HolderPaused,
         Self::HolderKilled,
         Self::Partition,
         Self::ServerPaused,
+        Self::ServerRestart,
+        Self::ServerKilled,
     ];
 
     /// Its name.
@@ -138,6 +150,8 @@ impl Fault {
             Self::HolderKilled => "holder-killed",
             Self::Partition => "partition",
             Self::ServerPaused => "server-paused",
+            Self::ServerRestart => "server-restart",
+            Self::ServerKilled => "server-killed",
         }
     }
 
@@ -178,6 +192,17 @@ pub struct Cell {
     pub stale_refused: usize,
     /// Writes the resource accepted.
     pub writes: u64,
+    /// Grants whose token was not above every earlier token of the same
+    /// lock (Redis has no token: none are counted).
+    pub tokens_not_rising: usize,
+    /// Under a restart: rounds in which holder A reported the loss of its
+    /// lock by its client's own signals before the round ended.
+    pub holder_told: u32,
+    /// Under a restart: why A said its belief ended, and how often.
+    pub told_reasons: std::collections::BTreeMap<String, u32>,
+    /// Under a restart: the longest time from the signal until the new
+    /// process was ready, ms.
+    pub max_restart_ms: f64,
     /// Why rounds could not go on (none expected).
     pub errors: Vec<String>,
     /// Seconds the cell took.
@@ -203,7 +228,7 @@ impl std::fmt::Display for Cell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{:<10} {:<14} faults={:<3} beliefs={:<4} overlaps={} ({:.0}/1000, max {:.0} ms) stale_writes={} ({:.0}/1000) refused_by_token={} errors={}",
+            "{:<10} {:<14} faults={:<3} beliefs={:<4} overlaps={} ({:.0}/1000, max {:.0} ms) stale_writes={} ({:.0}/1000) refused_by_token={} tokens_not_rising={} errors={}",
             self.system.map_or("?", System::name),
             self.fault.map_or("?", Fault::name),
             self.faults,
@@ -214,12 +239,22 @@ impl std::fmt::Display for Cell {
             self.stale_writes,
             self.per_thousand(self.stale_writes),
             self.stale_refused,
+            self.tokens_not_rising,
             self.errors.len()
-        )
+        )?;
+        if matches!(self.fault, Some(Fault::ServerRestart | Fault::ServerKilled)) {
+            write!(
+                f,
+                " holder_told={}/{} (max restart {:.0} ms) {:?}",
+                self.holder_told, self.faults, self.max_restart_ms, self.told_reasons
+            )?;
+        }
+        Ok(())
     }
 }
 
-/// Runs `faults` against `system`, `rounds` injections each, on one server.
+/// Runs `faults` against `system`, `rounds` injections each, on one server;
+/// hands each cell to `done` as soon as it is complete.
 pub async fn run_system(
     system: System,
     faults: &[Fault],
@@ -227,11 +262,12 @@ pub async fn run_system(
     installs: &Installs,
     holders: &Holders,
     rng: &mut StdRng,
+    mut done: impl FnMut(&Cell) + Send,
 ) -> Vec<Cell> {
     let server = match PeerServer::start(system, installs).await {
         Ok(server) => server,
         Err(err) => {
-            return faults
+            let cells: Vec<Cell> = faults
                 .iter()
                 .map(|&fault| Cell {
                     system: Some(system),
@@ -240,6 +276,8 @@ pub async fn run_system(
                     ..Cell::default()
                 })
                 .collect();
+            cells.iter().for_each(&mut done);
+            return cells;
         }
     };
     let mut cells = Vec::new();
@@ -247,6 +285,7 @@ pub async fn run_system(
         let started = std::time::Instant::now();
         let mut cell = run_cell(&server, fault, rounds, holders, rng).await;
         cell.seconds = started.elapsed().as_secs_f64();
+        done(&cell);
         cells.push(cell);
     }
     cells
@@ -299,7 +338,7 @@ impl Stage<'_> {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .kill_on_drop(true);
-        servers::die_with_parent(&mut command);
+        servers::isolate(&mut command);
         let child = command.spawn()?;
         let pid = child.id().unwrap_or_default();
         Ok(Holder { name, child, pid })
@@ -342,14 +381,18 @@ impl Stage<'_> {
     }
 
     async fn wait_lost(&self, by: &str, token: u64) -> anyhow::Result<()> {
+        self.wait_lost_reason(by, token).await.map(drop)
+    }
+
+    /// Waits for `by` to report the loss of `token`; returns its reason.
+    async fn wait_lost_reason(&self, by: &str, token: u64) -> anyhow::Result<String> {
         self.wait(&format!("{by} to lose {token}"), |records| {
-            records
-                .iter()
-                .any(|r| {
-                    r.worker == by
-                        && matches!(&r.msg, WorkerMsg::Lost { token: t, .. } if *t == token)
-                })
-                .then_some(())
+            records.iter().find_map(|r| match &r.msg {
+                WorkerMsg::Lost {
+                    token: t, reason, ..
+                } if r.worker == by && *t == token => Some(reason.clone()),
+                _ => None,
+            })
         })
         .await
     }
@@ -528,18 +571,41 @@ async fn inject(
         }
         Fault::ServerPaused => {
             sleep(at_random).await;
-            send_signal(stage.server.pid, libc::SIGSTOP)?;
-            let paused = wait_stopped(stage.server.pid, stage.limit).await;
+            let pid = stage.server.pid();
+            send_signal(pid, libc::SIGSTOP)?;
+            let paused = wait_stopped(pid, stage.limit).await;
             // The pause is the fault: its length is the point, not a wait.
             sleep(lasting).await;
-            send_signal(stage.server.pid, libc::SIGCONT)?;
+            send_signal(pid, libc::SIGCONT)?;
             paused?;
             cell.faults += 1;
             let resumed = mono_ns();
             stage.wait_accepted_write(None, resumed).await?;
         }
+        Fault::ServerRestart | Fault::ServerKilled => {
+            sleep(at_random).await;
+            let restarted = stage.server.restart(fault == Fault::ServerKilled).await?;
+            cell.faults += 1;
+            cell.max_restart_ms = cell
+                .max_restart_ms
+                .max(restarted.ready_ns.saturating_sub(restarted.signalled_ns) as f64 / 1e6);
+            // Back in service: some holder writes again.
+            stage.wait_accepted_write(None, restarted.ready_ns).await?;
+            // A's belief ends by its own signals, or (counted as an overlap
+            // if B believed meanwhile) when the harness stops it.
+            if let Ok(reason) = stage.wait_lost_reason(&a.name, a_token).await {
+                cell.holder_told += 1;
+                *cell.told_reasons.entry(reason_kind(&reason)).or_default() += 1;
+            }
+        }
     }
     Ok(())
+}
+
+/// A loss reason without its details (the causes after the first `: `),
+/// to count alike reasons together.
+fn reason_kind(reason: &str) -> String {
+    reason.split(": ").next().unwrap_or(reason).to_owned()
 }
 
 /// Counts overlaps and stale writes from the journal.
@@ -559,6 +625,7 @@ fn analyse(checker: &Checker, cell: &mut Cell) {
         .map(|o| o.overlap_ns as f64 / 1e6)
         .fold(0.0, f64::max);
     let records = checker.records();
+    cell.tokens_not_rising = tokens_not_rising(&records);
     let (stale, refused) = stale_writes(&records);
     cell.stale_writes = stale;
     cell.stale_refused = refused;
@@ -612,6 +679,38 @@ fn history(beliefs: &[crate::belief::Belief], records: &[Record]) -> serde_json:
         })
         .collect();
     serde_json::json!({ "beliefs": beliefs, "writes": writes })
+}
+
+/// Grants (in the order their holders began to believe) whose token is not
+/// above every earlier grant's of the same lock; token 0 (Redis: none) is
+/// not counted.
+pub fn tokens_not_rising(records: &[Record]) -> usize {
+    let mut grants: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for r in records {
+        if let WorkerMsg::Held {
+            lock,
+            token,
+            from_ns,
+        } = &r.msg
+            && *token != 0
+        {
+            grants.entry(lock).or_default().push((*from_ns, *token));
+        }
+    }
+    grants
+        .into_values()
+        .map(|mut list| {
+            list.sort_unstable();
+            let mut highest = 0;
+            list.into_iter()
+                .filter(|&(_, token)| {
+                    let fell = token <= highest;
+                    highest = highest.max(token);
+                    fell
+                })
+                .count()
+        })
+        .sum()
 }
 
 /// Writes decided after another holder of the same lock began to believe
@@ -695,6 +794,20 @@ mod tests {
         ];
         // a's writes at 50 and 60 came after b began; one was refused.
         assert_eq!(stale_writes(&records), (2, 1));
+    }
+
+    #[test]
+    fn a_grant_at_or_below_an_earlier_token_is_counted() {
+        let records = [
+            held("a", 5, 10),
+            held("b", 7, 30),
+            held("c", 7, 50),
+            held("d", 6, 60),
+            held("e", 9, 70),
+        ];
+        assert_eq!(tokens_not_rising(&records), 2);
+        // Redis's grants carry no token.
+        assert_eq!(tokens_not_rising(&[held("a", 0, 10), held("b", 0, 20)]), 0);
     }
 
     #[test]
