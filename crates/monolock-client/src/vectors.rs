@@ -678,7 +678,7 @@ impl V2 {
         }
     }
 
-    /// OBSERVING; its owner let go while it was asked when `unobserve` is
+    /// OBSERVING: its owner let go while it was asked when `unobserve` is
     /// set, so the UNOBSERVE goes out now.
     fn on_observing(&mut self, watch: u32, unobserve: bool, now: Instant, out: &mut Out) {
         out.event(json!({ "event": "observing", "watch": watch }));
