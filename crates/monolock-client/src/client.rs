@@ -1,6 +1,6 @@
 //! The client: an address, a connector and options.
 
-use std::{fmt, future::Future, io, sync::Arc, time::Duration};
+use std::{fmt, future::Future, io, ops::ControlFlow, sync::Arc, time::Duration};
 
 use monolock_proto::{ErrorCode, Lease, LockName, v2::Mode};
 use tokio::time::timeout;
@@ -496,63 +496,99 @@ impl<C: Connector> Client<C> {
                 Placement::V2(session, id) => (session, id, None),
                 Placement::New(session, id, starter) => (session, id, Some(starter)),
             };
-            let addr = session.addr().clone();
-            let new_session = starter.is_some().then(|| session.clone());
-            let claim =
-                v2_session::Claim::start(session, id, name.clone(), mode, value.map(str::to_owned));
-            // Placed before the task starts: the first ACQUIRE goes out in
-            // the first write the session may make.
-            if let Some(starter) = starter {
-                starter.start();
-            }
-            let first_reply = claim.shared().wait_until(|status| match status {
-                Status::Held(token) => Some(Reply::Held(*token)),
-                Status::Waiting => Some(Reply::Waiting),
-                Status::Busy => Some(Reply::Busy),
-                Status::Retry(retry) => Some(Reply::Retry(retry.clone())),
-                Status::Unanswered | Status::Released | Status::Lost(_) => None,
-            });
-            let reply = match timeout(self.connect_timeout, first_reply).await {
-                Ok(reply) => reply.map_err(|reason| self.unanswered(reason, &addr))?,
-                Err(_) => {
-                    // A silent new session is nobody's: close it, so that
-                    // no later claim is placed on it.
-                    if let Some(session) = new_session {
-                        session.close();
-                    }
-                    return Err(self.silent(&addr));
-                }
-            };
+            let owned_value = value.map(str::to_owned);
+            let (claim, reply) = self
+                .start_v2_claim(session, id, starter, name.clone(), mode, owned_value)
+                .await?;
             let claim = Claim::V2 {
                 claim,
                 io_timeout: self.io_timeout,
             };
-            match reply {
-                Reply::Held(token) => {
-                    return Ok(Some(Enqueued::Acquired(LockGuard::new(claim, name, token))));
-                }
-                Reply::Waiting => {
-                    return Ok(Some(Enqueued::Waiting(crate::Waiter::new(claim, name))));
-                }
-                Reply::Busy => return Ok(None),
-                Reply::Retry(Retry::V1Only(addr)) => {
-                    debug!(%addr, "the server speaks protocol version 1 only");
-                    self.pool.remember_v1_only(addr);
-                }
-                Reply::Retry(Retry::NoExtension(addr)) => {
-                    debug!(%addr, "the server lacks lock values and observers");
-                    self.pool.remember_plain(addr.clone());
-                    if value.is_some() {
-                        return Err(Unsupported::Server {
-                            addr: addr.to_string(),
-                        }
-                        .into());
-                    }
-                }
-                Reply::Retry(Retry::Elsewhere) => {}
+            if let ControlFlow::Break(outcome) = self.settle(claim, reply, &name, value) {
+                return outcome;
             }
         }
         Err(too_many_claims())
+    }
+
+    /// Places the claim `id` on a version 2 session, starts the session's
+    /// task if the session is new, and waits for the server's first reply
+    /// to the claim. A new session that stays silent is closed.
+    async fn start_v2_claim(
+        &self,
+        session: Arc<SessionHandle>,
+        id: u32,
+        starter: Option<Starter<C::Stream>>,
+        name: LockName,
+        mode: Mode,
+        value: Option<String>,
+    ) -> Result<(v2_session::Claim, Reply), Error> {
+        let addr = session.addr().clone();
+        let new_session = starter.is_some().then(|| session.clone());
+        let claim = v2_session::Claim::start(session, id, name, mode, value);
+        // Placed before the task starts: the first ACQUIRE goes out in
+        // the first write the session may make.
+        if let Some(starter) = starter {
+            starter.start();
+        }
+        let first_reply = claim.shared().wait_until(|status| match status {
+            Status::Held(token) => Some(Reply::Held(*token)),
+            Status::Waiting => Some(Reply::Waiting),
+            Status::Busy => Some(Reply::Busy),
+            Status::Retry(retry) => Some(Reply::Retry(retry.clone())),
+            Status::Unanswered | Status::Released | Status::Lost(_) => None,
+        });
+        let reply = match timeout(self.connect_timeout, first_reply).await {
+            Ok(reply) => reply.map_err(|reason| self.unanswered(reason, &addr))?,
+            Err(_) => {
+                // A silent new session is nobody's: close it, so that
+                // no later claim is placed on it.
+                if let Some(session) = new_session {
+                    session.close();
+                }
+                return Err(self.silent(&addr));
+            }
+        };
+        Ok((claim, reply))
+    }
+
+    /// What the first reply makes of a version 2 claim: `Break` with the
+    /// caller's answer, or `Continue` to place the claim again (the server
+    /// was the wrong kind, or the session full).
+    fn settle(
+        &self,
+        claim: Claim,
+        reply: Reply,
+        name: &LockName,
+        value: Option<&str>,
+    ) -> ControlFlow<Result<Option<Enqueued>, Error>> {
+        match reply {
+            Reply::Held(token) => {
+                let guard = LockGuard::new(claim, name.clone(), token);
+                return ControlFlow::Break(Ok(Some(Enqueued::Acquired(guard))));
+            }
+            Reply::Waiting => {
+                let waiter = crate::Waiter::new(claim, name.clone());
+                return ControlFlow::Break(Ok(Some(Enqueued::Waiting(waiter))));
+            }
+            Reply::Busy => return ControlFlow::Break(Ok(None)),
+            Reply::Retry(Retry::V1Only(addr)) => {
+                debug!(%addr, "the server speaks protocol version 1 only");
+                self.pool.remember_v1_only(addr);
+            }
+            Reply::Retry(Retry::NoExtension(addr)) => {
+                debug!(%addr, "the server lacks lock values and observers");
+                self.pool.remember_plain(addr.clone());
+                if value.is_some() {
+                    let unsupported = Unsupported::Server {
+                        addr: addr.to_string(),
+                    };
+                    return ControlFlow::Break(Err(unsupported.into()));
+                }
+            }
+            Reply::Retry(Retry::Elsewhere) => {}
+        }
+        ControlFlow::Continue(())
     }
 
     /// Refuses, before dialing, what needs values and observers when the

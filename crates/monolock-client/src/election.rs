@@ -14,6 +14,7 @@
 use std::{
     fmt,
     future::Future,
+    ops::ControlFlow,
     pin::Pin,
     task::{Context, Poll},
     time::Duration,
@@ -168,6 +169,10 @@ fn stopped() -> Error {
 
 type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+/// A term: the leader's guard, and the guard that cancels the term's
+/// token when dropped.
+type Term = (LockGuard, DropGuard);
+
 /// Starts an election (checked by the caller).
 pub(crate) fn start<C: Connector>(
     client: Client<C>,
@@ -231,6 +236,8 @@ impl<C: Connector> Campaign<C> {
         })
     }
 
+    /// The election's task: campaigns for the lock and observes it until
+    /// the handle resigns or goes, or an error that is not temporary.
     async fn run(mut self, mut control: mpsc::UnboundedReceiver<Control>) {
         let mut campaign = Some(self.acquire(Duration::ZERO));
         let mut observing = Some(self.observe(Duration::ZERO));
@@ -238,57 +245,15 @@ impl<C: Connector> Campaign<C> {
         // The term's token is cancelled when its guard here is dropped: at
         // the end of the term, and if this task is aborted (the election
         // dropped).
-        let mut leading: Option<(LockGuard, DropGuard)> = None;
+        let mut leading: Option<Term> = None;
         let mut last_leader: Option<u64> = None;
         let (mut campaign_failures, mut observe_failures) = (0u32, 0u32);
         loop {
-            tokio::select! {
-                command = control.recv() => match command {
-                    Some(Control::SetValue(value, ack)) => {
-                        let result = match &leading {
-                            Some((guard, _)) => guard.set_value(&value).await,
-                            None => Ok(()),
-                        };
-                        if result.is_ok() {
-                            self.value = value;
-                        }
-                        let _ = ack.send(result);
-                    }
-                    Some(Control::Resign(ack)) => {
-                        self.stop(leading.take()).await;
-                        let _ = ack.send(());
-                        return;
-                    }
-                    None => {
-                        self.stop(leading.take()).await;
-                        return;
-                    }
-                },
+            let flow = tokio::select! {
+                command = control.recv() => self.on_control(command, &mut leading).await,
                 acquired = async { campaign.as_mut()?.await.into() }, if campaign.is_some() => {
                     campaign = None;
-                    match acquired {
-                        Some(Ok(guard)) => {
-                            campaign_failures = 0;
-                            // Cancelled the moment the lock is lost, by the
-                            // guard's session, or when this task resigns.
-                            let ended = guard.loss_token().child_token();
-                            self.emit(ElectionEvent::StartedLeading(Leadership {
-                                token: guard.token(),
-                                ended: ended.clone(),
-                            }));
-                            leading = Some((guard, ended.drop_guard()));
-                        }
-                        Some(Err(err)) if err.is_temporary() => {
-                            debug!(error = %err, "campaign failed; trying again");
-                            campaign = Some(self.acquire(backoff(campaign_failures)));
-                            campaign_failures += 1;
-                        }
-                        Some(Err(err)) => {
-                            let _ = self.events.send(Err(err));
-                            return;
-                        }
-                        None => {}
-                    }
+                    self.on_campaign(acquired, &mut campaign, &mut campaign_failures, &mut leading)
                 }
                 reason = async { leading.as_ref()?.0.lost().await.into() }, if leading.is_some() => {
                     if let Some(reason) = reason {
@@ -296,48 +261,146 @@ impl<C: Connector> Campaign<C> {
                     }
                     self.stop(leading.take()).await;
                     campaign = Some(self.acquire(Duration::ZERO));
+                    ControlFlow::Continue(())
                 }
                 opened = async { observing.as_mut()?.await.into() }, if observing.is_some() => {
                     observing = None;
-                    match opened {
-                        Some(Ok(opened)) => {
-                            observe_failures = 0;
-                            observation = Some(opened);
-                        }
-                        Some(Err(err)) if err.is_temporary() => {
-                            observing = Some(self.observe(backoff(observe_failures)));
-                            observe_failures += 1;
-                        }
-                        Some(Err(err)) => {
-                            self.stop(leading.take()).await;
-                            let _ = self.events.send(Err(err));
-                            return;
-                        }
-                        None => {}
-                    }
+                    self.on_observe_opened(
+                        opened,
+                        &mut observing,
+                        &mut observation,
+                        &mut observe_failures,
+                        &mut leading,
+                    )
+                    .await
                 }
                 state = async { observation.as_mut()?.next().await }, if observation.is_some() => {
                     match state {
-                        Some(Ok(state)) => {
-                            if state.held && last_leader != Some(state.token) {
-                                last_leader = Some(state.token);
-                                self.emit(ElectionEvent::NewLeader(state));
-                            }
-                        }
+                        Some(Ok(state)) => self.on_observed_state(state, &mut last_leader),
                         // The session ended: observe anew.
                         Some(Err(_)) | None => {
                             observation = None;
                             observing = Some(self.observe(Duration::ZERO));
                         }
                     }
+                    ControlFlow::Continue(())
                 }
+            };
+            if flow.is_break() {
+                return;
             }
+        }
+    }
+
+    /// A command from the election's handle: a new value (set on the lock
+    /// while leading), or the end of the campaign (`Break`).
+    async fn on_control(
+        &mut self,
+        command: Option<Control>,
+        leading: &mut Option<Term>,
+    ) -> ControlFlow<()> {
+        match command {
+            Some(Control::SetValue(value, ack)) => {
+                let result = match leading {
+                    Some((guard, _)) => guard.set_value(&value).await,
+                    None => Ok(()),
+                };
+                if result.is_ok() {
+                    self.value = value;
+                }
+                let _ = ack.send(result);
+                ControlFlow::Continue(())
+            }
+            Some(Control::Resign(ack)) => {
+                self.stop(leading.take()).await;
+                let _ = ack.send(());
+                ControlFlow::Break(())
+            }
+            None => {
+                self.stop(leading.take()).await;
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// The campaign's attempt ended: a term starts, a temporary failure
+    /// tries again after a backoff, any other error ends the campaign
+    /// (`Break`).
+    fn on_campaign(
+        &self,
+        acquired: Option<Result<LockGuard, Error>>,
+        campaign: &mut Option<Boxed<Result<LockGuard, Error>>>,
+        failures: &mut u32,
+        leading: &mut Option<Term>,
+    ) -> ControlFlow<()> {
+        match acquired {
+            Some(Ok(guard)) => {
+                *failures = 0;
+                // Cancelled the moment the lock is lost, by the
+                // guard's session, or when this task resigns.
+                let ended = guard.loss_token().child_token();
+                self.emit(ElectionEvent::StartedLeading(Leadership {
+                    token: guard.token(),
+                    ended: ended.clone(),
+                }));
+                *leading = Some((guard, ended.drop_guard()));
+            }
+            Some(Err(err)) if err.is_temporary() => {
+                debug!(error = %err, "campaign failed; trying again");
+                *campaign = Some(self.acquire(backoff(*failures)));
+                *failures += 1;
+            }
+            Some(Err(err)) => {
+                let _ = self.events.send(Err(err));
+                return ControlFlow::Break(());
+            }
+            None => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The attempt to observe the lock ended: the observation is kept, a
+    /// temporary failure tries again after a backoff, any other error
+    /// ends the term and the campaign (`Break`).
+    async fn on_observe_opened(
+        &self,
+        opened: Option<Result<Observation, Error>>,
+        observing: &mut Option<Boxed<Result<Observation, Error>>>,
+        observation: &mut Option<Observation>,
+        failures: &mut u32,
+        leading: &mut Option<Term>,
+    ) -> ControlFlow<()> {
+        match opened {
+            Some(Ok(opened)) => {
+                *failures = 0;
+                *observation = Some(opened);
+            }
+            Some(Err(err)) if err.is_temporary() => {
+                *observing = Some(self.observe(backoff(*failures)));
+                *failures += 1;
+            }
+            Some(Err(err)) => {
+                self.stop(leading.take()).await;
+                let _ = self.events.send(Err(err));
+                return ControlFlow::Break(());
+            }
+            None => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// A state of the lock observed: reports a new leader when the lock is
+    /// held under a token other than the last one reported.
+    fn on_observed_state(&self, state: LockState, last_leader: &mut Option<u64>) {
+        if state.held && *last_leader != Some(state.token) {
+            *last_leader = Some(state.token);
+            self.emit(ElectionEvent::NewLeader(state));
         }
     }
 
     /// Ends a term, if there is one: releases the lock (a loss was
     /// already final) and reports it.
-    async fn stop(&self, leading: Option<(LockGuard, DropGuard)>) {
+    async fn stop(&self, leading: Option<Term>) {
         let Some((guard, ended)) = leading else {
             return;
         };

@@ -16,12 +16,13 @@
 
 use std::{
     collections::{BTreeMap, VecDeque},
+    ops::ControlFlow,
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use monolock_proto::{
-    ClientFrame, Lease, LockName, decode_response,
+    ClientFrame, ErrorCode, Lease, LockName, decode_response,
     ext::{self, FEATURE_VALUES_AND_OBSERVERS},
     v2::{self, Mode},
 };
@@ -552,7 +553,7 @@ impl V2 {
         }
     }
 
-    /// The driver's `take_frames` and `on_event`.
+    /// The driver's `take_frames`.
     fn take_frames(&mut self, now: Instant, out: &mut Out) {
         let mut used = 0;
         loop {
@@ -582,111 +583,200 @@ impl V2 {
                     return;
                 }
             };
-            match event {
-                V2Event::Opened { .. } | V2Event::Nothing => {}
-                V2Event::Held {
-                    claim,
-                    token,
-                    release,
-                } => {
-                    self.owners.entry(claim).or_default().token = Some(token);
-                    out.event(json!({ "event": "granted", "claim": claim, "token": token }));
-                    if release {
-                        self.release(claim, now, out);
-                    }
-                }
-                V2Event::Queued { claim, release } => {
-                    out.event(json!({ "event": "waiting", "claim": claim }));
-                    if release {
-                        self.release(claim, now, out);
-                    }
-                }
-                V2Event::Busy { claim } => {
-                    self.owners.remove(&claim);
-                    out.event(json!({ "event": "busy", "claim": claim }));
-                }
-                V2Event::Refused { claim, code, .. } => {
-                    self.owners.remove(&claim);
-                    out.event(json!({ "event": "refused", "claim": claim, "code": code.0 }));
-                }
-                V2Event::Released { claim } => {
-                    self.owners.remove(&claim);
-                    out.event(json!({ "event": "released", "claim": claim }));
-                }
-                V2Event::Revoked {
-                    claim,
-                    code,
-                    reason,
-                } => {
-                    self.owners.remove(&claim);
-                    let reason = LossReason::Server {
-                        code: v1_code(code),
-                        reason,
-                    };
-                    out.event(lost(Some(claim), &reason));
-                }
-                V2Event::Ended { code, reason } => {
-                    self.end(&LossReason::Server { code, reason }, out);
-                    return;
-                }
-                V2Event::Features {
-                    features,
-                    max_watches,
-                } => out.event(json!({
-                    "event": "features",
-                    "features": features,
-                    "max_watches": max_watches,
-                })),
-                V2Event::Unsupported => {
-                    // Nothing was asked on the session yet: nothing lost.
-                    self.ended = true;
-                    out.event(json!({ "event": "unsupported" }));
-                    return;
-                }
-                V2Event::Proclaimed { claim } => {
-                    out.event(json!({ "event": "proclaimed", "claim": claim }));
-                }
-                // A PROCLAIM that crossed the claim's end (REFUSED 0x20 after
-                // a REVOKED) is nothing for anyone: the claim was lost.
-                V2Event::ProclaimRefused { claim, code, .. } => {
-                    if self.owners.contains_key(&claim) {
-                        out.event(json!({ "event": "refused", "claim": claim, "code": code.0 }));
-                    }
-                }
-                V2Event::Observing { watch, unobserve } => {
-                    out.event(json!({ "event": "observing", "watch": watch }));
-                    if unobserve {
-                        self.unobserve(watch, now, out);
-                    }
-                }
-                V2Event::WatchRefused { watch, code, .. } => {
-                    out.event(json!({ "event": "refused", "watch": watch, "code": code.0 }));
-                }
-                V2Event::State { watch, state } => {
-                    let mut event = state_fields(&state);
-                    event["event"] = json!("state");
-                    event["watch"] = json!(watch);
-                    event["state_event"] = json!(state.event.name());
-                    event["initial"] = json!(state.initial);
-                    event["coalesced"] = json!(state.coalesced);
-                    event["reason"] = json!(state.reason.map(|reason| reason.name()));
-                    out.event(event);
-                }
-                V2Event::Unobserved { watch } => {
-                    out.event(json!({ "event": "unobserved", "watch": watch }));
-                }
-                V2Event::LockState(state) => {
-                    let mut event = state_fields(&state);
-                    event["event"] = json!("lock_state");
-                    out.event(event);
-                }
-                V2Event::LookupRefused { code, .. } => {
-                    out.event(json!({ "event": "refused", "lookup": true, "code": code.0 }));
-                }
+            if self.on_event(event, now, out).is_break() {
+                return;
             }
         }
         self.buf.drain(..used);
     }
+
+    /// The driver's `on_event`: the outputs `event` makes. `Break` when
+    /// the session is over.
+    fn on_event(&mut self, event: V2Event, now: Instant, out: &mut Out) -> ControlFlow<()> {
+        match event {
+            V2Event::Opened { .. } | V2Event::Nothing => {}
+            V2Event::Held {
+                claim,
+                token,
+                release,
+            } => self.on_held(claim, token, release, now, out),
+            V2Event::Queued { claim, release } => {
+                out.event(json!({ "event": "waiting", "claim": claim }));
+                if release {
+                    self.release(claim, now, out);
+                }
+            }
+            V2Event::Busy { claim } => {
+                self.forget(claim, json!({ "event": "busy", "claim": claim }), out);
+            }
+            V2Event::Refused { claim, code, .. } => {
+                let event = json!({ "event": "refused", "claim": claim, "code": code.0 });
+                self.forget(claim, event, out);
+            }
+            V2Event::Released { claim } => {
+                self.forget(claim, json!({ "event": "released", "claim": claim }), out);
+            }
+            V2Event::Revoked {
+                claim,
+                code,
+                reason,
+            } => self.on_revoked(claim, code, reason, out),
+            V2Event::Ended { code, reason } => {
+                self.end(&LossReason::Server { code, reason }, out);
+                return ControlFlow::Break(());
+            }
+            V2Event::Features {
+                features,
+                max_watches,
+            } => out.event(features_event(features, max_watches)),
+            V2Event::Unsupported => {
+                // Nothing was asked on the session yet: nothing lost.
+                self.ended = true;
+                out.event(json!({ "event": "unsupported" }));
+                return ControlFlow::Break(());
+            }
+            V2Event::Proclaimed { claim } => {
+                out.event(json!({ "event": "proclaimed", "claim": claim }));
+            }
+            V2Event::ProclaimRefused { claim, code, .. } => {
+                self.on_proclaim_refused(claim, code, out);
+            }
+            V2Event::Observing { watch, unobserve } => {
+                self.on_observing(watch, unobserve, now, out);
+            }
+            V2Event::WatchRefused { watch, code, .. } => {
+                out.event(json!({ "event": "refused", "watch": watch, "code": code.0 }));
+            }
+            V2Event::State { watch, state } => out.event(state_event(watch, &state)),
+            V2Event::Unobserved { watch } => {
+                out.event(json!({ "event": "unobserved", "watch": watch }));
+            }
+            V2Event::LockState(state) => out.event(lock_state_event(&state)),
+            V2Event::LookupRefused { code, .. } => {
+                out.event(json!({ "event": "refused", "lookup": true, "code": code.0 }));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The server ended the claim: its owner is forgotten and the loss
+    /// reported.
+    fn on_revoked(&mut self, claim: u32, code: ErrorCode, reason: String, out: &mut Out) {
+        self.owners.remove(&claim);
+        let reason = LossReason::Server {
+            code: v1_code(code),
+            reason,
+        };
+        out.event(lost(Some(claim), &reason));
+    }
+
+    /// A PROCLAIM refused. One that crossed the claim's end (REFUSED 0x20
+    /// after a REVOKED) is nothing for anyone: the claim was lost.
+    fn on_proclaim_refused(&mut self, claim: u32, code: ErrorCode, out: &mut Out) {
+        if self.owners.contains_key(&claim) {
+            out.event(json!({ "event": "refused", "claim": claim, "code": code.0 }));
+        }
+    }
+
+    /// OBSERVING: its owner let go while it was asked when `unobserve` is
+    /// set, so the UNOBSERVE goes out now.
+    fn on_observing(&mut self, watch: u32, unobserve: bool, now: Instant, out: &mut Out) {
+        out.event(json!({ "event": "observing", "watch": watch }));
+        if unobserve {
+            self.unobserve(watch, now, out);
+        }
+    }
+
+    /// The claim holds the lock; its owner let go while it was asked when
+    /// `release` is set, so the RELEASE goes out now.
+    fn on_held(&mut self, claim: u32, token: u64, release: bool, now: Instant, out: &mut Out) {
+        self.owners.entry(claim).or_default().token = Some(token);
+        out.event(json!({ "event": "granted", "claim": claim, "token": token }));
+        if release {
+            self.release(claim, now, out);
+        }
+    }
+
+    /// The claim's id is free: its owner is forgotten and `event` reported.
+    fn forget(&mut self, claim: u32, event: Value, out: &mut Out) {
+        self.owners.remove(&claim);
+        out.event(event);
+    }
+
+    /// Writes OPEN (and HELLO when the step asks for `features` 1).
+    fn open(&mut self, step: &Value, now: Instant, out: &mut Out) -> Result<(), String> {
+        if self.exchange.is_some() {
+            return Err("a second open".into());
+        }
+        out.send(&v2::ClientFrame::Open { lease: self.lease }.to_bytes());
+        let mut exchange = V2Exchange::new(self.lease.as_duration(), now);
+        match step["features"].as_u64() {
+            None => {}
+            Some(1) => {
+                let hello = ext::ClientFrame::Hello {
+                    features: FEATURE_VALUES_AND_OBSERVERS,
+                };
+                out.send(&hello.to_bytes());
+                exchange.hello_sent(now);
+            }
+            Some(other) => return Err(format!("features {other}: 1 or none")),
+        }
+        self.exchange = Some(exchange);
+        Ok(())
+    }
+}
+
+/// The output for FEATURES.
+fn features_event(features: u32, max_watches: u32) -> Value {
+    json!({
+        "event": "features",
+        "features": features,
+        "max_watches": max_watches,
+    })
+}
+
+/// The output for a LOCK_STATE answering a LOOKUP.
+fn lock_state_event(state: &LockState) -> Value {
+    let mut event = state_fields(state);
+    event["event"] = json!("lock_state");
+    event
+}
+
+/// The output for a STATE pushed to `watch`.
+fn state_event(watch: u32, state: &LockState) -> Value {
+    let mut event = state_fields(state);
+    event["event"] = json!("state");
+    event["watch"] = json!(watch);
+    event["state_event"] = json!(state.event.name());
+    event["initial"] = json!(state.initial);
+    event["coalesced"] = json!(state.coalesced);
+    event["reason"] = json!(state.reason.map(|reason| reason.name()));
+    event
+}
+
+/// The ACQUIRE (ACQUIRE_VALUE with a `value`) a step asks for, and its
+/// mode.
+fn acquire_frame(step: &Value, claim: u32) -> Result<(Vec<u8>, Mode), String> {
+    let mode = match step["mode"].as_str() {
+        Some("wait") => Mode::Wait,
+        Some("try") => Mode::Try,
+        other => return Err(format!("mode {other:?}")),
+    };
+    let name = lock_name(step)?;
+    let frame = match step.get("value") {
+        None => v2::ClientFrame::Acquire { claim, mode, name }.to_bytes(),
+        Some(value) => {
+            let value = value.as_str().ok_or("value: a string required")?;
+            ext::ClientFrame::AcquireValue {
+                claim,
+                mode,
+                name,
+                value: value.to_owned(),
+            }
+            .to_bytes()
+        }
+    };
+    Ok((frame, mode))
 }
 
 impl Core for V2 {
@@ -696,24 +786,7 @@ impl Core for V2 {
         }
         let call = step["call"].as_str();
         if call == Some("open") {
-            if self.exchange.is_some() {
-                return Err("a second open".into());
-            }
-            out.send(&v2::ClientFrame::Open { lease: self.lease }.to_bytes());
-            let mut exchange = V2Exchange::new(self.lease.as_duration(), now);
-            match step["features"].as_u64() {
-                None => {}
-                Some(1) => {
-                    let hello = ext::ClientFrame::Hello {
-                        features: FEATURE_VALUES_AND_OBSERVERS,
-                    };
-                    out.send(&hello.to_bytes());
-                    exchange.hello_sent(now);
-                }
-                Some(other) => return Err(format!("features {other}: 1 or none")),
-            }
-            self.exchange = Some(exchange);
-            return Ok(());
+            return self.open(step, now, out);
         }
         let exchange = self.exchange.as_mut().ok_or("call before open")?;
         if !exchange.ready() {
@@ -742,25 +815,7 @@ impl Core for V2 {
         let claim = claim_of(step)?.ok_or("call: no claim")?;
         match call {
             Some("acquire") => {
-                let mode = match step["mode"].as_str() {
-                    Some("wait") => Mode::Wait,
-                    Some("try") => Mode::Try,
-                    other => return Err(format!("mode {other:?}")),
-                };
-                let name = lock_name(step)?;
-                let frame = match step.get("value") {
-                    None => v2::ClientFrame::Acquire { claim, mode, name }.to_bytes(),
-                    Some(value) => {
-                        let value = value.as_str().ok_or("value: a string required")?;
-                        ext::ClientFrame::AcquireValue {
-                            claim,
-                            mode,
-                            name,
-                            value: value.to_owned(),
-                        }
-                        .to_bytes()
-                    }
-                };
+                let (frame, mode) = acquire_frame(step, claim)?;
                 out.send(&frame);
                 exchange.acquire_sent(claim, mode, now);
                 self.owners.insert(claim, Owner::default());

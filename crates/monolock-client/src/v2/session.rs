@@ -776,8 +776,7 @@ impl<S: Transport> Driver<S> {
             } => match value {
                 None => {
                     ClientFrame::Acquire { claim, mode, name }.encode(&mut self.out);
-                    exchange.acquire_sent(claim, mode, now);
-                    self.owners.insert(claim, shared);
+                    self.acquire_sent(exchange, claim, mode, shared, now);
                 }
                 Some(_) if !exchange.extended() => {
                     self.counts.load.fetch_sub(1, Ordering::AcqRel);
@@ -791,8 +790,7 @@ impl<S: Transport> Driver<S> {
                         value,
                     }
                     .encode(&mut self.out);
-                    exchange.acquire_sent(claim, mode, now);
-                    self.owners.insert(claim, shared);
+                    self.acquire_sent(exchange, claim, mode, shared, now);
                 }
             },
             Command::Release { claim } => self.release(exchange, claim, now),
@@ -800,54 +798,14 @@ impl<S: Transport> Driver<S> {
                 claim,
                 value,
                 answer,
-            } => {
-                if !exchange.extended() {
-                    let unsupported = Unsupported::Server {
-                        addr: self.addr.to_string(),
-                    };
-                    let _ = answer.send(Err(RequestFailed::Unsupported(unsupported)));
-                } else if !exchange.is_live(claim) {
-                    let reason = self
-                        .owners
-                        .get(&claim)
-                        .and_then(|owner| owner.loss())
-                        .unwrap_or(LossReason::ConnectionClosed);
-                    let _ = answer.send(Err(RequestFailed::Lost(reason)));
-                } else {
-                    ext::ClientFrame::Proclaim { claim, value }.encode(&mut self.out);
-                    exchange.proclaim_sent(claim, now);
-                    self.proclaims.push_back(answer);
-                }
-            }
+            } => self.proclaim(exchange, claim, value, answer, now),
             Command::Observe {
                 watch,
                 name,
                 mailbox,
-            } => {
-                if exchange.extended() {
-                    ext::ClientFrame::Observe { watch, name }.encode(&mut self.out);
-                    exchange.observe_sent(watch, now);
-                    self.watchers.insert(watch, mailbox);
-                } else {
-                    self.counts.watch_load.fetch_sub(1, Ordering::AcqRel);
-                    mailbox.end(WatchEnd::Unsupported(Unsupported::Server {
-                        addr: self.addr.to_string(),
-                    }));
-                }
-            }
+            } => self.observe(exchange, watch, name, mailbox, now),
             Command::Unobserve { watch } => self.unobserve(exchange, watch, now),
-            Command::Lookup { name, answer } => {
-                if exchange.extended() {
-                    ext::ClientFrame::Lookup { name }.encode(&mut self.out);
-                    exchange.lookup_sent(now);
-                    self.lookups.push_back(answer);
-                } else {
-                    let unsupported = Unsupported::Server {
-                        addr: self.addr.to_string(),
-                    };
-                    let _ = answer.send(Err(RequestFailed::Unsupported(unsupported)));
-                }
-            }
+            Command::Lookup { name, answer } => self.lookup(exchange, name, answer, now),
             Command::Close => {
                 return Err(LossReason::io(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
@@ -856,6 +814,92 @@ impl<S: Transport> Driver<S> {
             }
         }
         Ok(())
+    }
+
+    /// Records an ACQUIRE (plain or with a value) just encoded: the claim's
+    /// owner waits for its answer.
+    fn acquire_sent(
+        &mut self,
+        exchange: &mut Exchange,
+        claim: u32,
+        mode: Mode,
+        shared: Arc<Shared>,
+        now: Instant,
+    ) {
+        exchange.acquire_sent(claim, mode, now);
+        self.owners.insert(claim, shared);
+    }
+
+    /// Writes a PROCLAIM, or answers at once when the server lacks the
+    /// extension or the claim is no longer live.
+    fn proclaim(
+        &mut self,
+        exchange: &mut Exchange,
+        claim: u32,
+        value: String,
+        answer: Answer<()>,
+        now: Instant,
+    ) {
+        if !exchange.extended() {
+            let _ = answer.send(Err(RequestFailed::Unsupported(self.unsupported_here())));
+        } else if !exchange.is_live(claim) {
+            let reason = self
+                .owners
+                .get(&claim)
+                .and_then(|owner| owner.loss())
+                .unwrap_or(LossReason::ConnectionClosed);
+            let _ = answer.send(Err(RequestFailed::Lost(reason)));
+        } else {
+            ext::ClientFrame::Proclaim { claim, value }.encode(&mut self.out);
+            exchange.proclaim_sent(claim, now);
+            self.proclaims.push_back(answer);
+        }
+    }
+
+    /// Writes an OBSERVE, or ends the watch at once when the server lacks
+    /// the extension.
+    fn observe(
+        &mut self,
+        exchange: &mut Exchange,
+        watch: u32,
+        name: LockName,
+        mailbox: Arc<Mailbox>,
+        now: Instant,
+    ) {
+        if exchange.extended() {
+            ext::ClientFrame::Observe { watch, name }.encode(&mut self.out);
+            exchange.observe_sent(watch, now);
+            self.watchers.insert(watch, mailbox);
+        } else {
+            self.counts.watch_load.fetch_sub(1, Ordering::AcqRel);
+            mailbox.end(WatchEnd::Unsupported(self.unsupported_here()));
+        }
+    }
+
+    /// Writes a LOOKUP, or answers at once when the server lacks the
+    /// extension.
+    fn lookup(
+        &mut self,
+        exchange: &mut Exchange,
+        name: LockName,
+        answer: Answer<LockState>,
+        now: Instant,
+    ) {
+        if exchange.extended() {
+            ext::ClientFrame::Lookup { name }.encode(&mut self.out);
+            exchange.lookup_sent(now);
+            self.lookups.push_back(answer);
+        } else {
+            let _ = answer.send(Err(RequestFailed::Unsupported(self.unsupported_here())));
+        }
+    }
+
+    /// The answer to a request for the extension on this session's server,
+    /// which predates it.
+    fn unsupported_here(&self) -> Unsupported {
+        Unsupported::Server {
+            addr: self.addr.to_string(),
+        }
     }
 
     fn release(&mut self, exchange: &mut Exchange, claim: u32, now: Instant) {
@@ -893,6 +937,8 @@ impl<S: Transport> Driver<S> {
         Ok(())
     }
 
+    /// Answers whoever waits on what `event` reports: a claim's owner, a
+    /// watch's mailbox, a proclaim or a lookup, or the session itself.
     fn on_event(
         &mut self,
         exchange: &mut Exchange,
@@ -908,37 +954,16 @@ impl<S: Transport> Driver<S> {
                 claim,
                 token,
                 release,
-            } => {
-                self.owner(claim).advance(Status::Held(token));
-                if release {
-                    self.release(exchange, claim, now);
-                }
-            }
+            } => self.on_answered(exchange, claim, Status::Held(token), release, now),
             Event::Queued { claim, release } => {
-                self.owner(claim).advance(Status::Waiting);
-                if release {
-                    self.release(exchange, claim, now);
-                }
+                self.on_answered(exchange, claim, Status::Waiting, release, now);
             }
             Event::Busy { claim } => self.free(claim).advance(Status::Busy),
             Event::Refused {
                 claim,
                 code,
                 reason,
-            } => {
-                let shared = self.free(claim);
-                if code == ErrorCode::TOO_MANY_CLAIMS {
-                    // The server's bound: no new claim here until one ends.
-                    let load = self.counts.load.load(Ordering::Acquire);
-                    self.counts.max_claims.store(load, Ordering::Release);
-                    shared.advance(Status::Retry(Retry::Elsewhere));
-                } else {
-                    shared.lose(LossReason::Server {
-                        code: v1_code(code),
-                        reason,
-                    });
-                }
-            }
+            } => self.on_refused(claim, code, reason),
             Event::Released { claim } => self.free(claim).advance(Status::Released),
             Event::Revoked {
                 claim,
@@ -949,76 +974,22 @@ impl<S: Transport> Driver<S> {
                 reason,
             }),
             Event::Ended { code, reason } => return Err(LossReason::Server { code, reason }),
-            Event::Features { max_watches, .. } => {
-                let status = if exchange.extended() {
-                    ExtensionStatus::Granted
-                } else {
-                    ExtensionStatus::Absent
-                };
-                self.counts
-                    .max_watches
-                    .store(max_watches, Ordering::Release);
-                self.counts
-                    .extension
-                    .store(status.byte(), Ordering::Release);
-            }
-            Event::Unsupported => {
-                debug!("the server lacks values and observers");
-                self.counts
-                    .extension
-                    .store(ExtensionStatus::Absent.byte(), Ordering::Release);
-                self.unsupported = true;
-                if let Some(pool) = self.pool.upgrade() {
-                    pool.remember_plain(self.addr.clone());
-                }
-                return Err(LossReason::Server {
-                    code: ErrorCode::UNKNOWN_MESSAGE_TYPE,
-                    reason: "the server lacks values and observers".into(),
-                });
-            }
-            Event::Proclaimed { .. } => {
-                if let Some(answer) = self.proclaims.pop_front() {
-                    let _ = answer.send(Ok(()));
-                }
-            }
+            Event::Features { max_watches, .. } => self.on_features(exchange, max_watches),
+            Event::Unsupported => return Err(self.on_unsupported()),
+            Event::Proclaimed { .. } => self.answer_proclaim(Ok(())),
             Event::ProclaimRefused {
                 claim,
                 code,
                 reason,
-            } => {
-                if let Some(answer) = self.proclaims.pop_front() {
-                    let failed = match self.owners.get(&claim).and_then(|owner| owner.loss()) {
-                        Some(loss) => RequestFailed::Lost(loss),
-                        None => RequestFailed::Refused { code, reason },
-                    };
-                    let _ = answer.send(Err(failed));
-                }
-            }
+            } => self.on_proclaim_refused(claim, code, reason),
             Event::Observing { watch, unobserve } => {
-                if let Some(mailbox) = self.watchers.get(&watch) {
-                    mailbox.observing();
-                }
-                if unobserve {
-                    self.unobserve(exchange, watch, now);
-                }
+                self.on_observing(exchange, watch, unobserve, now);
             }
             Event::WatchRefused {
                 watch,
                 code,
                 reason,
-            } => {
-                if let Some(mailbox) = self.free_watch(watch) {
-                    if code == ErrorCode::TOO_MANY_WATCHES {
-                        // The session's bound: no new watch here until one
-                        // ends; the watch goes to another session.
-                        let load = self.counts.watch_load.load(Ordering::Acquire);
-                        self.counts.max_watches.store(load, Ordering::Release);
-                        mailbox.end(WatchEnd::Retry);
-                    } else {
-                        mailbox.end(WatchEnd::Refused { code, reason });
-                    }
-                }
-            }
+            } => self.on_watch_refused(watch, code, reason),
             Event::State { watch, state } => {
                 if let Some(mailbox) = self.watchers.get(&watch) {
                     mailbox.push(state);
@@ -1029,18 +1000,131 @@ impl<S: Transport> Driver<S> {
                     mailbox.end(WatchEnd::Lost(LossReason::ConnectionClosed));
                 }
             }
-            Event::LockState(state) => {
-                if let Some(answer) = self.lookups.pop_front() {
-                    let _ = answer.send(Ok(state));
-                }
-            }
+            Event::LockState(state) => self.answer_lookup(Ok(state)),
             Event::LookupRefused { code, reason } => {
-                if let Some(answer) = self.lookups.pop_front() {
-                    let _ = answer.send(Err(RequestFailed::Refused { code, reason }));
-                }
+                self.answer_lookup(Err(RequestFailed::Refused { code, reason }));
             }
         }
         Ok(())
+    }
+
+    /// The claim is held or queued; its owner let go while it was asked
+    /// when `release` is set, so the RELEASE goes out now.
+    fn on_answered(
+        &mut self,
+        exchange: &mut Exchange,
+        claim: u32,
+        status: Status,
+        release: bool,
+        now: Instant,
+    ) {
+        self.owner(claim).advance(status);
+        if release {
+            self.release(exchange, claim, now);
+        }
+    }
+
+    /// An ACQUIRE refused: at the server's bound on claims the claim goes
+    /// elsewhere; any other refusal loses it.
+    fn on_refused(&mut self, claim: u32, code: ErrorCode, reason: String) {
+        let shared = self.free(claim);
+        if code == ErrorCode::TOO_MANY_CLAIMS {
+            // The server's bound: no new claim here until one ends.
+            let load = self.counts.load.load(Ordering::Acquire);
+            self.counts.max_claims.store(load, Ordering::Release);
+            shared.advance(Status::Retry(Retry::Elsewhere));
+        } else {
+            shared.lose(LossReason::Server {
+                code: v1_code(code),
+                reason,
+            });
+        }
+    }
+
+    /// FEATURES: records whether the extension is granted and the bound on
+    /// watches.
+    fn on_features(&mut self, exchange: &Exchange, max_watches: u32) {
+        let status = if exchange.extended() {
+            ExtensionStatus::Granted
+        } else {
+            ExtensionStatus::Absent
+        };
+        self.counts
+            .max_watches
+            .store(max_watches, Ordering::Release);
+        self.counts
+            .extension
+            .store(status.byte(), Ordering::Release);
+    }
+
+    /// The server predates the extension: the pool remembers the address
+    /// and the session ends with the reason returned.
+    fn on_unsupported(&mut self) -> LossReason {
+        debug!("the server lacks values and observers");
+        self.counts
+            .extension
+            .store(ExtensionStatus::Absent.byte(), Ordering::Release);
+        self.unsupported = true;
+        if let Some(pool) = self.pool.upgrade() {
+            pool.remember_plain(self.addr.clone());
+        }
+        LossReason::Server {
+            code: ErrorCode::UNKNOWN_MESSAGE_TYPE,
+            reason: "the server lacks values and observers".into(),
+        }
+    }
+
+    /// A PROCLAIM refused: a claim already lost reports its loss, else the
+    /// server's refusal.
+    fn on_proclaim_refused(&mut self, claim: u32, code: ErrorCode, reason: String) {
+        if let Some(answer) = self.proclaims.pop_front() {
+            let failed = match self.owners.get(&claim).and_then(|owner| owner.loss()) {
+                Some(loss) => RequestFailed::Lost(loss),
+                None => RequestFailed::Refused { code, reason },
+            };
+            let _ = answer.send(Err(failed));
+        }
+    }
+
+    /// Answers the oldest PROCLAIM waiting.
+    fn answer_proclaim(&mut self, result: Result<(), RequestFailed>) {
+        if let Some(answer) = self.proclaims.pop_front() {
+            let _ = answer.send(result);
+        }
+    }
+
+    /// Answers the oldest LOOKUP waiting.
+    fn answer_lookup(&mut self, result: Result<LockState, RequestFailed>) {
+        if let Some(answer) = self.lookups.pop_front() {
+            let _ = answer.send(result);
+        }
+    }
+
+    /// OBSERVING: the watch is in use; its owner let go while it was asked
+    /// when `unobserve` is set, so the UNOBSERVE goes out now.
+    fn on_observing(&mut self, exchange: &mut Exchange, watch: u32, unobserve: bool, now: Instant) {
+        if let Some(mailbox) = self.watchers.get(&watch) {
+            mailbox.observing();
+        }
+        if unobserve {
+            self.unobserve(exchange, watch, now);
+        }
+    }
+
+    /// An OBSERVE refused: at the session's bound on watches the watch goes
+    /// to another session; any other refusal ends it.
+    fn on_watch_refused(&mut self, watch: u32, code: ErrorCode, reason: String) {
+        if let Some(mailbox) = self.free_watch(watch) {
+            if code == ErrorCode::TOO_MANY_WATCHES {
+                // The session's bound: no new watch here until one
+                // ends; the watch goes to another session.
+                let load = self.counts.watch_load.load(Ordering::Acquire);
+                self.counts.max_watches.store(load, Ordering::Release);
+                mailbox.end(WatchEnd::Retry);
+            } else {
+                mailbox.end(WatchEnd::Refused { code, reason });
+            }
+        }
     }
 
     /// Forgets a watch whose id is free again.
