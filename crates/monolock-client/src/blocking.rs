@@ -36,6 +36,7 @@ use crate::{
     guard,
     retry::RetryPolicy,
     scoped::Outcome,
+    state::LockState,
 };
 
 /// A blocking monolock client; see the [module](self) documentation.
@@ -130,6 +131,89 @@ impl<C: Connector> Client<C> {
     ) -> Result<LockGuard, Error> {
         let guard = self.block_on(self.inner.acquire(name, lease))??;
         Ok(self.wrap(guard))
+    }
+
+    /// [`acquire`](Self::acquire), the claim carrying `value`; see
+    /// [`crate::Client::acquire_with_value`].
+    ///
+    /// # Errors
+    /// As for [`crate::Client::acquire_with_value`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn acquire_with_value(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl AsRef<str>,
+    ) -> Result<LockGuard, Error> {
+        let guard = self.block_on(self.inner.acquire_with_value(name, lease, value))??;
+        Ok(self.wrap(guard))
+    }
+
+    /// [`try_acquire`](Self::try_acquire), the claim carrying `value`.
+    ///
+    /// # Errors
+    /// As for [`acquire_with_value`](Self::acquire_with_value).
+    pub fn try_acquire_with_value(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl AsRef<str>,
+    ) -> Result<Option<LockGuard>, Error> {
+        let guard = self.block_on(self.inner.try_acquire_with_value(name, lease, value))??;
+        Ok(guard.map(|guard| self.wrap(guard)))
+    }
+
+    /// Observes `name`: an iterator of its states; see
+    /// [`crate::Client::observe`]. Dropping it ends the watch.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), monolock_client::Error> {
+    /// let client = monolock_client::blocking::Client::new("127.0.0.1:7070")?;
+    /// for state in client.observe("service/leader")? {
+    ///     let state = state?;
+    ///     println!("held: {}, leader: {:?}", state.held, state.value);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`crate::Client::observe`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn observe(&self, name: impl AsRef<str>) -> Result<Observation, Error> {
+        let inner = self.block_on(self.inner.observe(name))??;
+        Ok(Observation {
+            inner,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Campaigns for leadership of `name` in the background; see
+    /// [`crate::Client::elect`]. The events are an iterator.
+    ///
+    /// # Errors
+    /// As for [`crate::Client::elect`].
+    pub fn elect(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl Into<String>,
+    ) -> Result<Election, Error> {
+        // The election's task runs on this client's runtime.
+        let _entered = self.runtime.enter();
+        let inner = self.inner.elect(name, lease, value)?;
+        Ok(Election {
+            inner,
+            runtime: self.runtime.clone(),
+        })
+    }
+
+    /// Who holds `name` now; see [`crate::Client::holder`].
+    ///
+    /// # Errors
+    /// As for [`crate::Client::holder`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn holder(&self, name: impl AsRef<str>) -> Result<LockState, Error> {
+        self.block_on(self.inner.holder(name))?
     }
 
     /// Takes the lock if it is free; `Ok(None)` if it is held.
@@ -265,6 +349,18 @@ impl LockGuard {
         Ok(self.runtime.block_on(self.inner.lost()))
     }
 
+    /// Replaces the claim's value; see [`crate::LockGuard::set_value`].
+    ///
+    /// # Errors
+    /// As for [`crate::LockGuard::set_value`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn set_value(&self, value: impl AsRef<str>) -> Result<(), Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        self.runtime.block_on(self.inner.set_value(value))
+    }
+
     /// Releases the lock, waiting until the server has been told.
     ///
     /// # Errors
@@ -277,6 +373,86 @@ impl LockGuard {
             return Err(Error::BlockingInAsyncContext);
         }
         runtime.block_on(inner.release())
+    }
+}
+
+/// The states of one lock; see [`crate::Observation`]. Each `next`
+/// blocks until the next state; the iterator ends after the error that
+/// ended the observation.
+#[must_use = "dropping an observation ends it"]
+pub struct Observation {
+    // Dropped first: its UNOBSERVE goes out on the runtime.
+    inner: crate::Observation,
+    runtime: Arc<Runtime>,
+}
+
+impl Iterator for Observation {
+    type Item = Result<LockState, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if Handle::try_current().is_ok() {
+            return Some(Err(Error::BlockingInAsyncContext));
+        }
+        self.runtime.block_on(self.inner.next())
+    }
+}
+
+/// A running election; see [`crate::Election`]. Each `next` blocks until
+/// the next event; dropping it stops the election.
+#[must_use = "dropping an election stops it"]
+pub struct Election {
+    // Dropped first: its task is aborted on the runtime.
+    inner: crate::Election,
+    runtime: Arc<Runtime>,
+}
+
+impl Election {
+    /// Replaces the candidate's value; see [`crate::Election::set_value`].
+    ///
+    /// # Errors
+    /// As for [`crate::Election::set_value`], and
+    /// [`Error::BlockingInAsyncContext`].
+    pub fn set_value(&self, value: impl Into<String>) -> Result<(), Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        self.runtime.block_on(self.inner.set_value(value))
+    }
+
+    /// Stops the election; see [`crate::Election::resign`].
+    ///
+    /// # Errors
+    /// [`Error::BlockingInAsyncContext`] (the election stops anyway once
+    /// dropped).
+    pub fn resign(&mut self) -> Result<(), Error> {
+        if Handle::try_current().is_ok() {
+            return Err(Error::BlockingInAsyncContext);
+        }
+        self.runtime.block_on(self.inner.resign());
+        Ok(())
+    }
+}
+
+impl Iterator for Election {
+    type Item = Result<crate::ElectionEvent, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if Handle::try_current().is_ok() {
+            return Some(Err(Error::BlockingInAsyncContext));
+        }
+        self.runtime.block_on(self.inner.next())
+    }
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+impl fmt::Debug for Observation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.fmt(f)
     }
 }
 

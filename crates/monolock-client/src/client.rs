@@ -8,14 +8,19 @@ use tracing::debug;
 
 use crate::{
     connector::{Connection, Connector, TcpConnector},
-    error::{Error, LossReason, ProtocolViolation, WrongPeer, has_scheme, lease_problem},
+    error::{
+        Error, LossReason, ProtocolViolation, Unsupported, WrongPeer, has_scheme, lease_problem,
+    },
     guard::{Claim, Enqueued, LockGuard},
+    observe::{Observation, request_error, watch_error},
     retry::RetryPolicy,
     scoped::{LockContext, Outcome, run_scoped},
     session::{Retry, Session, Status},
+    state::{LockState, checked_value},
     v2::{
         pool::{MAX_SESSIONS, Pool},
-        session::{self as v2_session, SessionHandle, Starter},
+        session::{self as v2_session, RequestFailed, SessionHandle, Starter},
+        watch::{Mailbox, WatchEnd},
     },
 };
 
@@ -284,7 +289,46 @@ impl<C: Connector> Client<C> {
         name: impl AsRef<str>,
         lease: impl Into<Option<Duration>>,
     ) -> Result<LockGuard, Error> {
-        match self.enqueue(name, lease).await? {
+        self.acquire_with_value(name, lease, "").await
+    }
+
+    /// [`acquire`](Self::acquire), the claim carrying `value`: a short text
+    /// chosen by the holder (its `host:port`, a JSON blob), at most
+    /// [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN) bytes, that observers of
+    /// the lock are told with the grant ([`observe`](Self::observe),
+    /// [`holder`](Self::holder)) and that `monolock locks` shows. An empty
+    /// value is no value. Replace it while holding with
+    /// [`LockGuard::set_value`]; it is gone when the claim ends.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), monolock_client::Error> {
+    /// use std::time::Duration;
+    /// use monolock_client::Client;
+    ///
+    /// let client = Client::new("127.0.0.1:7070");
+    /// let lock = client
+    ///     .acquire_with_value("service/leader", Duration::from_secs(2), "10.0.0.7:9000")
+    ///     .await?;
+    /// let holder = client.holder("service/leader").await?;
+    /// assert_eq!((holder.token, holder.value.as_str()), (lock.token(), "10.0.0.7:9000"));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As for [`acquire`](Self::acquire); [`Error::InvalidValue`] before
+    /// dialing for a value above 1,024 bytes; [`Error::Unsupported`] for a
+    /// non-empty value when the server predates lock values (or the client
+    /// speaks [`Protocol::V1`]).
+    ///
+    /// # Cancel safety
+    /// As for [`acquire`](Self::acquire).
+    pub async fn acquire_with_value(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl AsRef<str>,
+    ) -> Result<LockGuard, Error> {
+        match self.enqueue_with_value(name, lease, value).await? {
             Enqueued::Acquired(guard) => Ok(guard),
             Enqueued::Waiting(waiter) => waiter.granted().await,
         }
@@ -305,9 +349,30 @@ impl<C: Connector> Client<C> {
         name: impl AsRef<str>,
         lease: impl Into<Option<Duration>>,
     ) -> Result<Option<LockGuard>, Error> {
+        self.try_acquire_with_value(name, lease, "").await
+    }
+
+    /// [`try_acquire`](Self::try_acquire), the claim carrying `value`
+    /// (see [`acquire_with_value`](Self::acquire_with_value)).
+    ///
+    /// # Errors
+    /// As for [`acquire_with_value`](Self::acquire_with_value).
+    ///
+    /// # Cancel safety
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire_with_value(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl AsRef<str>,
+    ) -> Result<Option<LockGuard>, Error> {
         let name = LockName::new(name.as_ref())?;
+        let value = checked_value(value.as_ref())?;
         Ok(
-            match self.claim(name, self.lease(lease), Mode::Try).await? {
+            match self
+                .claim(name, self.lease(lease), Mode::Try, value)
+                .await?
+            {
                 Some(Enqueued::Acquired(guard)) => Some(guard),
                 Some(Enqueued::Waiting(_)) | None => None,
             },
@@ -371,8 +436,28 @@ impl<C: Connector> Client<C> {
         name: impl AsRef<str>,
         lease: impl Into<Option<Duration>>,
     ) -> Result<Enqueued, Error> {
+        self.enqueue_with_value(name, lease, "").await
+    }
+
+    /// [`enqueue`](Self::enqueue), the claim carrying `value` (see
+    /// [`acquire_with_value`](Self::acquire_with_value)).
+    ///
+    /// # Errors
+    /// As for [`acquire_with_value`](Self::acquire_with_value).
+    ///
+    /// # Cancel safety
+    /// As for [`enqueue`](Self::enqueue).
+    pub async fn enqueue_with_value(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl AsRef<str>,
+    ) -> Result<Enqueued, Error> {
         let name = LockName::new(name.as_ref())?;
-        let claimed = self.claim(name, self.lease(lease), Mode::Wait).await?;
+        let value = checked_value(value.as_ref())?;
+        let claimed = self
+            .claim(name, self.lease(lease), Mode::Wait, value)
+            .await?;
         claimed.ok_or_else(|| {
             // A waiting ACQUIRE is never answered BUSY: the exchange refuses
             // that as a protocol violation first.
@@ -387,24 +472,34 @@ impl<C: Connector> Client<C> {
         name: LockName,
         lease: Duration,
         mode: Mode,
+        value: Option<&str>,
     ) -> Result<Option<Enqueued>, Error> {
         let lease_ms = check_lease(lease)?;
-        if let Some(addr) = self.addrs().find(|addr| has_scheme(addr)) {
-            return Err(Error::InvalidAddress {
-                addr: addr.to_owned(),
-            });
+        self.check_addrs()?;
+        if value.is_some() {
+            self.check_extension()?;
         }
         for _ in 0..MAX_PLACEMENTS {
-            let (session, id, starter) = match self.place(lease_ms).await? {
+            let (session, id, starter) = match self.place(lease_ms, value.is_some()).await? {
+                Placement::V1(_, addr) if value.is_some() => {
+                    return Err(Unsupported::Server {
+                        addr: addr.to_string(),
+                    }
+                    .into());
+                }
                 Placement::V1(conn, addr) => {
-                    return self.claim_v1(conn, addr, name, lease_ms, mode).await;
+                    let forced = self.protocol == Protocol::V1;
+                    return self
+                        .claim_v1(conn, addr, name, lease_ms, mode, forced)
+                        .await;
                 }
                 Placement::V2(session, id) => (session, id, None),
                 Placement::New(session, id, starter) => (session, id, Some(starter)),
             };
             let addr = session.addr().clone();
             let new_session = starter.is_some().then(|| session.clone());
-            let claim = v2_session::Claim::start(session, id, name.clone(), mode);
+            let claim =
+                v2_session::Claim::start(session, id, name.clone(), mode, value.map(str::to_owned));
             // A new session's OPEN and its first ACQUIRE go out in one write.
             if let Some(starter) = starter {
                 starter.start();
@@ -443,10 +538,238 @@ impl<C: Connector> Client<C> {
                     debug!(%addr, "the server speaks protocol version 1 only");
                     self.pool.remember_v1_only(addr);
                 }
+                Reply::Retry(Retry::NoExtension(addr)) => {
+                    debug!(%addr, "the server lacks lock values and observers");
+                    self.pool.remember_plain(addr.clone());
+                    if value.is_some() {
+                        return Err(Unsupported::Server {
+                            addr: addr.to_string(),
+                        }
+                        .into());
+                    }
+                }
                 Reply::Retry(Retry::Elsewhere) => {}
             }
         }
         Err(too_many_claims())
+    }
+
+    /// Refuses, before dialing, what needs values and observers when the
+    /// client speaks version 1, or when every address is known to lack
+    /// them.
+    fn check_extension(&self) -> Result<(), Error> {
+        if self.protocol == Protocol::V1 {
+            return Err(Unsupported::ProtocolV1.into());
+        }
+        let mut addrs = self.addrs().peekable();
+        let first = addrs.peek().map(|addr| (*addr).to_owned());
+        let lacking = addrs.all(|addr| self.pool.is_plain_only(addr) || self.pool.is_v1_only(addr));
+        match first {
+            Some(addr) if lacking => Err(Unsupported::Server { addr }.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses an address written with a scheme, before dialing.
+    fn check_addrs(&self) -> Result<(), Error> {
+        match self.addrs().find(|addr| has_scheme(addr)) {
+            Some(addr) => Err(Error::InvalidAddress {
+                addr: addr.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Observes the lock `name` without claiming it: the stream yields its
+    /// state when the server registered the watch (`initial`), then one
+    /// state per change (granted, value replaced, released with its
+    /// reason), **in token order**: never an older holder after a newer
+    /// one. A reader that falls behind is told the state now, flagged
+    /// `coalesced`, instead of every change. What it names is advisory:
+    /// find the holder with it (its value), fence writes with the token.
+    ///
+    /// The stream implements `futures_core::Stream`; [`Observation::next`]
+    /// reads it without any extension trait. Dropping it ends the watch.
+    /// It ends with [`Error::ObservationEnded`] when its session ends (the
+    /// server shut down, the connection failed): observe again.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), monolock_client::Error> {
+    /// use monolock_client::Client;
+    ///
+    /// let client = Client::new("127.0.0.1:7070");
+    /// let mut leader = client.observe("service/leader").await?;
+    /// while let Some(state) = leader.next().await {
+    ///     let state = state?;
+    ///     if state.held {
+    ///         println!("leader is {} (token {})", state.value, state.token);
+    ///     } else {
+    ///         println!("no leader right now");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] and [`Error::InvalidAddress`] before dialing;
+    /// connection failures as for [`acquire`](Self::acquire);
+    /// [`Error::Unsupported`] when the server predates observers (or the
+    /// client speaks [`Protocol::V1`]); [`Error::Lost`] with the server's
+    /// code when it refuses the watch (its bounds, the ACL).
+    ///
+    /// # Cancel safety
+    /// Dropping the future ends the watch, if it was placed.
+    pub async fn observe(&self, name: impl AsRef<str>) -> Result<Observation, Error> {
+        let name = LockName::new(name.as_ref())?;
+        for _ in 0..MAX_PLACEMENTS {
+            let (session, watch, starter) = self.extended_session(true).await?;
+            let Some(watch) = watch else {
+                continue;
+            };
+            let mailbox = Arc::new(Mailbox::new());
+            session.observe(watch, name.clone(), mailbox.clone());
+            if let Some(starter) = starter {
+                starter.start();
+            }
+            let addr = session.addr().clone();
+            let observation = Observation::new(name.clone(), session, watch, mailbox);
+            let opened = std::future::poll_fn(|cx| observation.mailbox().poll_opened(cx));
+            match timeout(self.connect_timeout, opened).await {
+                Ok(Ok(())) => return Ok(observation),
+                Ok(Err(WatchEnd::Retry)) => {}
+                Ok(Err(end)) => return Err(watch_error(&name, end, &addr)),
+                Err(_) => return Err(self.silent(&addr)),
+            }
+        }
+        Err(too_many_claims())
+    }
+
+    /// Campaigns for leadership of `name` in the background, in the shape
+    /// of client-go's `leaderelection`: waits in the lock's FIFO queue with
+    /// `value` (this candidate's address, say), holds the lock while it
+    /// leads, campaigns again after a loss, and observes the lock to name
+    /// every new leader. See [`Election`](crate::Election) and
+    /// [`ElectionEvent`](crate::ElectionEvent).
+    ///
+    /// ```no_run
+    /// # async fn serve_as_leader(_token: u64) {}
+    /// # async fn demo() -> Result<(), monolock_client::Error> {
+    /// use std::time::Duration;
+    /// use monolock_client::{Client, ElectionEvent};
+    ///
+    /// let client = Client::new("127.0.0.1:7070");
+    /// let mut election = client.elect("service/leader", Duration::from_secs(2), "10.0.0.7:9000")?;
+    /// while let Some(event) = election.next().await {
+    ///     match event? {
+    ///         ElectionEvent::StartedLeading(term) => {
+    ///             tokio::select! {
+    ///                 () = serve_as_leader(term.token()) => {}
+    ///                 () = term.ended() => {} // lost: StoppedLeading follows
+    ///             }
+    ///         }
+    ///         ElectionEvent::StoppedLeading => println!("no longer leading"),
+    ///         ElectionEvent::NewLeader(leader) => println!("forward writes to {}", leader.value),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::InvalidLease`],
+    /// [`Error::InvalidValue`] and [`Error::InvalidAddress`] at once, and
+    /// [`Error::Unsupported`] when the client speaks version 1 (or the
+    /// address is known to lack observers); later failures come through
+    /// the election's stream.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime (the election runs on a task of its own).
+    pub fn elect(
+        &self,
+        name: impl AsRef<str>,
+        lease: impl Into<Option<Duration>>,
+        value: impl Into<String>,
+    ) -> Result<crate::Election, Error> {
+        let name = LockName::new(name.as_ref())?;
+        let lease = self.lease(lease);
+        check_lease(lease)?;
+        let value = value.into();
+        checked_value(&value)?;
+        self.check_addrs()?;
+        // An election observes its lock: nothing to start without that.
+        self.check_extension()?;
+        Ok(crate::election::start(
+            self.clone(),
+            name.as_str().to_owned(),
+            lease,
+            value,
+        ))
+    }
+
+    /// Who holds the lock `name` now, asked once (no watch is left
+    /// behind): a state with event `Free` or `Held`, the holder's token
+    /// and value. Advisory, as [`observe`](Self::observe)'s states.
+    ///
+    /// # Errors
+    /// As for [`observe`](Self::observe).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the answer; nothing else changes.
+    pub async fn holder(&self, name: impl AsRef<str>) -> Result<LockState, Error> {
+        let name = LockName::new(name.as_ref())?;
+        for _ in 0..MAX_PLACEMENTS {
+            let (session, _, starter) = self.extended_session(false).await?;
+            let answer = session.lookup(name.clone());
+            if let Some(starter) = starter {
+                starter.start();
+            }
+            let addr = session.addr().clone();
+            match timeout(self.connect_timeout, answer).await {
+                Ok(Ok(Ok(state))) => return Ok(state),
+                Ok(Ok(Err(RequestFailed::Retry))) | Ok(Err(_)) => {}
+                Ok(Ok(Err(failed))) => return Err(request_error(failed, &addr)),
+                Err(_) => return Err(self.silent(&addr)),
+            }
+        }
+        Err(too_many_claims())
+    }
+
+    /// A session that has (or may have) the extension, for a watch (with
+    /// its id) or a lookup: a live one, else a new one of the default
+    /// lease.
+    async fn extended_session(
+        &self,
+        watch: bool,
+    ) -> Result<(Arc<SessionHandle>, Option<u32>, Option<Starter<C::Stream>>), Error> {
+        self.check_addrs()?;
+        self.check_extension()?;
+        let lease = check_lease(self.default_lease)?;
+        if let Some((session, id)) = self.pool.pick_extended(watch) {
+            return Ok((session, id, None));
+        }
+        let _opening = self.pool.opening.lock().await;
+        if let Some((session, id)) = self.pool.pick_extended(watch) {
+            return Ok((session, id, None));
+        }
+        if self.pool.open_sessions() >= MAX_SESSIONS {
+            return Err(too_many_claims());
+        }
+        let (conn, addr) = self.connect().await?;
+        if self.pool.is_v1_only(&addr) || self.pool.is_plain_only(&addr) {
+            return Err(Unsupported::Server {
+                addr: addr.to_string(),
+            }
+            .into());
+        }
+        let (session, starter) =
+            SessionHandle::new(conn, addr, lease, true, Arc::downgrade(&self.pool));
+        let id = if watch {
+            Some(session.take_watch_slot().ok_or_else(too_many_claims)?)
+        } else {
+            None
+        };
+        self.pool.insert(session.clone());
+        Ok((session, id, Some(starter)))
     }
 
     /// A claim on its own version 1 connection: `None` when a try-only
@@ -461,7 +784,15 @@ impl<C: Connector> Client<C> {
         name: LockName,
         lease: Lease,
         mode: Mode,
+        forced: bool,
     ) -> Result<Option<Enqueued>, Error> {
+        let unsupported = if forced {
+            Unsupported::ProtocolV1
+        } else {
+            Unsupported::Server {
+                addr: addr.to_string(),
+            }
+        };
         let mut session = Session::start(conn, name.clone(), lease, self.io_timeout);
         let first_reply = session.shared().wait_until(|status| match status {
             Status::Held(token) => Some(Some(*token)),
@@ -480,7 +811,7 @@ impl<C: Connector> Client<C> {
             }
             return Ok(None);
         }
-        let claim = Claim::V1(session);
+        let claim = Claim::V1(session, unsupported);
         Ok(Some(match token {
             Some(token) => Enqueued::Acquired(LockGuard::new(claim, name, token)),
             None => Enqueued::Waiting(crate::Waiter::new(claim, name)),
@@ -490,12 +821,14 @@ impl<C: Connector> Client<C> {
     /// Where a new claim goes: a session with room for it (opened if
     /// need be), or its own connection when the client speaks version 1 or
     /// the address does.
-    async fn place(&self, lease: Lease) -> Result<Placement<C::Stream>, Error> {
+    ///
+    /// `extension`: the claim needs values and observers (a value).
+    async fn place(&self, lease: Lease, extension: bool) -> Result<Placement<C::Stream>, Error> {
         if self.protocol == Protocol::V1 {
             let (conn, addr) = self.connect().await?;
             return Ok(Placement::V1(conn, addr));
         }
-        if let Some((session, id)) = self.pool.pick(lease) {
+        if let Some((session, id)) = self.pool.pick(lease, extension) {
             return Ok(Placement::V2(session, id));
         }
         // Every address speaks version 1: no session to share or open.
@@ -507,7 +840,7 @@ impl<C: Connector> Client<C> {
             return self.open_session(conn, addr, lease);
         }
         let _opening = self.pool.opening.lock().await;
-        if let Some((session, id)) = self.pool.pick(lease) {
+        if let Some((session, id)) = self.pool.pick(lease, extension) {
             return Ok(Placement::V2(session, id));
         }
         if self.pool.open_sessions() >= MAX_SESSIONS {
@@ -520,13 +853,17 @@ impl<C: Connector> Client<C> {
         self.open_session(conn, addr, lease)
     }
 
+    /// A new session over `conn`, asking for the extension unless `addr`
+    /// is known to lack it.
     fn open_session(
         &self,
         conn: Connection<C::Stream>,
         addr: Arc<str>,
         lease: Lease,
     ) -> Result<Placement<C::Stream>, Error> {
-        let (session, starter) = SessionHandle::new(conn, addr, lease);
+        let hello = !self.pool.is_plain_only(&addr);
+        let (session, starter) =
+            SessionHandle::new(conn, addr, lease, hello, Arc::downgrade(&self.pool));
         let id = session.take_slot().ok_or_else(too_many_claims)?;
         self.pool.insert(session.clone());
         Ok(Placement::New(session, id, starter))

@@ -84,6 +84,22 @@ pub enum Error {
     /// touches [`LossReason`] alone.
     #[error(transparent)]
     Lost(#[from] LossReason),
+    /// The value is longer than [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN)
+    /// (1,024 bytes of UTF-8). Checked before dialing.
+    #[error("value of {len} bytes is above the maximum of 1024 bytes")]
+    InvalidValue {
+        /// The value's length in bytes.
+        len: usize,
+    },
+    /// A lock value, `set_value`, an observation or a holder lookup was
+    /// asked of a server (or a protocol version) without the extension
+    /// for them. Never temporary: upgrade the server, or speak version 2.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// An observation ended because its session did: the message names
+    /// the lock (`observation of lock "NAME" ended (REASON): DETAIL`).
+    #[error(transparent)]
+    ObservationEnded(#[from] ObservationEnded),
     /// A [`blocking`](crate::blocking) call was made on a thread that runs
     /// an async runtime, where blocking would stall it: use the async
     /// client there.
@@ -115,7 +131,10 @@ impl Error {
             Self::WrongPeer { problem, .. } => matches!(problem, WrongPeer::Silent { .. }),
             Self::Lost(reason) => reason.is_temporary(),
             Self::LockLost(lost) => lost.reason.is_temporary(),
+            Self::ObservationEnded(ended) => ended.reason.is_temporary(),
             Self::InvalidName(_)
+            | Self::InvalidValue { .. }
+            | Self::Unsupported(_)
             | Self::InvalidLease { .. }
             | Self::InvalidAddress { .. }
             | Self::BlockingInAsyncContext => false,
@@ -248,6 +267,52 @@ impl LockLost {
     }
 }
 
+/// Why lock values and observers are not available.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unsupported {
+    /// The server at this address predates the extension (it answered
+    /// HELLO with ERROR 0x13, or speaks version 1 only).
+    #[error(
+        "{addr} does not support lock values and observers (the server is older than this \
+         client): upgrade the server"
+    )]
+    Server {
+        /// The server's address.
+        addr: String,
+    },
+    /// The client speaks protocol version 1 ([`Protocol::V1`](crate::Protocol::V1)).
+    #[error("protocol version 1 has no lock values or observers")]
+    ProtocolV1,
+}
+
+/// An observation that ended with its session: its lock's name and why.
+/// Displays as `observation of lock "NAME" ended (REASON): DETAIL`.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("observation of lock {:?} ended ({}): {reason}", name.as_str(), reason.name())]
+pub struct ObservationEnded {
+    name: LockName,
+    #[source]
+    reason: LossReason,
+}
+
+impl ObservationEnded {
+    /// The end of the observation of `name` for `reason`.
+    pub fn new(name: LockName, reason: LossReason) -> Self {
+        Self { name, reason }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.name
+    }
+
+    /// Why the session ended.
+    pub fn reason(&self) -> &LossReason {
+        &self.reason
+    }
+}
+
 /// A failed connect that no retry can heal: the address is malformed, or
 /// the TLS handshake failed on something other than the network (an
 /// untrusted or mismatched certificate, a refused client certificate, a
@@ -360,6 +425,10 @@ pub enum ProtocolViolation {
     /// A byte that starts no protocol version 2 frame.
     #[error("undecodable frame")]
     DecodeV2(#[from] monolock_proto::v2::DecodeError),
+    /// Bytes that are no frame of version 2 or its extension (an unknown
+    /// type byte, or a state with an unknown event).
+    #[error("undecodable frame")]
+    DecodeExt(#[from] monolock_proto::ext::DecodeError),
     /// A version 2 frame that does not fit the session's state: a reply
     /// that does not answer the oldest frame in flight, or a push for a
     /// claim that cannot receive it.
@@ -367,6 +436,32 @@ pub enum ProtocolViolation {
     Unexpected {
         /// The frame.
         frame: monolock_proto::v2::ServerFrame,
+    },
+    /// A frame of the extension (values and observers) that does not fit
+    /// the session's state.
+    #[error("{frame} does not fit the session's state")]
+    UnexpectedExtension {
+        /// The frame, as the client decoded it.
+        frame: String,
+    },
+    /// A STATE named an older holder than one already pushed to the same
+    /// watch: the server broke its promise of token order.
+    #[error("STATE for watch {watch} carried token {token} after token {last}")]
+    StateWentBack {
+        /// The watch id.
+        watch: u32,
+        /// The token of the watch's latest push.
+        last: u64,
+        /// The token of the offending push.
+        token: u64,
+    },
+    /// A STATE for a watch id not in use.
+    #[error("STATE (token {token}) for watch {watch}, which is not in use")]
+    UnknownWatch {
+        /// The watch id.
+        watch: u32,
+        /// The token of the push.
+        token: u64,
     },
     /// The peer answered with a TLS record: it is a TLS server (a monolock
     /// server with TLS on). Connect with TLS.
@@ -388,6 +483,18 @@ impl ProtocolViolation {
             DecodeError::UnknownType(0x15 | 0x16) => Self::TlsServer,
             DecodeError::UnknownType(b'H') => Self::HttpServer,
             err => Self::Decode(err),
+        }
+    }
+
+    /// As [`from_decode`](Self::from_decode), for a version 2 session that
+    /// may use the extension. An unknown type byte is reported as version
+    /// 2's, so that a session without the extension reads as before.
+    pub(crate) fn from_decode_ext(err: monolock_proto::ext::DecodeError) -> Self {
+        match err {
+            monolock_proto::ext::DecodeError::UnknownType(kind) => {
+                Self::from_decode_v2(monolock_proto::v2::DecodeError::UnknownType(kind))
+            }
+            err => Self::DecodeExt(err),
         }
     }
 

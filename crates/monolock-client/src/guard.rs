@@ -7,16 +7,18 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    error::{Error, LockLost, LossReason},
+    error::{Error, LockLost, LossReason, Unsupported},
+    observe::request_error,
     session::{Session, Shared, Status},
-    v2,
+    state::checked_value,
+    v2::{self, session::RequestFailed},
 };
 
 /// A claim of either protocol version.
 #[derive(Debug)]
 pub(crate) enum Claim {
-    /// Its own connection.
-    V1(Session),
+    /// Its own connection; values are unsupported, for this reason.
+    V1(Session, Unsupported),
     /// A claim on a shared session; `release` waits at most `io_timeout`
     /// for RELEASED.
     V2 {
@@ -28,14 +30,14 @@ pub(crate) enum Claim {
 impl Claim {
     fn shared(&self) -> &Arc<Shared> {
         match self {
-            Self::V1(session) => session.shared(),
+            Self::V1(session, _) => session.shared(),
             Self::V2 { claim, .. } => claim.shared(),
         }
     }
 
     async fn release(&mut self) -> Result<(), LossReason> {
         match self {
-            Self::V1(session) => session.release().await,
+            Self::V1(session, _) => session.release().await,
             Self::V2 { claim, io_timeout } => claim.release(*io_timeout).await,
         }
     }
@@ -155,6 +157,43 @@ impl LockGuard {
     /// to tasks that must stop then.
     pub fn loss_token(&self) -> CancellationToken {
         self.session.shared().lost_token().clone()
+    }
+
+    /// Replaces the value the claim carries (see
+    /// [`Client::acquire_with_value`](crate::Client::acquire_with_value))
+    /// and returns once the server has it: every observer is told
+    /// (a `value` state) and every state written from then on carries it.
+    /// An empty value clears it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidValue`] above 1,024 bytes; [`Error::LockLost`] if
+    /// the lock was lost; [`Error::Unsupported`] when the server predates
+    /// lock values (or the claim speaks version 1).
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the server with the old value or the
+    /// new one; the lock is unaffected.
+    pub async fn set_value(&self, value: impl AsRef<str>) -> Result<(), Error> {
+        let value = checked_value(value.as_ref())?.unwrap_or_default();
+        self.check()?;
+        match &self.session {
+            Claim::V1(_, unsupported) => Err(unsupported.clone().into()),
+            Claim::V2 { claim, io_timeout } => {
+                match claim.proclaim(value.to_owned(), *io_timeout).await {
+                    Ok(()) => Ok(()),
+                    Err(RequestFailed::Lost(reason)) => {
+                        let reason = self.loss().unwrap_or(reason);
+                        Err(LockLost::new(self.name.clone(), reason).into())
+                    }
+                    Err(failed) => {
+                        if let Some(reason) = self.loss() {
+                            return Err(LockLost::new(self.name.clone(), reason).into());
+                        }
+                        Err(request_error(failed, claim.addr()))
+                    }
+                }
+            }
+        }
     }
 
     /// Releases the lock and returns once the server has released it, so

@@ -111,6 +111,25 @@
 //! ([`Client::with_default_lease`]). The address may list standbys:
 //! `"a:7070,b:7070"` is tried in order on each new connection.
 //!
+//! # Values, observers and leader election
+//!
+//! With a server that has the version 2 extension (the client asks on
+//! every session, and falls back per address against an older one):
+//!
+//! - [`Client::acquire_with_value`] (and `try_`/`enqueue_` forms): the
+//!   claim carries a short value (its holder's `host:port`, say), replaced
+//!   with [`LockGuard::set_value`].
+//! - [`Client::observe`]: an [`Observation`], a `futures_core::Stream` of
+//!   [`LockState`]s: the lock's state, then every change, in token order.
+//! - [`Client::holder`]: who holds a lock now, asked once.
+//! - [`Client::elect`]: leader election in the shape of client-go's
+//!   `leaderelection`, as an [`Election`] stream of [`ElectionEvent`]s.
+//!
+//! What an observer is told is advisory (the holder may already have lost
+//! the lock): find the holder with it, fence writes with the token. An
+//! older server makes these fail with [`Error::Unsupported`], never a
+//! loss; plain locks work there as before.
+//!
 //! # Cancel safety
 //!
 //! Every future in this crate may be dropped at any point. Dropping a
@@ -164,6 +183,9 @@
 //! [`Error::WrongPeer`] (`does not speak TLS`), permanent too. Unusable TLS settings are `Error::Tls`, invalid input. Dropping
 //! a guard still shuts the TCP socket down inside `Drop`.
 //!
+//! Dropping an [`Observation`] ends its watch, without blocking; an
+//! [`Election`] dropped stops at once, releasing the lock if it leads.
+//!
 //! # Feature flags
 //!
 //! - `tls` (default): `TlsConnector`, `TlsError` and `Error::Tls`; pulls
@@ -174,13 +196,16 @@
 pub mod blocking;
 mod client;
 mod connector;
+mod election;
 mod error;
 mod exchange;
 mod guard;
+mod observe;
 mod retry;
 mod schedule;
 mod scoped;
 mod session;
+mod state;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -194,17 +219,23 @@ pub mod vectors;
 
 pub use client::{Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, DEFAULT_LEASE, Protocol};
 pub use connector::{Connection, Connector, SocketShutdown, TcpConnector, Transport};
-pub use error::{Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ProtocolViolation, WrongPeer};
+pub use election::{Election, ElectionEvent, Leadership};
+pub use error::{
+    Error, LockLost, LossReason, MAX_LEASE, MIN_LEASE, ObservationEnded, ProtocolViolation,
+    Unsupported, WrongPeer,
+};
 #[cfg(feature = "mutations")]
 #[doc(hidden)]
 pub use guard::BeliefProbe;
 pub use guard::{Enqueued, LockGuard, Waiter};
 pub use monolock_proto::{ErrorClass, ErrorCode, LockName, MAX_NAME_LEN, NameError};
+pub use observe::Observation;
 pub use retry::{DEFAULT_INITIAL_BACKOFF, DEFAULT_MAX_BACKOFF, DEFAULT_RETRY_FOR, RetryPolicy};
 /// The rustls this crate was built with, for [`TlsConnector::from_config`]
 /// and the certificate types of the builder.
 #[cfg(feature = "tls")]
 pub use rustls;
 pub use scoped::{LockContext, Outcome};
+pub use state::{LockState, MAX_VALUE_LEN, ReleaseReason, StateEvent};
 #[cfg(feature = "tls")]
 pub use tls::{TlsConnector, TlsConnectorBuilder, TlsError};

@@ -72,6 +72,10 @@ pub(crate) enum Retry {
     /// The session ended (or was full) before the server took the claim:
     /// idle-closed, at its claim bound, or closing.
     Elsewhere,
+    /// The server at this address answered HELLO with ERROR 0x13: it
+    /// lacks values and observers. A plain claim goes to a session that
+    /// does not ask for them.
+    NoExtension(Arc<str>),
 }
 
 /// `S + 0.8 x lease`, shared by the session's driver (which moves it) and

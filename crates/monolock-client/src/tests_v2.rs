@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use monolock_proto::{
     ClientFrame as V1Frame, ErrorCode, Phase, ServerFrame as V1Reply, decode_request as decode_v1,
+    ext,
     v2::{self, Mode, ServerFrame},
 };
 use tokio::{
@@ -32,6 +33,11 @@ enum Req {
     },
     Release(u32),
     Ping,
+    Observe {
+        watch: u32,
+        name: String,
+    },
+    Unobserve(u32),
 }
 
 /// One session, server side.
@@ -39,6 +45,8 @@ struct Peer {
     stream: DuplexStream,
     buf: Vec<u8>,
     opened: bool,
+    /// The client asked for the extension with its OPEN.
+    hello: bool,
     /// How many bytes each read returned: one write of the client arrives
     /// in one read here.
     reads: Vec<usize>,
@@ -50,26 +58,36 @@ impl Peer {
             stream,
             buf: Vec::new(),
             opened: false,
+            hello: false,
             reads: Vec::new(),
         }
     }
 
     fn decode(&mut self) -> Option<Req> {
         if !self.opened {
+            // OPEN and the HELLO written with it: one request here.
             let (lease, used) = v2::decode_open(&self.buf).expect("an OPEN")?;
-            self.buf.drain(..used);
+            let hello = self.buf.get(used..used + ext::HELLO_LEN)?;
+            assert_eq!(hello, [0x24, 0, 0, 0, 1], "HELLO follows the OPEN");
+            self.buf.drain(..used + ext::HELLO_LEN);
             self.opened = true;
+            self.hello = true;
             return Some(Req::Open(lease.as_millis()));
         }
-        let (request, used) = v2::decode_request(&self.buf).expect("a v2 frame")?;
+        let (request, used) = ext::decode_request(&self.buf).expect("a v2 frame")?;
         let req = match request {
-            v2::Request::Acquire { claim, mode, name } => Req::Acquire {
+            ext::Request::Base(v2::Request::Acquire { claim, mode, name }) => Req::Acquire {
                 claim,
                 mode,
                 name: name.to_owned(),
             },
-            v2::Request::Release { claim } => Req::Release(claim),
-            v2::Request::Ping => Req::Ping,
+            ext::Request::Base(v2::Request::Release { claim }) => Req::Release(claim),
+            ext::Request::Base(v2::Request::Ping) => Req::Ping,
+            ext::Request::Observe { watch, name } => Req::Observe {
+                watch,
+                name: name.to_owned(),
+            },
+            ext::Request::Unobserve { watch } => Req::Unobserve(watch),
             other => panic!("unexpected {other:?}"),
         };
         self.buf.drain(..used);
@@ -115,12 +133,19 @@ impl Peer {
             .expect("client reads");
     }
 
+    /// OPENED, and FEATURES granting the extension when it was asked for.
     async fn opened(&mut self, max_claims: u32) {
         self.send(ServerFrame::Opened {
             session: 1,
             max_claims,
         })
         .await;
+        if self.hello {
+            self.stream
+                .write_all(&ext::features_frame(1, 1024))
+                .await
+                .expect("client reads");
+        }
     }
 }
 
@@ -142,17 +167,21 @@ async fn holding(
     });
     let mut peer = Peer::new(server.accept_stream().await);
     peer.expect(Req::Open(2000)).await;
-    let claim = peer.acquire(name, Mode::Wait).await;
     peer.opened(1024).await;
+    let claim = peer.acquire(name, Mode::Wait).await;
     peer.send(ServerFrame::Acquired { claim, token: 7 }).await;
     let guard = acquiring.await.unwrap().expect("granted");
     (client, server, peer, guard)
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_open_and_the_first_acquire_go_out_in_one_write_and_claims_share_it() {
+async fn the_open_and_hello_go_out_in_one_write_and_claims_share_the_session() {
     let (client, server, mut peer, first) = holding("a").await;
-    assert_eq!(peer.reads, [6 + 7 + 1], "OPEN and ACQUIRE in one write");
+    assert_eq!(
+        peer.reads,
+        [6 + 5, 7 + 1],
+        "OPEN and HELLO in one write, the ACQUIRE once FEATURES is read"
+    );
     assert_eq!(first.token(), 7);
     let second = tokio::spawn({
         let client = client.clone();
@@ -355,8 +384,8 @@ async fn too_many_claims_moves_the_claim_to_another_session() {
     .await;
     let mut other = Peer::new(server.accept_stream().await);
     other.expect(Req::Open(2000)).await;
-    let claim = other.acquire("b", Mode::Wait).await;
     other.opened(1024).await;
+    let claim = other.acquire("b", Mode::Wait).await;
     other.send(ServerFrame::Acquired { claim, token: 8 }).await;
     assert_eq!(second.await.unwrap().expect("granted").token(), 8);
     assert_eq!(server.connects(), 2);
@@ -433,11 +462,84 @@ async fn a_release_and_the_next_acquire_go_out_in_one_write() {
     peer.expect(Req::Release(0)).await;
     let claim = peer.acquire("a", Mode::Wait).await;
     assert_eq!(
-        peer.reads[1..],
+        peer.reads[2..],
         [5 + 7 + 1],
         "RELEASE and ACQUIRE in one write"
     );
     peer.send(ServerFrame::Released { claim: 0 }).await;
     peer.send(ServerFrame::Acquired { claim, token: 8 }).await;
     assert_eq!(next.await.unwrap().expect("granted").token(), 8);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watch_keeps_its_session_open_and_it_closes_idle_once_unobserved() {
+    let (client, mut server) = FakeServer::speaking(Protocol::V2);
+    let observing = tokio::spawn({
+        let client = client.clone();
+        async move { client.observe("a").await }
+    });
+    let mut peer = Peer::new(server.accept_stream().await);
+    peer.expect(Req::Open(2000)).await;
+    peer.opened(1024).await;
+    let Some(Req::Observe { watch, name }) = peer.next().await else {
+        panic!("an OBSERVE");
+    };
+    assert_eq!(name, "a");
+    let initial = ext::ServerFrame::State {
+        watch,
+        state: ext::LockState {
+            event: ext::StateEvent::Free,
+            flags: ext::FLAG_INITIAL,
+            token: 0,
+            since_ms: 0,
+            reason: None,
+            value: String::new(),
+        },
+    };
+    let mut bytes = ext::ServerFrame::Observing { watch }.to_bytes();
+    bytes.extend_from_slice(&initial.to_bytes());
+    peer.stream.write_all(&bytes).await.expect("client reads");
+    let mut observation = observing.await.unwrap().expect("observing");
+    let first = observation
+        .next()
+        .await
+        .expect("a state")
+        .expect("no error");
+    assert!(first.initial && !first.held);
+    // The server answers every PING; a minute passes with the watch alone.
+    let (unobserved_tx, unobserved) = tokio::sync::oneshot::channel();
+    let answering = tokio::spawn(async move {
+        let mut unobserved_tx = Some(unobserved_tx);
+        while let Some(req) = peer.next().await {
+            match req {
+                // The idle close may cross the last PONG: not an error.
+                Req::Ping => {
+                    let _ = peer.stream.write_all(&ServerFrame::Pong.to_bytes()).await;
+                }
+                Req::Unobserve(id) => {
+                    let reply = ext::ServerFrame::Unobserved { watch: id }.to_bytes();
+                    peer.stream.write_all(&reply).await.expect("client reads");
+                    if let Some(tx) = unobserved_tx.take() {
+                        let _ = tx.send(id);
+                    }
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    });
+    sleep(ms(60_000)).await;
+    assert_eq!(
+        client.session_loads(),
+        [0],
+        "a watch keeps the session open"
+    );
+    drop(observation);
+    assert_eq!(unobserved.await.expect("UNOBSERVE written"), watch);
+    sleep(ms(21_000)).await;
+    assert!(
+        client.session_loads().is_empty(),
+        "closed once idle for 20 s"
+    );
+    answering.await.expect("the server saw the close");
+    assert_eq!(server.connects(), 1);
 }

@@ -22,6 +22,7 @@ use std::{
 
 use monolock_proto::{
     ClientFrame, Lease, LockName, decode_response,
+    ext::{self, FEATURE_VALUES_AND_OBSERVERS},
     v2::{self, Mode},
 };
 use serde_json::{Value, json};
@@ -30,8 +31,9 @@ use tokio::time::Instant;
 use crate::{
     error::{LossReason, ProtocolViolation},
     exchange::{Event as V1Event, Exchange as V1Exchange},
+    state::LockState,
     v2::{
-        exchange::{Event as V2Event, Exchange as V2Exchange},
+        exchange::{Event as V2Event, Exchange as V2Exchange, UnobserveStep},
         session::{v1_code, write_release},
     },
 };
@@ -478,6 +480,23 @@ struct V2 {
     owners: BTreeMap<u32, Owner>,
 }
 
+/// A state's fields as a `state` or `lock_state` event carries them.
+fn state_fields(state: &LockState) -> Value {
+    json!({
+        "state_event": state.event.name(),
+        "token": state.token,
+        "since_ms": state.since_ms(),
+        "value": state.value,
+    })
+}
+
+fn watch_of(step: &Value) -> Result<u32, String> {
+    step["watch"]
+        .as_u64()
+        .and_then(|id| u32::try_from(id).ok())
+        .ok_or_else(|| "watch: a u32 required".into())
+}
+
 impl V2 {
     fn new(lease: Lease, _origin: Instant) -> Self {
         Self {
@@ -493,11 +512,29 @@ impl V2 {
         self.exchange.as_ref().filter(|_| !self.ended)
     }
 
-    /// The session is over: every live claim is lost with it.
+    /// The session is over: every live claim is lost with it, then every
+    /// live watch, in ascending id.
     fn end(&mut self, reason: &LossReason, out: &mut Out) {
         self.ended = true;
         for claim in std::mem::take(&mut self.owners).into_keys() {
             out.event(lost(Some(claim), reason));
+        }
+        if let Some(exchange) = &self.exchange {
+            for watch in exchange.watch_ids() {
+                out.event(
+                    json!({ "event": "watch_lost", "watch": watch, "reason": reason.name() }),
+                );
+            }
+        }
+    }
+
+    fn unobserve(&mut self, watch: u32, now: Instant, out: &mut Out) {
+        let Some(exchange) = self.exchange.as_mut() else {
+            return;
+        };
+        if exchange.unobserve(watch) == UnobserveStep::Write {
+            out.send(&ext::ClientFrame::Unobserve { watch }.to_bytes());
+            exchange.unobserve_sent(watch, now);
         }
     }
 
@@ -522,19 +559,23 @@ impl V2 {
             let Some(exchange) = self.exchange.as_mut() else {
                 return;
             };
-            let frame = match v2::decode_response(&self.buf[used..]) {
+            let frame = match ext::decode_response(&self.buf[used..]) {
                 Ok(Some((frame, len))) => {
                     used += len;
                     frame
                 }
                 Ok(None) => break,
                 Err(err) => {
-                    let violation = ProtocolViolation::from_decode_v2(err);
+                    let violation = ProtocolViolation::from_decode_ext(err);
                     self.end(&LossReason::ProtocolViolation(violation), out);
                     return;
                 }
             };
-            let event = match exchange.on_frame(frame, now) {
+            let event = match frame {
+                ext::Response::Base(frame) => exchange.on_frame(frame, now),
+                ext::Response::Ext(frame) => exchange.on_ext_frame(frame, now),
+            };
+            let event = match event {
                 Ok(event) => event,
                 Err(violation) => {
                     self.end(&LossReason::ProtocolViolation(violation), out);
@@ -588,6 +629,60 @@ impl V2 {
                     self.end(&LossReason::Server { code, reason }, out);
                     return;
                 }
+                V2Event::Features {
+                    features,
+                    max_watches,
+                } => out.event(json!({
+                    "event": "features",
+                    "features": features,
+                    "max_watches": max_watches,
+                })),
+                V2Event::Unsupported => {
+                    // Nothing was asked on the session yet: nothing lost.
+                    self.ended = true;
+                    out.event(json!({ "event": "unsupported" }));
+                    return;
+                }
+                V2Event::Proclaimed { claim } => {
+                    out.event(json!({ "event": "proclaimed", "claim": claim }));
+                }
+                // A PROCLAIM that crossed the claim's end (REFUSED 0x20 after
+                // a REVOKED) is nothing for anyone: the claim was lost.
+                V2Event::ProclaimRefused { claim, code, .. } => {
+                    if self.owners.contains_key(&claim) {
+                        out.event(json!({ "event": "refused", "claim": claim, "code": code.0 }));
+                    }
+                }
+                V2Event::Observing { watch, unobserve } => {
+                    out.event(json!({ "event": "observing", "watch": watch }));
+                    if unobserve {
+                        self.unobserve(watch, now, out);
+                    }
+                }
+                V2Event::WatchRefused { watch, code, .. } => {
+                    out.event(json!({ "event": "refused", "watch": watch, "code": code.0 }));
+                }
+                V2Event::State { watch, state } => {
+                    let mut event = state_fields(&state);
+                    event["event"] = json!("state");
+                    event["watch"] = json!(watch);
+                    event["state_event"] = json!(state.event.name());
+                    event["initial"] = json!(state.initial);
+                    event["coalesced"] = json!(state.coalesced);
+                    event["reason"] = json!(state.reason.map(|reason| reason.name()));
+                    out.event(event);
+                }
+                V2Event::Unobserved { watch } => {
+                    out.event(json!({ "event": "unobserved", "watch": watch }));
+                }
+                V2Event::LockState(state) => {
+                    let mut event = state_fields(&state);
+                    event["event"] = json!("lock_state");
+                    out.event(event);
+                }
+                V2Event::LookupRefused { code, .. } => {
+                    out.event(json!({ "event": "refused", "lookup": true, "code": code.0 }));
+                }
             }
         }
         self.buf.drain(..used);
@@ -605,11 +700,46 @@ impl Core for V2 {
                 return Err("a second open".into());
             }
             out.send(&v2::ClientFrame::Open { lease: self.lease }.to_bytes());
-            self.exchange = Some(V2Exchange::new(self.lease.as_duration(), now));
+            let mut exchange = V2Exchange::new(self.lease.as_duration(), now);
+            match step["features"].as_u64() {
+                None => {}
+                Some(1) => {
+                    let hello = ext::ClientFrame::Hello {
+                        features: FEATURE_VALUES_AND_OBSERVERS,
+                    };
+                    out.send(&hello.to_bytes());
+                    exchange.hello_sent(now);
+                }
+                Some(other) => return Err(format!("features {other}: 1 or none")),
+            }
+            self.exchange = Some(exchange);
             return Ok(());
         }
-        let claim = claim_of(step)?.ok_or("call: no claim")?;
         let exchange = self.exchange.as_mut().ok_or("call before open")?;
+        if !exchange.ready() {
+            return Err("a call before FEATURES answered the HELLO".into());
+        }
+        match call {
+            Some("observe") => {
+                let watch = watch_of(step)?;
+                let name = lock_name(step)?;
+                out.send(&ext::ClientFrame::Observe { watch, name }.to_bytes());
+                exchange.observe_sent(watch, now);
+                return Ok(());
+            }
+            Some("unobserve") => {
+                self.unobserve(watch_of(step)?, now, out);
+                return Ok(());
+            }
+            Some("lookup") => {
+                let name = lock_name(step)?;
+                out.send(&ext::ClientFrame::Lookup { name }.to_bytes());
+                exchange.lookup_sent(now);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let claim = claim_of(step)?.ok_or("call: no claim")?;
         match call {
             Some("acquire") => {
                 let mode = match step["mode"].as_str() {
@@ -618,9 +748,34 @@ impl Core for V2 {
                     other => return Err(format!("mode {other:?}")),
                 };
                 let name = lock_name(step)?;
-                out.send(&v2::ClientFrame::Acquire { claim, mode, name }.to_bytes());
+                let frame = match step.get("value") {
+                    None => v2::ClientFrame::Acquire { claim, mode, name }.to_bytes(),
+                    Some(value) => {
+                        let value = value.as_str().ok_or("value: a string required")?;
+                        ext::ClientFrame::AcquireValue {
+                            claim,
+                            mode,
+                            name,
+                            value: value.to_owned(),
+                        }
+                        .to_bytes()
+                    }
+                };
+                out.send(&frame);
                 exchange.acquire_sent(claim, mode, now);
                 self.owners.insert(claim, Owner::default());
+                Ok(())
+            }
+            Some("proclaim") => {
+                let value = step["value"].as_str().ok_or("proclaim: no value")?;
+                if exchange.is_live(claim) {
+                    let frame = ext::ClientFrame::Proclaim {
+                        claim,
+                        value: value.to_owned(),
+                    };
+                    out.send(&frame.to_bytes());
+                    exchange.proclaim_sent(claim, now);
+                }
                 Ok(())
             }
             Some("release") => {

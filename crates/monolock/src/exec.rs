@@ -17,7 +17,7 @@ use std::{
 
 use clap::{ArgAction, Args};
 use monolock_client::{
-    Client, Connector, Enqueued, Error, LockGuard, LossReason, MAX_LEASE, MIN_LEASE,
+    Client, Connector, Enqueued, Error, LockGuard, LossReason, MAX_LEASE, MAX_VALUE_LEN, MIN_LEASE,
     ProtocolViolation, TcpConnector, TlsConnector, WrongPeer,
 };
 use tokio::{
@@ -84,6 +84,10 @@ several addresses (a,b): each connection tries them in order. On/off
 variables (MONOLOCK_RETRY, MONOLOCK_PID_NAMESPACE) take 1/0, true/false,
 yes/no or on/off.
 
+--value gives the lock a value for the command's whole run (its HOST:PORT, for
+followers that forward to the leader): `monolock observe NAME` prints it with
+every change. A server older than lock values refuses it (exit 64).
+
 --tls-ca turns TLS on: the server's certificate must chain to that CA and
 match the host of --server (or --tls-server-name). --tls-cert and --tls-key
 add a client certificate for mTLS; the server takes the client's identity
@@ -91,8 +95,9 @@ from it.
 
 Exit status:
   the command's own   it ran to the end holding the lock (128+N if killed by signal N)
-  64                  usage or client error (bad flag, name, lease, address or TLS file;
-                      a certificate or TLS mismatch; a wrong port; refused by the ACL)
+  64                  usage or client error (bad flag, name, lease, value, address or TLS
+                      file; a certificate or TLS mismatch; a wrong port; refused by the
+                      ACL; --value to a server without lock values)
   69                  server unreachable, or it failed the session before the command
                       started (shutdown, administrator kick, silence)
   75                  not acquired: busy with --no-wait or --wait 0, or --wait ran out
@@ -187,6 +192,12 @@ pub struct ExecArgs {
     #[arg(long, env = "MONOLOCK_TLS_SERVER_NAME", value_name = "NAME")]
     tls_server_name: Option<String>,
 
+    /// A value the lock carries while the command runs (at most 1024
+    /// bytes of UTF-8): this instance's HOST:PORT, say. `monolock observe`,
+    /// the client's observers and `monolock locks` show it with the holder.
+    #[arg(long, value_name = "STR", value_parser = parse_value)]
+    value: Option<String>,
+
     /// The lock's name (1 to 255 bytes of UTF-8, exact).
     #[arg(value_name = "NAME")]
     name: String,
@@ -203,7 +214,7 @@ pub struct ExecArgs {
 
 /// Parses `--server`: one or more `HOST:PORT` separated by commas. A bad
 /// address is a usage error at startup, never a retried connect failure.
-fn parse_servers(text: &str) -> Result<String, String> {
+pub fn parse_servers(text: &str) -> Result<String, String> {
     let mut addrs = Vec::new();
     for addr in text.split(',').map(str::trim) {
         let bad = || {
@@ -225,6 +236,18 @@ fn parse_servers(text: &str) -> Result<String, String> {
         addrs.push(addr);
     }
     Ok(addrs.join(","))
+}
+
+/// Parses `--value`: at most [`MAX_VALUE_LEN`] bytes, refused at startup
+/// like any bad flag.
+fn parse_value(text: &str) -> Result<String, String> {
+    if text.len() > MAX_VALUE_LEN {
+        return Err(format!(
+            "value of {} bytes is above the maximum of {MAX_VALUE_LEN} bytes",
+            text.len()
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 /// Parses `--lease` within the bounds every monolock client puts on a
@@ -279,14 +302,31 @@ async fn exec(args: ExecArgs) -> u8 {
 /// The TLS connector the flags ask for: `None` for plain TCP, or one line
 /// saying what is wrong with them.
 fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
-    let identity = match (&args.tls_cert, &args.tls_key) {
+    tls_connector_from(
+        args.tls_ca.as_ref(),
+        args.tls_cert.as_ref(),
+        args.tls_key.as_ref(),
+        args.tls_server_name.as_ref(),
+    )
+}
+
+/// The TLS connector of `--tls-ca`, `--tls-cert`, `--tls-key` and
+/// `--tls-server-name` (exec's, observe's): `None` for plain TCP, or one
+/// line saying what is wrong with them.
+pub fn tls_connector_from(
+    tls_ca: Option<&PathBuf>,
+    tls_cert: Option<&PathBuf>,
+    tls_key: Option<&PathBuf>,
+    tls_server_name: Option<&String>,
+) -> Result<Option<TlsConnector>, String> {
+    let identity = match (tls_cert, tls_key) {
         (Some(cert), Some(key)) => Some((cert, key)),
         (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".to_owned()),
         (None, Some(_)) => return Err("--tls-key needs --tls-cert (its certificate)".to_owned()),
         (None, None) => None,
     };
-    let Some(ca) = &args.tls_ca else {
-        return match (identity, &args.tls_server_name) {
+    let Some(ca) = tls_ca else {
+        return match (identity, tls_server_name) {
             (None, None) => Ok(None),
             (Some(_), _) => Err("--tls-cert and --tls-key need --tls-ca (TLS is off)".to_owned()),
             (None, Some(_)) => Err("--tls-server-name needs --tls-ca (TLS is off)".to_owned()),
@@ -296,7 +336,7 @@ fn tls_connector(args: &ExecArgs) -> Result<Option<TlsConnector>, String> {
     if let Some((cert, key)) = identity {
         builder = builder.with_client_cert_files(cert, key);
     }
-    if let Some(name) = &args.tls_server_name {
+    if let Some(name) = tls_server_name {
         builder = builder.with_server_name(name);
     }
     builder.build().map(Some).map_err(|err| chain(&err))
@@ -390,7 +430,11 @@ async fn acquire<C: Connector>(
     let once = args.no_wait || args.wait.is_some_and(|wait| wait.is_zero());
     let attempt = || async {
         if once {
-            match client.try_acquire(&args.name, args.lease).await {
+            let value = args.value.as_deref().unwrap_or_default();
+            match client
+                .try_acquire_with_value(&args.name, args.lease, value)
+                .await
+            {
                 Err(err) => Err(unanswered(err, connector, args).await),
                 result => result,
             }
@@ -438,7 +482,11 @@ async fn wait_reporting<C: Connector>(
     connector: &C,
     args: &ExecArgs,
 ) -> Result<LockGuard, Error> {
-    let enqueued = match client.enqueue(&args.name, args.lease).await {
+    let value = args.value.as_deref().unwrap_or_default();
+    let enqueued = match client
+        .enqueue_with_value(&args.name, args.lease, value)
+        .await
+    {
         Ok(enqueued) => enqueued,
         Err(err) => return Err(unanswered(err, connector, args).await),
     };

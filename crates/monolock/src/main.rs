@@ -8,6 +8,7 @@ mod args;
 mod events_cli;
 mod exec;
 mod manual;
+mod observe_cli;
 mod process;
 mod render;
 mod sentinel;
@@ -51,6 +52,8 @@ enum Command {
     Admin(admin_cli::AdminCommand),
     /// Follow every change live, one line per event (the current locks first).
     Events(events_cli::EventsArgs),
+    /// Print a lock's state and every change, one JSON line each.
+    Observe(observe_cli::ObserveArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(manual::CompletionsArgs),
     /// Print a manual page (roff): monolock(1), or monolock-SUBCOMMAND(1).
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
         Command::Exec(args) => exec::main(args),
         Command::Admin(command) => admin_cli::main(command),
         Command::Events(args) => events_cli::main(args),
+        Command::Observe(args) => observe_cli::main(args),
         Command::Completions(args) => manual::completions(args, Cli::command()),
         Command::Man(args) => manual::man(args, Cli::command()),
         Command::ExecSentinel(args) => sentinel::main(args),

@@ -3,14 +3,18 @@
 //! stdout, as `clients/conformance/DRIVER.md` specifies.
 //!
 //! A thin shell around the client's public API (`Client::acquire`,
-//! `try_acquire`, `acquire_timeout`, `LockGuard::is_held`, `lost`, `loss`,
+//! `try_acquire`, `acquire_timeout`, their `_with_value` forms, `observe`,
+//! `holder`, `elect`, `LockGuard::is_held`, `lost`, `loss`, `set_value`,
 //! `release`, `TlsConnector`): it decides nothing the client should
 //! decide, so what the suite checks is the client itself.
 #![forbid(unsafe_code)]
 
 use std::{collections::HashMap, error::Error as StdError, time::Duration};
 
-use monolock_client::{Client, Error, LockGuard, LockLost, Protocol, TlsConnector, WrongPeer};
+use monolock_client::{
+    Client, Election, ElectionEvent, Error, LockGuard, LockLost, LockState, Observation, Protocol,
+    TlsConnector, WrongPeer,
+};
 use monolock_testkit::sys;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -51,6 +55,19 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// A failed `observe` or `holder`: a REFUSED from the server (a
+    /// watch bound, the ACL) is the server's refusal, never a loss.
+    fn refused(err: Error) -> Self {
+        let mut failure = Self::from(err);
+        if failure.kind == "lost" && failure.reason == Some("server_error") {
+            failure.kind = "server";
+            failure.reason = None;
+        }
+        failure
+    }
+}
+
 impl From<LockLost> for Failure {
     fn from(lost: LockLost) -> Self {
         Error::from(lost).into()
@@ -62,9 +79,12 @@ impl From<Error> for Failure {
         let message = chain(&err);
         let temporary = err.is_temporary();
         let (kind, reason) = match &err {
-            Error::InvalidName(_) | Error::InvalidLease { .. } | Error::InvalidAddress { .. } => {
-                ("invalid_argument", None)
-            }
+            Error::InvalidName(_)
+            | Error::InvalidLease { .. }
+            | Error::InvalidAddress { .. }
+            | Error::InvalidValue { .. } => ("invalid_argument", None),
+            Error::Unsupported(_) => ("unsupported", None),
+            Error::ObservationEnded(ended) => ("lost", Some(ended.reason().name())),
             Error::Connect { source, .. }
                 if source
                     .get_ref()
@@ -96,6 +116,10 @@ impl From<Error> for Failure {
     }
 }
 
+fn unknown_handle(handle: &str) -> Failure {
+    Failure::new("unknown_handle", format!("no handle {handle:?}"))
+}
+
 /// An error and its causes on one line.
 fn chain(err: &(dyn StdError + 'static)) -> String {
     let mut text = err.to_string();
@@ -111,11 +135,15 @@ fn chain(err: &(dyn StdError + 'static)) -> String {
     text
 }
 
-/// The driver's state: its client and the locks it holds, by handle.
+/// The driver's state: its client and the locks, observations and
+/// elections it holds, by handle (one namespace, kept distinct by the
+/// runner).
 #[derive(Default)]
 struct Driver {
     client: Option<AnyClient>,
     handles: HashMap<String, LockGuard>,
+    observations: HashMap<String, Observation>,
+    elections: HashMap<String, Election>,
 }
 
 type Fields = Map<String, Value>;
@@ -156,6 +184,35 @@ fn lease(cmd: &Value) -> Result<Duration, Failure> {
     }
 }
 
+/// `value`, absent or null being none (the empty value).
+fn value_field(cmd: &Value) -> Result<&str, Failure> {
+    match cmd.get("value") {
+        None | Some(Value::Null) => Ok(""),
+        Some(_) => str_field(cmd, "value"),
+    }
+}
+
+/// A state as DRIVER.md's `state` object (`since` is not sent).
+fn state_object(state: &LockState) -> Value {
+    json!({
+        "held": state.held,
+        "token": state.token.to_string(),
+        "value": state.value,
+        "event": state.event.name(),
+        "initial": state.initial,
+        "coalesced": state.coalesced,
+        "reason": state.reason.map(|reason| reason.name()),
+    })
+}
+
+fn state_fields(state: &LockState) -> Fields {
+    Fields::from_iter([("state".into(), state_object(state))])
+}
+
+fn timed_out() -> Fields {
+    Fields::from_iter([("timeout".into(), Value::Bool(true))])
+}
+
 fn token_fields(token: u64) -> Fields {
     let mut fields = Fields::new();
     fields.insert("token".into(), Value::String(token.to_string()));
@@ -173,7 +230,7 @@ impl Driver {
         let handle = str_field(cmd, "handle")?;
         self.handles
             .get(handle)
-            .ok_or_else(|| Failure::new("unknown_handle", format!("no handle {handle:?}")))
+            .ok_or_else(|| unknown_handle(handle))
     }
 
     async fn run(&mut self, cmd: &Value) -> Result<Fields, Failure> {
@@ -193,6 +250,41 @@ impl Driver {
             }
             "token" => Ok(token_fields(self.guard(cmd)?.token())),
             "wait_lost" => self.wait_lost(cmd).await,
+            "set_value" => {
+                self.guard(cmd)?.set_value(str_field(cmd, "value")?).await?;
+                Ok(Fields::new())
+            }
+            "observe" => self.observe(cmd).await,
+            "next_state" => self.next_state(cmd).await,
+            "unobserve" => {
+                let handle = str_field(cmd, "handle")?;
+                let observation = self
+                    .observations
+                    .remove(handle)
+                    .ok_or_else(|| unknown_handle(handle))?;
+                drop(observation); // writes the UNOBSERVE
+                Ok(Fields::new())
+            }
+            "holder" => {
+                let name = str_field(cmd, "name")?;
+                let state = with_client!(self.client()?, client => {
+                    client.holder(name).await.map_err(Failure::refused)?
+                });
+                Ok(state_fields(&state))
+            }
+            "elect" => self.elect(cmd),
+            "next_election_event" => self.next_election_event(cmd).await,
+            // The handle stays: the events queued before the resignation
+            // (stopped_leading) can still be read; then it is forgotten.
+            "resign" => {
+                let handle = str_field(cmd, "handle")?;
+                let election = self
+                    .elections
+                    .get_mut(handle)
+                    .ok_or_else(|| unknown_handle(handle))?;
+                election.resign().await;
+                Ok(Fields::new())
+            }
             "cycles" => self.cycles(cmd).await,
             "stats" => Ok(stats()),
             other => Err(Failure::new("other", format!("unknown command {other:?}"))),
@@ -233,15 +325,19 @@ impl Driver {
             None | Some(Value::Null) => None,
             Some(_) => Some(millis(cmd, "wait_ms")?),
         };
-        let guard = with_client!(self.client()?, client => match wait {
-            None => client.acquire(name, lease).await?,
-            Some(wait) => client.acquire_timeout(name, lease, wait).await?.ok_or_else(|| {
-                Failure::new(
-                    "not_acquired",
-                    format!("lock {name:?} was not acquired within {wait:?}"),
-                )
-            })?,
+        let value = value_field(cmd)?;
+        let acquiring = with_client!(self.client()?, client => match wait {
+            None => client.acquire_with_value(name, lease, value).await.map(Some),
+            Some(wait) => tokio::time::timeout(wait, client.acquire_with_value(name, lease, value))
+                .await
+                .map_or(Ok(None), |acquired| acquired.map(Some)),
         });
+        let guard = acquiring?.ok_or_else(|| {
+            Failure::new(
+                "not_acquired",
+                format!("lock {name:?} was not acquired within {wait:?}"),
+            )
+        })?;
         let fields = token_fields(guard.token());
         self.handles.insert(handle, guard);
         Ok(fields)
@@ -251,7 +347,10 @@ impl Driver {
         let handle = str_field(cmd, "handle")?.to_owned();
         let name = str_field(cmd, "name")?;
         let lease = lease(cmd)?;
-        let guard = with_client!(self.client()?, client => client.try_acquire(name, lease).await?);
+        let value = value_field(cmd)?;
+        let guard = with_client!(self.client()?, client => {
+            client.try_acquire_with_value(name, lease, value).await?
+        });
         let mut fields = Fields::new();
         fields.insert("acquired".into(), Value::Bool(guard.is_some()));
         if let Some(guard) = guard {
@@ -287,6 +386,85 @@ impl Driver {
             }
         }
         Ok(fields)
+    }
+
+    async fn observe(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?.to_owned();
+        let name = str_field(cmd, "name")?;
+        let mut observation = with_client!(self.client()?, client => {
+            client.observe(name).await.map_err(Failure::refused)?
+        });
+        let initial = observation.next().await.ok_or_else(|| {
+            Failure::new("other", "the observation ended before its first state")
+        })??;
+        self.observations.insert(handle, observation);
+        Ok(state_fields(&initial))
+    }
+
+    async fn next_state(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?;
+        let timeout = millis(cmd, "timeout_ms")?;
+        let observation = self
+            .observations
+            .get_mut(handle)
+            .ok_or_else(|| unknown_handle(handle))?;
+        match tokio::time::timeout(timeout, observation.next()).await {
+            Err(_) => Ok(timed_out()),
+            Ok(Some(Ok(state))) => Ok(state_fields(&state)),
+            Ok(Some(Err(err))) => Err(err.into()),
+            Ok(None) => Err(Failure::new(
+                "other",
+                format!("the observation {handle:?} has ended"),
+            )),
+        }
+    }
+
+    fn elect(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?.to_owned();
+        let name = str_field(cmd, "name")?;
+        let lease = lease(cmd)?;
+        let value = value_field(cmd)?;
+        let election = with_client!(self.client()?, client => client.elect(name, lease, value)?);
+        self.elections.insert(handle, election);
+        Ok(Fields::new())
+    }
+
+    async fn next_election_event(&mut self, cmd: &Value) -> Result<Fields, Failure> {
+        let handle = str_field(cmd, "handle")?;
+        let timeout = millis(cmd, "timeout_ms")?;
+        let election = self
+            .elections
+            .get_mut(handle)
+            .ok_or_else(|| unknown_handle(handle))?;
+        let event = match tokio::time::timeout(timeout, election.next()).await {
+            Err(_) => return Ok(timed_out()),
+            Ok(None) => {
+                self.elections.remove(handle);
+                return Err(Failure::new(
+                    "unknown_handle",
+                    format!("the election {handle:?} has stopped; its handle is gone"),
+                ));
+            }
+            Ok(Some(event)) => event?,
+        };
+        let event = match event {
+            ElectionEvent::StartedLeading(term) => {
+                json!({"kind": "started_leading", "token": term.token().to_string()})
+            }
+            ElectionEvent::StoppedLeading => json!({"kind": "stopped_leading"}),
+            ElectionEvent::NewLeader(leader) => json!({
+                "kind": "new_leader",
+                "token": leader.token.to_string(),
+                "value": leader.value,
+            }),
+            other => {
+                return Err(Failure::new(
+                    "other",
+                    format!("an election event this driver does not know: {other:?}"),
+                ));
+            }
+        };
+        Ok(Fields::from_iter([("event".into(), event)]))
     }
 
     async fn cycles(&self, cmd: &Value) -> Result<Fields, Failure> {
@@ -379,6 +557,10 @@ async fn main() -> std::io::Result<()> {
         }
     }
     // Release what is still held: dropping a guard closes its connection.
+    for (_, mut election) in driver.elections.drain() {
+        election.resign().await;
+    }
+    driver.observations.clear();
     driver.handles.clear();
     Ok(())
 }

@@ -14,6 +14,13 @@
 //!   `S + 0.8 x lease`. A push moves nothing.
 //! - PING on the version 1 schedule, only when nothing is in flight: any
 //!   reply confirms the session, so a busy session never pings.
+//! - The extension (values and observers): HELLO goes out with the OPEN
+//!   and nothing else is written until FEATURES answers it; OPENED then
+//!   ERROR 0x13 means the server predates the extension. Each watch id:
+//!   asked (OBSERVE sent) -> watching -> unobserving (UNOBSERVE sent) ->
+//!   free on UNOBSERVED, in a space of its own; a STATE whose token is
+//!   below the watch's last one, or for a watch not in use, is a protocol
+//!   violation. A STATE after UNOBSERVE was written means nothing.
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -22,6 +29,7 @@ use std::{
 
 use monolock_proto::{
     ErrorCode,
+    ext::{self, FEATURE_VALUES_AND_OBSERVERS, ServerFrame as ExtFrame},
     v2::{Mode, ServerFrame},
 };
 use tokio::time::Instant;
@@ -30,6 +38,7 @@ use crate::{
     error::ProtocolViolation,
     exchange::{Planted, planted},
     schedule::Schedule,
+    state::{LockState, StateEvent},
 };
 
 /// How far the planted `v2-belief-past-deadline` moves the deadline: far
@@ -40,9 +49,38 @@ const PAST_EVERY_DEADLINE: Duration = Duration::from_secs(100 * 365 * 24 * 3600)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Sent {
     Open,
+    Hello,
     Acquire(u32),
     Release(u32),
     Ping,
+    Proclaim(u32),
+    Observe(u32),
+    Unobserve(u32),
+    Lookup,
+}
+
+/// Where one watch id stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Watch {
+    /// OBSERVE sent, no reply yet; `unobserve`: its owner let go meanwhile.
+    Asking { unobserve: bool },
+    /// OBSERVING read; `last`: the token of the latest push (0 before any).
+    Watching { last: u64 },
+    /// UNOBSERVE sent, UNOBSERVED not read yet.
+    Unobserving,
+}
+
+/// Whether the session asked for the extension, and what it was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Extension {
+    /// No HELLO: a plain session.
+    NotAsked,
+    /// HELLO sent, no FEATURES yet: nothing else may be written.
+    Asked,
+    /// FEATURES granted values and observers.
+    Granted,
+    /// FEATURES without the bit: plain claims only.
+    Refused,
 }
 
 /// Where one claim id stands.
@@ -115,6 +153,68 @@ pub(crate) enum Event {
         /// The server's detail.
         reason: String,
     },
+    /// FEATURES: the extension is granted (bit 0 of `features`) or not.
+    Features {
+        /// The feature bits granted.
+        features: u32,
+        /// The most watches the session may have at once.
+        max_watches: u32,
+    },
+    /// OPENED, then ERROR 0x13 answering HELLO: the server predates the
+    /// extension. The session is over; no claim or watch existed yet.
+    Unsupported,
+    /// PROCLAIMED: the server has the claim's new value.
+    Proclaimed {
+        /// The claim id.
+        claim: u32,
+    },
+    /// A PROCLAIM was refused (REFUSED naming the claim).
+    ProclaimRefused {
+        /// The claim id.
+        claim: u32,
+        /// The claim code.
+        code: ErrorCode,
+        /// The server's detail.
+        reason: String,
+    },
+    /// OBSERVING: the watch is in use; `unobserve`: its owner let go
+    /// while it was asked; write UNOBSERVE now.
+    Observing {
+        /// The watch id.
+        watch: u32,
+        /// Write an UNOBSERVE for it now.
+        unobserve: bool,
+    },
+    /// An OBSERVE was refused; the id is free.
+    WatchRefused {
+        /// The watch id.
+        watch: u32,
+        /// The claim code.
+        code: ErrorCode,
+        /// The server's detail.
+        reason: String,
+    },
+    /// A STATE pushed to a watch in use.
+    State {
+        /// The watch id.
+        watch: u32,
+        /// The lock's state.
+        state: LockState,
+    },
+    /// UNOBSERVED: the id is free.
+    Unobserved {
+        /// The watch id.
+        watch: u32,
+    },
+    /// LOCK_STATE: the answer to a LOOKUP.
+    LockState(LockState),
+    /// A LOOKUP was refused.
+    LookupRefused {
+        /// The claim code.
+        code: ErrorCode,
+        /// The server's detail.
+        reason: String,
+    },
     /// ERROR: the session is over, with every claim.
     Ended {
         /// The session code.
@@ -134,12 +234,24 @@ pub(crate) enum ReleaseStep {
     Nothing,
 }
 
+/// What [`Exchange::unobserve`] asks of the driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnobserveStep {
+    /// Write an UNOBSERVE now.
+    Write,
+    /// Nothing now: the OBSERVE is unanswered (its reply says), or the id
+    /// is already free or on its way out.
+    Nothing,
+}
+
 /// Matching state and timing of one session.
 #[derive(Debug)]
 pub(crate) struct Exchange {
     schedule: Schedule,
     in_flight: VecDeque<(Sent, Instant)>,
     claims: HashMap<u32, Claim>,
+    watches: HashMap<u32, Watch>,
+    extension: Extension,
     /// `S`.
     confirmed_send: Instant,
     /// When the latest reply arrived.
@@ -154,6 +266,8 @@ impl Exchange {
             schedule: Schedule::new(lease),
             in_flight: VecDeque::from([(Sent::Open, open_sent)]),
             claims: HashMap::new(),
+            watches: HashMap::new(),
+            extension: Extension::NotAsked,
             confirmed_send: open_sent,
             replied_at: open_sent,
             opened: false,
@@ -184,8 +298,198 @@ impl Exchange {
     }
 
     /// Claim ids in use or asked for.
+    #[cfg(test)]
     pub(crate) fn claims(&self) -> usize {
         self.claims.len()
+    }
+
+    /// Whether nothing keeps the session in use: no claim, no watch, no
+    /// frame awaiting its reply but a PING.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.claims.is_empty()
+            && self.watches.is_empty()
+            && self
+                .in_flight
+                .iter()
+                .all(|(sent, _)| matches!(sent, Sent::Ping))
+    }
+
+    /// Records a HELLO written at `at` (right after the OPEN).
+    pub(crate) fn hello_sent(&mut self, at: Instant) {
+        self.extension = Extension::Asked;
+        self.in_flight.push_back((Sent::Hello, at));
+    }
+
+    /// Whether frames other than the OPEN and HELLO may be written: not
+    /// while a HELLO awaits its FEATURES.
+    pub(crate) fn ready(&self) -> bool {
+        self.extension != Extension::Asked
+    }
+
+    /// Whether FEATURES granted values and observers.
+    pub(crate) fn extended(&self) -> bool {
+        self.extension == Extension::Granted
+    }
+
+    /// Whether the claim is waiting or held (a PROCLAIM may name it).
+    pub(crate) fn is_live(&self, claim: u32) -> bool {
+        matches!(
+            self.claims.get(&claim),
+            Some(Claim::Waiting | Claim::Held | Claim::Asking { release: false, .. })
+        )
+    }
+
+    /// Records a PROCLAIM of `claim` written at `at`.
+    pub(crate) fn proclaim_sent(&mut self, claim: u32, at: Instant) {
+        self.in_flight.push_back((Sent::Proclaim(claim), at));
+    }
+
+    /// Records an OBSERVE of `watch` written at `at`.
+    pub(crate) fn observe_sent(&mut self, watch: u32, at: Instant) {
+        self.watches
+            .insert(watch, Watch::Asking { unobserve: false });
+        self.in_flight.push_back((Sent::Observe(watch), at));
+    }
+
+    /// The owner of `watch` let go: whether to write an UNOBSERVE now.
+    pub(crate) fn unobserve(&mut self, watch: u32) -> UnobserveStep {
+        match self.watches.get_mut(&watch) {
+            Some(Watch::Asking { unobserve }) => {
+                *unobserve = true;
+                UnobserveStep::Nothing
+            }
+            Some(Watch::Watching { .. }) => UnobserveStep::Write,
+            Some(Watch::Unobserving) | None => UnobserveStep::Nothing,
+        }
+    }
+
+    /// Records an UNOBSERVE of `watch` written at `at`.
+    pub(crate) fn unobserve_sent(&mut self, watch: u32, at: Instant) {
+        self.watches.insert(watch, Watch::Unobserving);
+        self.in_flight.push_back((Sent::Unobserve(watch), at));
+    }
+
+    /// Watch ids in use, asked for or on their way out, ascending.
+    #[cfg(any(test, feature = "mutations"))]
+    pub(crate) fn watch_ids(&self) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.watches.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Records a LOOKUP written at `at`.
+    pub(crate) fn lookup_sent(&mut self, at: Instant) {
+        self.in_flight.push_back((Sent::Lookup, at));
+    }
+
+    /// Interprets one frame of the extension that arrived at `now`.
+    ///
+    /// # Errors
+    /// A [`ProtocolViolation`] when the frame cannot be the next one.
+    pub(crate) fn on_ext_frame(
+        &mut self,
+        frame: ExtFrame,
+        now: Instant,
+    ) -> Result<Event, ProtocolViolation> {
+        match frame {
+            ExtFrame::State { watch, state } => self.on_state(watch, state),
+            reply => self.on_ext_reply(reply, now),
+        }
+    }
+
+    /// A STATE push: in token order, for a watch in use.
+    fn on_state(&mut self, watch: u32, wire: ext::LockState) -> Result<Event, ProtocolViolation> {
+        let token = wire.token;
+        match self.watches.get_mut(&watch) {
+            Some(Watch::Watching { last }) => {
+                if token < *last {
+                    return Err(ProtocolViolation::StateWentBack {
+                        watch,
+                        last: *last,
+                        token,
+                    });
+                }
+                *last = token;
+                Ok(Event::State {
+                    watch,
+                    state: LockState::from_wire(wire),
+                })
+            }
+            // Pushed before the server read the UNOBSERVE: nobody's.
+            Some(Watch::Unobserving) => Ok(Event::Nothing),
+            Some(Watch::Asking { .. }) | None => {
+                Err(ProtocolViolation::UnknownWatch { watch, token })
+            }
+        }
+    }
+
+    /// A reply of the extension: it answers the oldest frame in flight.
+    fn on_ext_reply(&mut self, frame: ExtFrame, now: Instant) -> Result<Event, ProtocolViolation> {
+        let Some(&(sent, sent_at)) = self.in_flight.front() else {
+            return Err(unexpected_ext(&frame));
+        };
+        let event = match (sent, &frame) {
+            (
+                Sent::Hello,
+                &ExtFrame::Features {
+                    features,
+                    max_watches,
+                },
+            ) => {
+                self.extension = if features & FEATURE_VALUES_AND_OBSERVERS != 0 {
+                    Extension::Granted
+                } else {
+                    Extension::Refused
+                };
+                Some(Event::Features {
+                    features,
+                    max_watches,
+                })
+            }
+            (Sent::Proclaim(id), &ExtFrame::Proclaimed { claim }) if claim == id => {
+                Some(Event::Proclaimed { claim })
+            }
+            (Sent::Observe(id), &ExtFrame::Observing { watch }) if watch == id => {
+                match self.watches.get(&watch) {
+                    Some(&Watch::Asking { unobserve }) => {
+                        self.watches.insert(watch, Watch::Watching { last: 0 });
+                        Some(Event::Observing { watch, unobserve })
+                    }
+                    _ => None,
+                }
+            }
+            (Sent::Unobserve(id), &ExtFrame::Unobserved { watch })
+                if watch == id && self.watches.get(&watch) == Some(&Watch::Unobserving) =>
+            {
+                self.watches.remove(&watch);
+                Some(Event::Unobserved { watch })
+            }
+            (Sent::Lookup, ExtFrame::LockState(wire))
+                if matches!(wire.event, StateEvent::Free | StateEvent::Held) =>
+            {
+                Some(Event::LockState(LockState::from_wire(wire.clone())))
+            }
+            _ => None,
+        };
+        let Some(event) = event else {
+            return Err(unexpected_ext(&frame));
+        };
+        self.replied(sent_at, now);
+        Ok(event)
+    }
+
+    /// The oldest frame in flight, sent at `sent_at`, got its reply at
+    /// `now`: it confirms the session as of its send.
+    fn replied(&mut self, sent_at: Instant, now: Instant) {
+        self.in_flight.pop_front();
+        self.schedule
+            .observe_rtt(now.saturating_duration_since(sent_at));
+        self.confirmed_send = if planted(Planted::DeadlineFromReceive) {
+            now
+        } else {
+            sent_at.max(self.confirmed_send)
+        };
+        self.replied_at = now;
     }
 
     /// Whether `claim` is asked for or in use.
@@ -239,7 +543,14 @@ impl Exchange {
         now: Instant,
     ) -> Result<Event, ProtocolViolation> {
         match frame {
-            ServerFrame::Error { code, reason } => Ok(Event::Ended { code, reason }),
+            ServerFrame::Error { code, reason } => {
+                let answers_hello = matches!(self.in_flight.front(), Some((Sent::Hello, _)));
+                if answers_hello && self.opened && code == ErrorCode::UNKNOWN_MESSAGE_TYPE {
+                    self.extension = Extension::Refused;
+                    return Ok(Event::Unsupported);
+                }
+                Ok(Event::Ended { code, reason })
+            }
             ServerFrame::Granted { claim, token } => {
                 if planted(Planted::PushConfirmsHeartbeat)
                     && let Some(&(_, sent_at)) = self.in_flight.front()
@@ -304,19 +615,58 @@ impl Exchange {
             Sent::Ping => matches!(frame, ServerFrame::Pong).then_some(Event::Nothing),
             Sent::Acquire(id) => self.on_acquire_reply(id, &frame),
             Sent::Release(id) => self.on_release_reply(id, &frame),
+            Sent::Hello => None,
+            Sent::Proclaim(id) => match frame {
+                ServerFrame::Refused {
+                    claim,
+                    code,
+                    ref reason,
+                } if claim == id => Some(Event::ProclaimRefused {
+                    claim,
+                    code,
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            },
+            Sent::Observe(id) => match frame {
+                ServerFrame::Refused {
+                    claim,
+                    code,
+                    ref reason,
+                } if claim == id && matches!(self.watches.get(&id), Some(Watch::Asking { .. })) => {
+                    self.watches.remove(&id);
+                    Some(Event::WatchRefused {
+                        watch: id,
+                        code,
+                        reason: reason.clone(),
+                    })
+                }
+                _ => None,
+            },
+            // 0x20: the watch was not in use; its id is free all the same.
+            Sent::Unobserve(id) => match frame {
+                ServerFrame::Refused { claim, .. } if claim == id => {
+                    self.watches.remove(&id);
+                    Some(Event::Unobserved { watch: id })
+                }
+                _ => None,
+            },
+            Sent::Lookup => match frame {
+                ServerFrame::Refused {
+                    claim: 0,
+                    code,
+                    ref reason,
+                } => Some(Event::LookupRefused {
+                    code,
+                    reason: reason.clone(),
+                }),
+                _ => None,
+            },
         };
         let Some(event) = event else {
             return Err(unexpected(frame));
         };
-        self.in_flight.pop_front();
-        self.schedule
-            .observe_rtt(now.saturating_duration_since(sent_at));
-        self.confirmed_send = if planted(Planted::DeadlineFromReceive) {
-            now
-        } else {
-            sent_at.max(self.confirmed_send)
-        };
-        self.replied_at = now;
+        self.replied(sent_at, now);
         Ok(event)
     }
 
@@ -385,6 +735,12 @@ impl Exchange {
 
 fn unexpected(frame: ServerFrame) -> ProtocolViolation {
     ProtocolViolation::Unexpected { frame }
+}
+
+fn unexpected_ext(frame: &ExtFrame) -> ProtocolViolation {
+    ProtocolViolation::UnexpectedExtension {
+        frame: format!("{frame:?}"),
+    }
 }
 
 #[cfg(test)]
