@@ -102,18 +102,24 @@ pub fn value_key(observers: usize) -> String {
     format!("observers.value.o{observers}")
 }
 
-/// How many observers fit this process's descriptor limit: `wanted`, or
-/// fewer with the reason.
-pub fn fitting(wanted: usize) -> (usize, Option<String>) {
+/// Descriptors one monolock observer takes in this process: its socket,
+/// and the duplicate the Rust client keeps to shut it down from any task
+/// (`SocketShutdown`).
+pub const MONOLOCK_DESCRIPTORS: u64 = 2;
+
+/// How many observers fit this process's descriptor limit, each taking
+/// `descriptors`: `wanted`, or fewer with the reason.
+pub fn fitting(wanted: usize, descriptors: u64) -> (usize, Option<String>) {
     let limit = sys::raise_nofile_limit().unwrap_or(1024);
-    let room = usize::try_from(limit.saturating_sub(DESCRIPTOR_RESERVE)).unwrap_or(usize::MAX);
+    let room = limit.saturating_sub(DESCRIPTOR_RESERVE) / descriptors.max(1);
+    let room = usize::try_from(room).unwrap_or(usize::MAX);
     if wanted <= room {
         (wanted, None)
     } else {
         (
             room,
             Some(format!(
-                "{wanted} observers do not fit the descriptor limit (RLIMIT_NOFILE {limit}, one per connection): {room} were used"
+                "{wanted} observers do not fit the descriptor limit (RLIMIT_NOFILE {limit}, {descriptors} per observer): {room} were used"
             )),
         )
     }
@@ -368,7 +374,8 @@ pub async fn fan_out(
     p: &Params,
     m: &mut Metrics,
 ) -> Result<()> {
-    let (observers, capped) = fitting(observers);
+    let wanted = observers;
+    let (observers, capped) = fitting(observers, MONOLOCK_DESCRIPTORS);
     if let Some(why) = &capped {
         eprint!("({why}) ");
     }
@@ -424,7 +431,14 @@ pub async fn fan_out(
     readers.abort_all();
     drop(clients);
 
-    let pre = fan_key(observers);
+    // Keyed by the count asked for; `.observers` is the count used.
+    let pre = fan_key(wanted);
+    if capped.is_some() {
+        m.put(
+            &format!("{pre}.descriptor_limit"),
+            sys::raise_nofile_limit().unwrap_or(0) as f64,
+        );
+    }
     m.put(&format!("{pre}.observers"), observers as f64);
     m.put(&format!("{pre}.cycles"), cycles as f64);
     m.put(&format!("{pre}.placing_secs"), placing_secs);
@@ -765,7 +779,15 @@ pub fn table(s: &crate::report::Summary, p: &Params) -> String {
 fn observer_heading(s: &crate::report::Summary, wanted: usize) -> String {
     match s.get(&format!("{}.observers", fan_key(wanted))) {
         Some(used) if used.max < wanted as f64 => {
-            format!("{wanted} (capped: {})", crate::report::fmt_num(used.min))
+            let limit = s
+                .get(&format!("{}.descriptor_limit", fan_key(wanted)))
+                .map_or_else(String::new, |l| {
+                    format!(" by RLIMIT_NOFILE {}", crate::report::fmt_num(l.max))
+                });
+            format!(
+                "{wanted} asked, {} used{limit}",
+                crate::report::fmt_num(used.min)
+            )
         }
         _ => format!("{wanted} observer(s)"),
     }

@@ -22,6 +22,7 @@ use crate::{
     report::Metrics,
     servers::Server,
     stats::Samples,
+    sys,
 };
 
 /// Watchers connecting at once while they are placed.
@@ -134,7 +135,9 @@ pub async fn fan_out(
     p: &Params,
     m: &mut Metrics,
 ) -> Result<()> {
-    let (watchers, capped) = fitting(watchers);
+    // One descriptor per watcher: its gRPC connection.
+    let wanted = watchers;
+    let (watchers, capped) = fitting(watchers, 1);
     if let Some(why) = &capped {
         eprint!("({why}) ");
     }
@@ -215,7 +218,14 @@ pub async fn fan_out(
     readers.abort_all();
     drop(clients);
 
-    let pre = fan_key(watchers);
+    // Keyed by the count asked for; `.observers` is the count used.
+    let pre = fan_key(wanted);
+    if capped.is_some() {
+        m.put(
+            &format!("{pre}.descriptor_limit"),
+            sys::raise_nofile_limit().unwrap_or(0) as f64,
+        );
+    }
     m.put(&format!("{pre}.observers"), watchers as f64);
     m.put(&format!("{pre}.cycles"), cycles as f64);
     for (what, samples) in [
