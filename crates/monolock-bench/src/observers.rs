@@ -307,17 +307,17 @@ async fn until_every_observer_knows(
         let since_call = seen.at.saturating_duration_since(hand_on.called);
         match seen.event {
             StateEvent::Released if seen.token == hand_on.released => released.push(since_call),
-            StateEvent::Granted | StateEvent::Held if seen.token == hand_on.granted => {
-                if !told[seen.observer] {
-                    told[seen.observer] = true;
-                    left -= 1;
-                    granted.push(since_call);
-                    last = last.max(seen.at);
-                    coalesced += u64::from(seen.coalesced);
-                }
+            StateEvent::Granted | StateEvent::Held
+                if seen.token == hand_on.granted && !told[seen.observer] =>
+            {
+                told[seen.observer] = true;
+                left -= 1;
+                granted.push(since_call);
+                last = last.max(seen.at);
+                coalesced += u64::from(seen.coalesced);
             }
-            // A coalesced FREE, or the older holder's state: an observer
-            // behind; it is told the grant later.
+            // A coalesced FREE, the older holder's state, or a grant this
+            // observer was already told of (never twice: token order).
             _ => {}
         }
     }

@@ -237,6 +237,17 @@ fn observers_smoke_measures_fan_out_and_value_replacement() {
             );
         }
     }
+    // etcd's watch runs beside them wherever etcd is installed, and CI
+    // installs it (.ci/setup.d/peers.sh).
+    if installed("etcd", "--version") || std::env::var_os("CI").is_some() {
+        for figure in ["delete_p50_us", "put_p50_us", "last_put_p50_us"] {
+            let key = format!("observers.etcd.fan10.{figure}");
+            assert!(
+                median(&key).is_some_and(|v| v > 0.0),
+                "{key} missing or zero: is etcd installed?\n{results}"
+            );
+        }
+    }
     let md = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
     for heading in [
         "### Values and observers",
