@@ -107,10 +107,16 @@ pub fn value_key(observers: usize) -> String {
 /// (`SocketShutdown`).
 pub const MONOLOCK_DESCRIPTORS: u64 = 2;
 
-/// How many observers fit this process's descriptor limit, each taking
-/// `descriptors`: `wanted`, or fewer with the reason.
+/// How many observers fit this process's descriptor limit (raised to its
+/// hard limit first), each taking `descriptors`: `wanted`, or fewer with
+/// the reason.
 pub fn fitting(wanted: usize, descriptors: u64) -> (usize, Option<String>) {
     let limit = sys::raise_nofile_limit().unwrap_or(1024);
+    observers_within(limit, wanted, descriptors)
+}
+
+/// [`fitting`] under the descriptor limit `limit`.
+fn observers_within(limit: u64, wanted: usize, descriptors: u64) -> (usize, Option<String>) {
     let room = limit.saturating_sub(DESCRIPTOR_RESERVE) / descriptors.max(1);
     let room = usize::try_from(room).unwrap_or(usize::MAX);
     if wanted <= room {
@@ -406,7 +412,7 @@ pub async fn fan_out(
     let mut measure_until = None;
     for cycle in 0..WARM_CYCLES + p.max_cycles {
         if cycle == WARM_CYCLES {
-            cpu_from = Some(server.sample()?);
+            cpu_from = Some((server.sample()?, sys::own_cpu_time()));
         }
         let (next, hand_on) = contenders.hand_on().await?;
         contenders = next;
@@ -427,7 +433,7 @@ pub async fn fan_out(
             }
         }
     }
-    let cpu_to = server.sample()?;
+    let cpu_to = (server.sample()?, sys::own_cpu_time());
     readers.abort_all();
     drop(clients);
 
@@ -447,12 +453,17 @@ pub async fn fan_out(
     put_percentiles(m, &pre, "last", &mut last);
     put_percentiles(m, &pre, "waiter", &mut waiter);
     m.put(&format!("{pre}.coalesced"), coalesced as f64);
-    if let Some(from) = cpu_from
+    if let Some((from, own_from)) = cpu_from
         && cycles > 0
     {
-        let cycle_us = (cpu_to.cpu - from.cpu).as_secs_f64() * 1e6 / cycles as f64;
+        let cycle_us = (cpu_to.0.cpu - from.cpu).as_secs_f64() * 1e6 / cycles as f64;
         let pushes = 2.0 * observers as f64;
         m.put(&format!("{pre}.server_cpu_us_per_cycle"), cycle_us);
+        // This process: the holder, the waiter and every observer's reads.
+        m.put(
+            &format!("{pre}.client_cpu_us_per_cycle"),
+            (cpu_to.1 - own_from).as_secs_f64() * 1e6 / cycles as f64,
+        );
         m.put(&format!("{pre}.bare_cycle_cpu_us"), bare_cpu_us);
         if observers > 0 {
             m.put(
@@ -615,11 +626,12 @@ pub async fn value_replacement(
         (s1.cpu - s0.cpu).as_secs_f64() * 1e6 / replaced as f64,
     );
     if observers > 0 {
-        // Of every state there was to tell (the initial one, each
-        // replacement, the last value), the share an observer was told.
+        // Of every change there was to tell (each replacement, and the
+        // last value; the initial state was read while placing), the
+        // share an observer was told.
         m.put(
             &format!("{pre}.observer_told_share"),
-            states as f64 / observers as f64 / (replaced_in_all + 2) as f64,
+            states as f64 / observers as f64 / (replaced_in_all + 1) as f64,
         );
         m.put(&format!("{pre}.coalesced_states"), coalesced as f64);
     }
@@ -641,7 +653,7 @@ pub fn table(s: &crate::report::Summary, p: &Params) -> String {
     }
     let _ = writeln!(md);
     let _ = writeln!(md, "|---|{}", "---:|".repeat(p.fan_outs.len()));
-    let fan_rows: [(&str, &str); 13] = [
+    let fan_rows: [(&str, &str); 14] = [
         (
             "released_p50_us",
             "release call → an observer's RELEASED, p50 (µs)",
@@ -676,6 +688,10 @@ pub fn table(s: &crate::report::Summary, p: &Params) -> String {
         ),
         ("server_cpu_us_per_cycle", "server CPU per cycle (µs)"),
         (
+            "client_cpu_us_per_cycle",
+            "load generator CPU per cycle: holder, waiter, observers (µs)",
+        ),
+        (
             "bare_cycle_cpu_us",
             "server CPU per cycle with no observer (µs)",
         ),
@@ -705,7 +721,7 @@ pub fn table(s: &crate::report::Summary, p: &Params) -> String {
             shared.join(" | ")
         );
     }
-    let etcd_rows: [(&str, &str); 8] = [
+    let etcd_rows: [(&str, &str); 9] = [
         (
             "delete_p50_us",
             "etcd: delete call → a watcher's DELETE, p50 (µs)",
@@ -727,6 +743,10 @@ pub fn table(s: &crate::report::Summary, p: &Params) -> String {
         (
             "server_cpu_us_per_cycle",
             "etcd: server CPU per cycle, a delete and a put (µs)",
+        ),
+        (
+            "client_cpu_us_per_cycle",
+            "etcd: load generator CPU per cycle: writer, watchers (µs)",
         ),
         (
             "rss_bytes_per_observer",
@@ -820,4 +840,38 @@ pub fn smoke_checks(s: &crate::report::Summary, p: &Params) -> Vec<String> {
             None => Some(format!("{key} missing")),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::spread;
+
+    #[test]
+    fn observers_beyond_the_descriptor_limit_are_capped_and_say_why() {
+        // The Rust client's two descriptors a connection: 10,000 observers
+        // need more than 20,000.
+        let (used, why) = observers_within(20_000, 10_000, MONOLOCK_DESCRIPTORS);
+        assert_eq!(used, 9_872);
+        let why = why.expect("a reason");
+        assert!(why.contains("RLIMIT_NOFILE 20000"), "{why}");
+        assert_eq!(observers_within(40_000, 10_000, 2), (10_000, None));
+        assert_eq!(observers_within(20_000, 10_000, 1), (10_000, None));
+    }
+
+    #[test]
+    fn a_capped_column_names_the_count_used_and_the_limit() {
+        let mut s = crate::report::Summary::new();
+        let put = |s: &mut crate::report::Summary, key: &str, v: f64| {
+            s.insert(key.to_owned(), spread(&[v]).expect("one value"));
+        };
+        put(&mut s, "observers.fan100.observers", 100.0);
+        put(&mut s, "observers.fan10000.observers", 9_872.0);
+        put(&mut s, "observers.fan10000.descriptor_limit", 20_000.0);
+        assert_eq!(observer_heading(&s, 100), "100 observer(s)");
+        assert_eq!(
+            observer_heading(&s, 10_000),
+            "10000 asked, 9872 used by RLIMIT_NOFILE 20000"
+        );
+    }
 }

@@ -181,7 +181,7 @@ pub async fn fan_out(
     let mut measure_until = None;
     for cycle in 0..WARM_CYCLES + p.max_cycles {
         if cycle == WARM_CYCLES {
-            cpu_from = Some(server.sample()?);
+            cpu_from = Some((server.sample()?, sys::own_cpu_time()));
         }
         let measured = cycle >= WARM_CYCLES;
         let (mut d, mut u) = (Samples::default(), Samples::default());
@@ -214,7 +214,7 @@ pub async fn fan_out(
             }
         }
     }
-    let cpu_to = server.sample()?;
+    let cpu_to = (server.sample()?, sys::own_cpu_time());
     readers.abort_all();
     drop(clients);
 
@@ -236,11 +236,15 @@ pub async fn fan_out(
         m.put_opt(&format!("{pre}.{what}_p50_us"), samples.percentile_us(50.0));
         m.put_opt(&format!("{pre}.{what}_p99_us"), samples.percentile_us(99.0));
     }
-    if let Some(from) = cpu_from
+    if let Some((from, own_from)) = cpu_from
         && cycles > 0
     {
-        let cycle_us = (cpu_to.cpu - from.cpu).as_secs_f64() * 1e6 / cycles as f64;
+        let cycle_us = (cpu_to.0.cpu - from.cpu).as_secs_f64() * 1e6 / cycles as f64;
         m.put(&format!("{pre}.server_cpu_us_per_cycle"), cycle_us);
+        m.put(
+            &format!("{pre}.client_cpu_us_per_cycle"),
+            (cpu_to.1 - own_from).as_secs_f64() * 1e6 / cycles as f64,
+        );
     }
     if watchers > 1 {
         m.put(
