@@ -175,15 +175,38 @@ func (c *Client) Addrs() []string {
 // wrapper above; or *LostError when the server refused or ended the claim
 // before the grant (ReasonServerError with Code 0x24, or 0x18 in protocol
 // v1: the ACL refuses this lock).
-func (c *Client) Lock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
-	return c.acquire(ctx, name, lease, false)
+//
+// Options: WithValue gives the claim a value (the holder's address, say)
+// that observers (Observe) and lookups (Holder) see with the holder.
+func (c *Client) Lock(ctx context.Context, name string, lease time.Duration, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, name, lease, false, opts)
 }
 
 // TryLock takes the lock if it is free and returns ErrNotAcquired (itself,
 // so err == ErrNotAcquired holds) if someone holds it, leaving no trace in
 // the queue. ctx bounds connecting. Other errors as for Lock.
-func (c *Client) TryLock(ctx context.Context, name string, lease time.Duration) (*Lock, error) {
-	return c.acquire(ctx, name, lease, true)
+func (c *Client) TryLock(ctx context.Context, name string, lease time.Duration, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, name, lease, true, opts)
+}
+
+// LockOption configures one Lock, TryLock or Do.
+type LockOption func(*lockOptions)
+
+type lockOptions struct {
+	value string
+}
+
+// WithValue gives the claim a value: UTF-8 text of at most 1,024 bytes
+// (for example the holder's "host:port", or a JSON object), shown with the
+// holder to observers (Client.Observe), lookups (Client.Holder), and in
+// `monolock locks`, the admin API and the audit log; gone when the claim
+// ends. Lock.SetValue replaces it while holding. An empty value is none.
+//
+// A longer value, or one that is not UTF-8, is ErrInvalidArgument before
+// connecting; a non-empty value is ErrUnsupported under WithProtocolV1 or
+// from a server without the extension "values and observers".
+func WithValue(value string) LockOption {
+	return func(o *lockOptions) { o.value = value }
 }
 
 // Do waits for the lock as Lock does, runs fn while holding it, and
@@ -194,8 +217,8 @@ func (c *Client) TryLock(ctx context.Context, name string, lease time.Duration) 
 // returned, the *LostError (the work may have run unprotected). A fn that
 // failed with context.Canceled because the lock was lost gets the
 // *LostError instead. Errors before fn runs are Lock's.
-func (c *Client) Do(ctx context.Context, name string, lease time.Duration, fn func(ctx context.Context, lock *Lock) error) error {
-	lock, err := c.Lock(ctx, name, lease)
+func (c *Client) Do(ctx context.Context, name string, lease time.Duration, fn func(ctx context.Context, lock *Lock) error, opts ...LockOption) error {
+	lock, err := c.Lock(ctx, name, lease, opts...)
 	if err != nil {
 		return err
 	}
@@ -239,23 +262,34 @@ type attemptFailed struct {
 
 func (e *attemptFailed) Error() string { return e.err.Error() }
 
-func (c *Client) acquire(ctx context.Context, name string, lease time.Duration, try bool) (*Lock, error) {
+func (c *Client) acquire(ctx context.Context, name string, lease time.Duration, try bool, opts []LockOption) (*Lock, error) {
 	leaseMS, err := checkArgs(name, lease)
 	if err != nil {
 		return nil, err
+	}
+	var o lockOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if why := wire.CheckValue(o.value); why != "" {
+		return nil, invalid("%s", why)
+	}
+	if o.value != "" && c.forceV1 {
+		return nil, errV1HasNoValues
 	}
 	if ctx.Err() != nil {
 		return nil, &notAcquired{name: name, cause: ctx.Err()}
 	}
 	var attempts []ConnectAttempt
 	for _, ep := range c.endpoints {
-		lock, err := c.acquireAt(ctx, ep, name, leaseMS, try)
+		lock, err := c.acquireAt(ctx, ep, name, leaseMS, try, o.value)
 		var failed *attemptFailed
 		if !errors.As(err, &failed) {
 			return lock, err
 		}
 		attempts = append(attempts, ConnectAttempt{Addr: ep.addr, Err: failed.err})
 		c.pool.forgetV1(ep.addr)
+		c.pool.forgetNoValues(ep.addr)
 		if ctx.Err() != nil || failed.stop {
 			break
 		}
@@ -268,9 +302,16 @@ func (c *Client) acquire(ctx context.Context, name string, lease time.Duration, 
 
 // acquireAt claims the lock at one address: on a pooled v2 session, or on
 // its own v1 connection when the client or the address speaks v1.
-func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseMS uint32, try bool) (*Lock, error) {
+func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseMS uint32, try bool, value string) (*Lock, error) {
 	if c.forceV1 || c.pool.isV1(ep.addr) {
+		if value != "" {
+			return nil, unsupportedAt(ep.addr)
+		}
 		return c.acquireV1(ctx, ep, name, leaseMS, try)
+	}
+	u := useClaim
+	if value != "" {
+		u = useValueClaim
 	}
 	lease := time.Duration(leaseMS) * time.Millisecond
 	mode := wire.ModeWait
@@ -282,7 +323,7 @@ func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseM
 	// bound on rounds only guards against a server that refuses forever.
 	var claim *v2Claim
 	for round := 0; ; round++ {
-		s, err := c.session(ctx, ep, leaseMS, name)
+		s, err := c.sessionFor(ctx, ep, leaseMS, name, u)
 		if err == errRetry {
 			if round < 8 {
 				continue
@@ -290,13 +331,12 @@ func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseM
 			return nil, &attemptFailed{err: err}
 		}
 		if errors.Is(err, errFallBack) {
-			c.pool.rememberV1(ep.addr)
 			return c.acquireV1(ctx, ep, name, leaseMS, try)
 		}
 		if err != nil {
 			return nil, err
 		}
-		claim, err = s.acquire(name, lease, mode)
+		claim, err = s.acquire(name, lease, mode, value)
 		if err != nil {
 			s.unreserve()
 			if round < 8 {
@@ -349,8 +389,8 @@ func (c *Client) acquireAt(ctx context.Context, ep endpoint, name string, leaseM
 // session returns a pooled session at ep with room for one claim,
 // opening one when none has room. The error is errFallBack, the caller's
 // ctx ending (as ErrNotAcquired), or an *attemptFailed.
-func (c *Client) session(ctx context.Context, ep endpoint, leaseMS uint32, name string) (*v2Session, error) {
-	s, fresh := c.pool.reserve(poolKey{addr: ep.addr, leaseMS: leaseMS})
+func (c *Client) session(ctx context.Context, ep endpoint, leaseMS uint32, name string, u use) (*v2Session, error) {
+	s, fresh := c.pool.reserve(poolKey{addr: ep.addr, leaseMS: leaseMS}, u)
 	var err error
 	if fresh {
 		err = s.open(ctx, c, ep, leaseMS)
@@ -358,7 +398,7 @@ func (c *Client) session(ctx context.Context, ep endpoint, leaseMS uint32, name 
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
-			s.unreserve()
+			s.unreserveAs(u)
 			return nil, &notAcquired{name: name, cause: ctx.Err()}
 		}
 		s.mu.Lock()
@@ -372,7 +412,7 @@ func (c *Client) session(ctx context.Context, ep endpoint, leaseMS uint32, name 
 	switch {
 	case err == nil:
 		return s, nil
-	case errors.Is(err, errFallBack):
+	case errors.Is(err, errFallBack), errors.Is(err, errNoValues):
 		return nil, err
 	case ctx.Err() != nil:
 		return nil, &notAcquired{name: name, cause: ctx.Err()}
@@ -392,6 +432,10 @@ func (c *Client) acquireV1(ctx context.Context, ep endpoint, name string, leaseM
 		return nil, &attemptFailed{err: err, stop: errors.As(err, &tlsErr)}
 	}
 	s := startV1(conn, raw, name, time.Duration(leaseMS)*time.Millisecond, leaseMS, c.ioTimeout)
+	s.noValues = unsupportedAt(ep.addr)
+	if c.forceV1 {
+		s.noValues = errV1HasNoValues
+	}
 	silent := time.NewTimer(c.connectTimeout)
 	defer silent.Stop()
 	select {

@@ -26,8 +26,18 @@
 // The client speaks monolock protocol v2 (docs/protocol.md) by default:
 // the locks of one Client share a few connections, a session per server
 // address and lease. It falls back to protocol v1 (a connection per lock)
-// for a server that does not speak v2, and WithProtocolV1 forces v1. It
-// uses the standard library only. Its protocol logic is pure and tested on
-// exact instants (internal/core); a goroutine per session (per lock on
-// v1) drives it.
+// for a server that does not speak v2, and WithProtocolV1 forces v1.
+//
+// Leader election, the other half of what a lock is for, is built in: a
+// claim may carry a value (WithValue, Lock.SetValue: the leader's
+// address, say), Client.Observe streams a lock's holder and every change
+// on a channel, in token order, Client.Holder asks once, and
+// RunLeaderElection has the shape of client-go's leader election. These
+// need the server's protocol extension "values and observers"; against
+// an older server they fail with ErrUnsupported while plain locks work
+// as before.
+//
+// It uses the standard library only. Its protocol logic is pure and
+// tested on exact instants (internal/core); a goroutine per session (per
+// lock on v1) drives it.
 package monolock

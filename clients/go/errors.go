@@ -25,6 +25,30 @@ var ErrInvalidArgument = errors.New("monolock: invalid argument")
 // still held: it ended because this process let it go.
 var ErrReleased = errors.New("monolock: the lock was released")
 
+// ErrUnsupported matches (with errors.Is) the error of a lock value, a
+// SetValue, an observation or a holder lookup asked of a server that lacks
+// the protocol extension "values and observers" (it is older than this
+// client), or of a client forced to protocol v1 (WithProtocolV1), which
+// has no values or observers. It is not temporary: upgrade the server.
+// Plain locks work on such a server as before.
+var ErrUnsupported = errors.New("monolock: unsupported by the server")
+
+// unsupportedError says which address (or forced protocol v1) lacks the
+// extension; errors.Is(err, ErrUnsupported).
+type unsupportedError struct{ msg string }
+
+func (e *unsupportedError) Error() string        { return "monolock: " + e.msg }
+func (e *unsupportedError) Is(target error) bool { return target == ErrUnsupported }
+
+// unsupportedAt is the error for an address whose server lacks the
+// extension.
+func unsupportedAt(addr string) error {
+	return &unsupportedError{msg: addr + " does not support lock values and observers (the server is older than this client): upgrade the server"}
+}
+
+// errV1HasNoValues is the error under WithProtocolV1.
+var errV1HasNoValues error = &unsupportedError{msg: "protocol version 1 has no lock values or observers"}
+
 // invalidArgument names what is wrong; errors.Is(err, ErrInvalidArgument).
 type invalidArgument struct{ msg string }
 
@@ -99,6 +123,10 @@ type LostError struct {
 	// Err is the cause, when there is one: the I/O error of a failed
 	// connection, or what broke the protocol.
 	Err error
+	// Observation is true when an observation of the lock (Client.Observe,
+	// Client.Holder) ended, not a claim: the session carrying it ended, or
+	// the server refused it.
+	Observation bool
 }
 
 func newLostError(name string, lease time.Duration, loss core.Loss) *LostError {
@@ -127,6 +155,12 @@ func (e *LostError) Error() string {
 		why = "the connection failed: " + e.Err.Error()
 	default:
 		why = "the server closed the connection"
+	}
+	if e.Observation {
+		if e.Code != 0 && wire.IsClaimCode(e.Code) {
+			why = "the server refused it with " + wire.DescribeClaimCode(e.Code, e.Detail)
+		}
+		return fmt.Sprintf("observation of lock %q ended (%s): %s", e.Name, e.Reason, why)
 	}
 	// The message starts with the lock, as in every monolock client:
 	// lock "NAME" lost (REASON): DETAIL.
@@ -193,7 +227,7 @@ func (e *TLSError) Unwrap() error { return e.Err }
 // queue) may succeed: server conditions (codes below 0x10, unknown ones
 // included), connections lost, refused or timed out, a server shutting
 // down, expired heartbeats, a lock that was busy. False for what fails the
-// same way every time: invalid arguments, TLS failures (certificate
+// same way every time: invalid arguments, ErrUnsupported, TLS failures (certificate
 // verification, TLS to a plain port), an address that is not a monolock
 // server (an HTTP port, a TLS port without TLS), client-error codes (0x10
 // and up, such as the ACL's refusal) and protocol violations.
@@ -203,7 +237,7 @@ func IsTemporary(err error) bool {
 	switch {
 	case err == nil:
 		return false
-	case errors.Is(err, ErrInvalidArgument):
+	case errors.Is(err, ErrInvalidArgument), errors.Is(err, ErrUnsupported):
 		return false
 	case errors.As(err, &lost):
 		if lost.Reason == ReasonProtocol {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"monolock.dev/go/monolock/internal/core"
+	"monolock.dev/go/monolock/internal/wire"
 )
 
 // Lock is a held lock, a claim on a session: while the Lock lives its
@@ -96,6 +97,25 @@ func (l *Lock) Context() context.Context {
 // release (so the caller learns that its work may have run without the
 // lock). Release is idempotent: later calls return what the first did.
 func (l *Lock) Release() error { return l.s.release() }
+
+// Value is the claim's value as the server has it (WithValue, then the
+// latest SetValue the server confirmed); "" for none.
+func (l *Lock) Value() string { return l.s.value() }
+
+// SetValue replaces the claim's value (the protocol's PROCLAIM, as etcd's
+// election Proclaim) and returns once the server has it: every state an
+// observer reads after that carries it. The value is checked as
+// WithValue's (ErrInvalidArgument past 1,024 bytes, before writing).
+//
+// Errors: the *LostError of a lost lock (ErrReleased after Release);
+// ErrUnsupported on protocol v1 or from a server without the extension;
+// ctx.Err() when ctx ends first (the server may still take the value).
+func (l *Lock) SetValue(ctx context.Context, value string) error {
+	if why := wire.CheckValue(value); why != "" {
+		return invalid("%s", why)
+	}
+	return l.s.setValue(ctx, value)
+}
 
 func (l *Lock) String() string {
 	return fmt.Sprintf("monolock.Lock{name: %q, token: %d, held: %t}", l.name, l.token, l.Held())

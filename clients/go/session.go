@@ -43,6 +43,10 @@ type session interface {
 	// the *LostError if the claim had been lost before. Every later call
 	// returns the same.
 	release() error
+	// value is the claim's value as the server has it.
+	value() string
+	// setValue replaces the value and returns once the server has it.
+	setValue(ctx context.Context, value string) error
 }
 
 // detached keeps a context's values and drops its cancellation and

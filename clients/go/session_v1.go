@@ -55,7 +55,13 @@ type v1Session struct {
 	draining  bool
 	drained   bool
 	ioTimeout time.Duration
+	// noValues is the ErrUnsupported of SetValue: protocol v1 has none.
+	noValues error
 }
+
+func (s *v1Session) value() string { return "" }
+
+func (s *v1Session) setValue(context.Context, string) error { return s.noValues }
 
 // startV1 starts the session's goroutine, which sends the ACQUIRE at once.
 func startV1(conn, raw net.Conn, name string, lease time.Duration, leaseMS uint32, ioTimeout time.Duration) *v1Session {

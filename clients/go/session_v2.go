@@ -31,11 +31,59 @@ type pool struct {
 	mu       sync.Mutex
 	sessions map[poolKey][]*v2Session
 	v1Until  map[string]time.Time
+	// noValuesUntil: addresses whose server answered HELLO with ERROR
+	// 0x13 (it lacks values and observers), remembered as v1Until is.
+	noValuesUntil map[string]time.Time
 }
 
 func newPool() *pool {
-	return &pool{sessions: map[poolKey][]*v2Session{}, v1Until: map[string]time.Time{}}
+	return &pool{sessions: map[poolKey][]*v2Session{}, v1Until: map[string]time.Time{},
+		noValuesUntil: map[string]time.Time{}}
 }
+
+func (p *pool) isNoValues(addr string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.isNoValuesLocked(addr)
+}
+
+func (p *pool) isNoValuesLocked(addr string) bool {
+	until, ok := p.noValuesUntil[addr]
+	if ok && time.Now().After(until) {
+		delete(p.noValuesUntil, addr)
+		return false
+	}
+	return ok
+}
+
+func (p *pool) rememberNoValues(addr string) {
+	p.mu.Lock()
+	p.noValuesUntil[addr] = time.Now().Add(v1Memory)
+	p.mu.Unlock()
+}
+
+func (p *pool) forgetNoValues(addr string) {
+	p.mu.Lock()
+	delete(p.noValuesUntil, addr)
+	p.mu.Unlock()
+}
+
+// use is what a reservation on a session is for.
+type use uint8
+
+const (
+	// useClaim: a claim without a value.
+	useClaim use = iota
+	// useValueClaim: a claim with a value (ACQUIRE_VALUE).
+	useValueClaim
+	// useWatch: an observation.
+	useWatch
+	// useLookup: one LOOKUP.
+	useLookup
+)
+
+// needsValues: the session must have been granted values and observers.
+func (u use) needsValues() bool { return u != useClaim }
 
 func (p *pool) isV1(addr string) bool {
 	p.mu.Lock()
@@ -60,17 +108,21 @@ func (p *pool) forgetV1(addr string) {
 	p.mu.Unlock()
 }
 
-// reserve returns a live session with room for one more claim (reserving
-// it), or a new session, not yet open, that the caller must open.
-func (p *pool) reserve(key poolKey) (s *v2Session, fresh bool) {
+// reserve returns a live session with room for one more use (reserving
+// it), or a new session, not yet open, that the caller must open. A new
+// session asks for values and observers (HELLO) unless the address is
+// known to lack them.
+func (p *pool) reserve(key poolKey, u use) (s *v2Session, fresh bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.sessions[key] {
-		if s.tryReserve() {
+		if s.tryReserve(u) {
 			return s, false
 		}
 	}
-	s = &v2Session{key: key, pool: p, load: 1, ready: make(chan struct{}), claims: map[uint32]*v2Claim{}}
+	s = &v2Session{key: key, pool: p, ready: make(chan struct{}), claims: map[uint32]*v2Claim{},
+		watches: map[uint32]*v2Watch{}, hello: !p.isNoValuesLocked(key.addr)}
+	s.countLocked(u, 1)
 	p.sessions[key] = append(p.sessions[key], s)
 	return s, true
 }
@@ -135,8 +187,11 @@ type v2Session struct {
 	claims map[uint32]*v2Claim
 	nextID uint32
 	// load counts the claims reserved on this session and not yet freed,
-	// sent or not.
-	load int
+	// sent or not; watchLoad the watches, lookups the LOOKUPs not yet
+	// answered.
+	load      int
+	watchLoad int
+	lookups   int
 	// full: the server refused a claim with 0x09; no new claim until one
 	// ends.
 	full    bool
@@ -144,27 +199,75 @@ type v2Session struct {
 	openErr error // why it never opened
 	// abandoned: its opener's ctx ended before it opened.
 	abandoned bool
-	ready     chan struct{}
+	// hello: the session asks for values and observers when it opens.
+	hello bool
+	// isReady: OPENED (and FEATURES, after a HELLO) read; ready is closed
+	// then, or when the session ended before.
+	isReady bool
+	ready   chan struct{}
+
+	// The extension (session_ext.go): watches by id, and the PROCLAIMs
+	// and LOOKUPs in flight, in the order written (their replies come in
+	// that order).
+	watches   map[uint32]*v2Watch
+	nextWatch uint32
+	proclaims []*proclaimWait
+	lookupQ   []*lookupWait
 }
 
-// tryReserve takes room for one claim on a live session.
-func (s *v2Session) tryReserve() bool {
+// tryReserve takes room for one use on a live session.
+func (s *v2Session) tryReserve(u use) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.dead || s.full {
+	if s.dead {
 		return false
 	}
-	if s.core != nil && s.core.Opened() && s.load >= int(s.core.MaxClaims()) {
+	ready := s.core != nil && s.isReady
+	if u.needsValues() && (!s.hello || (ready && !s.core.HasValues())) {
 		return false
 	}
-	s.load++
+	switch u {
+	case useClaim, useValueClaim:
+		if s.full || (ready && s.load >= int(s.core.MaxClaims())) {
+			return false
+		}
+	}
+	s.countLocked(u, 1)
 	return true
 }
 
-func (s *v2Session) unreserve() {
+// countLocked adds delta to the counter of u.
+func (s *v2Session) countLocked(u use, delta int) {
+	switch u {
+	case useClaim, useValueClaim:
+		s.load += delta
+	case useWatch:
+		s.watchLoad += delta
+	case useLookup:
+		s.lookups += delta
+	}
+}
+
+// inUseLocked: a claim, a watch or a lookup keeps the session open.
+func (s *v2Session) inUseLocked() bool {
+	return s.load > 0 || s.watchLoad > 0 || s.lookups > 0
+}
+
+func (s *v2Session) unreserve() { s.unreserveAs(useClaim) }
+
+func (s *v2Session) unreserveAs(u use) {
 	s.mu.Lock()
-	s.load--
+	s.countLocked(u, -1)
 	s.mu.Unlock()
+}
+
+// markReadyLocked: the session may carry claims (and, if granted, values
+// and watches).
+func (s *v2Session) markReadyLocked() {
+	if !s.isReady {
+		s.isReady = true
+		close(s.ready)
+	}
 }
 
 // open connects the fresh session: dial, TLS, OPEN and its OPENED, all
@@ -184,8 +287,14 @@ func (s *v2Session) open(ctx context.Context, c *Client, ep endpoint, leaseMS ui
 	openBy := time.Now().Add(c.connectTimeout)
 	s.mu.Lock()
 	s.core = core.NewSession(time.Duration(leaseMS)*time.Millisecond, now())
+	first := wire.AppendOpen(make([]byte, 0, 11), leaseMS)
+	if s.hello {
+		// In one write with the OPEN: FEATURES comes with the OPENED.
+		s.core.HelloSent(wire.FeatureValues, now())
+		first = wire.AppendHello(first, wire.FeatureValues)
+	}
 	s.mu.Unlock()
-	go s.run(wire.AppendOpen(nil, leaseMS), openBy)
+	go s.run(first, openBy)
 	select {
 	case <-s.ready:
 	case <-ctx.Done():
@@ -237,14 +346,14 @@ func (s *v2Session) run(open []byte, openBy time.Time) {
 			s.mu.Unlock()
 			return
 		}
-		if idleEnd, ok := s.core.IdleEnd(); ok && s.load == 0 && t >= idleEnd {
+		if idleEnd, ok := s.core.IdleEnd(); ok && !s.inUseLocked() && t >= idleEnd {
 			s.mu.Unlock()
 			s.close(core.Loss{Reason: core.ReasonConnection, Err: errors.New("closed after idling")})
 			return
 		}
 		wake, _ := s.core.NextWake()
 		readBy := instant(wake)
-		if !s.core.Opened() {
+		if !s.isReady {
 			if time.Now().After(openBy) {
 				s.mu.Unlock()
 				s.close(core.Loss{Reason: core.ReasonConnection, Err: errNoAnswer})
@@ -268,9 +377,9 @@ func (s *v2Session) run(open []byte, openBy time.Time) {
 			s.mu.Unlock()
 			return
 		}
-		var release []uint32
+		var release, unobserve []uint32
 		if n > 0 {
-			release = s.dispatchLocked(s.core.Receive(buf[:n], t))
+			release, unobserve = s.dispatchLocked(s.core.Receive(buf[:n], t))
 		}
 		if err != nil && !isTimeout(err) && !s.core.Ended() {
 			if errors.Is(err, io.EOF) {
@@ -286,6 +395,9 @@ func (s *v2Session) run(open []byte, openBy time.Time) {
 		s.mu.Unlock()
 		for _, id := range release {
 			go s.sendRelease(id)
+		}
+		for _, id := range unobserve {
+			go s.sendUnobserve(id)
 		}
 	}
 }
@@ -369,7 +481,7 @@ func (s *v2Session) endLocked() {
 	s.dead = true
 	loss := s.core.Loss()
 	_ = s.raw.Close()
-	if !s.core.Opened() {
+	if !s.isReady {
 		s.openErr = s.notOpened(loss)
 		close(s.ready)
 	}
@@ -377,6 +489,7 @@ func (s *v2Session) endLocked() {
 		cl.loseLocked(loss, true)
 		delete(s.claims, id)
 	}
+	s.endExtLocked(loss)
 	go s.pool.remove(s)
 }
 
@@ -386,15 +499,33 @@ func (s *v2Session) notOpened(loss core.Loss) error {
 	if loss.Code == wire.CodeUnsupportedVersion {
 		return errFallBack
 	}
+	if s.core.Unsupported() {
+		return errNoValues
+	}
 	return s.client.answerError(s.ep, loss)
 }
 
-// dispatchLocked hands each event to its claim; it returns the ids whose
-// owner let go before the reply, to be released now.
-func (s *v2Session) dispatchLocked(events []core.ClaimEvent) (release []uint32) {
+// dispatchLocked hands each event to its claim or watch; it returns the
+// claim ids whose owner let go before the reply, to be released now, and
+// the watch ids likewise stopped, to be unobserved now.
+func (s *v2Session) dispatchLocked(events []core.ClaimEvent) (release, unobserve []uint32) {
 	for _, ev := range events {
-		if ev.Kind == core.EventOpened {
-			close(s.ready)
+		switch ev.Kind {
+		case core.EventOpened:
+			if !s.hello {
+				s.markReadyLocked()
+			}
+			continue
+		case core.EventFeatures:
+			s.markReadyLocked()
+			continue
+		case core.EventUnsupported:
+			continue // the session ends: endLocked says why
+		}
+		if ev.Kind >= core.EventProclaimed {
+			if s.dispatchExtLocked(ev) {
+				unobserve = append(unobserve, ev.Watch)
+			}
 			continue
 		}
 		cl := s.claims[ev.Claim]
@@ -434,7 +565,7 @@ func (s *v2Session) dispatchLocked(events []core.ClaimEvent) (release []uint32) 
 		}
 		cl.publishLocked()
 	}
-	return release
+	return release, unobserve
 }
 
 // freeLocked forgets a claim whose id the server freed.
@@ -451,12 +582,14 @@ func (s *v2Session) sendRelease(id uint32) {
 	})
 }
 
-// acquire sends an ACQUIRE on the reserved room and returns the claim.
-func (s *v2Session) acquire(name string, lease time.Duration, mode wire.Mode) (*v2Claim, error) {
+// acquire sends an ACQUIRE (ACQUIRE_VALUE for a value) on the reserved
+// room and returns the claim.
+func (s *v2Session) acquire(name string, lease time.Duration, mode wire.Mode, value string) (*v2Claim, error) {
 	cl := &v2Claim{
 		s:          s,
 		name:       name,
 		lease:      lease,
+		val:        value,
 		answeredCh: make(chan struct{}),
 		grantedCh:  make(chan struct{}),
 		doneCh:     make(chan struct{}),
@@ -480,7 +613,12 @@ func (s *v2Session) acquire(name string, lease time.Duration, mode wire.Mode) (*
 	cl.id = s.nextID
 	s.claims[cl.id] = cl
 	s.core.AcquireSent(cl.id, mode, now())
-	frame := wire.AppendAcquireV2(make([]byte, 0, 7+len(name)), cl.id, mode, name)
+	var frame []byte
+	if value == "" {
+		frame = wire.AppendAcquireV2(make([]byte, 0, 7+len(name)), cl.id, mode, name)
+	} else {
+		frame = wire.AppendAcquireValue(make([]byte, 0, 9+len(name)+len(value)), cl.id, mode, name, value)
+	}
 	deadline := s.core.Deadline()
 	s.mu.Unlock()
 	// A failed write ends the session, and the claim with it: its owner
@@ -498,6 +636,7 @@ type v2Claim struct {
 	lease time.Duration
 
 	// Guarded by s.mu.
+	val         string // the value the server has (the last PROCLAIMED)
 	status      core.Status
 	token       uint64
 	seen        bool // the server answered WAITING or ACQUIRED

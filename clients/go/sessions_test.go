@@ -38,6 +38,23 @@ func peer(t *testing.T, handle func(i int, conn net.Conn)) string {
 	return ln.Addr().String()
 }
 
+// openedFeatures is a server's answer to OPEN and HELLO: OPENED
+// (max_claims 8), then FEATURES granting values and observers.
+func openedFeatures() []byte {
+	opened := append([]byte{0x30}, make([]byte, 12)...)
+	binary.BigEndian.PutUint32(opened[9:], 8)
+	return append(opened, 0x39, 0, 0, 0, 1, 0, 0, 0, 8)
+}
+
+// answerOpen reads OPEN and HELLO and answers them with openedFeatures.
+func answerOpen(conn net.Conn) bool {
+	if _, err := io.ReadFull(conn, make([]byte, 6+5)); err != nil {
+		return false
+	}
+	_, err := conn.Write(openedFeatures())
+	return err == nil
+}
+
 // sessionsOpen is the number of protocol v2 sessions the server has open.
 func (s *server) sessionsOpen() int {
 	list, _ := s.request("GET", "/api/sessions")["sessions"].([]interface{})
@@ -174,12 +191,9 @@ func TestTheEndOfASessionEndsAllItsClaims(t *testing.T) {
 	var conns sync.Map
 	addr := peer(t, func(i int, conn net.Conn) {
 		conns.Store(i, conn)
-		opened := append([]byte{0x30}, make([]byte, 12)...)
-		binary.BigEndian.PutUint32(opened[9:], 8)
-		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+		if !answerOpen(conn) {
 			return
 		}
-		_, _ = conn.Write(opened)
 		for token := uint64(1); ; token++ {
 			head := make([]byte, 7)
 			if _, err := io.ReadFull(conn, head); err != nil {
@@ -235,6 +249,9 @@ func TestAServerWithoutV2IsSpokenToInV1(t *testing.T) {
 		}
 		if head[1] == 0x02 {
 			opens.Add(1)
+			// The rest of the OPEN and the HELLO written with it, read
+			// before the close (unread input would reset the connection).
+			_, _ = io.ReadFull(conn, make([]byte, 4+5))
 			_, _ = conn.Write([]byte{0x13, 0x10, 0x00})
 			return
 		}
@@ -271,10 +288,8 @@ func TestAnUnconfirmedReleaseReturnsAfterTheIOTimeout(t *testing.T) {
 			return
 		}
 		if head[1] == 0x02 {
-			_, _ = io.ReadFull(conn, make([]byte, 4))
-			opened := append([]byte{0x30}, make([]byte, 12)...)
-			binary.BigEndian.PutUint32(opened[9:], 8)
-			_, _ = conn.Write(opened)
+			_, _ = io.ReadFull(conn, make([]byte, 4+5))
+			_, _ = conn.Write(openedFeatures())
 			acquire := make([]byte, 7)
 			_, _ = io.ReadFull(conn, acquire)
 			_, _ = io.ReadFull(conn, make([]byte, acquire[6]))
@@ -316,13 +331,11 @@ func TestRandomBytesOnASessionNeverPanic(t *testing.T) {
 		replies[i] = make([]byte, 1+rng.Intn(40))
 		rng.Read(replies[i])
 		if i%2 == 0 {
-			opened := append([]byte{0x30}, make([]byte, 12)...)
-			binary.BigEndian.PutUint32(opened[9:], 8)
-			replies[i] = append(opened, replies[i]...)
+			replies[i] = append(openedFeatures(), replies[i]...)
 		}
 	}
 	addr := peer(t, func(i int, conn net.Conn) {
-		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
+		if _, err := io.ReadFull(conn, make([]byte, 6+5)); err != nil {
 			return
 		}
 		_, _ = conn.Write(replies[i%len(replies)])
@@ -351,12 +364,7 @@ func TestATryGivenUpBeforeItsBusyKeepsTheSession(t *testing.T) {
 	var connections atomic.Int32
 	addr := peer(t, func(i int, conn net.Conn) {
 		connections.Add(1)
-		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
-			return
-		}
-		opened := append([]byte{0x30}, make([]byte, 12)...)
-		binary.BigEndian.PutUint32(opened[9:], 8)
-		if _, err := conn.Write(opened); err != nil {
+		if !answerOpen(conn) {
 			return
 		}
 		for {
@@ -397,12 +405,7 @@ func TestAClaimOnASessionClosedAsIdleGoesToANewSession(t *testing.T) {
 	var connections atomic.Int32
 	addr := peer(t, func(i int, conn net.Conn) {
 		connections.Add(1)
-		if _, err := io.ReadFull(conn, make([]byte, 6)); err != nil {
-			return
-		}
-		opened := append([]byte{0x30}, make([]byte, 12)...)
-		binary.BigEndian.PutUint32(opened[9:], 8)
-		if _, err := conn.Write(opened); err != nil {
+		if !answerOpen(conn) {
 			return
 		}
 		head := make([]byte, 7)

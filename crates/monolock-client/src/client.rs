@@ -500,7 +500,8 @@ impl<C: Connector> Client<C> {
             let new_session = starter.is_some().then(|| session.clone());
             let claim =
                 v2_session::Claim::start(session, id, name.clone(), mode, value.map(str::to_owned));
-            // A new session's OPEN and its first ACQUIRE go out in one write.
+            // Placed before the task starts: the first ACQUIRE goes out in
+            // the first write the session may make.
             if let Some(starter) = starter {
                 starter.start();
             }

@@ -24,7 +24,7 @@ use tokio::{
     time::sleep,
 };
 use tokio_util::{
-    sync::{CancellationToken, WaitForCancellationFuture},
+    sync::{CancellationToken, DropGuard, WaitForCancellationFuture},
     task::AbortOnDropHandle,
 };
 use tracing::debug;
@@ -69,8 +69,8 @@ impl Leadership {
         self.token
     }
 
-    /// Resolves when the term ends (the lock lost or resigned): stop
-    /// acting as leader then.
+    /// Resolves when the term ends (the lock lost, resigned, or the
+    /// election dropped): stop acting as leader then.
     pub fn ended(&self) -> WaitForCancellationFuture<'_> {
         self.ended.cancelled()
     }
@@ -97,8 +97,11 @@ enum Control {
 /// while it leads, campaigns again after a loss, and observes the lock.
 ///
 /// A `futures_core::Stream` of `Result<ElectionEvent, Error>`;
-/// [`next`](Self::next) reads it without an extension trait. An error (a
-/// permanent one: an unsupported server, a refused name) ends it.
+/// [`next`](Self::next) reads it without an extension trait. Events wait
+/// in a queue until read, about one per change of leader: the task never
+/// blocks on a slow reader (that would delay what it does on a loss), so
+/// keep reading them. An error (a permanent one: an unsupported server, a
+/// refused name) ends it.
 /// Dropping the election stops it at once: the lock, if held, is
 /// released (the guard is dropped).
 #[must_use = "dropping an election stops it"]
@@ -232,7 +235,10 @@ impl<C: Connector> Campaign<C> {
         let mut campaign = Some(self.acquire(Duration::ZERO));
         let mut observing = Some(self.observe(Duration::ZERO));
         let mut observation: Option<Observation> = None;
-        let mut leading: Option<(LockGuard, CancellationToken)> = None;
+        // The term's token is cancelled when its guard here is dropped: at
+        // the end of the term, and if this task is aborted (the election
+        // dropped).
+        let mut leading: Option<(LockGuard, DropGuard)> = None;
         let mut last_leader: Option<u64> = None;
         let (mut campaign_failures, mut observe_failures) = (0u32, 0u32);
         loop {
@@ -270,7 +276,7 @@ impl<C: Connector> Campaign<C> {
                                 token: guard.token(),
                                 ended: ended.clone(),
                             }));
-                            leading = Some((guard, ended));
+                            leading = Some((guard, ended.drop_guard()));
                         }
                         Some(Err(err)) if err.is_temporary() => {
                             debug!(error = %err, "campaign failed; trying again");
@@ -331,11 +337,11 @@ impl<C: Connector> Campaign<C> {
 
     /// Ends a term, if there is one: releases the lock (a loss was
     /// already final) and reports it.
-    async fn stop(&self, leading: Option<(LockGuard, CancellationToken)>) {
+    async fn stop(&self, leading: Option<(LockGuard, DropGuard)>) {
         let Some((guard, ended)) = leading else {
             return;
         };
-        ended.cancel();
+        drop(ended); // cancels the term's token
         if guard.loss().is_none()
             && let Err(err) = guard.release().await
         {

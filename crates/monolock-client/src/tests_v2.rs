@@ -543,3 +543,36 @@ async fn a_watch_keeps_its_session_open_and_it_closes_idle_once_unobserved() {
     answering.await.expect("the server saw the close");
     assert_eq!(server.connects(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn observing_a_version_1_server_is_unsupported_after_one_open() {
+    let (client, mut server) = FakeServer::speaking(Protocol::V2);
+    let observing = tokio::spawn({
+        let client = client.clone();
+        async move { client.observe("a").await }
+    });
+    // A version 1 server: ERROR 0x10 to the OPEN, then it closes.
+    let mut first = server.accept_stream().await;
+    let mut open = [0u8; 6];
+    first.read_exact(&mut open).await.unwrap();
+    assert_eq!(open[..2], [0x01, 0x02], "an OPEN");
+    let error = V1Reply::Error {
+        code: ErrorCode::UNSUPPORTED_VERSION,
+        reason: "unsupported protocol version 2".into(),
+    };
+    first.write_all(&error.to_bytes()).await.unwrap();
+    drop(first);
+    let err = observing
+        .await
+        .unwrap()
+        .expect_err("no observers in version 1");
+    assert!(
+        matches!(err, Error::Unsupported(crate::Unsupported::Server { .. })),
+        "{err:?}"
+    );
+    assert!(!err.is_temporary());
+    assert_eq!(server.connects(), 1, "asked once, then remembered");
+    let err = client.holder("a").await.expect_err("nor lookups");
+    assert!(matches!(err, Error::Unsupported(_)), "{err:?}");
+    assert_eq!(server.connects(), 1, "refused before dialing");
+}

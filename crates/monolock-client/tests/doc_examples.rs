@@ -1,6 +1,7 @@
 //! Every Rust example of docs/client-rust.md, as written, run against a
 //! real server (the TLS one is compiled only: it names certificate files
-//! under /etc/monolock).
+//! under /etc/monolock; the one of values and observers runs against the
+//! `monolock` binary, `MONOLOCK_BIN`).
 //!
 //! Each example is copied below verbatim, inside what a reader supplies
 //! (the guarded work, a database handle); the one change is the server's
@@ -182,6 +183,38 @@ fn the_blocking_example_runs() -> Result<(), monolock_client::Error> {
     Ok(())
 }
 
+#[rustfmt::skip]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(non_snake_case)]
+async fn the_values_and_observers_example_runs() -> Result<(), monolock_client::Error> {
+    let server = common::BinaryServer::start().await;
+    let ADDRESS = server.serving.addr.to_string();
+    // docs/client-rust.md, "Values, observers and leader election"
+    use std::time::Duration;
+    use monolock_client::{Client, StateEvent};
+
+    let client = Client::new(&*ADDRESS);
+    let lock = client
+        .acquire_with_value("service/leader", Duration::from_secs(2), "10.0.0.7:9000")
+        .await?;
+    lock.set_value("10.0.0.7:9001").await?; // returns once the server has it
+
+    let follower = Client::new(&*ADDRESS);
+    let now = follower.holder("service/leader").await?; // one lookup
+    assert_eq!((now.event, now.value.as_str()), (StateEvent::Held, "10.0.0.7:9001"));
+
+    let mut states = follower.observe("service/leader").await?; // a futures_core::Stream
+    lock.release().await?;
+    while let Some(state) = states.next().await {
+        let state = state?; // the state when the watch began (initial), then every change
+        println!("{} token {} value {:?}", state.event.name(), state.token, state.value);
+        if !state.held {
+            break; // released
+        }
+    }
+    Ok(())
+}
+
 /// docs/client-rust.md, "TLS and mTLS": compiled, not run (it reads
 /// certificate files under /etc/monolock).
 #[allow(dead_code)]
@@ -239,7 +272,7 @@ fn examples_are_copied_verbatim() {
     let blocks = rust_blocks(doc);
     assert_eq!(
         blocks.len(),
-        6,
+        7,
         "a new example in docs/client-rust.md needs a copy here"
     );
     for block in blocks {

@@ -5,74 +5,20 @@
 
 mod common;
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
-use common::{PATIENCE, within};
+use common::{BinaryServer as Server, PATIENCE, within};
 use monolock_client::{
     Client, ElectionEvent, Error, LockState, LossReason, Observation, Protocol, ReleaseReason,
     StateEvent, Unsupported,
 };
-use monolock_testkit::process::{AsyncServing, serve_async};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::{TcpListener, TcpStream},
-    process::Command,
     time::{Instant, timeout},
 };
 
 const LEASE: Duration = Duration::from_secs(2);
-
-/// The `monolock` binary: `MONOLOCK_BIN`, else `target/<profile>/monolock`
-/// next to this test's own directory (`target/<profile>/deps`).
-fn monolock_bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("MONOLOCK_BIN") {
-        return bin.into();
-    }
-    let exe = std::env::current_exe().expect("the test's path");
-    let built = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|profile| profile.join("monolock"));
-    match built {
-        Some(bin) if bin.exists() => bin,
-        _ => panic!("no monolock binary: set MONOLOCK_BIN or run `cargo build -p monolock`"),
-    }
-}
-
-/// The real server on a free port; killed when dropped.
-struct Server {
-    serving: AsyncServing,
-}
-
-impl Server {
-    async fn start() -> Self {
-        Self::start_with(&[]).await
-    }
-
-    async fn start_with(extra: &[&str]) -> Self {
-        let mut command = Command::new(monolock_bin());
-        command
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let args: Vec<&str> = ["--log-format", "json"]
-            .iter()
-            .chain(extra)
-            .copied()
-            .collect();
-        let serving = serve_async(command, &args, PATIENCE)
-            .await
-            .unwrap_or_else(|err| panic!("{err}"));
-        Self { serving }
-    }
-
-    fn client(&self) -> Client {
-        Client::new(self.serving.addr.to_string())
-    }
-
-    async fn kill(&mut self) {
-        let _ = self.serving.child.kill().await;
-    }
-}
 
 async fn next_state(observation: &mut Observation) -> LockState {
     within("a state", observation.next())
@@ -537,4 +483,24 @@ async fn a_watch_past_the_bounds_is_refused_and_the_others_go_on() {
         (granted.event, granted.token),
         (StateEvent::Granted, lock.token())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_an_election_ends_its_term_and_releases_the_lock() {
+    let server = Server::start().await;
+    let client = server.client();
+    let mut election = client.elect("dropped", LEASE, "a").expect("elect");
+    let term = loop {
+        match within("the term", election.next()).await {
+            Some(Ok(ElectionEvent::StartedLeading(term))) => break term,
+            Some(Ok(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    drop(election);
+    within("the term ends with the election", term.ended()).await;
+    let next = within("the lock is free again", client.acquire("dropped", LEASE))
+        .await
+        .expect("acquire");
+    assert!(next.token() > term.token());
 }

@@ -8,6 +8,8 @@
 //! one of v2 claims and their sessions.
 
 mod common;
+#[path = "common/ext.rs"]
+mod ext_client;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/webdriver.rs"]
@@ -434,6 +436,65 @@ async fn a_v2_claim_shows_its_session_and_ends_alone_on_a_click() {
     browser.quit().await;
     admin.stop().await;
     lab.server.stop_and_drop((a, b)).await;
+}
+
+/// A claim's value shows beside its holder in the row and in the lock's
+/// details, and follows a PROCLAIM live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_value_shows_beside_it_and_follows_proclaim() {
+    use monolock_proto::ext::{ClientFrame as ExtFrame, Response, ServerFrame as ExtServer};
+    let lab = Lab::start().await;
+    let admin = HttpServer::admin_with(lab.options()).await;
+    let browser = Browser::start(1280, 800).await;
+    browser.goto(&format!("http://{}/", admin.addr)).await;
+    browser
+        .wait_for("the stream is live", "return window.__monolock.connected")
+        .await;
+    let (mut leader, session) = ext_client::RawExt::open(lab.server.addr, 30_000).await;
+    leader.hold(1, "leader", "10.0.0.7:9000").await;
+    let holder_cell = |value: &str| {
+        format!(
+            "const row = document.querySelector('{}');
+             if (!row) return null;
+             const cell = row.querySelector('.holder');
+             return cell.textContent === 's{session} · c1 · {value}' ? cell.title : null",
+            selector("leader")
+        )
+    };
+    let title = browser
+        .wait_for("the value beside the holder", &holder_cell("10.0.0.7:9000"))
+        .await;
+    assert!(
+        title
+            .as_str()
+            .is_some_and(|t| t.ends_with(" · 10.0.0.7:9000")),
+        "{title}"
+    );
+    leader
+        .send(&ExtFrame::Proclaim {
+            claim: 1,
+            value: "10.0.0.7:9001".to_owned(),
+        })
+        .await;
+    assert_eq!(
+        leader.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 1 })
+    );
+    browser
+        .wait_for("the new value", &holder_cell("10.0.0.7:9001"))
+        .await;
+    browser.click(&selector("leader")).await;
+    browser
+        .wait_for(
+            "the value in the lock's details",
+            "const dts = [...document.querySelectorAll('aside dt')];
+             const dt = dts.find((d) => d.textContent === 'value');
+             return dt && dt.nextSibling.textContent === '10.0.0.7:9001'",
+        )
+        .await;
+    browser.quit().await;
+    admin.stop().await;
+    lab.server.stop_and_drop(leader).await;
 }
 
 /// The page asks for the token, says so when a token is refused (instead

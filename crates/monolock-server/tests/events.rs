@@ -2,6 +2,8 @@
 //! conditional force-release, over real sockets.
 
 mod common;
+#[path = "common/ext.rs"]
+mod ext_client;
 #[path = "common/http.rs"]
 mod http;
 #[path = "common/sse.rs"]
@@ -693,4 +695,50 @@ async fn a_subscriber_sees_every_shutdown_release_before_the_stream_ends() {
         .expect("stops in time")
         .expect("task")
         .expect("clean shutdown");
+}
+
+/// A claim's value on the stream: the snapshot's holder and `granted`
+/// carry it, a PROCLAIM of the holder is a `value` event (with the token),
+/// a grant without a value has no `value` field, as it always had.
+#[tokio::test]
+async fn values_ride_on_granted_and_value_events() {
+    use monolock_proto::{
+        ext::{ClientFrame as ExtFrame, Response, ServerFrame as ExtServer},
+        v2::Mode,
+    };
+    let lab = Lab::start().await;
+    let (mut leader, _) = ext_client::RawExt::open(lab.server.addr, 30_000).await;
+    let first = leader.hold(1, "leader", "10.0.0.7:9000").await;
+    let mut events = lab.subscribe().await;
+    let snapshot = events.pending_snapshot.take().expect("snapshot");
+    assert_eq!(snapshot["locks"][0]["holder"]["value"], "10.0.0.7:9000");
+    leader
+        .send(&ExtFrame::Proclaim {
+            claim: 1,
+            value: "10.0.0.7:9001".to_owned(),
+        })
+        .await;
+    assert_eq!(
+        leader.recv().await,
+        Response::Ext(ExtServer::Proclaimed { claim: 1 })
+    );
+    let replaced = assert_event(&events.next_event().await, "value", "leader");
+    assert_eq!(replaced["token"], first);
+    assert_eq!(replaced["value"], "10.0.0.7:9001");
+    assert_eq!(replaced["claim"], 1);
+    let (mut next, _) = ext_client::RawExt::open(lab.server.addr, 30_000).await;
+    assert_eq!(
+        next.acquire_value(2, Mode::Wait, "leader", "10.0.0.8:9000")
+            .await,
+        Response::Base(monolock_proto::v2::ServerFrame::Waiting { claim: 2 })
+    );
+    assert_event(&events.next_event().await, "queued", "leader");
+    leader.release(1).await;
+    assert_event(&events.next_event().await, "released", "leader");
+    let granted = assert_event(&events.next_event().await, "granted", "leader");
+    assert_eq!(granted["value"], "10.0.0.8:9000");
+    let (plain, _) = lab.server.hold("plain", 30_000).await;
+    let granted = assert_event(&events.next_event().await, "granted", "plain");
+    assert!(granted.get("value").is_none(), "{granted}");
+    lab.stop_and_drop((leader, next, plain)).await;
 }

@@ -306,7 +306,7 @@ fn a_v2_claim_believed_until_released_arrives_is_found() {
 #[test]
 fn v2_claims_believed_past_the_session_deadline_are_found() {
     found_v2(
-        6,
+        34,
         Duration::from_secs(7),
         Mutation::V2BeliefPastDeadline,
         "two holders",
@@ -316,7 +316,7 @@ fn v2_claims_believed_past_the_session_deadline_are_found() {
 #[test]
 fn a_granted_push_taken_as_confirming_the_v2_session_is_found() {
     found_v2(
-        55,
+        27,
         Duration::from_secs(15),
         Mutation::V2GrantedConfirmsSession,
         "two holders",

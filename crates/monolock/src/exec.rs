@@ -849,6 +849,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_value_is_at_most_1024_bytes_of_utf8() {
+        let most = "é".repeat(512);
+        assert_eq!(parse_value(&most), Ok(most.clone()));
+        assert_eq!(
+            parse_value(&format!("{most}x")),
+            Err("value of 1025 bytes is above the maximum of 1024 bytes".to_owned())
+        );
+    }
+
+    #[test]
     fn exit_codes_by_error_class() {
         let server = |code| {
             Error::from(LossReason::Server {

@@ -179,18 +179,57 @@ async fn run<C: Connector>(client: Client<C>, args: &ObserveArgs) -> u8 {
     }
 }
 
+/// One state as its JSON line, the fields in the order a person reads
+/// them (what happened, to whom, then the details).
+fn line(state: &LockState) -> String {
+    let reason = state.reason.map(|reason| reason.name());
+    format!(
+        "{{\"event\":{},\"held\":{},\"token\":{},\"value\":{},\"initial\":{},\"coalesced\":{},\"reason\":{},\"since_ms\":{}}}",
+        json!(state.event.name()),
+        state.held,
+        json!(state.token.to_string()),
+        json!(state.value),
+        state.initial,
+        state.coalesced,
+        json!(reason),
+        state.since_ms(),
+    )
+}
+
 /// Writes one line and flushes it, so a reader sees each state at once.
 fn print(out: &mut impl Write, state: &LockState) -> io::Result<()> {
-    let line = json!({
-        "event": state.event.name(),
-        "held": state.held,
-        "token": state.token.to_string(),
-        "value": state.value,
-        "initial": state.initial,
-        "coalesced": state.coalesced,
-        "reason": state.reason.map(|reason| reason.name()),
-        "since_ms": state.since_ms(),
-    });
-    writeln!(out, "{line}")?;
+    writeln!(out, "{}", line(state))?;
     out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use monolock_client::{ReleaseReason, StateEvent};
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn a_line_is_one_json_object_in_reading_order() {
+        let state = LockState {
+            event: StateEvent::Released,
+            held: false,
+            token: u64::MAX,
+            value: "a \"quoted\" é\n".into(),
+            since: None,
+            initial: false,
+            coalesced: true,
+            reason: Some(ReleaseReason::EndedByServer),
+        };
+        let text = line(&state);
+        assert!(
+            text.starts_with(r#"{"event":"released","held":false,"token":"18446744073709551615","#)
+        );
+        let parsed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(parsed["value"], "a \"quoted\" é\n");
+        assert_eq!(parsed["reason"], "ended_by_server");
+        assert_eq!(parsed["since_ms"], 0);
+        assert_eq!(parsed["coalesced"], true);
+        assert!(!text.contains('\n'), "one line");
+    }
 }

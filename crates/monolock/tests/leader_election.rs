@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::{Follower, MONOLOCK, PATIENCE, ServerProcess};
+use common::{Follower, MONOLOCK, PATIENCE, ServerProcess, lines_from};
 use serde_json::Value;
 
 const NAME: &str = "service/leader";
@@ -47,20 +47,11 @@ impl Candidate {
             .stderr(Stdio::piped())
             .spawn()
             .expect("start a candidate");
-        let stderr = child.stderr.take().expect("stderr");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let stderr = lines_from(child.stderr.take().expect("stderr"));
         Self {
             addr: addr.to_owned(),
             child,
-            stderr: lines,
+            stderr,
         }
     }
 

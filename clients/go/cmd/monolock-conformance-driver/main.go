@@ -45,6 +45,7 @@ type command struct {
 	WaitMS    *int64          `json:"wait_ms"`
 	TimeoutMS int64           `json:"timeout_ms"`
 	Count     int64           `json:"count"`
+	Value     *string         `json:"value"`
 }
 
 type reply map[string]interface{}
@@ -65,11 +66,19 @@ func fail(kind, format string, args ...interface{}) *failure {
 
 type driver struct {
 	client *monolock.Client
-	locks  map[string]*monolock.Lock
+	// Handles of locks, observations and elections: one namespace.
+	locks     map[string]*monolock.Lock
+	watches   map[string]*monolock.Observation
+	elections map[string]*election
+}
+
+func newDriver() *driver {
+	return &driver{locks: map[string]*monolock.Lock{}, watches: map[string]*monolock.Observation{},
+		elections: map[string]*election{}}
 }
 
 func main() {
-	d := &driver{locks: map[string]*monolock.Lock{}}
+	d := newDriver()
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 0, 4096), maxLine)
 	out := bufio.NewWriter(os.Stdout)
@@ -137,6 +146,8 @@ func (d *driver) run(cmd command) (reply, error) {
 		return nil, nil
 	case "stats":
 		return stats(), nil
+	case "set_value", "observe", "next_state", "unobserve", "holder", "elect", "next_election_event", "resign":
+		return d.runExt(cmd)
 	case "lock", "try_lock", "cycles":
 		if d.client == nil {
 			return nil, fail("other", "no client: send open first")
@@ -243,9 +254,13 @@ func (d *driver) acquire(cmd command) (reply, error) {
 	// Milliseconds on the wire, possibly with a fraction: converted
 	// exactly, and judged by the client.
 	lease := time.Duration(cmd.LeaseMS * 1e6)
+	var opts []monolock.LockOption
+	if cmd.Value != nil {
+		opts = append(opts, monolock.WithValue(*cmd.Value))
+	}
 	switch cmd.Cmd {
 	case "try_lock":
-		lock, err := d.client.TryLock(context.Background(), cmd.Name, lease)
+		lock, err := d.client.TryLock(context.Background(), cmd.Name, lease, opts...)
 		if errors.Is(err, monolock.ErrNotAcquired) {
 			return reply{"acquired": false}, nil
 		}
@@ -275,7 +290,7 @@ func (d *driver) acquire(cmd command) (reply, error) {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(*cmd.WaitMS)*time.Millisecond)
 		defer cancel()
 	}
-	lock, err := d.client.Lock(ctx, cmd.Name, lease)
+	lock, err := d.client.Lock(ctx, cmd.Name, lease, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +308,14 @@ func (d *driver) keep(handle string, lock *monolock.Lock) {
 }
 
 func (d *driver) releaseAll() {
+	for handle, e := range d.elections {
+		_ = e.resign()
+		delete(d.elections, handle)
+	}
+	for handle, obs := range d.watches {
+		obs.Stop()
+		delete(d.watches, handle)
+	}
 	for handle, lock := range d.locks {
 		_ = lock.Release()
 		delete(d.locks, handle)
@@ -310,6 +333,8 @@ func classify(err error) *failure {
 		f.kind = "invalid_argument"
 	case errors.Is(err, monolock.ErrNotAcquired):
 		f.kind = "not_acquired"
+	case errors.Is(err, monolock.ErrUnsupported):
+		f.kind = "unsupported"
 	case errors.As(err, &tlsErr):
 		f.kind = "tls"
 	case errors.As(err, &connect):

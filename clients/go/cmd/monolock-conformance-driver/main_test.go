@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"monolock.dev/go/monolock"
 )
 
 // startServer runs `monolock serve` with an admin listener on free
@@ -115,7 +113,7 @@ func sessions(t *testing.T, admin string) int {
 
 func driverScenario(t *testing.T, forceV1 string) {
 	addr, admin := startServer(t)
-	d := &driver{locks: map[string]*monolock.Lock{}}
+	d := newDriver()
 	expect(t, do(t, d, `{"id":1,"cmd":"lock","handle":"a","name":"x","lease_ms":1000}`), map[string]interface{}{"ok": false, "kind": "other"})
 	expect(t, do(t, d, `{"id":2,"cmd":"open","address":"`+addr+`","force_v1":`+forceV1+`}`), map[string]interface{}{"ok": true})
 	a := do(t, d, `{"id":3,"cmd":"lock","handle":"a","name":"x","lease_ms":1000}`)

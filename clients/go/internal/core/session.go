@@ -40,11 +40,17 @@ const (
 	sentAcquire
 	sentRelease
 	sentPing
+	sentHello
+	sentProclaim
+	sentObserve
+	sentUnobserve
+	sentLookup
 )
 
 type sentFrame struct {
 	kind  sentKind
 	claim uint32
+	watch uint32
 	at    time.Duration
 }
 
@@ -67,6 +73,33 @@ const (
 	EventReleased
 	// EventRevoked: an administrator ended the claim (Code); the id is free.
 	EventRevoked
+
+	// The events of the extension "values and observers" (watch.go).
+
+	// EventFeatures: FEATURES, the reply to HELLO (Features, MaxWatches).
+	EventFeatures
+	// EventUnsupported: OPENED, then ERROR 0x13 answering HELLO: the
+	// server lacks the extension. The session is over; nothing else is
+	// reported (nothing else was written).
+	EventUnsupported
+	// EventProclaimed: PROCLAIMED, the server has the claim's new value.
+	EventProclaimed
+	// EventProclaimRefused: the PROCLAIM was refused (Code).
+	EventProclaimRefused
+	// EventObserving: OBSERVING, the watch is in use; its INITIAL state
+	// follows.
+	EventObserving
+	// EventState: a STATE pushed to a watch in use (State).
+	EventState
+	// EventUnobserved: UNOBSERVED, the watch id is free.
+	EventUnobserved
+	// EventWatchRefused: an OBSERVE or UNOBSERVE was refused (Code); the
+	// watch id is free.
+	EventWatchRefused
+	// EventLockState: LOCK_STATE, the reply to LOOKUP (State).
+	EventLockState
+	// EventLookupRefused: the LOOKUP was refused (Code).
+	EventLookupRefused
 )
 
 // ClaimEvent is one event of a v2 session for its driver.
@@ -79,6 +112,20 @@ type ClaimEvent struct {
 	Release bool
 	Code    uint8
 	Reason  string
+
+	// Watch of the watch events; Unobserve: the owner stopped the watch
+	// while its OBSERVE was unanswered and the id is now in use: write an
+	// UNOBSERVE for it now.
+	Watch     uint32
+	Unobserve bool
+	// Gone: an EventProclaimRefused whose claim had already ended (a
+	// REVOKED crossed the PROCLAIM): nothing new for its owner.
+	Gone bool
+	// State of EventState and EventLockState.
+	State wire.State
+	// Features and MaxWatches of EventFeatures.
+	Features   uint32
+	MaxWatches uint32
 }
 
 // ReleaseStep is what Session.Release asks of the driver.
@@ -111,6 +158,8 @@ type Session struct {
 	schedule      Schedule
 	inFlight      []sentFrame
 	claims        map[uint32]*claimState
+	watches       map[uint32]*watchState
+	ext           extension
 	confirmedSend time.Duration
 	repliedAt     time.Duration
 	opened        bool
@@ -128,11 +177,15 @@ func NewSession(lease, openSent time.Duration) *Session {
 		schedule:      NewSchedule(lease),
 		inFlight:      []sentFrame{{kind: sentOpen, at: openSent}},
 		claims:        map[uint32]*claimState{},
+		watches:       map[uint32]*watchState{},
 		confirmedSend: openSent,
 		repliedAt:     openSent,
 		idleSince:     openSent,
 	}
 }
+
+// Lease is the session's lease.
+func (s *Session) Lease() time.Duration { return s.schedule.lease }
 
 // Opened is whether OPENED has been read.
 func (s *Session) Opened() bool { return s.opened }
@@ -242,7 +295,7 @@ func (s *Session) PingDue(now time.Duration) bool {
 // IdleEnd is when the client closes the session for want of claims:
 // false while it has a claim or is not open yet.
 func (s *Session) IdleEnd() (time.Duration, bool) {
-	if s.ended || !s.opened || len(s.claims) > 0 || len(s.inFlight) > 0 {
+	if s.ended || !s.opened || len(s.claims) > 0 || len(s.watches) > 0 || len(s.inFlight) > 0 {
 		return 0, false
 	}
 	return s.idleSince + KeepIdle, true
@@ -308,7 +361,12 @@ func unexpected(frame wire.Frame2, why string) error {
 
 func (s *Session) free(claim uint32, now time.Duration) {
 	delete(s.claims, claim)
-	if len(s.claims) == 0 {
+	s.maybeIdle(now)
+}
+
+// maybeIdle starts the idle time when the session has nothing in use.
+func (s *Session) maybeIdle(now time.Duration) {
+	if len(s.claims) == 0 && len(s.watches) == 0 {
 		s.idleSince = now
 	}
 }
@@ -316,8 +374,15 @@ func (s *Session) free(claim uint32, now time.Duration) {
 func (s *Session) onFrame(frame wire.Frame2, now time.Duration) (ClaimEvent, bool, error) {
 	switch frame.Kind {
 	case wire.Error2:
+		if s.helloRefused(frame) {
+			s.ext.unsupported = true
+			s.Lose(ServerLoss(frame.Code, frame.Reason))
+			return ClaimEvent{Kind: EventUnsupported}, true, nil
+		}
 		s.Lose(ServerLoss(frame.Code, frame.Reason))
 		return ClaimEvent{}, false, nil
+	case wire.State2:
+		return s.onState(frame)
 	case wire.Granted:
 		c, ok := s.claims[frame.Claim]
 		switch {
@@ -381,6 +446,12 @@ func (s *Session) onReply(frame wire.Frame2, now time.Duration) (ClaimEvent, boo
 		frame.Code == wire.CodeUnknownClaim && c == nil:
 		// The RELEASE crossed a REVOKED: the claim was already gone.
 		ok = false
+	case sent.kind >= sentHello:
+		var err error
+		event, ok, err = s.onExtReply(sent, frame, now)
+		if err != nil {
+			return ClaimEvent{}, false, err
+		}
 	default:
 		return ClaimEvent{}, false, unexpected(frame, "does not answer the oldest request in flight")
 	}

@@ -56,6 +56,10 @@ type step struct {
 	To    *int64          `json:"to"`
 	Held  *bool           `json:"held"`
 	At    json.RawMessage `json:"at"`
+	// The extension's fields (v2x vectors).
+	Features *uint32 `json:"features"`
+	Value    *string `json:"value"`
+	Watch    *uint32 `json:"watch"`
 }
 
 // output is an output step or one the core produced, as the vector writes
@@ -166,9 +170,11 @@ type replayer struct {
 	releasing bool
 	over      bool
 
-	// Version 2: the session, and every claim id asked for, in order.
-	session *Session
-	asked   []uint32
+	// Version 2: the session, every claim id asked for, in order, and
+	// whether its end was reported.
+	session  *Session
+	asked    []uint32
+	reported bool
 }
 
 func (r *replayer) fail(format string, args ...interface{}) {
@@ -420,10 +426,22 @@ func (r *replayer) callV2(s step) {
 		}
 		r.session = NewSession(r.lease, r.at())
 		r.write(wire.AppendOpen(nil, r.leaseMS))
+		if s.Features != nil {
+			r.session.HelloSent(*s.Features, r.at())
+			r.write(wire.AppendHello(nil, *s.Features))
+		}
 		return
 	}
-	if r.session == nil || s.Claim == nil {
-		r.fail("call %q needs an open session and a claim id", s.Call)
+	if r.session == nil {
+		r.fail("call %q needs an open session", s.Call)
+	}
+	switch s.Call {
+	case "observe", "unobserve", "lookup":
+		r.callWatch(s)
+		return
+	}
+	if s.Claim == nil {
+		r.fail("call %q needs a claim id", s.Call)
 	}
 	id := *s.Claim
 	switch s.Call {
@@ -437,8 +455,24 @@ func (r *replayer) callV2(s step) {
 			r.fail("%s", why)
 		}
 		r.asked = append(r.asked, id)
-		r.write(wire.AppendAcquireV2(nil, id, m, s.Lock))
+		if s.Value != nil {
+			if why := wire.CheckValue(*s.Value); why != "" {
+				r.fail("%s", why)
+			}
+			r.write(wire.AppendAcquireValue(nil, id, m, s.Lock, *s.Value))
+		} else {
+			r.write(wire.AppendAcquireV2(nil, id, m, s.Lock))
+		}
 		r.session.AcquireSent(id, m, r.at())
+	case "proclaim":
+		if s.Value == nil {
+			r.fail("proclaim needs a value")
+		}
+		if why := wire.CheckValue(*s.Value); why != "" {
+			r.fail("%s", why)
+		}
+		r.write(wire.AppendProclaim(nil, id, *s.Value))
+		r.session.ProclaimSent(id, r.at())
 	case "release":
 		if r.session.Release(id) == ReleaseWrite {
 			r.sendRelease(id)
@@ -446,6 +480,48 @@ func (r *replayer) callV2(s step) {
 	default:
 		r.fail("call %q is not a version 2 call", s.Call)
 	}
+}
+
+// callWatch: observe, unobserve and lookup.
+func (r *replayer) callWatch(s step) {
+	r.t.Helper()
+	if s.Call == "lookup" {
+		if why := wire.CheckName(s.Lock); why != "" {
+			r.fail("%s", why)
+		}
+		r.write(wire.AppendLookup(nil, s.Lock))
+		r.session.LookupSent(r.at())
+		return
+	}
+	if s.Watch == nil {
+		r.fail("call %q needs a watch id", s.Call)
+	}
+	id := *s.Watch
+	if s.Call == "observe" {
+		if why := wire.CheckName(s.Lock); why != "" || r.session.KnowsWatch(id) {
+			r.fail("observe of watch %d: %s", id, why)
+		}
+		r.write(wire.AppendObserve(nil, id, s.Lock))
+		r.session.ObserveSent(id, r.at())
+		return
+	}
+	if r.session.Unobserve(id) == ReleaseWrite {
+		r.sendUnobserve(id)
+	}
+}
+
+func (r *replayer) sendUnobserve(id uint32) {
+	r.write(wire.AppendUnobserve(nil, id))
+	r.session.UnobserveSent(id, r.at())
+}
+
+func number(n uint64) json.Number { return json.Number(fmt.Sprint(n)) }
+
+// stateFields is a state as the vectors write it in "state" and
+// "lock_state" events (the state's own event under "state_event", as
+// "event" names the event kind).
+func stateFields(st wire.State) output {
+	return output{"state_event": st.Event.String(), "token": number(st.Token), "since_ms": number(st.SinceMS), "value": st.Value}
 }
 
 func (r *replayer) sendRelease(id uint32) {
@@ -470,6 +546,38 @@ func (r *replayer) claimEvent(ev ClaimEvent) {
 		r.event(output{"event": "released", "claim": claim})
 	case EventRevoked:
 		r.event(output{"event": "lost", "claim": claim, "reason": ReasonForced.String()})
+	case EventFeatures:
+		r.event(output{"event": "features", "features": number(uint64(ev.Features)), "max_watches": number(uint64(ev.MaxWatches))})
+	case EventUnsupported:
+		r.event(output{"event": "unsupported"})
+	case EventProclaimed:
+		r.event(output{"event": "proclaimed", "claim": claim})
+	case EventProclaimRefused:
+		if ev.Gone {
+			return // the REVOKED before it told the owner
+		}
+		r.event(output{"event": "refused", "claim": claim, "code": number(uint64(ev.Code))})
+	case EventObserving:
+		r.event(output{"event": "observing", "watch": number(uint64(ev.Watch))})
+	case EventState:
+		var reason interface{}
+		if ev.State.Reason != wire.ReleaseNone {
+			reason = ev.State.Reason.String()
+		}
+		out := stateFields(ev.State)
+		out["event"], out["watch"], out["reason"] = "state", number(uint64(ev.Watch)), reason
+		out["initial"], out["coalesced"] = ev.State.Flags&wire.FlagInitial != 0, ev.State.Flags&wire.FlagCoalesced != 0
+		r.event(out)
+	case EventUnobserved:
+		r.event(output{"event": "unobserved", "watch": number(uint64(ev.Watch))})
+	case EventWatchRefused:
+		r.event(output{"event": "refused", "watch": number(uint64(ev.Watch)), "code": number(uint64(ev.Code))})
+	case EventLockState:
+		out := stateFields(ev.State)
+		out["event"] = "lock_state"
+		r.event(out)
+	case EventLookupRefused:
+		r.event(output{"event": "refused", "lookup": true, "code": number(uint64(ev.Code))})
 	default:
 		r.fail("unknown event %+v", ev)
 	}
@@ -478,14 +586,19 @@ func (r *replayer) claimEvent(ev ClaimEvent) {
 		// the RELEASE goes out now.
 		r.sendRelease(ev.Claim)
 	}
+	if ev.Unobserve {
+		r.sendUnobserve(ev.Watch)
+	}
 }
 
 // endedEvents: when the session has just ended, every claim still in use
 // is lost with the session's reason, in ascending id.
+// Then every live watch is lost, in ascending id.
 func (r *replayer) endedEvents() {
-	if r.session == nil || !r.session.Ended() || r.asked == nil {
+	if r.session == nil || !r.session.Ended() || r.reported {
 		return
 	}
+	r.reported = true
 	ids := append([]uint32(nil), r.asked...)
 	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	reason := r.session.Loss().Reason.String()
@@ -494,7 +607,9 @@ func (r *replayer) endedEvents() {
 			r.event(output{"event": "lost", "claim": json.Number(fmt.Sprint(id)), "reason": reason})
 		}
 	}
-	r.asked = nil // reported once
+	for _, id := range r.session.LiveWatches() {
+		r.event(output{"event": "watch_lost", "watch": number(uint64(id)), "reason": reason})
+	}
 }
 
 func (r *replayer) checkV2(s step) {

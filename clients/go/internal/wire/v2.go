@@ -122,6 +122,13 @@ const (
 	Granted
 	Revoked
 	Error2
+	// The frames of the extension (ext.go).
+	Features
+	Proclaimed
+	Observing
+	Unobserved
+	LockState
+	State2
 )
 
 // Frame2 is one frame from a v2 server.
@@ -136,6 +143,13 @@ type Frame2 struct {
 	// Code and Reason of REFUSED, REVOKED and ERROR.
 	Code   uint8
 	Reason string
+	// Features and MaxWatches of FEATURES.
+	Features   uint32
+	MaxWatches uint32
+	// Watch of OBSERVING, UNOBSERVED and STATE.
+	Watch uint32
+	// State of STATE and LOCK_STATE.
+	State State
 }
 
 func (f Frame2) String() string {
@@ -160,6 +174,18 @@ func (f Frame2) String() string {
 		return fmt.Sprintf("REVOKED(claim %d, %s)", f.Claim, DescribeClaimCode(f.Code, f.Reason))
 	case Error2:
 		return "ERROR(" + DescribeCode(f.Code, f.Reason) + ")"
+	case Features:
+		return fmt.Sprintf("FEATURES(features 0x%08x, max_watches %d)", f.Features, f.MaxWatches)
+	case Proclaimed:
+		return fmt.Sprintf("PROCLAIMED(claim %d)", f.Claim)
+	case Observing:
+		return fmt.Sprintf("OBSERVING(watch %d)", f.Watch)
+	case Unobserved:
+		return fmt.Sprintf("UNOBSERVED(watch %d)", f.Watch)
+	case LockState:
+		return fmt.Sprintf("LOCK_STATE(%v)", f.State)
+	case State2:
+		return fmt.Sprintf("STATE(watch %d, %v)", f.Watch, f.State)
 	}
 	return "invalid frame"
 }
@@ -174,7 +200,7 @@ func text(b []byte) string {
 
 // Decode2 returns the v2 frame at the start of buf and its length, or a
 // length of 0 while the frame is incomplete. The error is an
-// *UnknownTypeError.
+// *UnknownTypeError, or a *BadFrameError for a state no server sends.
 func Decode2(buf []byte) (Frame2, int, error) {
 	if len(buf) == 0 {
 		return Frame2{}, 0, nil
@@ -227,6 +253,9 @@ func Decode2(buf []byte) (Frame2, int, error) {
 			return Frame2{}, 0, nil
 		}
 		return Frame2{Kind: Error2, Code: buf[1], Reason: text(buf[3:n])}, n, nil
+	}
+	if frame, n, ok, err := decodeExt(buf); ok {
+		return frame, n, err
 	}
 	return Frame2{}, 0, &UnknownTypeError{Byte: buf[0]}
 }

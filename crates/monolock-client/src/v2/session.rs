@@ -357,8 +357,9 @@ pub(crate) struct Starter<S> {
 }
 
 impl<S: Transport> Starter<S> {
-    /// Spawns the task: it writes the OPEN and every claim placed so far
-    /// in one write.
+    /// Spawns the task: it writes the OPEN with its HELLO in one write
+    /// (a plain session: with every claim placed so far), and the claims
+    /// once FEATURES is read.
     pub(crate) fn start(self) {
         tokio::spawn(self.driver.run().instrument(self.span));
     }
@@ -662,6 +663,12 @@ impl<S: Transport> Driver<S> {
             }
             _ => None,
         };
+        // Remembered here, not only by a claim that reads it: an
+        // observation or a lookup placed again must not ask the same
+        // version 1 server again.
+        if let (Some(Retry::V1Only(addr)), Some(pool)) = (&retry, self.pool.upgrade()) {
+            pool.remember_v1_only(addr.clone());
+        }
         // Closed by the client (idle): what raced with the close goes to
         // another session. Lost: it is lost with the session, unless the
         // server's answer says where it goes instead.

@@ -20,6 +20,7 @@ use tokio::{
     time::Instant,
 };
 
+use monolock_testkit::process::{AsyncServing, serve_async};
 pub use monolock_testkit::{PATIENCE, TestServer, eventually, within};
 
 /// A TCP proxy in front of a server that can go silent: while silenced it
@@ -190,4 +191,58 @@ macro_rules! for_each_protocol {
             }
         }
     };
+}
+
+/// The `monolock` binary: `MONOLOCK_BIN`, else `target/<profile>/monolock`
+/// next to this test's own directory (`target/<profile>/deps`).
+pub fn monolock_bin() -> std::path::PathBuf {
+    if let Some(bin) = std::env::var_os("MONOLOCK_BIN") {
+        return bin.into();
+    }
+    let exe = std::env::current_exe().expect("the test's path");
+    let built = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("monolock"));
+    match built {
+        Some(bin) if bin.exists() => bin,
+        _ => panic!("no monolock binary: set MONOLOCK_BIN or run `cargo build -p monolock`"),
+    }
+}
+
+/// The real `monolock serve` (the binary of [`monolock_bin`]) on a free
+/// port, for what the in-process server of this branch may lack (lock
+/// values and observers); killed when dropped.
+pub struct BinaryServer {
+    pub serving: AsyncServing,
+}
+
+impl BinaryServer {
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    pub async fn start_with(extra: &[&str]) -> Self {
+        let mut command = tokio::process::Command::new(monolock_bin());
+        command
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let args: Vec<&str> = ["--log-format", "json"]
+            .iter()
+            .chain(extra)
+            .copied()
+            .collect();
+        let serving = serve_async(command, &args, PATIENCE)
+            .await
+            .unwrap_or_else(|err| panic!("{err}"));
+        Self { serving }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.serving.addr.to_string())
+    }
+
+    pub async fn kill(&mut self) {
+        let _ = self.serving.child.kill().await;
+    }
 }

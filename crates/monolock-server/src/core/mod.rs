@@ -9,7 +9,8 @@
 //! # Rooms
 //!
 //! - **The table side**, at this level: the lock table (`table.rs`), what
-//!   it and a session share (`slot.rs`), the lease wheel (`leases.rs`),
+//!   it and a session share (`slot.rs`; for watches, `watch.rs`), the
+//!   lease wheel (`leases.rs`),
 //!   the startup grace (`grace.rs`), tokens (`token.rs`, `token_floor.rs`,
 //!   `clock.rs`) and the events it reports (`events.rs`). It never names
 //!   the wire side.

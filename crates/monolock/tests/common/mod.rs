@@ -147,10 +147,14 @@ pub fn acquire(addr: SocketAddr, name: &str) -> (TcpStream, ServerFrame) {
 /// A child's stdout, line by line, through a channel (read by a thread, so
 /// a test can wait for a line with a timeout).
 pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
-    let stdout = child.stdout.take().expect("stdout");
+    lines_from(child.stdout.take().expect("stdout"))
+}
+
+/// Any pipe (a child's stderr, say), line by line, as [`lines_of`].
+pub fn lines_from(pipe: impl Read + Send + 'static) -> mpsc::Receiver<String> {
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
+        for line in BufReader::new(pipe).lines() {
             let Ok(line) = line else { break };
             if tx.send(line).is_err() {
                 break;

@@ -28,6 +28,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use futures_util::FutureExt;
 use monolock_proto::{
     ErrorCode, Lease, LockName, RequestError, ext,
     v2::{self, Mode, Request},
@@ -53,6 +54,9 @@ use crate::{
 /// The session's read buffer: far more than the longest frame (262 bytes),
 /// so one read takes in a whole pipelined batch.
 const READ_BUF_LEN: usize = 4096;
+
+/// The most of its write buffer a session keeps between wakeups.
+const OUT_KEPT_CAPACITY: usize = 16 * 1024;
 
 /// The name a session's own lease slot carries. That slot is filed in the
 /// lease wheel only and never enters the lock table, so the name is never
@@ -98,6 +102,8 @@ struct Session<'c, 'a, S> {
     watches: HashMap<u32, Arc<Watch>>,
     /// STATE pushes taken from the outbox (kept to reuse its capacity).
     pushes: Vec<StatePush>,
+    /// Whether a coalesced push was written yet (logged once at info).
+    coalesced_before: bool,
     /// The simulation's planted mistake `V2ReleasedBeforeTable`: claims
     /// whose RELEASED went out before the table released them.
     #[cfg(feature = "mutations")]
@@ -160,6 +166,7 @@ pub(crate) async fn serve<S>(
         opened_only: true,
         watches: HashMap::new(),
         pushes: Vec::new(),
+        coalesced_before: false,
         #[cfg(feature = "mutations")]
         released_later: Vec::new(),
     };
@@ -203,6 +210,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                     notified.set(link.lease.notify.notified());
                     if let Some(end) = self.sync() {
                         return end;
+                    }
+                    // A watched lock that changes at every turn keeps this
+                    // branch ready at every turn: take in what the client
+                    // sent meanwhile too, so its PINGs are never left
+                    // unread behind the pushes (a read is cancel-safe).
+                    if !self.watches.is_empty() && filled < read.len() {
+                        match self.conn.stream.read(&mut read[filled..]).now_or_never() {
+                            Some(Ok(0) | Err(_)) => return End::Quiet(ReleaseReason::Graceful),
+                            Some(Ok(n)) => filled += n,
+                            None => {}
+                        }
                     }
                 }
                 got = self.conn.stream.read(&mut read[filled..]) => match got {
@@ -652,6 +670,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
                 "server watch limit reached: the server has --max-watches ({}) watches",
                 shared.config.max_watches
             );
+            debug!(remote_addr = %self.remote_addr, session = self.link.id, watch, "over --max-watches: OBSERVE refused");
             self.refuse(watch, ErrorCode::SERVER_WATCH_LIMIT, &reason);
             return None;
         }
@@ -749,6 +768,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
             encode_push(&mut self.out, &push, flags);
         }
         self.pushes = pushes;
+        if coalesced > 0 {
+            // The outbox's bound was hit: said once at info, then at debug.
+            if std::mem::replace(&mut self.coalesced_before, true) {
+                debug!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: watches told the state now");
+            } else {
+                tracing::info!(remote_addr = %self.remote_addr, session = self.link.id, coalesced, "slow observer: its connection did not take its STATE pushes, so changes were dropped and its watches told the state now (COALESCED)");
+            }
+        }
         if pushed > 0 {
             shared
                 .config
@@ -854,6 +881,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         )
         .await;
         self.out.clear();
+        // A burst of pushes (up to the outbox's 256 states of up to a
+        // kilobyte each) must not stay allocated for the session's life.
+        if self.out.capacity() > OUT_KEPT_CAPACITY {
+            self.out.shrink_to(OUT_KEPT_CAPACITY);
+        }
         written
     }
 

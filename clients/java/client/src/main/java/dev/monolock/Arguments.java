@@ -73,6 +73,32 @@ final class Arguments {
         return bytes;
     }
 
+    /**
+     * A lock value's UTF-8 bytes, at most 1,024 of them, or an
+     * {@link IllegalArgumentException}. Null is the empty value (none).
+     */
+    static byte[] lockValue(String value) {
+        if (value == null || value.isEmpty()) {
+            return new byte[0];
+        }
+        ByteBuffer encoded;
+        try {
+            encoded = StandardCharsets.UTF_8.newEncoder()
+                    .onMalformedInput(CodingErrorAction.REPORT)
+                    .onUnmappableCharacter(CodingErrorAction.REPORT)
+                    .encode(CharBuffer.wrap(value));
+        } catch (CharacterCodingException err) {
+            throw new IllegalArgumentException("value is not valid Unicode (an unpaired surrogate)", err);
+        }
+        byte[] bytes = new byte[encoded.remaining()];
+        encoded.get(bytes);
+        if (bytes.length > Frames.MAX_VALUE_BYTES) {
+            throw new IllegalArgumentException("value of " + bytes.length + " bytes is above the maximum of "
+                    + Frames.MAX_VALUE_BYTES + " bytes");
+        }
+        return bytes;
+    }
+
     /** A wait that is not negative. */
     static Duration waitBound(Duration wait) {
         if (wait == null || wait.isNegative()) {

@@ -15,6 +15,8 @@ abstract class Claim {
     static final RuntimeException BUSY = new NotGranted("busy");
     /** The session is at its claim bound: use another. */
     static final RuntimeException TOO_MANY_CLAIMS = new NotGranted("too many claims");
+    /** The session is at its watch bound: use another. */
+    static final RuntimeException TOO_MANY_WATCHES = new NotGranted("too many watches");
 
     static final class NotGranted extends RuntimeException {
         private static final long serialVersionUID = 1L;
@@ -34,6 +36,8 @@ abstract class Claim {
      * reader never sees "held" after the loss was decided.
      */
     volatile LockLostException loss;
+    /** The claim's value as the server has it: the ACQUIRE's, then each confirmed PROCLAIM's. */
+    volatile String value = "";
 
     Claim(String name) {
         this.name = name;
@@ -48,6 +52,19 @@ abstract class Claim {
      * it confirmed; unconfirmed, the connection is closed.
      */
     abstract boolean leave(Duration bound);
+
+    /**
+     * Why this claim's lock cannot carry a value (a server without the
+     * extension, protocol version 1), or null when it can.
+     */
+    abstract String unsupported();
+
+    /**
+     * Writes a PROCLAIM of {@code value}; completes once the server has it,
+     * or exceptionally (the claim's loss, a refusal). Only called when
+     * {@link #unsupported()} is null.
+     */
+    abstract CompletableFuture<Void> proclaim(byte[] value);
 
     /** Whether the claim holds the lock now, its deadline checked. */
     boolean held() {

@@ -132,6 +132,38 @@ final class Connector {
         }
     }
 
+    /**
+     * Reads the server's next whole frame on a connection whose first
+     * answer {@link #open} has read (the answer to HELLO after OPENED),
+     * within the I/O timeout.
+     */
+    Answer next(Connection connection, long sentAt) throws Refusal {
+        byte[] buffer = new byte[512];
+        try {
+            connection.socket.setSoTimeout((int) Math.max(1, ioTimeout.toMillis()));
+            while (true) {
+                Frame frame = connection.decoder.next();
+                if (frame != null) {
+                    connection.socket.setSoTimeout(0);
+                    return new Answer(connection, frame, sentAt, System.nanoTime());
+                }
+                int n = connection.in.read(buffer);
+                if (n < 0) {
+                    throw new Refusal(connection.address + " closed the connection after OPENED, before its answer"
+                            + " to HELLO", true, false, null);
+                }
+                connection.decoder.feed(buffer, 0, n);
+            }
+        } catch (Frames.MalformedFrame err) {
+            throw new Refusal(connection.address + " broke the protocol after OPENED: " + err.getMessage(),
+                    false, false, err);
+        } catch (SocketTimeoutException err) {
+            throw new Refusal(connection.address + " did not answer HELLO within " + seconds(), true, false, err);
+        } catch (IOException err) {
+            throw new Refusal(connection.address + ": " + describe(err), true, false, err);
+        }
+    }
+
     private SSLSocket handshake(Socket raw, Address address) throws Refusal, IOException {
         String name = serverName != null ? serverName : address.host();
         SSLSocket socket = (SSLSocket) tls.getSocketFactory().createSocket(raw, name, address.port(), true);

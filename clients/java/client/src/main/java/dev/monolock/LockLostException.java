@@ -12,8 +12,12 @@ public class LockLostException extends MonolockException {
     private final LossReason reason;
 
     public LockLostException(String lockName, LossReason reason, String detail) {
-        super("lock \"" + lockName + "\" lost (" + reason.wireName() + "): " + detail,
-                reason != LossReason.PROTOCOL, null);
+        this("lock \"" + lockName + "\" lost (" + reason.wireName() + "): " + detail, lockName, reason);
+    }
+
+    /** A loss whose whole message is {@code message} (an observation's end says so in its own words). */
+    protected LockLostException(String message, String lockName, LossReason reason) {
+        super(message, reason != LossReason.PROTOCOL, null);
         this.lockName = lockName;
         this.reason = reason;
     }

@@ -5,6 +5,7 @@ import dev.monolock.Connector.Answer;
 import dev.monolock.Connector.Refusal;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -18,6 +19,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.locks.Lock;
+import java.util.function.Consumer;
 import javax.net.ssl.SSLContext;
 
 /**
@@ -45,6 +47,12 @@ public final class MonolockClient implements AutoCloseable {
      * the claim could be written on it (past its deadline on arrival).
      */
     static final int NEW_SESSION_ATTEMPTS = 2;
+    /** Sessions tried for one watch or lookup when the one picked ends or fills meanwhile. */
+    static final int SESSION_PICKS = 3;
+    /** The lease of a session opened for watches and lookups alone (its PINGs keep it alive). */
+    public static final long OBSERVE_LEASE_MS = 10_000;
+    /** Why a client forced to protocol version 1 refuses values and observers. */
+    static final String V1_HAS_NO_VALUES = "protocol version 1 has no lock values or observers";
 
     private final List<Address> addresses;
     private final Connector connector;
@@ -53,6 +61,8 @@ public final class MonolockClient implements AutoCloseable {
     private final Timer timer = new Timer();
     private final Map<Long, List<V2Session>> pool = new HashMap<>();
     private final Map<Address, Long> v1Until = new ConcurrentHashMap<>();
+    /** Addresses whose server answered HELLO with ERROR 0x13 (no values, no observers), until when. */
+    private final Map<Address, Long> plainUntil = new ConcurrentHashMap<>();
     private final Set<V1Claim> v1Claims = ConcurrentHashMap.newKeySet();
     private final ExecutorService async;
     private volatile boolean closed;
@@ -157,7 +167,20 @@ public final class MonolockClient implements AutoCloseable {
      *     left the queue before this is thrown
      */
     public MonolockLock lock(String name, Duration lease) throws InterruptedException {
-        return acquire(name, lease, null);
+        return acquire(name, lease, null, "", null);
+    }
+
+    /**
+     * Takes the lock with a value that its observers and
+     * {@link #holder(String)} see while it is held (this holder's
+     * {@code host:port}, say): UTF-8 text of at most 1,024 bytes; empty is
+     * no value. Waits in the queue for as long as it takes.
+     *
+     * @throws UnsupportedFeatureException the server is older than lock values (or the client forced to v1)
+     * @throws InterruptedException the thread was interrupted; the claim has left the queue
+     */
+    public MonolockLock lock(String name, Duration lease, String value) throws InterruptedException {
+        return acquire(name, lease, null, value, null);
     }
 
     /**
@@ -167,15 +190,36 @@ public final class MonolockClient implements AutoCloseable {
      * @throws InterruptedException the thread was interrupted; the claim has left the queue
      */
     public MonolockLock lock(String name, Duration lease, Duration wait) throws InterruptedException {
-        return acquire(name, lease, Arguments.waitBound(wait));
+        return acquire(name, lease, Arguments.waitBound(wait), "", null);
+    }
+
+    /**
+     * Takes the lock with a value (see {@link #lock(String, Duration, String)}), waiting at most {@code wait}.
+     *
+     * @throws LockNotAcquiredException the wait ran out; the claim has left the queue
+     * @throws UnsupportedFeatureException the server is older than lock values (or the client forced to v1)
+     * @throws InterruptedException the thread was interrupted; the claim has left the queue
+     */
+    public MonolockLock lock(String name, Duration lease, Duration wait, String value) throws InterruptedException {
+        return acquire(name, lease, Arguments.waitBound(wait), value, null);
     }
 
     /** Takes the lock if it is free now; never queues. */
     public Optional<MonolockLock> tryLock(String name, Duration lease) {
+        return tryLock(name, lease, "");
+    }
+
+    /**
+     * Takes the lock with a value (see {@link #lock(String, Duration, String)}) if it is free now; never queues.
+     *
+     * @throws UnsupportedFeatureException the server is older than lock values (or the client forced to v1)
+     */
+    public Optional<MonolockLock> tryLock(String name, Duration lease, String value) {
         byte[] nameBytes = Arguments.lockName(name);
         long leaseMs = Arguments.leaseMillis(lease);
+        byte[] valueBytes = Arguments.lockValue(value);
         while (true) {
-            Claim claim = start(name, nameBytes, leaseMs, true);
+            Claim claim = start(name, nameBytes, leaseMs, true, valueBytes);
             if (claim instanceof V1Claim v1 && v1.waiting()) {
                 // Version 1 has no try: leave the queue before answering.
                 v1.leave(connector.ioTimeout());
@@ -195,15 +239,24 @@ public final class MonolockClient implements AutoCloseable {
 
     /** {@link #lock(String, Duration)} as a future; cancelling it leaves the queue. */
     public CompletableFuture<MonolockLock> lockAsync(String name, Duration lease) {
-        return lockAsync(name, lease, null);
+        return lockAsync(name, lease, null, "");
     }
 
     /** {@link #lock(String, Duration, Duration)} as a future; cancelling it leaves the queue. */
     public CompletableFuture<MonolockLock> lockAsync(String name, Duration lease, Duration wait) {
+        return lockAsync(name, lease, wait, "");
+    }
+
+    /**
+     * {@link #lock(String, Duration, Duration, String)} as a future ({@code wait} null: no bound);
+     * cancelling it leaves the queue.
+     */
+    public CompletableFuture<MonolockLock> lockAsync(String name, Duration lease, Duration wait, String value) {
         CompletableFuture<MonolockLock> result = new CompletableFuture<>();
         try {
             Arguments.lockName(name);
             Arguments.leaseMillis(lease);
+            Arguments.lockValue(value);
             if (wait != null) {
                 Arguments.waitBound(wait);
             }
@@ -213,7 +266,7 @@ public final class MonolockClient implements AutoCloseable {
         }
         async.execute(() -> {
             try {
-                MonolockLock lock = acquire(name, lease, wait, result);
+                MonolockLock lock = acquire(name, lease, wait, value, result);
                 if (!result.complete(lock)) {
                     lock.close();
                 }
@@ -224,6 +277,108 @@ public final class MonolockClient implements AutoCloseable {
             }
         });
         return result;
+    }
+
+    /**
+     * Watches lock {@code name} without claiming it: the returned
+     * {@link Observation} yields the lock's state now, then every change
+     * (granted, value replaced, released with its reason), in token order.
+     * Returns once the first state has arrived. Close it to stop watching.
+     * The watch rides on a pooled session (one of any lease, or a new one
+     * with a lease of {@value #OBSERVE_LEASE_MS} ms), which it keeps open.
+     *
+     * @throws UnsupportedFeatureException the server is older than observers (or the client forced to v1)
+     * @throws InterruptedException the thread was interrupted; the watch is given up
+     */
+    public Observation observe(String name) throws InterruptedException {
+        byte[] nameBytes = Arguments.lockName(name);
+        requireExtension();
+        for (int attempt = 1; ; attempt++) {
+            V2Session session = extendedSession(true);
+            Observation observation = new Observation(name);
+            if (session.observe(nameBytes, observation)) {
+                try {
+                    observation.first.get();
+                    return observation;
+                } catch (InterruptedException err) {
+                    observation.close();
+                    throw err;
+                } catch (ExecutionException err) {
+                    if (err.getCause() != Claim.TOO_MANY_WATCHES || attempt >= SESSION_PICKS) {
+                        throw rethrown(err.getCause());
+                    }
+                }
+            } else if (attempt >= SESSION_PICKS) {
+                throw new MonolockException("no session could take a watch of lock \"" + name + "\" ("
+                        + session.endedBecause() + ")", true, null);
+            }
+        }
+    }
+
+    /**
+     * {@link #observe(String)} in listener form: every state, the first
+     * included, is handed to {@code listener} in order on a daemon thread of
+     * the observation, until it is closed or its session ends
+     * ({@link Observation#ended()} says so). The returned observation is
+     * for closing and for {@code ended()}; its states go to the listener
+     * alone.
+     *
+     * @throws UnsupportedFeatureException the server is older than observers (or the client forced to v1)
+     * @throws InterruptedException the thread was interrupted; the watch is given up
+     */
+    public Observation observe(String name, Consumer<LockState> listener) throws InterruptedException {
+        if (listener == null) {
+            throw new IllegalArgumentException("the observation's listener is null");
+        }
+        Observation observation = observe(name);
+        Thread thread = new Thread(() -> {
+            try {
+                observation.forEachRemaining(listener);
+            } catch (MonolockException ended) {
+                // Its end is reported by ended(); an interrupt ends the delivery.
+            }
+        }, "monolock-observe-" + name);
+        thread.setDaemon(true);
+        thread.start();
+        return observation;
+    }
+
+    /**
+     * Who holds lock {@code name} now, asked once: a state whose event is
+     * {@code FREE} or {@code HELD} (with the holder's token and value).
+     * Advisory: the holder may lose the lock right after.
+     *
+     * @throws UnsupportedFeatureException the server is older than lookups (or the client forced to v1)
+     */
+    public LockState holder(String name) {
+        byte[] nameBytes = Arguments.lockName(name);
+        requireExtension();
+        for (int attempt = 1; ; attempt++) {
+            V2Session session = extendedSession(false);
+            CompletableFuture<LockState> answer = session.lookup(name, nameBytes);
+            if (answer != null) {
+                return joinUninterruptibly(answer);
+            }
+            if (attempt >= SESSION_PICKS) {
+                throw new MonolockException("no session could look up lock \"" + name + "\" ("
+                        + session.endedBecause() + ")", true, null);
+            }
+        }
+    }
+
+    /**
+     * A leader election on lock {@code name} (see {@link LeaderElection}):
+     * this candidate campaigns with {@code value} once it is
+     * {@link LeaderElection#start() started}.
+     */
+    public LeaderElection leaderElection(String name, Duration lease, String value, LeaderElection.Listener listener) {
+        Arguments.lockName(name);
+        Arguments.leaseMillis(lease);
+        Arguments.lockValue(value);
+        if (listener == null) {
+            throw new IllegalArgumentException("the election's listener is null");
+        }
+        return new LeaderElection(this, name, lease, value == null ? "" : value, listener);
     }
 
     /** {@link #tryLock} as a future. */
@@ -259,19 +414,16 @@ public final class MonolockClient implements AutoCloseable {
         async.shutdownNow();
     }
 
-    private MonolockLock acquire(String name, Duration lease, Duration wait) throws InterruptedException {
-        return acquire(name, lease, wait, null);
-    }
-
-    private MonolockLock acquire(String name, Duration lease, Duration wait, CompletableFuture<?> cancelledBy)
-            throws InterruptedException {
+    private MonolockLock acquire(String name, Duration lease, Duration wait, String value,
+            CompletableFuture<?> cancelledBy) throws InterruptedException {
         byte[] nameBytes = Arguments.lockName(name);
         long leaseMs = Arguments.leaseMillis(lease);
+        byte[] valueBytes = Arguments.lockValue(value);
         long started = System.nanoTime();
         while (true) {
-            Claim claim = start(name, nameBytes, leaseMs, false);
+            Claim claim = start(name, nameBytes, leaseMs, false, valueBytes);
             if (cancelledBy != null) {
-                cancelledBy.whenComplete((value, err) -> {
+                cancelledBy.whenComplete((result, err) -> {
                     if (cancelledBy.isCancelled()) {
                         claim.leave(connector.ioTimeout());
                     }
@@ -326,7 +478,26 @@ public final class MonolockClient implements AutoCloseable {
         }
     }
 
-    private static RuntimeException rethrown(Throwable cause) {
+    private static <T> T joinUninterruptibly(CompletableFuture<T> future) {
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    return future.get();
+                } catch (InterruptedException err) {
+                    interrupted = true;
+                } catch (ExecutionException err) {
+                    throw rethrown(err.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+    }
+
+    static RuntimeException rethrown(Throwable cause) {
         if (cause instanceof RuntimeException runtime) {
             return runtime;
         }
@@ -339,16 +510,39 @@ public final class MonolockClient implements AutoCloseable {
         }
     }
 
-    /**
-     * Sends the ACQUIRE of a new claim on a pooled session, a new session,
-     * or a version 1 connection, trying the addresses in order.
-     */
-    private Claim start(String name, byte[] nameBytes, long leaseMs, boolean tryOnly) {
+    /** Values and observers need protocol version 2. */
+    private void requireExtension() {
         if (closed) {
             throw new IllegalStateException("the client is closed");
         }
+        if (forceV1) {
+            throw new UnsupportedFeatureException(V1_HAS_NO_VALUES);
+        }
+    }
+
+    private static boolean remembered(Map<Address, Long> memory, Address address) {
+        Long until = memory.get(address);
+        return until != null && System.nanoTime() - until < 0;
+    }
+
+    private static UnsupportedFeatureException unsupported(Address address) {
+        return new UnsupportedFeatureException(V2Session.unsupportedMessage(address.toString()));
+    }
+
+    /**
+     * Sends the ACQUIRE of a new claim on a pooled session, a new session,
+     * or a version 1 connection, trying the addresses in order. A claim
+     * with a value goes only on a session with the extension.
+     */
+    private Claim start(String name, byte[] nameBytes, long leaseMs, boolean tryOnly, byte[] value) {
+        if (closed) {
+            throw new IllegalStateException("the client is closed");
+        }
+        if (value.length > 0) {
+            requireExtension();
+        }
         if (!forceV1) {
-            Claim pooled = onPooledSession(name, nameBytes, leaseMs, tryOnly);
+            Claim pooled = onPooledSession(name, nameBytes, leaseMs, tryOnly, value);
             if (pooled != null) {
                 return pooled;
             }
@@ -356,20 +550,26 @@ public final class MonolockClient implements AutoCloseable {
         List<Refusal> refusals = new ArrayList<>();
         for (Address address : addresses) {
             try {
-                return startAt(address, name, nameBytes, leaseMs, tryOnly);
+                return startAt(address, name, nameBytes, leaseMs, tryOnly, value);
             } catch (Refusal refusal) {
-                v1Until.remove(address);
+                forgetAnswers(address);
                 refusals.add(refusal);
             }
         }
         throw connectFailure(refusals);
     }
 
-    private Claim onPooledSession(String name, byte[] nameBytes, long leaseMs, boolean tryOnly) {
+    /** An address that failed to connect: what it answered before is forgotten. */
+    private void forgetAnswers(Address address) {
+        v1Until.remove(address);
+        plainUntil.remove(address);
+    }
+
+    private Claim onPooledSession(String name, byte[] nameBytes, long leaseMs, boolean tryOnly, byte[] value) {
         synchronized (pool) {
             for (V2Session session : pool.getOrDefault(leaseMs, List.of())) {
-                if (session.accepts()) {
-                    Claim claim = session.acquire(name, nameBytes, tryOnly);
+                if (session.accepts() && (value.length == 0 || session.extended())) {
+                    Claim claim = session.acquire(name, nameBytes, tryOnly, value);
                     if (claim != null) {
                         return claim;
                     }
@@ -379,50 +579,143 @@ public final class MonolockClient implements AutoCloseable {
         return null;
     }
 
-    private Claim startAt(Address address, String name, byte[] nameBytes, long leaseMs, boolean tryOnly)
-            throws Refusal {
+    /**
+     * A session with the extension for a watch ({@code forWatch}: one with
+     * room for it) or a lookup: a pooled one of any lease, else a new one at
+     * the first address that answers.
+     */
+    private V2Session extendedSession(boolean forWatch) {
+        synchronized (pool) {
+            for (List<V2Session> sessions : pool.values()) {
+                for (V2Session session : sessions) {
+                    if (forWatch ? session.acceptsWatch() : session.extended() && !session.ended()) {
+                        return session;
+                    }
+                }
+            }
+        }
+        List<Refusal> refusals = new ArrayList<>();
+        for (Address address : addresses) {
+            if (remembered(v1Until, address) || remembered(plainUntil, address)) {
+                throw unsupported(address);
+            }
+            try {
+                V2Session session = openSession(address, OBSERVE_LEASE_MS);
+                if (session == null || !session.extended()) {
+                    throw unsupported(address);
+                }
+                return session;
+            } catch (Refusal refusal) {
+                forgetAnswers(address);
+                refusals.add(refusal);
+            }
+        }
+        throw connectFailure(refusals);
+    }
+
+    /**
+     * Opens a version 2 session at {@code address} and pools it: with HELLO
+     * written behind the OPEN, unless the address is known to lack the
+     * extension; a server that answers HELLO with ERROR 0x13 is remembered
+     * as lacking it and a plain session opened instead. Null when the
+     * address speaks only version 1 (remembered too).
+     */
+    private V2Session openSession(Address address, long leaseMs) throws Refusal {
         long leaseNanos = TimeUnit.MILLISECONDS.toNanos(leaseMs);
-        Long until = v1Until.get(address);
-        boolean v1 = forceV1 || (until != null && System.nanoTime() - until < 0);
-        for (int attempt = 1; !v1; attempt++) {
-            Answer answer = connector.open(address, Frames.open(leaseMs));
+        while (true) {
+            boolean hello = !remembered(plainUntil, address);
+            byte[] open = Frames.open(leaseMs);
+            if (hello) {
+                byte[] withHello = Frames.hello(Frames.FEATURE_VALUES_AND_OBSERVERS);
+                byte[] both = Arrays.copyOf(open, open.length + withHello.length);
+                System.arraycopy(withHello, 0, both, open.length, withHello.length);
+                open = both;
+            }
+            Answer answer = connector.open(address, open);
             int type = answer.frame().type();
             int code = answer.frame().code();
             if (type == Frames.OPENED) {
+                Answer features = null;
+                if (hello) {
+                    try {
+                        features = connector.next(answer.connection(), answer.sentAt());
+                    } catch (Refusal refusal) {
+                        answer.connection().close();
+                        throw refusal;
+                    }
+                    Frames.Frame frame = features.frame();
+                    if (frame.type() == Frames.ERROR && frame.code() == SessionCore.UNKNOWN_MESSAGE_TYPE) {
+                        // A server older than the extension: it closes; plain sessions from now on.
+                        answer.connection().close();
+                        plainUntil.put(address, System.nanoTime() + V1_MEMORY_NANOS);
+                        continue;
+                    }
+                    if (frame.type() == Frames.ERROR) {
+                        answer.connection().close();
+                        throw new Refusal(String.format("%s refused the session (error 0x%02x: %s)",
+                                address, frame.code(), frame.reason()), frame.code() < 0x10, false, null);
+                    }
+                }
                 V2Session session;
                 try {
-                    session = V2Session.start(answer, leaseNanos, idleClose, timer, this::dropSession);
+                    session = V2Session.start(answer, features, leaseNanos, idleClose, timer, this::dropSession);
                 } catch (SessionCore.ProtocolViolation err) {
                     answer.connection().close();
                     throw new Refusal(address + " broke the protocol: " + err.getMessage(), false, false, err);
                 }
+                if (hello && !session.extended()) {
+                    plainUntil.put(address, System.nanoTime() + V1_MEMORY_NANOS);
+                }
                 synchronized (pool) {
                     pool.computeIfAbsent(leaseMs, lease -> new ArrayList<>()).add(session);
                 }
-                Claim claim = session.acquire(name, nameBytes, tryOnly);
-                if (claim != null) {
-                    return claim;
-                }
-                if (attempt < NEW_SESSION_ATTEMPTS) {
-                    // It ended before carrying any claim (its OPENED came
-                    // past its deadline: a pause, a cold start): nothing
-                    // was lost, and a fresh session costs one round trip.
-                    continue;
-                }
-                throw new Refusal(address + ": the new session ended before the claim could be written ("
-                        + session.endedBecause() + ")", true, false, null);
+                return session;
             }
             answer.connection().close();
             if (type == Frames.ERROR && code == SessionCore.UNSUPPORTED_VERSION) {
                 v1Until.put(address, System.nanoTime() + V1_MEMORY_NANOS);
-                v1 = true;
+                return null;
             } else if (type == Frames.ERROR) {
                 throw new Refusal(String.format("%s refused the session (error 0x%02x: %s)",
                         address, code, answer.frame().reason()), code < 0x10, false, null);
-            } else {
-                throw new Refusal(address + " is not a monolock server: it answered OPEN with "
-                        + answer.frame(), false, false, null);
             }
+            throw new Refusal(address + " is not a monolock server: it answered OPEN with "
+                    + answer.frame(), false, false, null);
+        }
+    }
+
+    private Claim startAt(Address address, String name, byte[] nameBytes, long leaseMs, boolean tryOnly,
+            byte[] value) throws Refusal {
+        long leaseNanos = TimeUnit.MILLISECONDS.toNanos(leaseMs);
+        boolean v1 = forceV1 || remembered(v1Until, address);
+        for (int attempt = 1; !v1; attempt++) {
+            if (value.length > 0 && remembered(plainUntil, address)) {
+                throw unsupported(address);
+            }
+            V2Session session = openSession(address, leaseMs);
+            if (session == null) {
+                v1 = true;
+                break;
+            }
+            if (value.length > 0 && !session.extended()) {
+                // The session stays pooled for plain claims.
+                throw unsupported(address);
+            }
+            Claim claim = session.acquire(name, nameBytes, tryOnly, value);
+            if (claim != null) {
+                return claim;
+            }
+            if (attempt < NEW_SESSION_ATTEMPTS) {
+                // It ended before carrying any claim (its OPENED came
+                // past its deadline: a pause, a cold start): nothing
+                // was lost, and a fresh session costs one round trip.
+                continue;
+            }
+            throw new Refusal(address + ": the new session ended before the claim could be written ("
+                    + session.endedBecause() + ")", true, false, null);
+        }
+        if (value.length > 0) {
+            throw unsupported(address);
         }
         Answer answer = connector.open(address, Frames.acquireV1(nameBytes, leaseMs));
         if (answer.frame().type() == Frames.ERROR) {
@@ -441,6 +734,9 @@ public final class MonolockClient implements AutoCloseable {
                     + answer.frame(), false, false, null);
         }
         V1Claim claim = V1Claim.start(name, answer, leaseNanos, timer);
+        if (!forceV1) {
+            claim.noValues = V2Session.unsupportedMessage(address.toString());
+        }
         v1Claims.add(claim);
         claim.finished.thenRun(() -> v1Claims.remove(claim));
         return claim;

@@ -2,6 +2,7 @@ package dev.monolock;
 
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
@@ -38,6 +39,49 @@ public final class MonolockLock implements AutoCloseable {
      */
     public long token() {
         return token;
+    }
+
+    /** The lock's value as the server has it: the one it was taken with, then each one set. */
+    public String value() {
+        return claim.value;
+    }
+
+    /**
+     * Replaces the lock's value while it is held (etcd's Proclaim): returns
+     * once the server has the new value, so that every state observers are
+     * told from then on carries it. UTF-8 text of at most 1,024 bytes;
+     * empty clears it.
+     *
+     * @throws IllegalArgumentException the value is over 1,024 bytes (nothing is sent)
+     * @throws UnsupportedFeatureException the server is older than lock values (or the client forced to v1)
+     * @throws LockLostException the lock was lost
+     * @throws IllegalStateException the lock was released by its holder
+     */
+    public void setValue(String value) {
+        byte[] bytes = Arguments.lockValue(value);
+        String unsupported = claim.unsupported();
+        if (unsupported != null) {
+            throw new UnsupportedFeatureException(unsupported);
+        }
+        check();
+        CompletableFuture<Void> done = claim.proclaim(bytes);
+        boolean interrupted = false;
+        try {
+            while (true) {
+                try {
+                    done.get();
+                    break;
+                } catch (InterruptedException err) {
+                    interrupted = true;
+                } catch (ExecutionException err) {
+                    throw MonolockClient.rethrown(err.getCause());
+                }
+            }
+        } finally {
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
     }
 
     /** Whether the lock is held now (deadline checked; false once released or lost). */

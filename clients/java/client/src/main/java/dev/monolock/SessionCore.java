@@ -3,6 +3,7 @@ package dev.monolock;
 import dev.monolock.Frames.Frame;
 import java.util.ArrayDeque;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -25,6 +26,12 @@ import java.util.Map;
  *       {@code S + 0.8 lease}. A push moves nothing.</li>
  *   <li>PING on the version 1 schedule, only when nothing is in flight: any
  *       reply confirms the session, so a busy session never pings.</li>
+ *   <li>The extension "values and observers": HELLO rides behind the OPEN
+ *       and is answered FEATURES, or ERROR 0x13 after OPENED by a server
+ *       without it ({@link Kind#UNSUPPORTED}). Watch ids live apart from
+ *       claim ids; a STATE is a push (it confirms nothing), for a watch in
+ *       use, its token never below the watch's previous one; a STATE for a
+ *       watch being unobserved is nothing for anyone.</li>
  * </ul>
  */
 final class SessionCore {
@@ -34,12 +41,24 @@ final class SessionCore {
     static final int TOO_MANY_CLAIMS = 0x09;
     /** REFUSED code: RELEASE of an id not in use. */
     static final int UNKNOWN_CLAIM = 0x20;
+    /** ERROR code "unknown message type": a server without the extension answering HELLO. */
+    static final int UNKNOWN_MESSAGE_TYPE = 0x13;
+    /** REFUSED code: the session has max_watches watches in use. */
+    static final int TOO_MANY_WATCHES = 0x0b;
 
-    private enum SentKind { OPEN, ACQUIRE, RELEASE, PING }
+    private enum SentKind { OPEN, HELLO, ACQUIRE, RELEASE, PING, PROCLAIM, OBSERVE, UNOBSERVE, LOOKUP }
 
     private record Sent(SentKind kind, int claim, long at) {}
 
     private enum ClaimState { ASKING_WAIT, ASKING_TRY, WAITING, HELD, RELEASING }
+
+    private enum WatchState { ASKING, WATCHING, UNOBSERVING }
+
+    private static final class WatchEntry {
+        WatchState state = WatchState.ASKING;
+        /** The highest token pushed to the watch: a push below it breaks the token order. */
+        long lastToken;
+    }
 
     private static final class ClaimEntry {
         ClaimState state;
@@ -71,10 +90,42 @@ final class SessionCore {
         REVOKED,
         /** ERROR: the session is over, with every claim. */
         ENDED,
+        /** FEATURES answered HELLO ({@code code}: the features granted, {@code maxClaims}: max_watches). */
+        FEATURES,
+        /**
+         * OPENED, then ERROR 0x13 in answer to HELLO: the server lacks the
+         * extension and closes; the session is over and nothing else is
+         * reported (no claim or watch existed yet).
+         */
+        UNSUPPORTED,
+        /** PROCLAIMED: the server has the claim's new value. */
+        PROCLAIMED,
+        /** A PROCLAIM was refused ({@code code}); the claim stays as it was. */
+        PROCLAIM_REFUSED,
+        /** OBSERVING: the watch is in use; its INITIAL state follows. */
+        OBSERVING,
+        /** An OBSERVE ({@code code}) or UNOBSERVE was refused; the watch id is free. */
+        WATCH_REFUSED,
+        /** A STATE for a watch in use ({@code state}). */
+        STATE,
+        /** UNOBSERVED: the watch id is free. */
+        UNOBSERVED,
+        /** LOCK_STATE answered a LOOKUP ({@code state}). */
+        LOCK_STATE,
+        /** A LOOKUP was refused ({@code code}). */
+        LOOKUP_REFUSED,
     }
 
-    /** One interpreted frame. */
-    record Event(Kind kind, int claim, long token, boolean release, int code, String reason, long maxClaims) {
+    /**
+     * One interpreted frame. {@code claim} is the watch id for the watch
+     * kinds; {@code state} is set for STATE and LOCK_STATE.
+     */
+    record Event(Kind kind, int claim, long token, boolean release, int code, String reason, long maxClaims,
+            Frames.WireState state) {
+        Event(Kind kind, int claim, long token, boolean release, int code, String reason, long maxClaims) {
+            this(kind, claim, token, release, code, reason, maxClaims, null);
+        }
+
         static Event of(Kind kind, int claim) {
             return new Event(kind, claim, 0, false, 0, "", 0);
         }
@@ -92,6 +143,7 @@ final class SessionCore {
     private final Schedule schedule;
     private final ArrayDeque<Sent> inFlight = new ArrayDeque<>();
     private final Map<Integer, ClaimEntry> claims = new HashMap<>();
+    private final Map<Integer, WatchEntry> watches = new HashMap<>();
     private long confirmedSend;
     private long repliedAt;
     private boolean opened;
@@ -125,6 +177,57 @@ final class SessionCore {
 
     boolean knows(int claim) {
         return claims.containsKey(claim);
+    }
+
+    /** Watch ids asked for or in use (unobserving included). */
+    int watches() {
+        return watches.size();
+    }
+
+    boolean knowsWatch(int watch) {
+        return watches.containsKey(watch);
+    }
+
+    /** Whether {@code claim} is waiting or held, so that a PROCLAIM may name it. */
+    boolean inUse(int claim) {
+        ClaimEntry entry = claims.get(claim);
+        return entry != null && (entry.state == ClaimState.WAITING || entry.state == ClaimState.HELD);
+    }
+
+    /** Records a HELLO written at {@code at}, right behind the OPEN. */
+    void helloSent(long at) {
+        inFlight.add(new Sent(SentKind.HELLO, 0, at));
+    }
+
+    /** Records a PROCLAIM of {@code claim} written at {@code at}. */
+    void proclaimSent(int claim, long at) {
+        inFlight.add(new Sent(SentKind.PROCLAIM, claim, at));
+    }
+
+    /** Records an OBSERVE of {@code watch} written at {@code at}. */
+    void observeSent(int watch, long at) {
+        watches.put(watch, new WatchEntry());
+        inFlight.add(new Sent(SentKind.OBSERVE, watch, at));
+    }
+
+    /** Whether to write an UNOBSERVE of {@code watch} now: only for a watch in use. */
+    boolean unobserve(int watch) {
+        WatchEntry entry = watches.get(watch);
+        return entry != null && entry.state == WatchState.WATCHING;
+    }
+
+    /** Records an UNOBSERVE of {@code watch} written at {@code at}. */
+    void unobserveSent(int watch, long at) {
+        WatchEntry entry = watches.get(watch);
+        if (entry != null) {
+            entry.state = WatchState.UNOBSERVING;
+        }
+        inFlight.add(new Sent(SentKind.UNOBSERVE, watch, at));
+    }
+
+    /** Records a LOOKUP written at {@code at}. */
+    void lookupSent(long at) {
+        inFlight.add(new Sent(SentKind.LOOKUP, 0, at));
     }
 
     /** Records an ACQUIRE of {@code claim} written at {@code at}. */
@@ -176,8 +279,33 @@ final class SessionCore {
     /** Interprets one frame that arrived at {@code now}. */
     Event onFrame(Frame frame, long now) throws ProtocolViolation {
         switch (frame.type()) {
-            case Frames.ERROR:
+            case Frames.ERROR: {
+                Sent oldest = inFlight.peekFirst();
+                if (opened && oldest != null && oldest.kind() == SentKind.HELLO
+                        && frame.code() == UNKNOWN_MESSAGE_TYPE) {
+                    return new Event(Kind.UNSUPPORTED, 0, 0, false, frame.code(), frame.reason(), 0);
+                }
                 return new Event(Kind.ENDED, 0, 0, false, frame.code(), frame.reason(), 0);
+            }
+            case Frames.STATE: {
+                WatchEntry entry = watches.get(frame.claim());
+                if (entry == null || entry.state == WatchState.ASKING) {
+                    throw unexpected(frame);
+                }
+                if (entry.state == WatchState.UNOBSERVING) {
+                    // Pushed before the server read the UNOBSERVE: nobody is told.
+                    return Event.of(Kind.NOTHING, frame.claim());
+                }
+                Frames.WireState state = frame.state();
+                if (Long.compareUnsigned(state.token(), entry.lastToken) < 0) {
+                    throw new ProtocolViolation(String.format(
+                            "a STATE of watch %d names token %s after token %s (token order broken)",
+                            frame.claim() & 0xffffffffL, Long.toUnsignedString(state.token()),
+                            Long.toUnsignedString(entry.lastToken)));
+                }
+                entry.lastToken = state.token();
+                return new Event(Kind.STATE, frame.claim(), state.token(), false, 0, "", 0, state);
+            }
             case Frames.GRANTED: {
                 ClaimEntry entry = claims.get(frame.claim());
                 if (entry != null && entry.state == ClaimState.WAITING) {
@@ -218,6 +346,31 @@ final class SessionCore {
             event = new Event(Kind.OPENED, 0, 0, false, 0, "", frame.maxClaims());
         } else if (sent.kind() == SentKind.PING && frame.type() == Frames.PONG) {
             event = Event.of(Kind.NOTHING, 0);
+        } else if (sent.kind() == SentKind.HELLO && frame.type() == Frames.FEATURES) {
+            event = new Event(Kind.FEATURES, 0, 0, false, frame.features(), "", frame.maxWatches());
+        } else if (sent.kind() == SentKind.PROCLAIM && sameClaim && frame.type() == Frames.PROCLAIMED) {
+            event = Event.of(Kind.PROCLAIMED, frame.claim());
+        } else if (sent.kind() == SentKind.PROCLAIM && sameClaim && frame.type() == Frames.REFUSED) {
+            event = new Event(Kind.PROCLAIM_REFUSED, frame.claim(), 0, false, frame.code(), frame.reason(), 0);
+        } else if (sent.kind() == SentKind.OBSERVE && sameClaim && watchIn(frame.claim(), WatchState.ASKING)
+                && (frame.type() == Frames.OBSERVING || frame.type() == Frames.REFUSED)) {
+            if (frame.type() == Frames.OBSERVING) {
+                watches.get(frame.claim()).state = WatchState.WATCHING;
+                event = Event.of(Kind.OBSERVING, frame.claim());
+            } else {
+                watches.remove(frame.claim());
+                event = new Event(Kind.WATCH_REFUSED, frame.claim(), 0, false, frame.code(), frame.reason(), 0);
+            }
+        } else if (sent.kind() == SentKind.UNOBSERVE && sameClaim && watchIn(frame.claim(), WatchState.UNOBSERVING)
+                && (frame.type() == Frames.UNOBSERVED || frame.type() == Frames.REFUSED)) {
+            watches.remove(frame.claim());
+            event = frame.type() == Frames.UNOBSERVED
+                    ? Event.of(Kind.UNOBSERVED, frame.claim())
+                    : new Event(Kind.WATCH_REFUSED, frame.claim(), 0, false, frame.code(), frame.reason(), 0);
+        } else if (sent.kind() == SentKind.LOOKUP && frame.type() == Frames.LOCK_STATE) {
+            event = new Event(Kind.LOCK_STATE, 0, frame.state().token(), false, 0, "", 0, frame.state());
+        } else if (sent.kind() == SentKind.LOOKUP && frame.type() == Frames.REFUSED && frame.claim() == 0) {
+            event = new Event(Kind.LOOKUP_REFUSED, 0, 0, false, frame.code(), frame.reason(), 0);
         } else if (sent.kind() == SentKind.ACQUIRE && sameClaim && entry != null
                 && (entry.state == ClaimState.ASKING_WAIT || entry.state == ClaimState.ASKING_TRY)) {
             boolean release = entry.releaseWanted;
@@ -262,6 +415,20 @@ final class SessionCore {
         confirmedSend = Math.max(sent.at(), confirmedSend);
         repliedAt = now;
         return event;
+    }
+
+    private boolean watchIn(int watch, WatchState state) {
+        WatchEntry entry = watches.get(watch);
+        return entry != null && entry.state == state;
+    }
+
+    /**
+     * The live watch ids, ascending: answered OBSERVING, UNOBSERVED not yet
+     * read. The ones whose end a session's end reports.
+     */
+    List<Integer> liveWatches() {
+        return watches.entrySet().stream().filter(entry -> entry.getValue().state != WatchState.ASKING)
+                .map(Map.Entry::getKey).sorted().toList();
     }
 
     private static ProtocolViolation unexpected(Frame frame) {

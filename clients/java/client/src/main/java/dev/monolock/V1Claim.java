@@ -25,6 +25,8 @@ final class V1Claim extends Claim {
     private final CompletableFuture<Boolean> closedByServer = new CompletableFuture<>();
     /** Completes when the connection is closed, whatever the cause. */
     final CompletableFuture<Void> finished = new CompletableFuture<>();
+    /** What {@link #unsupported()} answers: protocol version 1 forced, or an address that only speaks it. */
+    volatile String noValues = MonolockClient.V1_HAS_NO_VALUES;
     private boolean ended;
     private boolean leaving;
     private ScheduledFuture<?> tick;
@@ -53,6 +55,16 @@ final class V1Claim extends Claim {
     /** Whether the ACQUIRE was answered WAITING (and no push has come yet). */
     synchronized boolean waiting() {
         return !ended && core.state() != V1Core.State.HELD;
+    }
+
+    @Override
+    String unsupported() {
+        return noValues;
+    }
+
+    @Override
+    CompletableFuture<Void> proclaim(byte[] value) {
+        return CompletableFuture.failedFuture(new UnsupportedFeatureException(noValues));
     }
 
     @Override

@@ -5,8 +5,11 @@ import dev.monolock.Connector.Connection;
 import dev.monolock.Frames.Frame;
 import dev.monolock.SessionCore.Event;
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -41,7 +44,19 @@ final class V2Session {
     private final long maxClaims;
     private final long idleNanos;
     private final Map<Integer, V2Claim> claims = new HashMap<>();
+    /** Whether FEATURES granted values and observers on this session. */
+    private final boolean extended;
+    private final long maxWatches;
+    private final Map<Integer, Watch> watches = new HashMap<>();
+    /** PROCLAIMs in flight, per claim, in the order written. */
+    private final Map<Integer, ArrayDeque<Proclaim>> proclaims = new HashMap<>();
+    /** LOOKUPs in flight, in the order written (their replies come in that order). */
+    private final ArrayDeque<Lookup> lookups = new ArrayDeque<>();
     private int nextClaimId;
+    /** Watch ids from 1, in a space of their own. */
+    private int nextWatchId = 1;
+    /** The server refused a watch with 0x0b: no new watches until one ends. */
+    private boolean watchesFull;
     private boolean ended;
     /** Why the session ended ({@code reason: detail}), once it has. */
     private String endedBecause = "";
@@ -51,23 +66,42 @@ final class V2Session {
     private ScheduledFuture<?> tick;
     private long tickAt = Long.MAX_VALUE;
 
-    private V2Session(Answer answer, long leaseNanos, Duration idleClose, Timer timer, Consumer<V2Session> onEnd)
-            throws SessionCore.ProtocolViolation {
+    private V2Session(Answer answer, Answer hello, long leaseNanos, Duration idleClose, Timer timer,
+            Consumer<V2Session> onEnd) throws SessionCore.ProtocolViolation {
         this.idleNanos = idleClose.toNanos();
         this.connection = answer.connection();
         this.outbox = new Outbox(connection.out);
         this.timer = timer;
         this.onEnd = onEnd;
         this.core = new SessionCore(leaseNanos, answer.sentAt());
+        if (hello != null) {
+            core.helloSent(answer.sentAt());
+        }
         Event opened = core.onFrame(answer.frame(), answer.readAt());
         this.maxClaims = opened.maxClaims();
-        this.idleSince = answer.readAt();
+        if (hello != null) {
+            Event features = core.onFrame(hello.frame(), hello.readAt());
+            if (features.kind() != SessionCore.Kind.FEATURES) {
+                throw new SessionCore.ProtocolViolation("HELLO answered with " + hello.frame());
+            }
+            this.extended = (features.code() & Frames.FEATURE_VALUES_AND_OBSERVERS) != 0;
+            this.maxWatches = features.maxClaims();
+            this.idleSince = hello.readAt();
+        } else {
+            this.extended = false;
+            this.maxWatches = 0;
+            this.idleSince = answer.readAt();
+        }
     }
 
-    /** Starts the session whose OPEN was answered OPENED in {@code answer}. */
-    static V2Session start(Answer answer, long leaseNanos, Duration idleClose, Timer timer,
+    /**
+     * Starts the session whose OPEN was answered OPENED in {@code answer},
+     * and whose HELLO (written with the OPEN), if any, was answered FEATURES
+     * in {@code hello}.
+     */
+    static V2Session start(Answer answer, Answer hello, long leaseNanos, Duration idleClose, Timer timer,
             Consumer<V2Session> onEnd) throws SessionCore.ProtocolViolation {
-        V2Session session = new V2Session(answer, leaseNanos, idleClose, timer, onEnd);
+        V2Session session = new V2Session(answer, hello, leaseNanos, idleClose, timer, onEnd);
         Thread reader = new Thread(session::readLoop, "monolock-v2-" + answer.connection().address);
         reader.setDaemon(true);
         reader.start();
@@ -86,6 +120,16 @@ final class V2Session {
         return !ended && !full && claims.size() < maxClaims;
     }
 
+    /** Whether the server granted values and observers on this session. */
+    boolean extended() {
+        return extended;
+    }
+
+    /** Whether a new watch may go on this session now. */
+    synchronized boolean acceptsWatch() {
+        return !ended && extended && !watchesFull && core.watches() < maxWatches;
+    }
+
     synchronized boolean ended() {
         return ended;
     }
@@ -100,7 +144,7 @@ final class V2Session {
      * how it went. Null when the session has ended meanwhile, or has passed
      * its deadline (it is ended then; {@link #endedBecause()} says why).
      */
-    V2Claim acquire(String name, byte[] nameBytes, boolean tryOnly) {
+    V2Claim acquire(String name, byte[] nameBytes, boolean tryOnly, byte[] value) {
         V2Claim claim;
         synchronized (this) {
             if (ended) {
@@ -119,7 +163,12 @@ final class V2Session {
                 }
                 claim = new V2Claim(name, id);
                 claims.put(id, claim);
-                outbox.add(Frames.acquire(id, tryOnly, nameBytes));
+                if (value.length > 0) {
+                    outbox.add(Frames.acquireValue(id, tryOnly, nameBytes, value));
+                    claim.value = new String(value, StandardCharsets.UTF_8);
+                } else {
+                    outbox.add(Frames.acquire(id, tryOnly, nameBytes));
+                }
                 core.acquireSent(id, tryOnly, now);
                 arm();
             }
@@ -145,6 +194,16 @@ final class V2Session {
         @Override
         void checkDeadline() {
             V2Session.this.checkDeadline();
+        }
+
+        @Override
+        String unsupported() {
+            return extended ? null : unsupportedMessage(address());
+        }
+
+        @Override
+        CompletableFuture<Void> proclaim(byte[] value) {
+            return V2Session.this.proclaim(this, value);
         }
 
         @Override
@@ -175,6 +234,124 @@ final class V2Session {
         }
     }
 
+    /** The message of an address whose server lacks values and observers. */
+    static String unsupportedMessage(String address) {
+        return address + " does not support lock values and observers (the server is older than this client):"
+                + " upgrade the server";
+    }
+
+    /**
+     * Writes a PROCLAIM of {@code claim}'s new value; the future completes
+     * once PROCLAIMED is read, or exceptionally: the claim's loss, or the
+     * server's refusal.
+     */
+    private CompletableFuture<Void> proclaim(V2Claim claim, byte[] value) {
+        CompletableFuture<Void> done = new CompletableFuture<>();
+        RuntimeException failure = null;
+        synchronized (this) {
+            if (claim.loss != null) {
+                failure = claim.loss;
+            } else if (ended || !claims.containsKey(claim.id) || !core.inUse(claim.id)) {
+                failure = new IllegalStateException("lock \"" + claim.name + "\" is not held: no value to replace");
+            } else {
+                outbox.add(Frames.proclaim(claim.id, value));
+                core.proclaimSent(claim.id, System.nanoTime());
+                proclaims.computeIfAbsent(claim.id, id -> new ArrayDeque<>()).add(new Proclaim(claim,
+                        new String(value, StandardCharsets.UTF_8), done));
+                arm();
+            }
+        }
+        if (failure != null) {
+            done.completeExceptionally(failure);
+            return done;
+        }
+        flushOutbox();
+        return done;
+    }
+
+    /** A PROCLAIM in flight. */
+    private record Proclaim(V2Claim claim, String value, CompletableFuture<Void> done) {}
+
+    /** One watch of this session: its id and the observation it feeds. */
+    final class Watch {
+        final int id;
+        final Observation observation;
+        /** Its observation was closed while the OBSERVE was unanswered: UNOBSERVE once it is. */
+        boolean closeWanted;
+
+        Watch(int id, Observation observation) {
+            this.id = id;
+            this.observation = observation;
+        }
+    }
+
+    /**
+     * Writes an OBSERVE of {@code name} for {@code observation}, whose
+     * {@code first} future then says how it went. False when the session
+     * has ended meanwhile or cannot take another watch.
+     */
+    boolean observe(byte[] nameBytes, Observation observation) {
+        Watch watch;
+        synchronized (this) {
+            if (ended || !extended || watchesFull || core.watches() >= maxWatches
+                    || System.nanoTime() - core.deadline() >= 0) {
+                return false;
+            }
+            int id = nextWatchId++;
+            while (core.knowsWatch(id) || id == 0) {
+                id = nextWatchId++;
+            }
+            watch = new Watch(id, observation);
+            watches.put(id, watch);
+            outbox.add(Frames.observe(id, nameBytes));
+            core.observeSent(id, System.nanoTime());
+            arm();
+        }
+        observation.onClose(() -> unobserve(watch));
+        flushOutbox();
+        return true;
+    }
+
+    /** Stops a watch: UNOBSERVE now if it is in use, once OBSERVING comes if it is asked for. */
+    private void unobserve(Watch watch) {
+        synchronized (this) {
+            if (ended || watches.get(watch.id) != watch) {
+                return;
+            }
+            if (!core.unobserve(watch.id)) {
+                watch.closeWanted = true;
+                return;
+            }
+            outbox.add(Frames.unobserve(watch.id));
+            core.unobserveSent(watch.id, System.nanoTime());
+            arm();
+        }
+        flushOutbox();
+    }
+
+    /** A LOOKUP in flight. */
+    private record Lookup(String name, CompletableFuture<LockState> answer) {}
+
+    /**
+     * Writes a LOOKUP of {@code name}; the future completes with the
+     * LOCK_STATE, or exceptionally. Null when the session has ended or
+     * cannot carry it.
+     */
+    CompletableFuture<LockState> lookup(String name, byte[] nameBytes) {
+        CompletableFuture<LockState> answer = new CompletableFuture<>();
+        synchronized (this) {
+            if (ended || !extended || System.nanoTime() - core.deadline() >= 0) {
+                return null;
+            }
+            outbox.add(Frames.lookup(nameBytes));
+            core.lookupSent(System.nanoTime());
+            lookups.add(new Lookup(name, answer));
+            arm();
+        }
+        flushOutbox();
+        return answer;
+    }
+
     /** Gives the whole session up if its deadline has passed. */
     void checkDeadline() {
         boolean due;
@@ -197,6 +374,9 @@ final class V2Session {
      */
     void end(LossReason reason, String detail) {
         List<V2Claim> gone;
+        List<Watch> watchesGone;
+        List<Proclaim> proclaimsGone = new ArrayList<>();
+        List<Lookup> lookupsGone;
         synchronized (this) {
             if (ended) {
                 return;
@@ -204,10 +384,18 @@ final class V2Session {
             ended = true;
             endedBecause = reason.wireName() + ": " + detail;
             gone = new ArrayList<>(claims.values());
+            gone.sort(Comparator.comparingInt(claim -> claim.id));
             claims.clear();
             for (V2Claim claim : gone) {
                 claim.loss = new LockLostException(claim.name, reason, detail);
             }
+            watchesGone = new ArrayList<>(watches.values());
+            watchesGone.sort(Comparator.comparingInt(watch -> watch.id));
+            watches.clear();
+            proclaims.values().forEach(proclaimsGone::addAll);
+            proclaims.clear();
+            lookupsGone = new ArrayList<>(lookups);
+            lookups.clear();
             if (tick != null) {
                 tick.cancel(false);
             }
@@ -219,6 +407,19 @@ final class V2Session {
             claim.granted.completeExceptionally(loss);
             claim.released.complete(false);
             claim.lost.complete(loss);
+        }
+        for (Proclaim proclaim : proclaimsGone) {
+            LockLostException loss = proclaim.claim().loss;
+            proclaim.done().completeExceptionally(loss != null ? loss
+                    : new IllegalStateException("lock \"" + proclaim.claim().name + "\" was released meanwhile"));
+        }
+        for (Watch watch : watchesGone) {
+            watch.observation.fail(new ObservationEndedException(watch.observation.name(), reason, detail));
+        }
+        for (Lookup lookup : lookupsGone) {
+            lookup.answer().completeExceptionally(new MonolockException("the holder of lock \"" + lookup.name()
+                    + "\" is unknown: the session ended before the answer (" + reason.wireName() + ": " + detail
+                    + ")", reason != LossReason.PROTOCOL, null));
         }
     }
 
@@ -235,13 +436,18 @@ final class V2Session {
         }
     }
 
+    /** Nothing keeps the session open: no claim, no watch, nothing in flight for anyone. */
+    private boolean idle() {
+        return claims.isEmpty() && watches.isEmpty() && lookups.isEmpty();
+    }
+
     /** Makes sure a tick comes by the next instant the session must act. */
     private void arm() {
         if (ended) {
             return;
         }
         long wake = Math.min(core.deadline(), core.nextPing());
-        if (claims.isEmpty()) {
+        if (idle()) {
             wake = Math.min(wake, idleSince + idleNanos);
         }
         if (tick != null && !tick.isDone() && tickAt - wake <= 0) {
@@ -265,7 +471,7 @@ final class V2Session {
             tick = null;
             if (now - core.deadline() >= 0) {
                 after.add(() -> end(LossReason.EXPIRED, DEADLINE_PASSED));
-            } else if (claims.isEmpty() && now - (idleSince + idleNanos) >= 0) {
+            } else if (idle() && now - (idleSince + idleNanos) >= 0) {
                 // Ended here, under the monitor, so that no claim can join it meanwhile.
                 ended = true;
                 endedBecause = "idle: closed by the client after " + idleNanos / 1_000_000 + " ms without claims";
@@ -337,7 +543,7 @@ final class V2Session {
             }
             long now = System.nanoTime();
             Event event = core.onFrame(frame, now);
-            boolean hadClaims = !claims.isEmpty();
+            boolean wasIdle = idle();
             V2Claim claim = claims.get(event.claim());
             switch (event.kind()) {
                 case ENDED -> {
@@ -406,11 +612,74 @@ final class V2Session {
                         });
                     }
                 }
+                case PROCLAIMED, PROCLAIM_REFUSED -> {
+                    ArrayDeque<Proclaim> waiting = proclaims.get(event.claim());
+                    Proclaim proclaim = waiting == null ? null : waiting.pollFirst();
+                    if (waiting != null && waiting.isEmpty()) {
+                        proclaims.remove(event.claim());
+                    }
+                    if (proclaim != null && event.kind() == SessionCore.Kind.PROCLAIMED) {
+                        proclaim.claim().value = proclaim.value();
+                        after.add(() -> proclaim.done().complete(null));
+                    } else if (proclaim != null) {
+                        // 0x20: the claim ended first (its REVOKED was read before this).
+                        RuntimeException why = proclaim.claim().loss != null ? proclaim.claim().loss
+                                : new ServerRefusedException(String.format(
+                                        "the server refused the new value of lock \"%s\" (0x%02x): %s",
+                                        proclaim.claim().name, event.code(), event.reason()), event.code());
+                        after.add(() -> proclaim.done().completeExceptionally(why));
+                    }
+                }
+                case OBSERVING -> {
+                    Watch watch = watches.get(event.claim());
+                    if (watch != null && watch.closeWanted) {
+                        outbox.add(Frames.unobserve(watch.id));
+                        core.unobserveSent(watch.id, now);
+                    }
+                }
+                case WATCH_REFUSED -> {
+                    Watch watch = watches.remove(event.claim());
+                    if (watch != null) {
+                        if (event.code() == SessionCore.TOO_MANY_WATCHES) {
+                            watchesFull = true;
+                        }
+                        RuntimeException why = event.code() == SessionCore.TOO_MANY_WATCHES ? Claim.TOO_MANY_WATCHES
+                                : new ServerRefusedException(String.format(
+                                        "the server refused to observe lock \"%s\" (0x%02x): %s",
+                                        watch.observation.name(), event.code(), event.reason()), event.code());
+                        after.add(() -> watch.observation.first.completeExceptionally(why));
+                    }
+                }
+                case STATE -> {
+                    Watch watch = watches.get(event.claim());
+                    if (watch != null) {
+                        LockState state = LockState.of(event.state());
+                        after.add(() -> watch.observation.deliver(state));
+                    }
+                }
+                case UNOBSERVED -> {
+                    if (watches.remove(event.claim()) != null) {
+                        watchesFull = false;
+                    }
+                }
+                case LOCK_STATE, LOOKUP_REFUSED -> {
+                    Lookup lookup = lookups.pollFirst();
+                    if (lookup != null && event.kind() == SessionCore.Kind.LOCK_STATE) {
+                        LockState state = LockState.of(event.state());
+                        after.add(() -> lookup.answer().complete(state));
+                    } else if (lookup != null) {
+                        ServerRefusedException why = new ServerRefusedException(String.format(
+                                "the server refused to look up lock \"%s\" (0x%02x): %s", lookup.name(),
+                                event.code(), event.reason()), event.code());
+                        after.add(() -> lookup.answer().completeExceptionally(why));
+                    }
+                }
                 default -> {
-                    // OPENED cannot come twice (the core refuses it); NOTHING is nothing.
+                    // OPENED and FEATURES cannot come twice (the core refuses them); NOTHING is nothing.
+                    // UNSUPPORTED is only read before a session starts (MonolockClient reads the answer to HELLO).
                 }
             }
-            if (hadClaims && claims.isEmpty()) {
+            if (!wasIdle && idle()) {
                 idleSince = now;
             }
             arm();

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.monolock.Frames.Frame;
 import dev.monolock.SessionCore.Event;
 import dev.monolock.SessionCore.Kind;
+import java.util.List;
 import org.junit.jupiter.api.Test;
 
 /** The schedule and both exchanges, at exact instants (nanoseconds; t0 = 0). */
@@ -145,5 +146,70 @@ class CoreTest {
                 () -> Arguments.addresses("http://127.0.0.1:7070"));
         assertEquals("address \"http://127.0.0.1:7070\": write host:port, without a scheme", scheme.getMessage());
         assertEquals("[::1]:7070", Arguments.addresses("a:1, [::1]:7070").get(1).toString());
+    }
+
+    static Frame state(int watch, int event, long token) {
+        return new Frame(Frames.STATE, watch, 0, 0, "", new Frames.WireState(event, 0, token, 0, 0, ""));
+    }
+
+    @Test
+    void watchesLiveApartFromClaimsAndAStateIsAcceptedOnlyForAWatchInUse() throws Exception {
+        SessionCore core = new SessionCore(LEASE, 0);
+        core.helloSent(0);
+        core.onFrame(new Frame(Frames.OPENED, 8, 1, 0, ""), 1 * MS);
+        Event features = core.onFrame(new Frame(Frames.FEATURES, 1, 16, 0, ""), 1 * MS);
+        assertEquals(Kind.FEATURES, features.kind());
+        assertEquals(16, features.maxClaims(), "max_watches");
+        core.acquireSent(1, false, 2 * MS);
+        core.observeSent(1, 2 * MS);
+        assertTrue(core.knows(1));
+        assertTrue(core.knowsWatch(1));
+        assertEquals(List.of(), core.liveWatches(), "a watch asked for is not live before OBSERVING");
+        assertThrows(SessionCore.ProtocolViolation.class, () -> askedToObserve().onFrame(state(1, 0, 0), 3 * MS),
+                "a STATE before its OBSERVING");
+        assertEquals(Kind.HELD, core.onFrame(new Frame(Frames.ACQUIRED, 1, 5, 0, ""), 3 * MS).kind());
+        assertEquals(Kind.OBSERVING, core.onFrame(new Frame(Frames.OBSERVING, 1, 0, 0, ""), 3 * MS).kind());
+        assertEquals(List.of(1), core.liveWatches());
+        long deadline = core.deadline();
+        Event initial = core.onFrame(state(1, 1, 5), 900 * MS);
+        assertEquals(Kind.STATE, initial.kind());
+        assertEquals(5, initial.state().token());
+        assertEquals(deadline, core.deadline(), "a push confirms nothing");
+        assertTrue(core.unobserve(1));
+        core.unobserveSent(1, 901 * MS);
+        assertEquals(Kind.NOTHING, core.onFrame(state(1, 4, 5), 902 * MS).kind(),
+                "pushed before the UNOBSERVE was read");
+        assertEquals(Kind.UNOBSERVED, core.onFrame(new Frame(Frames.UNOBSERVED, 1, 0, 0, ""), 903 * MS).kind());
+        assertFalse(core.knowsWatch(1));
+        assertTrue(core.knows(1), "the claim of the same number lives on");
+        assertThrows(SessionCore.ProtocolViolation.class, () -> core.onFrame(state(1, 0, 5), 904 * MS),
+                "a STATE for a watch no longer in use");
+    }
+
+    /** A session whose claim 1 and watch 1 are asked for and unanswered (a probe apart from the test's core). */
+    private static SessionCore askedToObserve() throws Exception {
+        SessionCore core = new SessionCore(LEASE, 0);
+        core.helloSent(0);
+        core.onFrame(new Frame(Frames.OPENED, 8, 1, 0, ""), 1 * MS);
+        core.onFrame(new Frame(Frames.FEATURES, 1, 16, 0, ""), 1 * MS);
+        core.acquireSent(1, false, 2 * MS);
+        core.observeSent(1, 2 * MS);
+        return core;
+    }
+
+    @Test
+    void anErrorAnsweringHelloAfterOpenedIsUnsupportedAndBeforeItAnEnd() throws Exception {
+        SessionCore older = new SessionCore(LEASE, 0);
+        older.helloSent(0);
+        older.onFrame(new Frame(Frames.OPENED, 8, 1, 0, ""), 1 * MS);
+        assertEquals(Kind.UNSUPPORTED, older.onFrame(new Frame(Frames.ERROR, 0, 0, 0x13, "unknown"), 1 * MS).kind());
+        SessionCore refused = new SessionCore(LEASE, 0);
+        refused.helloSent(0);
+        assertEquals(Kind.ENDED, refused.onFrame(new Frame(Frames.ERROR, 0, 0, 0x13, "unknown"), 1 * MS).kind(),
+                "no OPENED yet: the OPEN itself was refused");
+        SessionCore shutdown = new SessionCore(LEASE, 0);
+        shutdown.helloSent(0);
+        shutdown.onFrame(new Frame(Frames.OPENED, 8, 1, 0, ""), 1 * MS);
+        assertEquals(Kind.ENDED, shutdown.onFrame(new Frame(Frames.ERROR, 0, 0, 0x01, ""), 1 * MS).kind());
     }
 }

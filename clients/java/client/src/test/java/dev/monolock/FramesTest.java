@@ -99,6 +99,71 @@ class FramesTest {
         assertThrows(Frames.MalformedFrame.class, bad::next);
     }
 
+    static final byte[] VALUE_9000 = "10.0.0.7:9000".getBytes(StandardCharsets.UTF_8);
+
+    /** The client's frames of docs/protocol.md's worked exchange of the extension, byte for byte. */
+    @Test
+    void extensionClientFramesMatchTheWorkedExchange() {
+        assertArrayEquals(hex("24 00 00 00 01"), Frames.hello(Frames.FEATURE_VALUES_AND_OBSERVERS));
+        assertArrayEquals(hex("25 00 00 00 01 00 06 64 65 70 6c 6f 79 00 0d 31 30 2e 30 2e 30 2e 37 3a 39 30 30 30"),
+                Frames.acquireValue(1, false, DEPLOY, VALUE_9000));
+        assertArrayEquals(hex("26 00 00 00 01 00 0d 31 30 2e 30 2e 30 2e 37 3a 39 30 30 31"),
+                Frames.proclaim(1, "10.0.0.7:9001".getBytes(StandardCharsets.UTF_8)));
+        assertArrayEquals(hex("27 00 00 00 07 06 64 65 70 6c 6f 79"), Frames.observe(7, DEPLOY));
+        assertArrayEquals(hex("28 00 00 00 07"), Frames.unobserve(7));
+        assertArrayEquals(hex("29 06 64 65 70 6c 6f 79"), Frames.lookup(DEPLOY));
+        assertArrayEquals(hex("25 00 00 00 02 01 06 64 65 70 6c 6f 79 00 00"),
+                Frames.acquireValue(2, true, DEPLOY, new byte[0]), "an empty value is value_len 0");
+    }
+
+    /** The server's frames of the worked exchange: STATE and LOCK_STATE with their state, FEATURES, replies. */
+    @Test
+    void extensionServerFramesOfTheWorkedExchangeDecode() throws Exception {
+        byte[] bytes = hex(String.join("",
+                "39 00 00 00 01 00 00 04 00",
+                "3b 00 00 00 07",
+                "3e 00 00 00 07 01 01 00 06 b4 9d 20 00 00 00 00 00 01 a2 3b d2 cb 00 00 00 0d",
+                "31 30 2e 30 2e 30 2e 37 3a 39 30 30 30",
+                "3a 00 00 00 01",
+                "3e 00 00 00 07 04 00 00 06 b4 9d 20 00 00 00 00 00 01 a2 3b d2 d0 dc 01 00 00",
+                "3d 01 00 00 06 b4 9d 20 00 00 01 00 00 01 a2 3b d2 d0 dc 00 00 0d",
+                "31 30 2e 30 2e 30 2e 38 3a 39 30 30 30",
+                "3c 00 00 00 07"));
+        List<Frame> expected = List.of(
+                new Frame(Frames.FEATURES, 1, 1024, 0, ""),
+                new Frame(Frames.OBSERVING, 7, 0, 0, ""),
+                new Frame(Frames.STATE, 7, 0, 0, "",
+                        new Frames.WireState(1, 1, 0x0006b49d20000000L, 1796300000000L, 0, "10.0.0.7:9000")),
+                new Frame(Frames.PROCLAIMED, 1, 0, 0, ""),
+                new Frame(Frames.STATE, 7, 0, 0, "",
+                        new Frames.WireState(4, 0, 0x0006b49d20000000L, 1796300001500L, 1, "")),
+                new Frame(Frames.LOCK_STATE, 0, 0, 0, "",
+                        new Frames.WireState(1, 0, 0x0006b49d20000001L, 1796300001500L, 0, "10.0.0.8:9000")),
+                new Frame(Frames.UNOBSERVED, 7, 0, 0, ""));
+        Frames.Decoder whole = new Frames.Decoder();
+        whole.feed(bytes, 0, bytes.length);
+        assertEquals(expected, drain(whole));
+        Frames.Decoder trickle = new Frames.Decoder();
+        List<Frame> frames = new ArrayList<>();
+        for (byte b : bytes) {
+            trickle.feed(new byte[] {b}, 0, 1);
+            frames.addAll(drain(trickle));
+        }
+        assertEquals(expected, frames);
+    }
+
+    @Test
+    void aStateWithAnUnknownEventOrAValueThatIsNotUtf8IsMalformed() {
+        Frames.Decoder event = new Frames.Decoder();
+        byte[] badEvent = hex("3d 05 00 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00 00 00 00 00");
+        event.feed(badEvent, 0, badEvent.length);
+        assertThrows(Frames.MalformedFrame.class, event::next);
+        Frames.Decoder value = new Frames.Decoder();
+        byte[] badValue = hex("3d 01 00 00 00 00 00 00 00 00 01 00 00 00 00 00 00 00 00 00 00 01 ff");
+        value.feed(badValue, 0, badValue.length);
+        assertThrows(Frames.MalformedFrame.class, value::next);
+    }
+
     private static List<Frame> drain(Frames.Decoder decoder) throws Frames.MalformedFrame {
         List<Frame> out = new ArrayList<>();
         for (Frame frame = decoder.next(); frame != null; frame = decoder.next()) {

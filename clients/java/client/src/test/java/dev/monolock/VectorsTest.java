@@ -11,11 +11,14 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Instant;
 import java.util.ArrayDeque;
+import java.util.HashSet;
 import java.util.HexFormat;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.DynamicTest;
@@ -80,6 +83,8 @@ class VectorsTest {
         List<String> names = vectors().stream().map(file -> file.getFileName().toString()).toList();
         assertTrue(names.stream().anyMatch(name -> name.startsWith("v1-")), "no version 1 vector: " + names);
         assertTrue(names.stream().anyMatch(name -> name.startsWith("v2-")), "no version 2 vector: " + names);
+        assertTrue(names.stream().anyMatch(name -> name.startsWith("v2x-")),
+                "no vector of the extension (values and observers): " + names);
     }
 
     @TestFactory
@@ -360,6 +365,8 @@ class VectorsTest {
         private final Frames.Decoder decoder = new Frames.Decoder();
         /** The live claims, by id: lost events of one cause go in ascending id. */
         private final TreeMap<Integer, Owner> live = new TreeMap<>();
+        /** Watches whose observation was closed before OBSERVING: V2Session.Watch.closeWanted. */
+        private final Set<Integer> closeWanted = new HashSet<>();
         private SessionCore core;
         private boolean ended;
 
@@ -375,11 +382,23 @@ class VectorsTest {
         }
 
         private static int claim(Map<String, Object> step, String where) {
-            Object claim = step.get("claim");
-            if (!(claim instanceof Long id)) {
-                return fail(where + ": a version 2 step names its claim");
+            return id(step, "claim", where);
+        }
+
+        private static int id(Map<String, Object> step, String field, String where) {
+            Object id = step.get(field);
+            if (!(id instanceof Long number)) {
+                return fail(where + ": a version 2 step names its " + field);
             }
-            return (int) (long) id;
+            return (int) (long) number;
+        }
+
+        private static byte[] utf8(Map<String, Object> step, String field, String where) {
+            Object text = step.get(field);
+            if (!(text instanceof String string)) {
+                return fail(where + ": the step's " + field + " is a string");
+            }
+            return string.getBytes(StandardCharsets.UTF_8);
         }
 
         @Override
@@ -389,6 +408,46 @@ class VectorsTest {
                     assertTrue(core == null, where + ": one OPEN per session");
                     write(Frames.open(leaseMs));
                     core = new SessionCore(leaseMs * MS, now);
+                    Object features = step.get("features");
+                    if (features != null) {
+                        // MonolockClient.openSession: HELLO in the same write as the OPEN.
+                        write(Frames.hello((int) (long) (Long) features));
+                        core.helloSent(now);
+                    }
+                }
+                case "proclaim" -> {
+                    // V2Session.proclaim.
+                    int id = claim(step, where);
+                    assertFalse(ended, where + ": a PROCLAIM on a session that ended");
+                    assertTrue(core(where).inUse(id), where + ": a PROCLAIM names a claim in use");
+                    write(Frames.proclaim(id, utf8(step, "value", where)));
+                    core.proclaimSent(id, now);
+                }
+                case "observe" -> {
+                    // V2Session.observe.
+                    int watch = id(step, "watch", where);
+                    assertFalse(ended, where + ": an OBSERVE on a session that ended");
+                    assertFalse(core(where).knowsWatch(watch), where + ": the watch id is in use");
+                    write(Frames.observe(watch, utf8(step, "lock", where)));
+                    core.observeSent(watch, now);
+                }
+                case "unobserve" -> {
+                    // V2Session.unobserve.
+                    int watch = id(step, "watch", where);
+                    if (ended || !core(where).knowsWatch(watch)) {
+                        return;
+                    }
+                    if (core.unobserve(watch)) {
+                        write(Frames.unobserve(watch));
+                        core.unobserveSent(watch, now);
+                    } else {
+                        closeWanted.add(watch);
+                    }
+                }
+                case "lookup" -> {
+                    assertFalse(ended, where + ": a LOOKUP on a session that ended");
+                    write(Frames.lookup(utf8(step, "lock", where)));
+                    core(where).lookupSent(now);
                 }
                 case "acquire" -> {
                     int id = claim(step, where);
@@ -400,7 +459,11 @@ class VectorsTest {
                     assertFalse(ended, where + ": an ACQUIRE on a session that ended");
                     assertFalse(core(where).knows(id), where + ": the claim id is in use");
                     byte[] lock = ((String) step.get("lock")).getBytes(StandardCharsets.UTF_8);
-                    write(Frames.acquire(id, tryOnly, lock));
+                    if (step.containsKey("value")) {
+                        write(Frames.acquireValue(id, tryOnly, lock, utf8(step, "value", where)));
+                    } else {
+                        write(Frames.acquire(id, tryOnly, lock));
+                    }
                     core.acquireSent(id, tryOnly, now);
                     live.put(id, new Owner());
                 }
@@ -471,8 +534,51 @@ class VectorsTest {
                     live.remove(id);
                     events.add(event("lost", "claim", (long) id, "reason", LossReason.FORCED.wireName()));
                 }
+                case FEATURES -> events.add(event("features", "features", (long) event.code(),
+                        "max_watches", event.maxClaims()));
+                case UNSUPPORTED -> {
+                    // MonolockClient.openSession: the session is over, nothing else to tell.
+                    ended = true;
+                    live.clear();
+                    events.add(event("unsupported"));
+                }
+                case PROCLAIMED -> events.add(event("proclaimed", "claim", (long) id));
+                case PROCLAIM_REFUSED -> {
+                    // V2Session: the owner of a claim already lost is told its loss, not the refusal.
+                    if (live.containsKey(id)) {
+                        events.add(event("refused", "claim", (long) id, "code", (long) event.code()));
+                    }
+                }
+                case OBSERVING -> {
+                    events.add(event("observing", "watch", (long) id));
+                    if (closeWanted.remove(id)) {
+                        write(Frames.unobserve(id));
+                        core.unobserveSent(id, now);
+                    }
+                }
+                case WATCH_REFUSED -> {
+                    closeWanted.remove(id);
+                    events.add(event("refused", "watch", (long) id, "code", (long) event.code()));
+                }
+                case STATE -> {
+                    LockState state = LockState.of(event.state());
+                    events.add(event("state", "watch", (long) id, "state_event", state.event().wireName(),
+                            "initial", state.initial(), "coalesced", state.coalesced(), "token", state.token(),
+                            "since_ms", state.since().map(Instant::toEpochMilli).orElse(0L),
+                            "reason", state.reason().map(LockState.ReleaseReason::wireName).orElse(null),
+                            "value", state.value()));
+                }
+                case UNOBSERVED -> events.add(event("unobserved", "watch", (long) id));
+                case LOCK_STATE -> {
+                    LockState state = LockState.of(event.state());
+                    events.add(event("lock_state", "state_event", state.event().wireName(), "token", state.token(),
+                            "since_ms", state.since().map(Instant::toEpochMilli).orElse(0L),
+                            "value", state.value()));
+                }
+                case LOOKUP_REFUSED -> events.add(event("refused", "lookup", true, "code", (long) event.code()));
                 default -> {
-                    // OPENED, a PONG, a GRANTED that crossed a RELEASE, REFUSED 0x20 after a REVOKED.
+                    // OPENED, a PONG, a GRANTED that crossed a RELEASE, REFUSED 0x20 after a REVOKED,
+                    // a STATE for a watch being unobserved.
                 }
             }
         }
@@ -505,13 +611,18 @@ class VectorsTest {
             }
         }
 
-        /** V2Session.end: every live claim is lost. */
+        /** V2Session.end: every live claim is lost, then every live watch, each in ascending id. */
         private void end(LossReason reason) {
             ended = true;
             for (int id : live.keySet()) {
                 events.add(event("lost", "claim", (long) id, "reason", reason.wireName()));
             }
             live.clear();
+            if (core != null) {
+                for (int watch : core.liveWatches()) {
+                    events.add(event("watch_lost", "watch", (long) watch, "reason", reason.wireName()));
+                }
+            }
         }
 
         @Override

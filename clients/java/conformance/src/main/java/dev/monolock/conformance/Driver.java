@@ -1,15 +1,20 @@
 package dev.monolock.conformance;
 
 import dev.monolock.ConnectFailedException;
+import dev.monolock.LeaderElection;
 import dev.monolock.LockLostException;
 import dev.monolock.LockNotAcquiredException;
+import dev.monolock.LockState;
 import dev.monolock.LossReason;
 import dev.monolock.MonolockClient;
 import dev.monolock.MonolockException;
 import dev.monolock.MonolockLock;
 import dev.monolock.MonolockTls;
+import dev.monolock.Observation;
+import dev.monolock.ObservationEndedException;
 import dev.monolock.ServerRefusedException;
 import dev.monolock.TlsFailedException;
+import dev.monolock.UnsupportedFeatureException;
 import dev.monolock.testkit.Json;
 import java.io.BufferedReader;
 import java.io.FileDescriptor;
@@ -23,8 +28,11 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.NoSuchElementException;
 import java.util.Optional;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.stream.Stream;
@@ -39,6 +47,11 @@ import javax.net.ssl.SSLContext;
 public final class Driver {
     private MonolockClient client;
     private final Map<String, MonolockLock> locks = new LinkedHashMap<>();
+    private final Map<String, Observation> observations = new LinkedHashMap<>();
+    private final Map<String, Election> elections = new LinkedHashMap<>();
+
+    /** A running election helper and its callbacks' events, queued in the order they fired. */
+    private record Election(LeaderElection election, BlockingQueue<Map<String, Object>> events) {}
 
     /** A failed command: its reply's error object. */
     private static final class Failure extends Exception {
@@ -127,8 +140,8 @@ public final class Driver {
                 MonolockLock lock;
                 try {
                     lock = waitMs == null
-                            ? client().lock(name(c), lease(c))
-                            : client().lock(name(c), lease(c), Duration.ofMillis(number(waitMs)));
+                            ? client().lock(name(c), lease(c), value(c))
+                            : client().lock(name(c), lease(c), Duration.ofMillis(number(waitMs)), value(c));
                 } catch (InterruptedException err) {
                     Thread.currentThread().interrupt();
                     throw new Failure("other", null, "interrupted", true);
@@ -137,7 +150,7 @@ public final class Driver {
                 reply.put("token", Long.toUnsignedString(lock.token()));
             }
             case "try_lock" -> {
-                Optional<MonolockLock> lock = client().tryLock(name(c), lease(c));
+                Optional<MonolockLock> lock = client().tryLock(name(c), lease(c), value(c));
                 reply.put("acquired", lock.isPresent());
                 if (lock.isPresent()) {
                     keep(handleOf(c), lock.get());
@@ -178,8 +191,140 @@ public final class Driver {
                     throw new Failure("other", null, "waiting for the loss failed: " + err, false);
                 }
             }
+            case "set_value" -> lock(c).setValue(value(c));
+            case "observe" -> {
+                Observation observation;
+                try {
+                    observation = client().observe(name(c));
+                } catch (InterruptedException err) {
+                    Thread.currentThread().interrupt();
+                    throw new Failure("other", null, "interrupted", true);
+                }
+                Observation previous = observations.put(handleOf(c), observation);
+                if (previous != null) {
+                    previous.close();
+                }
+                reply.put("state", state(observation.next()));
+            }
+            case "next_state" -> {
+                Observation observation = observation(c);
+                try {
+                    Optional<LockState> state = observation.next(Duration.ofMillis(number(c.get("timeout_ms"))));
+                    if (state.isPresent()) {
+                        reply.put("state", state(state.get()));
+                    } else {
+                        reply.put("timeout", true);
+                    }
+                } catch (InterruptedException err) {
+                    Thread.currentThread().interrupt();
+                    throw new Failure("other", null, "interrupted", true);
+                } catch (NoSuchElementException err) {
+                    throw new Failure("other", null, err.getMessage(), false);
+                }
+            }
+            case "unobserve" -> {
+                Observation observation = observation(c);
+                observations.remove(handleOf(c));
+                observation.close();
+            }
+            case "holder" -> reply.put("state", state(client().holder(name(c))));
+            case "elect" -> elect(c);
+            case "next_election_event" -> {
+                Election election = election(c);
+                try {
+                    Map<String, Object> event = election.events().poll(number(c.get("timeout_ms")),
+                            TimeUnit.MILLISECONDS);
+                    if (event == null) {
+                        reply.put("timeout", true);
+                    } else {
+                        reply.put("event", event);
+                    }
+                } catch (InterruptedException err) {
+                    Thread.currentThread().interrupt();
+                    throw new Failure("other", null, "interrupted", true);
+                }
+            }
+            case "resign" -> {
+                Election election = election(c);
+                elections.remove(handleOf(c));
+                election.election().close();
+            }
             default -> throw new Failure("other", null, "unknown command \"" + cmd + "\"", false);
         }
+    }
+
+    /** Starts the client's election helper; its callbacks queue the events {@code next_election_event} reads. */
+    private void elect(Map<String, Object> c) throws Failure {
+        BlockingQueue<Map<String, Object>> events = new LinkedBlockingQueue<>();
+        LeaderElection election = client().leaderElection(name(c), lease(c), value(c), new LeaderElection.Listener() {
+            @Override
+            public void isLeader(long token) {
+                Map<String, Object> event = new LinkedHashMap<>();
+                event.put("kind", "started_leading");
+                event.put("token", Long.toUnsignedString(token));
+                events.add(event);
+            }
+
+            @Override
+            public void notLeader() {
+                Map<String, Object> event = new LinkedHashMap<>();
+                event.put("kind", "stopped_leading");
+                events.add(event);
+            }
+
+            @Override
+            public void onNewLeader(LockState leader) {
+                Map<String, Object> event = new LinkedHashMap<>();
+                event.put("kind", "new_leader");
+                event.put("token", Long.toUnsignedString(leader.token()));
+                event.put("value", leader.value());
+                events.add(event);
+            }
+        });
+        try {
+            election.start();
+        } catch (InterruptedException err) {
+            Thread.currentThread().interrupt();
+            throw new Failure("other", null, "interrupted", true);
+        }
+        Election previous = elections.put(handleOf(c), new Election(election, events));
+        if (previous != null) {
+            previous.election().close();
+        }
+    }
+
+    /** A state in the driver protocol's shape ({@code since} is not sent). */
+    private static Map<String, Object> state(LockState state) {
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("held", state.held());
+        out.put("token", Long.toUnsignedString(state.token()));
+        out.put("value", state.value());
+        out.put("event", state.event().wireName());
+        out.put("initial", state.initial());
+        out.put("coalesced", state.coalesced());
+        out.put("reason", state.reason().map(LockState.ReleaseReason::wireName).orElse(null));
+        return out;
+    }
+
+    private Observation observation(Map<String, Object> c) throws Failure {
+        Observation observation = observations.get(handleOf(c));
+        if (observation == null) {
+            throw new Failure("unknown_handle", null, "no watch handle \"" + handleOf(c) + "\"", false);
+        }
+        return observation;
+    }
+
+    private Election election(Map<String, Object> c) throws Failure {
+        Election election = elections.get(handleOf(c));
+        if (election == null) {
+            throw new Failure("unknown_handle", null, "no election handle \"" + handleOf(c) + "\"", false);
+        }
+        return election;
+    }
+
+    private static String value(Map<String, Object> c) {
+        Object value = c.get("value");
+        return value == null ? "" : value.toString();
     }
 
     private void open(Map<String, Object> c) throws Failure {
@@ -269,6 +414,14 @@ public final class Driver {
     }
 
     private void releaseAll() {
+        for (Election election : elections.values()) {
+            election.election().close();
+        }
+        elections.clear();
+        for (Observation observation : observations.values()) {
+            observation.close();
+        }
+        observations.clear();
         for (MonolockLock lock : locks.values()) {
             lock.close();
         }
@@ -282,6 +435,9 @@ public final class Driver {
             return new Failure("invalid_argument", null, message, false);
         }
         boolean temporary = err instanceof MonolockException m && m.isTemporary();
+        if (err instanceof UnsupportedFeatureException) {
+            return new Failure("unsupported", null, message, temporary);
+        }
         if (err instanceof LockNotAcquiredException) {
             return new Failure("not_acquired", null, message, temporary);
         }
@@ -290,6 +446,9 @@ public final class Driver {
         }
         if (err instanceof ConnectFailedException) {
             return new Failure("connect", null, message, temporary);
+        }
+        if (err instanceof ObservationEndedException ended) {
+            return new Failure("lost", ended.reason().wireName(), message, temporary);
         }
         if (err instanceof LockLostException lost) {
             String kind = lost.reason() == LossReason.SERVER_ERROR ? "server" : "lost";
