@@ -22,6 +22,8 @@ mod dead;
 mod floor;
 mod mono;
 mod mono_v2;
+mod observers;
+mod observers_etcd;
 mod output;
 mod peers;
 mod plan;
@@ -150,6 +152,10 @@ pub enum Scenario {
     Peers,
     /// 5. Many idle heartbeating sessions.
     Sessions,
+    /// Values and observers: release-to-observer latency with 1, 100 and
+    /// 10,000 observers of one name, server CPU and memory per observer,
+    /// value replacements/s, through the Rust client library.
+    Observers,
 }
 
 #[derive(Subcommand, Debug)]

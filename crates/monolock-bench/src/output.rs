@@ -72,6 +72,13 @@ pub(crate) fn summary_markdown(
             )
         );
     }
+    if summary.keys().any(|k| k.starts_with("observers.")) {
+        let _ = writeln!(
+            md,
+            "### Values and observers\n\nThrough the Rust client library; every observer a client of its own (its own session and connection), all in the load generator's process. A cycle: the holder's `release()`, the waiter granted, every watch pushed RELEASED then GRANTED.\n\n{}",
+            crate::observers::table(summary, &plan.observers)
+        );
+    }
     let base = report::baseline_table(summary);
     if !base.is_empty() {
         let _ = writeln!(

@@ -3,7 +3,7 @@
 
 use std::{fmt::Write as _, time::Duration};
 
-use crate::{report::fmt_num, sessions};
+use crate::{observers, report::fmt_num, sessions};
 
 /// Which run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +63,8 @@ pub struct Plan {
     pub peer_contention_clients: Vec<usize>,
     /// Side by side: locks held by one session for the memory row.
     pub peer_locks: usize,
+    /// Values and observers.
+    pub observers: observers::Params,
 }
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
@@ -87,6 +89,15 @@ impl Plan {
                 many_locks: 200,
                 peer_contention_clients: vec![4],
                 peer_locks: 200,
+                observers: observers::Params {
+                    fan_outs: vec![1, 10],
+                    max_cycles: 20,
+                    cycles_len: MS(300),
+                    bare_cycles: 20,
+                    value_observers: vec![0, 1, 10],
+                    value_len: MS(300),
+                    warmup: MS(50),
+                },
                 sessions: sessions::Params {
                     sessions: 200,
                     workers: 2,
@@ -111,6 +122,15 @@ impl Plan {
                 many_locks: 10_000,
                 peer_contention_clients: vec![16, 64],
                 peer_locks: 10_000,
+                observers: observers::Params {
+                    fan_outs: vec![1, 100, 10_000],
+                    max_cycles: 1_000,
+                    cycles_len: MS(2_000),
+                    bare_cycles: 500,
+                    value_observers: vec![0, 1, 100],
+                    value_len: MS(1_000),
+                    warmup: MS(100),
+                },
                 sessions: sessions::Params {
                     sessions: 5_000,
                     workers: 2,
@@ -135,6 +155,15 @@ impl Plan {
                 many_locks: 10_000,
                 peer_contention_clients: vec![16, 64],
                 peer_locks: 10_000,
+                observers: observers::Params {
+                    fan_outs: vec![1, 100, 10_000],
+                    max_cycles: 5_000,
+                    cycles_len: MS(5_000),
+                    bare_cycles: 2_000,
+                    value_observers: vec![0, 1, 100],
+                    value_len: MS(3_000),
+                    warmup: MS(250),
+                },
                 sessions: sessions::Params {
                     sessions: 19_000,
                     workers: 4,
@@ -218,6 +247,17 @@ impl Plan {
             self.peer_contention_clients,
             secs(self.dead_lease),
             self.peer_locks
+        );
+        let o = &self.observers;
+        let _ = writeln!(
+            s,
+            "- values and observers (Rust client library, each observer a client of its own): {:?} observers of one name, up to {} hand-on cycles or {} s each (after {} with no observer); set_value in a loop with {:?} observers, {} s windows",
+            o.fan_outs,
+            o.max_cycles,
+            secs(o.cycles_len),
+            o.bare_cycles,
+            o.value_observers,
+            secs(o.value_len)
         );
         let _ = writeln!(
             s,

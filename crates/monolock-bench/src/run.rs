@@ -223,6 +223,7 @@ impl Bench {
             Scenario::Dead => self.dead(order, m).await?,
             Scenario::Peers => self.peers(order, m).await,
             Scenario::Sessions => self.sessions(order, m).await,
+            Scenario::Observers => self.observers(m).await,
         }
         Ok(())
     }
@@ -697,6 +698,56 @@ impl Bench {
         }
     }
 
+    /// Values and observers: each fan-out on a fresh server, its watches'
+    /// memory when one client multiplexes them on another, etcd's watch
+    /// of the same fan-out on a fresh etcd (when installed), then value
+    /// replacement on one more monolock server.
+    async fn observers(&mut self, m: &mut Metrics) {
+        let s = &self.setup;
+        let p = &s.plan.observers;
+        for &observers in &p.fan_outs {
+            let id = self.steps.id();
+            let step = async {
+                let fresh = Server::start_monolock(&s.mono_bin, s.server_cpu, &s.logs).await?;
+                crate::observers::fan_out(&fresh, id, observers, p, m).await
+            };
+            let what = format!("values and observers, release to {observers} observer(s)");
+            self.steps.step(what, step).await;
+            if observers > 1 {
+                let id = self.steps.id();
+                let step = async {
+                    let fresh = Server::start_monolock(&s.mono_bin, s.server_cpu, &s.logs).await?;
+                    crate::observers::shared_watches(&fresh, id, observers, m).await
+                };
+                let what = format!("values and observers, {observers} watches on one client");
+                self.steps.step(what, step).await;
+            }
+            if let Some(etcd) = &s.etcd_bin {
+                let id = self.steps.id();
+                let step = async {
+                    let fresh = Server::start_etcd(etcd, s.server_cpu, &s.logs).await?;
+                    crate::observers_etcd::fan_out(&fresh, id, observers, p, m).await
+                };
+                let what =
+                    format!("values and observers, etcd: delete / put to {observers} watcher(s)");
+                self.steps.step(what, step).await;
+            }
+        }
+        let id = self.steps.id();
+        let step = async {
+            let fresh = Server::start_monolock(&s.mono_bin, s.server_cpu, &s.logs).await?;
+            for &observers in &p.value_observers {
+                crate::observers::value_replacement(&fresh, id, observers, p, m).await?;
+            }
+            anyhow::Ok(())
+        };
+        let what = format!(
+            "values and observers, set_value in a loop with {:?} observers",
+            p.value_observers
+        );
+        self.steps.step(what, step).await;
+    }
+
     /// Restarts monolock if it died during a step (at most 3 times a run).
     async fn revive_monolock(&mut self) -> Result<()> {
         let s = &self.setup;
@@ -772,9 +823,10 @@ impl Bench {
         let elapsed = started.elapsed().as_secs_f64();
         if s.mode == Mode::Smoke {
             // The figures of the other scenarios are required when they all ran.
+            // (The side-by-side and observers scenarios check their own.)
             let all_others = Scenario::value_variants()
                 .iter()
-                .filter(|sc| **sc != Scenario::Peers)
+                .filter(|sc| !matches!(sc, Scenario::Peers | Scenario::Observers))
                 .all(|sc| s.wants(*sc));
             let others = if all_others {
                 smoke_checks(&summary, plan, redis_ran)
@@ -783,7 +835,12 @@ impl Bench {
             };
             let problems = others
                 .into_iter()
-                .chain(peers::smoke_checks(&summary, plan, &peers_ran));
+                .chain(peers::smoke_checks(&summary, plan, &peers_ran))
+                .chain(if s.wants(Scenario::Observers) {
+                    crate::observers::smoke_checks(&summary, &plan.observers)
+                } else {
+                    Vec::new()
+                });
             for problem in problems {
                 steps.errors.push(format!("sanity check: {problem}"));
             }

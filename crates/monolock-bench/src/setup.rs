@@ -178,7 +178,10 @@ impl Setup {
         };
         let peers_wanted =
             !args.no_peers && (args.only.is_empty() || args.only.contains(&Scenario::Peers));
-        let etcd_bin = if peers_wanted {
+        // etcd's watch sits beside monolock's observers too.
+        let etcd_wanted =
+            peers_wanted || (!args.no_peers && args.only.contains(&Scenario::Observers));
+        let etcd_bin = if etcd_wanted {
             let found = args
                 .etcd_bin
                 .clone()

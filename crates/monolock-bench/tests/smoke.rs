@@ -1,8 +1,8 @@
 //! `monolock-bench --smoke` end to end, so the bench cannot rot: it starts a
 //! real `monolock serve` (and `redis-server` when installed), runs every
 //! scenario at toy size and must exit 0 with no step failed. The
-//! side-by-side scenario (etcd and ZooKeeper beside monolock and Redis) has
-//! a test of its own.
+//! side-by-side scenario (etcd and ZooKeeper beside monolock and Redis) and
+//! the values-and-observers scenario have tests of their own.
 
 use std::{
     path::{Path, PathBuf},
@@ -69,7 +69,8 @@ fn smoke_mode_runs_every_scenario() {
     let dir = std::env::temp_dir().join(format!("monolock-bench-smoke-{}", std::process::id()));
     let out = dir.join("out");
     // Every scenario but the side-by-side one, which
-    // `side_by_side_smoke_runs_every_system` below runs.
+    // `side_by_side_smoke_runs_every_system` below runs, and the observers
+    // one (`observers_smoke_measures_fan_out_and_value_replacement`).
     let (results, json) = run_smoke(
         &dir,
         &[
@@ -179,6 +180,81 @@ fn side_by_side_smoke_runs_every_system() {
             md.contains(heading),
             "summary.md has no {heading} column:\n{md}"
         );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn observers_smoke_measures_fan_out_and_value_replacement() {
+    if !monolock_built() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("monolock-bench-observers-{}", std::process::id()));
+    let out = dir.join("out");
+    let (results, json) = run_smoke(&dir, &["--only", "observers", "--no-redis"]);
+    let summary = &json["summary"];
+    let median = |key: &str| summary[key]["median"].as_f64();
+    // The smoke plan: fan-outs to 1 and 10 observers, each a client of its
+    // own; value replacement with 0, 1 and 10.
+    for observers in [1, 10] {
+        let pre = format!("observers.fan{observers}");
+        assert_eq!(
+            median(&format!("{pre}.observers")),
+            Some(f64::from(observers)),
+            "{results}"
+        );
+        for figure in [
+            "released_p50_us",
+            "released_p99_us",
+            "granted_p50_us",
+            "granted_p99_us",
+            "last_p50_us",
+            "last_p99_us",
+            "server_cpu_us_per_cycle",
+            "cycles",
+        ] {
+            let key = format!("{pre}.{figure}");
+            assert!(
+                median(&key).is_some_and(|v| v > 0.0),
+                "{key} missing or zero:\n{results}"
+            );
+        }
+        // The last observer is told no sooner than the median one.
+        assert!(median(&format!("{pre}.last_p50_us")) >= median(&format!("{pre}.granted_p50_us")));
+    }
+    for key in [
+        "observers.fan10.rss_bytes_per_observer",
+        "observers.shared10.watches",
+    ] {
+        assert!(median(key).is_some(), "{key} missing:\n{results}");
+    }
+    for observers in [0, 1, 10] {
+        for figure in ["replacements_per_s", "server_cpu_us_per_replacement"] {
+            let key = format!("observers.value.o{observers}.{figure}");
+            assert!(
+                median(&key).is_some_and(|v| v > 0.0),
+                "{key} missing or zero:\n{results}"
+            );
+        }
+    }
+    // etcd's watch runs beside them wherever etcd is installed, and CI
+    // installs it (.ci/setup.d/peers.sh).
+    if installed("etcd", "--version") || std::env::var_os("CI").is_some() {
+        for figure in ["delete_p50_us", "put_p50_us", "last_put_p50_us"] {
+            let key = format!("observers.etcd.fan10.{figure}");
+            assert!(
+                median(&key).is_some_and(|v| v > 0.0),
+                "{key} missing or zero: is etcd installed?\n{results}"
+            );
+        }
+    }
+    let md = std::fs::read_to_string(out.join("summary.md")).expect("summary.md");
+    for heading in [
+        "### Values and observers",
+        "10 observer(s)",
+        "replacements/s",
+    ] {
+        assert!(md.contains(heading), "summary.md has no {heading:?}:\n{md}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
