@@ -579,7 +579,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<'_, '_, S> {
         let granted = features & ext::FEATURE_VALUES_AND_OBSERVERS;
         self.ext = granted != 0;
         let max_watches = self.conn.shared.config.max_watches_per_session;
-        debug!(remote_addr = %self.remote_addr, session = self.link.id, features, granted, "v2 session HELLO");
+        // Field names avoid "granted": operators grep for it to find grants.
+        debug!(remote_addr = %self.remote_addr, session = self.link.id, features_asked = features, features_on = granted, "v2 session HELLO");
         self.out
             .extend_from_slice(&ext::features_frame(granted, max_watches));
         None
