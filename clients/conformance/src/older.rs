@@ -50,7 +50,6 @@ impl OlderServer {
     /// Starts it on a free loopback port.
     pub fn start() -> Check<Self> {
         let listener = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|err| Failure::new(format!("cannot bind a listener: {err}")))?;
         let address = listener
             .local_addr()
@@ -62,20 +61,18 @@ impl OlderServer {
         let tokens = Arc::new(AtomicU64::new(0x0006_b49d_2000_0000));
         let (stopped, counts) = (Arc::clone(&stop), Arc::clone(&seen));
         std::thread::spawn(move || {
-            while !stopped.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        let (counts, tokens) = (Arc::clone(&counts), Arc::clone(&tokens));
-                        std::thread::spawn(move || {
-                            // A connection's end, whatever the cause, is
-                            // the client's business: nothing to report.
-                            let _ = serve(stream, &counts, &tokens);
-                        });
-                    }
-                    // Polled, not synchronised on: it only bounds how late
-                    // the thread notices `stop`.
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            // Blocking: `Drop` sets `stop`, then connects once to wake it.
+            for stream in listener.incoming() {
+                if stopped.load(Ordering::SeqCst) {
+                    break;
                 }
+                let Ok(stream) = stream else { continue };
+                let (counts, tokens) = (Arc::clone(&counts), Arc::clone(&tokens));
+                std::thread::spawn(move || {
+                    // A connection's end, whatever the cause, is the
+                    // client's business: nothing to report.
+                    let _ = serve(stream, &counts, &tokens);
+                });
             }
         });
         Ok(Self {
@@ -93,7 +90,10 @@ impl OlderServer {
 
 impl Drop for OlderServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accepting thread, which then sees `stop` and ends; if
+        // the connect fails the listener is already gone.
+        let _ = TcpStream::connect(&self.address);
     }
 }
 

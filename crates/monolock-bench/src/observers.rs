@@ -439,14 +439,7 @@ pub async fn fan_out(
 
     // Keyed by the count asked for; `.observers` is the count used.
     let pre = fan_key(wanted);
-    if capped.is_some() {
-        m.put(
-            &format!("{pre}.descriptor_limit"),
-            sys::raise_nofile_limit().unwrap_or(0) as f64,
-        );
-    }
-    m.put(&format!("{pre}.observers"), observers as f64);
-    m.put(&format!("{pre}.cycles"), cycles as f64);
+    put_fan_out(m, &pre, capped.is_some(), observers, cycles);
     m.put(&format!("{pre}.placing_secs"), placing_secs);
     put_percentiles(m, &pre, "released", &mut released);
     put_percentiles(m, &pre, "granted", &mut granted);
@@ -483,6 +476,20 @@ pub async fn fan_out(
 }
 
 /// `<pre>.<what>_p50_us` and `_p99_us` of `samples`.
+/// What every fan-out reports first, monolock's and etcd's alike: the
+/// count used, the descriptor limit when it capped the count asked for,
+/// and the cycles measured.
+pub(crate) fn put_fan_out(m: &mut Metrics, pre: &str, capped: bool, used: usize, cycles: usize) {
+    if capped {
+        m.put(
+            &format!("{pre}.descriptor_limit"),
+            sys::raise_nofile_limit().unwrap_or(0) as f64,
+        );
+    }
+    m.put(&format!("{pre}.observers"), used as f64);
+    m.put(&format!("{pre}.cycles"), cycles as f64);
+}
+
 fn put_percentiles(m: &mut Metrics, pre: &str, what: &str, samples: &mut Samples) {
     m.put_opt(&format!("{pre}.{what}_p50_us"), samples.percentile_us(50.0));
     m.put_opt(&format!("{pre}.{what}_p99_us"), samples.percentile_us(99.0));

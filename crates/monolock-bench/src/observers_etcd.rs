@@ -17,7 +17,7 @@ use tokio::{sync::mpsc, task::JoinSet, time::timeout};
 
 use crate::{
     cycles::OP_TIMEOUT,
-    observers::{Params, fitting},
+    observers::{Params, fitting, put_fan_out},
     peers::etcd_connect,
     report::Metrics,
     servers::Server,
@@ -220,14 +220,7 @@ pub async fn fan_out(
 
     // Keyed by the count asked for; `.observers` is the count used.
     let pre = fan_key(wanted);
-    if capped.is_some() {
-        m.put(
-            &format!("{pre}.descriptor_limit"),
-            sys::raise_nofile_limit().unwrap_or(0) as f64,
-        );
-    }
-    m.put(&format!("{pre}.observers"), watchers as f64);
-    m.put(&format!("{pre}.cycles"), cycles as f64);
+    put_fan_out(m, &pre, capped.is_some(), watchers, cycles);
     for (what, samples) in [
         ("delete", &mut deleted),
         ("put", &mut put),
